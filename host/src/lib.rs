@@ -1,0 +1,13 @@
+//! vauban: audit how a language model's behaviour changed, and prove each
+//! claim with evidence.
+//!
+//! The library is organised by concept (DESIGN.md section 3):
+//! - [`trace`]: the evidence-bearing record of a run, and its rules;
+//! - [`bundle`]: traces on disk, verified and lazily loaded;
+//! - [`profile`]: per-trace cost summaries and controlled sweeps;
+//! - [`report`]: what the evidence allows a report to claim;
+//! - [`cli`]: the `vauban` command line (a thin shell over the above).
+
+pub mod trace;
+pub mod profile;
+pub mod report;

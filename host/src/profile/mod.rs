@@ -1,0 +1,1 @@
+//! Profile summaries: per trace and per controlled sweep.

@@ -1,0 +1,1 @@
+//! What the evidence allows a report to claim.

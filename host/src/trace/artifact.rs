@@ -1,0 +1,144 @@
+//! Artifacts (what a run produced or consumed) and spans (the stages that
+//! produced them).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ArtifactKind, Stage, StageProfile, TensorRef, TensorSummary};
+
+/// One produced or consumed value, with its kind, its producer span and its data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Artifact {
+    /// Unique within the trace; raw tensors in a bundle are keyed by it.
+    pub id: String,
+    pub kind: ArtifactKind,
+    /// The id of the span that produced it.
+    pub producer: String,
+    /// The transformer block it was observed after, for per-layer kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<usize>,
+    /// Free-form labels (`role = "output"`, `mode = "subtract"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    pub data: ArtifactData,
+}
+
+/// The value an artifact carries. Which variant fits which kind is fixed
+/// (see [`ArtifactData::fits`]); a mismatch is a validation problem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ArtifactData {
+    Text {
+        text: String,
+    },
+    TokenIds {
+        ids: Vec<u32>,
+    },
+    /// A tensor: its summary always; `raw` says whether the bundle holds its data.
+    Tensor {
+        summary: TensorSummary,
+        raw: bool,
+    },
+    /// One named number (a metric).
+    Scalar {
+        name: String,
+        value: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unit: Option<String>,
+    },
+    /// A small structured record (an intervention's parameters and effect,
+    /// a piece of report evidence, a profile).
+    Record {
+        value: serde_json::Value,
+    },
+}
+
+impl ArtifactData {
+    /// A tensor artifact's data from a tensor; `keep_raw` asks the bundle to
+    /// store the raw values beside the summary.
+    pub fn tensor(tensor: TensorRef<'_>, keep_raw: bool) -> Self {
+        ArtifactData::Tensor {
+            summary: tensor.summarize(),
+            raw: keep_raw,
+        }
+    }
+
+    /// The variant's name as it appears in JSON.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ArtifactData::Text { .. } => "text",
+            ArtifactData::TokenIds { .. } => "token_ids",
+            ArtifactData::Tensor { .. } => "tensor",
+            ArtifactData::Scalar { .. } => "scalar",
+            ArtifactData::Record { .. } => "record",
+        }
+    }
+
+    /// Whether this data may carry an artifact of `kind`.
+    pub fn fits(&self, kind: ArtifactKind) -> bool {
+        use ArtifactKind as K;
+        match self {
+            ArtifactData::Text { .. } => kind == K::Text,
+            ArtifactData::TokenIds { .. } => kind == K::Tokens,
+            ArtifactData::Tensor { .. } => kind.is_tensor() || kind == K::InterventionResult,
+            ArtifactData::Scalar { .. } => kind == K::Metric,
+            ArtifactData::Record { .. } => {
+                matches!(kind, K::InterventionResult | K::ReportEvidence | K::Profile)
+            }
+        }
+    }
+}
+
+/// One stage of a run. A trace lists its spans in execution order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Span {
+    pub id: String,
+    pub stage: Stage,
+    /// Artifacts the stage consumed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    /// Artifacts the stage produced; each names this span as its producer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    pub profile: StageProfile,
+}
+
+/// The model a trace ran on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// sha256 of the weights file(s), lowercase hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.sha256 {
+            Some(sha) => write!(f, "{} (sha256 {})", self.name, &sha[..sha.len().min(12)]),
+            None => write!(f, "{} (no hash)", self.name),
+        }
+    }
+}
+
+/// A requested artifact kind the trace does not hold, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissingArtifact {
+    pub kind: ArtifactKind,
+    pub reason: String,
+}
+
+/// Whether `s` is a sha256 digest in lowercase hex.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}

@@ -1,0 +1,275 @@
+//! Host-side tensors as the trace sees them: a dtype, a shape, little-endian
+//! bytes, and the summary every tensor artifact carries.
+//!
+//! This is deliberately not a compute tensor (that is the executor's job):
+//! it is the boundary form in which a backend hands a tensor to the trace,
+//! and in which the bundle stores it.
+
+use std::fmt;
+
+use half::{bf16, f16};
+use serde::{Deserialize, Serialize};
+
+/// Element types a trace can store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    F16,
+    Bf16,
+    F64,
+    I32,
+    I64,
+    U32,
+    U8,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 | DType::Bf16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// The matching safetensors dtype.
+    pub fn to_safetensors(self) -> safetensors::Dtype {
+        use safetensors::Dtype as S;
+        match self {
+            DType::F32 => S::F32,
+            DType::F16 => S::F16,
+            DType::Bf16 => S::BF16,
+            DType::F64 => S::F64,
+            DType::I32 => S::I32,
+            DType::I64 => S::I64,
+            DType::U32 => S::U32,
+            DType::U8 => S::U8,
+        }
+    }
+
+    /// The dtype for a safetensors dtype, if a trace can hold it.
+    pub fn from_safetensors(dtype: safetensors::Dtype) -> Option<DType> {
+        use safetensors::Dtype as S;
+        Some(match dtype {
+            S::F32 => DType::F32,
+            S::F16 => DType::F16,
+            S::BF16 => DType::Bf16,
+            S::F64 => DType::F64,
+            S::I32 => DType::I32,
+            S::I64 => DType::I64,
+            S::U32 => DType::U32,
+            S::U8 => DType::U8,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U32 => "u32",
+            DType::U8 => "u8",
+        })
+    }
+}
+
+/// A tensor's byte length does not match its dtype and shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tensor of dtype {dtype} and shape {shape:?} needs {expected} bytes but has {actual}")]
+pub struct ShapeMismatch {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub expected: usize,
+    pub actual: usize,
+}
+
+/// Borrowed tensor bytes with their dtype and shape (from memory or from a
+/// memory-mapped bundle).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TensorRef<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
+/// An owned tensor handed to the trace by a backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorData {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub bytes: Vec<u8>,
+}
+
+impl TensorData {
+    /// A tensor from raw little-endian bytes; the length must match.
+    pub fn new(dtype: DType, shape: Vec<usize>, bytes: Vec<u8>) -> Result<Self, ShapeMismatch> {
+        let expected = shape.iter().product::<usize>() * dtype.size();
+        if expected != bytes.len() {
+            return Err(ShapeMismatch {
+                dtype,
+                shape,
+                expected,
+                actual: bytes.len(),
+            });
+        }
+        Ok(TensorData {
+            dtype,
+            shape,
+            bytes,
+        })
+    }
+
+    /// An f32 tensor from values; the count must match the shape.
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Result<Self, ShapeMismatch> {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        TensorData::new(DType::F32, shape, bytes)
+    }
+
+    /// A borrowed view.
+    pub fn as_ref(&self) -> TensorRef<'_> {
+        TensorRef {
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+impl TensorRef<'_> {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Element `i` widened to f64.
+    fn value(&self, i: usize) -> f64 {
+        let b = &self.bytes[i * self.dtype.size()..(i + 1) * self.dtype.size()];
+        match self.dtype {
+            DType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::F16 => f16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+            DType::Bf16 => bf16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+            DType::F64 => f64::from_le_bytes(b.try_into().unwrap()),
+            DType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::I64 => i64::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::U8 => b[0] as f64,
+        }
+    }
+
+    /// All elements widened to f32 (for small tensors and tests).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        (0..self.numel()).map(|i| self.value(i) as f32).collect()
+    }
+
+    /// Element `i` widened to f64, or `None` past the end.
+    pub fn get(&self, i: usize) -> Option<f64> {
+        (i < self.numel()).then(|| self.value(i))
+    }
+
+    /// Shape, dtype and statistics, accumulated in f64 over finite values.
+    pub fn summarize(&self) -> TensorSummary {
+        let n = self.numel();
+        let (mut count, mut sum, mut sum_sq) = (0u64, 0.0f64, 0.0f64);
+        let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+        for i in 0..n {
+            let v = self.value(i);
+            if !v.is_finite() {
+                continue;
+            }
+            count += 1;
+            sum += v;
+            sum_sq += v * v;
+            min = min.min(v);
+            max = max.max(v);
+        }
+        let finite = count > 0;
+        let mean = sum / count as f64;
+        // Population variance; clamp the tiny negatives rounding can give.
+        let var = (sum_sq / count as f64 - mean * mean).max(0.0);
+        TensorSummary {
+            shape: self.shape.to_vec(),
+            dtype: self.dtype,
+            numel: n as u64,
+            non_finite: n as u64 - count,
+            mean: finite.then_some(mean),
+            std: finite.then(|| var.sqrt()),
+            min: finite.then_some(min),
+            max: finite.then_some(max),
+            l2_norm: finite.then(|| sum_sq.sqrt()),
+        }
+    }
+}
+
+/// What every tensor artifact records, whether or not its raw data is kept.
+/// Statistics are over the finite elements; `non_finite` counts the rest, and
+/// the statistics are absent when no element is finite.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorSummary {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub numel: u64,
+    pub non_finite: u64,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub l2_norm: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_matches_hand_computed_statistics() {
+        // values 1, 2, 3, 4: mean 2.5, population std sqrt(1.25), l2 sqrt(30)
+        let t = TensorData::from_f32(vec![2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        let s = t.as_ref().summarize();
+        assert_eq!(s.shape, vec![2, 2]);
+        assert_eq!(s.numel, 4);
+        assert_eq!(s.mean, Some(2.5));
+        assert!((s.std.unwrap() - 1.25f64.sqrt()).abs() < 1e-12);
+        assert_eq!((s.min, s.max), (Some(1.0), Some(4.0)));
+        assert!((s.l2_norm.unwrap() - 30f64.sqrt()).abs() < 1e-12);
+        assert_eq!(s.non_finite, 0);
+    }
+
+    #[test]
+    fn non_finite_values_are_counted_not_averaged() {
+        let t = TensorData::from_f32(vec![3], &[1.0, f32::NAN, 3.0]).unwrap();
+        let s = t.as_ref().summarize();
+        assert_eq!(s.non_finite, 1);
+        assert_eq!(s.mean, Some(2.0));
+        let all_nan = TensorData::from_f32(vec![1], &[f32::NAN]).unwrap();
+        assert_eq!(all_nan.as_ref().summarize().mean, None);
+    }
+
+    #[test]
+    fn half_precision_values_are_widened() {
+        let bytes = [f16::from_f32(1.5), f16::from_f32(-0.5)]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let t = TensorData::new(DType::F16, vec![2], bytes).unwrap();
+        assert_eq!(t.as_ref().to_f32_vec(), vec![1.5, -0.5]);
+    }
+
+    #[test]
+    fn byte_length_must_match_shape() {
+        let err = TensorData::new(DType::F32, vec![2, 3], vec![0; 20]).unwrap_err();
+        assert!(
+            err.to_string().contains("needs 24 bytes but has 20"),
+            "{err}"
+        );
+    }
+}

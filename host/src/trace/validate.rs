@@ -1,0 +1,712 @@
+//! The rules a trace obeys (DESIGN.md section 4), checked when a trace is
+//! built and again when one is read from a bundle. All problems are
+//! collected, so one run of `vauban trace validate` lists every one.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+
+use super::{ArtifactData, ArtifactKind, SupportLevel, Trace, TraceRequest, is_sha256_hex};
+
+/// One broken rule, phrased so the message names the problem and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("the request has neither text nor token ids; give the prompt as `text` or `token_ids`")]
+    EmptyRequest,
+    #[error("the request asks for `{0}` more than once; list each artifact kind once")]
+    DuplicateRequestedKind(ArtifactKind),
+    #[error(
+        "the request asks for `logprobs` without `logits`; logprobs are derived from logits, so request both"
+    )]
+    LogprobsWithoutLogits,
+    #[error("a {0} has an empty id; every span and artifact needs an id")]
+    EmptyId(&'static str),
+    #[error("span id `{0}` is used by more than one span; span ids must be unique within a trace")]
+    DuplicateSpanId(String),
+    #[error(
+        "artifact id `{0}` is used by more than one artifact; artifact ids must be unique within a trace"
+    )]
+    DuplicateArtifactId(String),
+    #[error("artifact `{artifact}` names producer span `{producer}`, which is not in the trace")]
+    UnknownProducer { artifact: String, producer: String },
+    #[error(
+        "artifact `{artifact}` names span `{producer}` as its producer, but that span does not list it among its outputs"
+    )]
+    NotInProducerOutputs { artifact: String, producer: String },
+    #[error("span `{span}` lists output `{artifact}`, which is not in the trace's artifacts")]
+    OutputNotFound { span: String, artifact: String },
+    #[error(
+        "span `{span}` lists `{artifact}` as an output, but artifact `{artifact}` says it was produced by span `{producer}`"
+    )]
+    OutputOfOtherSpan {
+        span: String,
+        artifact: String,
+        producer: String,
+    },
+    #[error("span `{span}` lists input `{artifact}`, which is not in the trace's artifacts")]
+    InputNotFound { span: String, artifact: String },
+    #[error(
+        "artifact `{artifact}` is of kind `{kind}` but carries `{data}` data; `{kind}` cannot be carried that way"
+    )]
+    DataDoesNotFitKind {
+        artifact: String,
+        kind: ArtifactKind,
+        data: &'static str,
+    },
+    #[error(
+        "artifact `{artifact}`'s tensor summary says {numel} elements but its shape {shape:?} holds {expected}"
+    )]
+    SummaryShape {
+        artifact: String,
+        shape: Vec<usize>,
+        numel: u64,
+        expected: u64,
+    },
+    #[error(
+        "metric artifact `{artifact}` has a non-finite value; a metric must be a finite number"
+    )]
+    NonFiniteMetric { artifact: String },
+    #[error(
+        "`{0}` was requested but the trace neither holds it nor records it as missing or unsupported; record what happened instead of dropping it"
+    )]
+    RequestedNotAccounted(ArtifactKind),
+    #[error("`{0}` is recorded as missing, but the trace holds artifacts of that kind")]
+    MissingButPresent(ArtifactKind),
+    #[error("`{0}` is recorded as unsupported, but the trace holds artifacts of that kind")]
+    UnsupportedButPresent(ArtifactKind),
+    #[error("`{kind}` is recorded as {listed}, but it was never requested")]
+    RecordedButNotRequested {
+        kind: ArtifactKind,
+        listed: &'static str,
+    },
+    #[error("`{kind}` is recorded as {listed} more than once")]
+    RecordedTwice {
+        kind: ArtifactKind,
+        listed: &'static str,
+    },
+    #[error("`{0}` is recorded as missing without a reason; say why it was not produced")]
+    MissingWithoutReason(ArtifactKind),
+    #[error(
+        "`{kind}` is recorded as missing, but executor `{executor}` declares it unsupported; record it as unsupported"
+    )]
+    MissingButDeclaredUnsupported {
+        kind: ArtifactKind,
+        executor: String,
+    },
+    #[error(
+        "`{kind}` is recorded as unsupported, but executor `{executor}` declares it {level}; record it as missing with a reason"
+    )]
+    UnsupportedButDeclared {
+        kind: ArtifactKind,
+        executor: String,
+        level: SupportLevel,
+    },
+    #[error(
+        "artifact `{artifact}` is `{kind}`, which executor `{executor}` declares unsupported; the capability declaration or the trace is wrong"
+    )]
+    ProducedButDeclaredUnsupported {
+        artifact: String,
+        kind: ArtifactKind,
+        executor: String,
+    },
+    #[error(
+        "executor `{executor}` does not declare its support for: {kinds}; list every artifact kind as unsupported, partial or full"
+    )]
+    UndeclaredCapabilities { executor: String, kinds: String },
+    #[error("model `{model}` has sha256 `{sha256}`, which is not 64 lowercase hex digits")]
+    BadModelHash { model: String, sha256: String },
+}
+
+/// A trace that breaks one or more rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct TraceError {
+    pub trace: String,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.problems.as_slice() {
+            [one] => write!(f, "trace `{}` is invalid: {one}", self.trace),
+            many => {
+                write!(
+                    f,
+                    "trace `{}` is invalid ({} problems):",
+                    self.trace,
+                    many.len()
+                )?;
+                for p in many {
+                    write!(f, "\n  - {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl TraceRequest {
+    /// The request's own rules: an input, each kind once, logits with logprobs.
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let has_text = self.text.as_deref().is_some_and(|t| !t.is_empty());
+        let has_ids = self.token_ids.as_deref().is_some_and(|t| !t.is_empty());
+        if !has_text && !has_ids {
+            problems.push(Problem::EmptyRequest);
+        }
+        let mut seen = BTreeSet::new();
+        for &kind in &self.observe {
+            if !seen.insert(kind) && !problems.contains(&Problem::DuplicateRequestedKind(kind)) {
+                problems.push(Problem::DuplicateRequestedKind(kind));
+            }
+        }
+        if self.wants(ArtifactKind::Logprobs) && !self.wants(ArtifactKind::Logits) {
+            problems.push(Problem::LogprobsWithoutLogits);
+        }
+        problems
+    }
+
+    /// Checks the request alone (executors call this before running).
+    pub fn validate(&self) -> Result<(), Vec<Problem>> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+impl Trace {
+    /// Checks every rule; the error lists all broken ones.
+    pub fn validate(&self) -> Result<(), TraceError> {
+        let mut p = self.request.problems();
+        self.check_ids(&mut p);
+        self.check_links(&mut p);
+        self.check_data(&mut p);
+        self.check_accounting(&mut p);
+        self.check_capabilities(&mut p);
+        if let Some(sha) = &self.model.sha256
+            && !is_sha256_hex(sha)
+        {
+            p.push(Problem::BadModelHash {
+                model: self.model.name.clone(),
+                sha256: sha.clone(),
+            });
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(TraceError {
+                trace: self.id.clone(),
+                problems: p,
+            })
+        }
+    }
+
+    fn check_ids(&self, p: &mut Vec<Problem>) {
+        let mut spans = HashSet::new();
+        for s in &self.spans {
+            if s.id.is_empty() {
+                p.push(Problem::EmptyId("span"));
+            } else if !spans.insert(s.id.as_str()) {
+                p.push(Problem::DuplicateSpanId(s.id.clone()));
+            }
+        }
+        let mut artifacts = HashSet::new();
+        for a in &self.artifacts {
+            if a.id.is_empty() {
+                p.push(Problem::EmptyId("artifact"));
+            } else if !artifacts.insert(a.id.as_str()) {
+                p.push(Problem::DuplicateArtifactId(a.id.clone()));
+            }
+        }
+    }
+
+    fn check_links(&self, p: &mut Vec<Problem>) {
+        let spans: HashMap<&str, _> = self.spans.iter().map(|s| (s.id.as_str(), s)).collect();
+        let artifacts: HashMap<&str, _> =
+            self.artifacts.iter().map(|a| (a.id.as_str(), a)).collect();
+        for a in &self.artifacts {
+            match spans.get(a.producer.as_str()) {
+                None => p.push(Problem::UnknownProducer {
+                    artifact: a.id.clone(),
+                    producer: a.producer.clone(),
+                }),
+                Some(s) if !s.outputs.contains(&a.id) => p.push(Problem::NotInProducerOutputs {
+                    artifact: a.id.clone(),
+                    producer: a.producer.clone(),
+                }),
+                Some(_) => {}
+            }
+        }
+        for s in &self.spans {
+            for out in &s.outputs {
+                match artifacts.get(out.as_str()) {
+                    None => p.push(Problem::OutputNotFound {
+                        span: s.id.clone(),
+                        artifact: out.clone(),
+                    }),
+                    Some(a) if a.producer != s.id => p.push(Problem::OutputOfOtherSpan {
+                        span: s.id.clone(),
+                        artifact: out.clone(),
+                        producer: a.producer.clone(),
+                    }),
+                    Some(_) => {}
+                }
+            }
+            for input in &s.inputs {
+                if !artifacts.contains_key(input.as_str()) {
+                    p.push(Problem::InputNotFound {
+                        span: s.id.clone(),
+                        artifact: input.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn check_data(&self, p: &mut Vec<Problem>) {
+        for a in &self.artifacts {
+            if !a.data.fits(a.kind) {
+                p.push(Problem::DataDoesNotFitKind {
+                    artifact: a.id.clone(),
+                    kind: a.kind,
+                    data: a.data.type_name(),
+                });
+            }
+            match &a.data {
+                ArtifactData::Tensor { summary, .. } => {
+                    let expected = summary.shape.iter().map(|&d| d as u64).product::<u64>();
+                    if expected != summary.numel {
+                        p.push(Problem::SummaryShape {
+                            artifact: a.id.clone(),
+                            shape: summary.shape.clone(),
+                            numel: summary.numel,
+                            expected,
+                        });
+                    }
+                }
+                ArtifactData::Scalar { value, .. } if !value.is_finite() => {
+                    p.push(Problem::NonFiniteMetric {
+                        artifact: a.id.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Every requested kind is present, missing with a reason, or unsupported;
+    /// never more than one of these, and nothing recorded that was not asked.
+    fn check_accounting(&self, p: &mut Vec<Problem>) {
+        let present = self.coverage();
+        let missing: Vec<ArtifactKind> = self.missing.iter().map(|m| m.kind).collect();
+        for (listed, kinds) in [("missing", &missing), ("unsupported", &self.unsupported)] {
+            let mut seen = BTreeSet::new();
+            for &kind in kinds.iter() {
+                if !seen.insert(kind) {
+                    p.push(Problem::RecordedTwice { kind, listed });
+                }
+                if !self.request.wants(kind) {
+                    p.push(Problem::RecordedButNotRequested { kind, listed });
+                }
+                if present.contains(&kind) {
+                    p.push(match listed {
+                        "missing" => Problem::MissingButPresent(kind),
+                        _ => Problem::UnsupportedButPresent(kind),
+                    });
+                }
+            }
+        }
+        for m in &self.missing {
+            if m.reason.trim().is_empty() {
+                p.push(Problem::MissingWithoutReason(m.kind));
+            }
+        }
+        let requested: BTreeSet<ArtifactKind> = self.request.observe.iter().copied().collect();
+        for kind in requested {
+            if !present.contains(&kind)
+                && !missing.contains(&kind)
+                && !self.unsupported.contains(&kind)
+            {
+                p.push(Problem::RequestedNotAccounted(kind));
+            }
+        }
+    }
+
+    /// The trace agrees with its executor's declaration.
+    fn check_capabilities(&self, p: &mut Vec<Problem>) {
+        let caps = &self.capabilities;
+        let unlisted = caps.unlisted_kinds();
+        if !unlisted.is_empty() {
+            p.push(Problem::UndeclaredCapabilities {
+                executor: caps.executor.clone(),
+                kinds: unlisted
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        for a in &self.artifacts {
+            if caps.support(a.kind) == SupportLevel::Unsupported
+                && caps.artifacts.contains_key(&a.kind)
+            {
+                p.push(Problem::ProducedButDeclaredUnsupported {
+                    artifact: a.id.clone(),
+                    kind: a.kind,
+                    executor: caps.executor.clone(),
+                });
+            }
+        }
+        for m in &self.missing {
+            if caps.artifacts.get(&m.kind) == Some(&SupportLevel::Unsupported) {
+                p.push(Problem::MissingButDeclaredUnsupported {
+                    kind: m.kind,
+                    executor: caps.executor.clone(),
+                });
+            }
+        }
+        for &kind in &self.unsupported {
+            let level = caps.support(kind);
+            if level != SupportLevel::Unsupported {
+                p.push(Problem::UnsupportedButDeclared {
+                    kind,
+                    executor: caps.executor.clone(),
+                    level,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{
+        ArtifactData, Capabilities, DeviceKind, MissingArtifact, ModelRef, Stage, StageProfile,
+        TensorData, TraceBuilder,
+    };
+    use super::*;
+
+    fn caps() -> Capabilities {
+        Capabilities::uniform("test", &[DeviceKind::Cpu], SupportLevel::Full)
+            .with(ArtifactKind::WeightSnapshot, SupportLevel::Unsupported)
+    }
+
+    fn request(observe: &[ArtifactKind]) -> TraceRequest {
+        TraceRequest {
+            prompt_id: Some("p1".into()),
+            text: Some("The capital of France is".into()),
+            token_ids: None,
+            observe: observe.to_vec(),
+            layers: vec![1],
+            raw_tensors: false,
+        }
+    }
+
+    /// A valid trace: tokenize → forward (logits, logprobs, one activation).
+    fn valid() -> Trace {
+        use ArtifactKind as K;
+        let mut b = TraceBuilder::new(
+            "t1",
+            ModelRef {
+                name: "tiny".into(),
+                path: None,
+                sha256: Some("ab".repeat(32)),
+            },
+            caps(),
+            "cpu",
+            request(&[K::Text, K::Tokens, K::Logits, K::Logprobs, K::Activation]),
+        );
+        let tok = b.span(Stage::Tokenize, StageProfile::default());
+        let text = b.artifact(&tok, K::Text, ArtifactData::Text { text: "x".into() });
+        b.input(&tok, &text);
+        b.artifact(&tok, K::Tokens, ArtifactData::TokenIds { ids: vec![1, 2] });
+        let fwd = b.span(Stage::Forward, StageProfile::default());
+        let t = TensorData::from_f32(vec![2, 3], &[0.0; 6]).unwrap();
+        for kind in [K::Logits, K::Logprobs] {
+            b.artifact(&fwd, kind, ArtifactData::tensor(t.as_ref(), false));
+        }
+        b.artifact_with(
+            &fwd,
+            K::Activation,
+            ArtifactData::tensor(t.as_ref(), false),
+            Some(1),
+            Default::default(),
+        );
+        b.finish().expect("the fixture is valid")
+    }
+
+    /// The messages of every problem `trace` has.
+    fn problems(trace: &Trace) -> Vec<String> {
+        match trace.validate() {
+            Ok(()) => Vec::new(),
+            Err(e) => e.problems.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn assert_problem(trace: &Trace, needle: &str) {
+        let all = problems(trace);
+        assert!(
+            all.iter().any(|m| m.contains(needle)),
+            "expected a problem containing {needle:?}, got {all:#?}"
+        );
+    }
+
+    #[test]
+    fn the_fixture_is_valid() {
+        assert_eq!(problems(&valid()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn duplicate_span_ids_are_refused() {
+        let mut t = valid();
+        t.spans[1].id = t.spans[0].id.clone();
+        assert_problem(&t, "span id `s0-tokenize` is used by more than one span");
+    }
+
+    #[test]
+    fn duplicate_artifact_ids_are_refused() {
+        let mut t = valid();
+        t.artifacts[1].id = t.artifacts[0].id.clone();
+        assert_problem(
+            &t,
+            "artifact id `a0-text` is used by more than one artifact",
+        );
+    }
+
+    #[test]
+    fn empty_ids_are_refused() {
+        let mut t = valid();
+        t.spans[0].id.clear();
+        assert_problem(&t, "a span has an empty id");
+    }
+
+    #[test]
+    fn an_unknown_producer_span_is_refused() {
+        let mut t = valid();
+        t.artifacts[2].producer = "s9-decode".into();
+        assert_problem(
+            &t,
+            "names producer span `s9-decode`, which is not in the trace",
+        );
+    }
+
+    #[test]
+    fn span_outputs_must_agree_with_artifact_producers() {
+        // The logits artifact claims the tokenize span produced it, while
+        // the forward span lists it as its own output.
+        let mut t = valid();
+        t.artifacts[2].producer = "s0-tokenize".into();
+        assert_problem(
+            &t,
+            "span `s1-forward` lists `a2-logits` as an output, but artifact `a2-logits` says it was produced by span `s0-tokenize`",
+        );
+        assert_problem(
+            &t,
+            "artifact `a2-logits` names span `s0-tokenize` as its producer, but that span does not list it",
+        );
+    }
+
+    #[test]
+    fn span_outputs_and_inputs_must_exist() {
+        let mut t = valid();
+        t.spans[1].outputs.push("a99-logits".into());
+        t.spans[1].inputs.push("a98-tokens".into());
+        assert_problem(
+            &t,
+            "span `s1-forward` lists output `a99-logits`, which is not in",
+        );
+        assert_problem(
+            &t,
+            "span `s1-forward` lists input `a98-tokens`, which is not in",
+        );
+    }
+
+    #[test]
+    fn requested_but_missing_must_be_recorded() {
+        let mut t = valid();
+        t.artifacts.retain(|a| a.kind != ArtifactKind::Activation);
+        t.spans[1].outputs.retain(|o| !o.ends_with("activation"));
+        assert_problem(
+            &t,
+            "`activation` was requested but the trace neither holds it nor records it as missing",
+        );
+        t.missing.push(MissingArtifact {
+            kind: ArtifactKind::Activation,
+            reason: "layer 1 hook not reached".into(),
+        });
+        assert_eq!(problems(&t), Vec::<String>::new());
+        t.missing[0].reason = " ".into();
+        assert_problem(&t, "`activation` is recorded as missing without a reason");
+    }
+
+    #[test]
+    fn requested_but_unsupported_is_recorded_as_unsupported() {
+        let mut req = request(&[ArtifactKind::Text, ArtifactKind::WeightSnapshot]);
+        req.layers.clear();
+        let mut b = TraceBuilder::new("t2", ModelRef::default_for_test(), caps(), "cpu", req);
+        let s = b.span(Stage::Tokenize, StageProfile::default());
+        b.artifact(
+            &s,
+            ArtifactKind::Text,
+            ArtifactData::Text { text: "x".into() },
+        );
+        let t = b.finish().unwrap();
+        assert_eq!(t.unsupported, vec![ArtifactKind::WeightSnapshot]);
+
+        let mut wrong = t.clone();
+        wrong.unsupported.clear();
+        wrong.missing.push(MissingArtifact {
+            kind: ArtifactKind::WeightSnapshot,
+            reason: "not collected".into(),
+        });
+        assert_problem(
+            &wrong,
+            "`weight_snapshot` is recorded as missing, but executor `test` declares it unsupported",
+        );
+    }
+
+    #[test]
+    fn unsupported_must_match_the_declaration() {
+        let mut t = valid();
+        t.unsupported.push(ArtifactKind::Logits);
+        assert_problem(
+            &t,
+            "`logits` is recorded as unsupported, but executor `test` declares it full",
+        );
+        assert_problem(
+            &t,
+            "`logits` is recorded as unsupported, but the trace holds artifacts",
+        );
+    }
+
+    #[test]
+    fn recorded_but_not_requested_is_refused() {
+        let mut t = valid();
+        t.missing.push(MissingArtifact {
+            kind: ArtifactKind::Metric,
+            reason: "no scorer".into(),
+        });
+        assert_problem(
+            &t,
+            "`metric` is recorded as missing, but it was never requested",
+        );
+    }
+
+    #[test]
+    fn an_artifact_the_executor_declares_unsupported_is_refused() {
+        let mut t = valid();
+        t.capabilities = t
+            .capabilities
+            .clone()
+            .with(ArtifactKind::Activation, SupportLevel::Unsupported);
+        assert_problem(
+            &t,
+            "artifact `a4-activation` is `activation`, which executor `test` declares unsupported",
+        );
+    }
+
+    #[test]
+    fn every_capability_must_be_declared() {
+        let mut t = valid();
+        t.capabilities.artifacts.remove(&ArtifactKind::Profile);
+        assert_problem(
+            &t,
+            "executor `test` does not declare its support for: profile",
+        );
+    }
+
+    #[test]
+    fn a_request_with_neither_text_nor_token_ids_is_refused() {
+        let mut t = valid();
+        t.request.text = None;
+        assert_problem(&t, "the request has neither text nor token ids");
+        t.request.token_ids = Some(vec![]);
+        assert_problem(&t, "the request has neither text nor token ids");
+        t.request.token_ids = Some(vec![5]);
+        assert_eq!(problems(&t), Vec::<String>::new());
+    }
+
+    #[test]
+    fn duplicate_requested_kinds_are_refused() {
+        let mut t = valid();
+        t.request.observe.push(ArtifactKind::Logits);
+        t.request.observe.push(ArtifactKind::Logits);
+        let all = problems(&t);
+        let dupes = all
+            .iter()
+            .filter(|m| m.contains("asks for `logits` more than once"));
+        assert_eq!(dupes.count(), 1, "{all:#?}");
+    }
+
+    #[test]
+    fn logprobs_without_logits_are_refused() {
+        let req = request(&[ArtifactKind::Text, ArtifactKind::Logprobs]);
+        let err = req.validate().unwrap_err();
+        assert_eq!(err, vec![Problem::LogprobsWithoutLogits]);
+        assert!(err[0].to_string().contains("without `logits`"));
+    }
+
+    #[test]
+    fn data_must_fit_the_kind() {
+        let mut t = valid();
+        t.artifacts[0].data = ArtifactData::TokenIds { ids: vec![1] };
+        assert_problem(
+            &t,
+            "artifact `a0-text` is of kind `text` but carries `token_ids` data",
+        );
+    }
+
+    #[test]
+    fn metrics_must_be_finite() {
+        let mut t = valid();
+        t.request.observe.push(ArtifactKind::Metric);
+        let span = t.spans[1].id.clone();
+        t.spans[1].outputs.push("m".into());
+        t.artifacts.push(super::super::Artifact {
+            id: "m".into(),
+            kind: ArtifactKind::Metric,
+            producer: span,
+            layer: None,
+            labels: Default::default(),
+            data: ArtifactData::Scalar {
+                name: "refusal_rate".into(),
+                value: f64::NAN,
+                unit: None,
+            },
+        });
+        assert_problem(&t, "metric artifact `m` has a non-finite value");
+    }
+
+    #[test]
+    fn a_malformed_model_hash_is_refused() {
+        let mut t = valid();
+        t.model.sha256 = Some("XYZ".into());
+        assert_problem(
+            &t,
+            "model `tiny` has sha256 `XYZ`, which is not 64 lowercase hex",
+        );
+    }
+
+    #[test]
+    fn all_problems_are_listed_in_one_error() {
+        let mut t = valid();
+        t.spans[1].id = t.spans[0].id.clone();
+        t.request.text = None;
+        let err = t.validate().unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("trace `t1` is invalid ("), "{text}");
+        assert!(text.contains("neither text nor token ids"), "{text}");
+        assert!(text.contains("used by more than one span"), "{text}");
+    }
+
+    impl ModelRef {
+        fn default_for_test() -> Self {
+            ModelRef {
+                name: "tiny".into(),
+                path: None,
+                sha256: None,
+            }
+        }
+    }
+}
