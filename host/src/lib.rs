@@ -8,6 +8,9 @@
 //! - [`report`]: what the evidence allows a report to claim;
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
-pub mod trace;
+pub mod bundle;
+pub mod hash;
 pub mod profile;
 pub mod report;
+pub mod trace;
+pub mod cli;

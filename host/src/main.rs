@@ -1,1 +1,36 @@
-fn main() {}
+//! The `vauban` binary: parse, set up logging, run, and turn an error into
+//! a message and a non-zero exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use vauban::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_filter()));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let stdout = std::io::stdout();
+    match cli.run(&mut stdout.lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`vauban trace inspect B | head`) is the reader's choice, not an error.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,1 +1,11 @@
 //! What the evidence allows a report to claim.
+//!
+//! - [`access`]: the access level and the strongest claim the traces allow
+//!   (DESIGN.md section 5).
+
+pub mod access;
+
+pub use access::{
+    Access, AccessError, AccessLevel, ClaimStrength, Evidence, InterventionRef, KindCoverage, Side,
+    Unclaimable, access_from_evidence,
+};

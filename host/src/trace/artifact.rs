@@ -122,7 +122,10 @@ pub struct ModelRef {
 impl fmt::Display for ModelRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.sha256 {
-            Some(sha) => write!(f, "{} (sha256 {})", self.name, &sha[..sha.len().min(12)]),
+            Some(sha) => {
+                let short: String = sha.chars().take(12).collect();
+                write!(f, "{} (sha256 {short})", self.name)
+            }
             None => write!(f, "{} (no hash)", self.name),
         }
     }
@@ -133,6 +136,10 @@ impl fmt::Display for ModelRef {
 #[serde(deny_unknown_fields)]
 pub struct MissingArtifact {
     pub kind: ArtifactKind,
+    /// For per-layer kinds: the one requested layer that is missing (the
+    /// others are present); absent when the whole kind is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<usize>,
     pub reason: String,
 }
 

@@ -6,13 +6,16 @@ use std::collections::BTreeMap;
 
 use super::{
     Artifact, ArtifactData, ArtifactKind, Capabilities, MissingArtifact, ModelRef, Span, Stage,
-    StageProfile, SupportLevel, Trace, TraceError, TraceRequest,
+    Problem, StageProfile, SupportLevel, Trace, TraceError, TraceRequest,
 };
 
 /// Accumulates spans and artifacts; [`TraceBuilder::finish`] validates.
 #[derive(Debug, Clone)]
 pub struct TraceBuilder {
     trace: Trace,
+    /// Span ids the caller named that were never created (a bug in the
+    /// caller, reported by `finish` rather than dropped).
+    unknown_spans: Vec<String>,
 }
 
 impl TraceBuilder {
@@ -36,6 +39,7 @@ impl TraceBuilder {
                 missing: Vec::new(),
                 unsupported: Vec::new(),
             },
+            unknown_spans: Vec::new(),
         }
     }
 
@@ -54,8 +58,9 @@ impl TraceBuilder {
 
     /// Records that `span` consumed `artifact`.
     pub fn input(&mut self, span: &str, artifact: &str) {
-        if let Some(s) = self.trace.spans.iter_mut().find(|s| s.id == span) {
-            s.inputs.push(artifact.to_owned());
+        match self.trace.spans.iter_mut().find(|s| s.id == span) {
+            Some(s) => s.inputs.push(artifact.to_owned()),
+            None => self.unknown_spans.push(span.to_owned()),
         }
     }
 
@@ -74,8 +79,9 @@ impl TraceBuilder {
         labels: BTreeMap<String, String>,
     ) -> String {
         let id = format!("a{}-{}", self.trace.artifacts.len(), kind);
-        if let Some(s) = self.trace.spans.iter_mut().find(|s| s.id == span) {
-            s.outputs.push(id.clone());
+        match self.trace.spans.iter_mut().find(|s| s.id == span) {
+            Some(s) => s.outputs.push(id.clone()),
+            None => self.unknown_spans.push(span.to_owned()),
         }
         self.trace.artifacts.push(Artifact {
             id: id.clone(),
@@ -92,6 +98,16 @@ impl TraceBuilder {
     pub fn missing(&mut self, kind: ArtifactKind, reason: impl Into<String>) {
         self.trace.missing.push(MissingArtifact {
             kind,
+            layer: None,
+            reason: reason.into(),
+        });
+    }
+
+    /// Records one requested layer of a per-layer kind that was not produced.
+    pub fn missing_layer(&mut self, kind: ArtifactKind, layer: usize, reason: impl Into<String>) {
+        self.trace.missing.push(MissingArtifact {
+            kind,
+            layer: Some(layer),
             reason: reason.into(),
         });
     }
@@ -110,7 +126,21 @@ impl TraceBuilder {
                 t.unsupported.push(kind);
             }
         }
-        self.trace.validate()?;
-        Ok(self.trace)
+        let mut problems: Vec<Problem> = self
+            .unknown_spans
+            .iter()
+            .map(|span| Problem::NoSuchSpan(span.clone()))
+            .collect();
+        if let Err(e) = self.trace.validate() {
+            problems.extend(e.problems);
+        }
+        if problems.is_empty() {
+            Ok(self.trace)
+        } else {
+            Err(TraceError {
+                trace: self.trace.id,
+                problems,
+            })
+        }
     }
 }

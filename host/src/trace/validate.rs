@@ -71,6 +71,16 @@ pub enum Problem {
     RequestedNotAccounted(ArtifactKind),
     #[error("`{0}` is recorded as missing, but the trace holds artifacts of that kind")]
     MissingButPresent(ArtifactKind),
+    #[error(
+        "`{kind}` at layer {layer} was requested but the trace neither holds it nor records that layer as missing"
+    )]
+    RequestedLayerNotAccounted { kind: ArtifactKind, layer: usize },
+    #[error("`{kind}` at layer {layer} is recorded as missing, but the trace holds it")]
+    MissingLayerButPresent { kind: ArtifactKind, layer: usize },
+    #[error("`{kind}` at layer {layer} is recorded as missing, but layer {layer} was not requested")]
+    MissingLayerNotRequested { kind: ArtifactKind, layer: usize },
+    #[error("the trace builder was given span `{0}`, which it never created")]
+    NoSuchSpan(String),
     #[error("`{0}` is recorded as unsupported, but the trace holds artifacts of that kind")]
     UnsupportedButPresent(ArtifactKind),
     #[error("`{kind}` is recorded as {listed}, but it was never requested")]
@@ -297,10 +307,16 @@ impl Trace {
 
     /// Every requested kind is present, missing with a reason, or unsupported;
     /// never more than one of these, and nothing recorded that was not asked.
+    /// Activations are accounted per requested layer.
     fn check_accounting(&self, p: &mut Vec<Problem>) {
         let present = self.coverage();
-        let missing: Vec<ArtifactKind> = self.missing.iter().map(|m| m.kind).collect();
-        for (listed, kinds) in [("missing", &missing), ("unsupported", &self.unsupported)] {
+        let whole_missing: Vec<ArtifactKind> = self
+            .missing
+            .iter()
+            .filter(|m| m.layer.is_none())
+            .map(|m| m.kind)
+            .collect();
+        for (listed, kinds) in [("missing", &whole_missing), ("unsupported", &self.unsupported)] {
             let mut seen = BTreeSet::new();
             for &kind in kinds.iter() {
                 if !seen.insert(kind) {
@@ -317,20 +333,53 @@ impl Trace {
                 }
             }
         }
+        let mut seen_layers = BTreeSet::new();
         for m in &self.missing {
             if m.reason.trim().is_empty() {
                 p.push(Problem::MissingWithoutReason(m.kind));
             }
+            let Some(layer) = m.layer else { continue };
+            let (kind, layer) = (m.kind, layer);
+            if !seen_layers.insert((kind, layer)) {
+                p.push(Problem::RecordedTwice {
+                    kind,
+                    listed: "missing at the same layer",
+                });
+            }
+            if !self.request.wants(kind) {
+                p.push(Problem::RecordedButNotRequested {
+                    kind,
+                    listed: "missing",
+                });
+            } else if !self.request.layers.contains(&layer) {
+                p.push(Problem::MissingLayerNotRequested { kind, layer });
+            }
+            if self.has_at_layer(kind, layer) {
+                p.push(Problem::MissingLayerButPresent { kind, layer });
+            }
         }
         let requested: BTreeSet<ArtifactKind> = self.request.observe.iter().copied().collect();
         for kind in requested {
-            if !present.contains(&kind)
-                && !missing.contains(&kind)
-                && !self.unsupported.contains(&kind)
-            {
+            let accounted = whole_missing.contains(&kind) || self.unsupported.contains(&kind);
+            if !present.contains(&kind) && !accounted && !seen_layers.iter().any(|&(k, _)| k == kind) {
                 p.push(Problem::RequestedNotAccounted(kind));
             }
         }
+        if self.request.wants(ArtifactKind::Activation)
+            && !whole_missing.contains(&ArtifactKind::Activation)
+            && !self.unsupported.contains(&ArtifactKind::Activation)
+        {
+            let kind = ArtifactKind::Activation;
+            for &layer in &self.request.layers {
+                if !self.has_at_layer(kind, layer) && !seen_layers.contains(&(kind, layer)) {
+                    p.push(Problem::RequestedLayerNotAccounted { kind, layer });
+                }
+            }
+        }
+    }
+
+    fn has_at_layer(&self, kind: ArtifactKind, layer: usize) -> bool {
+        self.artifacts_of(kind).any(|a| a.layer == Some(layer))
     }
 
     /// The trace agrees with its executor's declaration.
@@ -533,6 +582,7 @@ mod tests {
         );
         t.missing.push(MissingArtifact {
             kind: ArtifactKind::Activation,
+            layer: None,
             reason: "layer 1 hook not reached".into(),
         });
         assert_eq!(problems(&t), Vec::<String>::new());
@@ -558,6 +608,7 @@ mod tests {
         wrong.unsupported.clear();
         wrong.missing.push(MissingArtifact {
             kind: ArtifactKind::WeightSnapshot,
+            layer: None,
             reason: "not collected".into(),
         });
         assert_problem(
@@ -585,6 +636,7 @@ mod tests {
         let mut t = valid();
         t.missing.push(MissingArtifact {
             kind: ArtifactKind::Metric,
+            layer: None,
             reason: "no scorer".into(),
         });
         assert_problem(
@@ -698,6 +750,42 @@ mod tests {
         assert!(text.starts_with("trace `t1` is invalid ("), "{text}");
         assert!(text.contains("neither text nor token ids"), "{text}");
         assert!(text.contains("used by more than one span"), "{text}");
+    }
+
+    #[test]
+    fn every_requested_layer_is_accounted_for() {
+        let mut t = valid();
+        t.request.layers = vec![1, 3];
+        assert_problem(
+            &t,
+            "`activation` at layer 3 was requested but the trace neither holds it nor records that layer as missing",
+        );
+        t.missing.push(MissingArtifact {
+            kind: ArtifactKind::Activation,
+            layer: Some(3),
+            reason: "the model has 3 layers".into(),
+        });
+        assert_eq!(problems(&t), Vec::<String>::new());
+        t.missing[0].layer = Some(1);
+        assert_problem(&t, "`activation` at layer 1 is recorded as missing, but the trace holds it");
+        t.missing[0].layer = Some(7);
+        assert_problem(&t, "layer 7 was not requested");
+    }
+
+    #[test]
+    fn the_builder_reports_spans_it_never_created() {
+        let mut b = TraceBuilder::new(
+            "t3",
+            ModelRef::default_for_test(),
+            caps(),
+            "cpu",
+            request(&[ArtifactKind::Text]),
+        );
+        let s = b.span(Stage::Tokenize, StageProfile::default());
+        b.artifact(&s, ArtifactKind::Text, ArtifactData::Text { text: "x".into() });
+        b.input("s7-decode", "a0-text");
+        let err = b.finish().unwrap_err().to_string();
+        assert!(err.contains("given span `s7-decode`, which it never created"), "{err}");
     }
 
     impl ModelRef {

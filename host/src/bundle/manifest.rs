@@ -1,0 +1,92 @@
+//! The bundle manifest: `manifest.json` at the bundle's root.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::trace::{Capabilities, ModelRef};
+
+/// The schema version this build writes and reads. A bundle with a newer
+/// version is refused with a message asking for a newer vauban.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The manifest's file name.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// What a bundle holds, and the hash of every file in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema_version: u32,
+    pub tool: ToolRef,
+    pub created_at: DateTime<Utc>,
+    /// The capabilities of every executor whose traces the bundle holds.
+    pub executors: Vec<Capabilities>,
+    /// Every model a trace ran on.
+    pub models: Vec<ModelRef>,
+    /// Plugins whose output the bundle holds (scorers' metrics...).
+    #[serde(default)]
+    pub plugins: Vec<PluginRef>,
+    /// The traces, in the order they were recorded.
+    pub traces: Vec<TraceEntry>,
+    /// Every file of the bundle but the manifest, by path relative to the root.
+    pub files: BTreeMap<String, FileEntry>,
+}
+
+/// The tool that wrote a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRef {
+    pub name: String,
+    pub version: String,
+}
+
+impl ToolRef {
+    /// This build of vauban.
+    pub fn current() -> Self {
+        ToolRef {
+            name: "vauban".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+/// A plugin, identified by what the report identifies it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginRef {
+    pub name: String,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wit_version: Option<String>,
+    pub sha256: String,
+}
+
+/// One trace: its JSON file and, when raw tensors were kept, its tensor file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceEntry {
+    pub id: String,
+    pub file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<TensorFileEntry>,
+}
+
+/// A safetensors file holding a trace's raw tensors, keyed by artifact id,
+/// with the sha256 of each tensor's bytes so one tensor can be verified
+/// without reading the whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorFileEntry {
+    pub file: String,
+    pub sha256: BTreeMap<String, String>,
+}
+
+/// A file's length and sha256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    pub bytes: u64,
+    pub sha256: String,
+}

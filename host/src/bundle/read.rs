@@ -1,0 +1,423 @@
+//! Reading a bundle: the manifest and the trace files are verified against
+//! their hashes when the bundle is opened; tensor files are memory-mapped
+//! and only their headers are read, so a bundle of many GB opens in
+//! milliseconds. A raw tensor is hashed when it is first read;
+//! [`Bundle::verify_all`] hashes everything.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use memmap2::Mmap;
+
+use super::BundleError;
+use super::manifest::{FileEntry, MANIFEST_FILE, Manifest, SCHEMA_VERSION, TensorFileEntry};
+use crate::hash::{sha256_file, sha256_hex};
+use crate::trace::{ArtifactData, DType, TensorRef, Trace};
+
+/// An opened, verified bundle.
+#[derive(Debug)]
+pub struct Bundle {
+    root: PathBuf,
+    manifest: Manifest,
+    traces: Vec<Trace>,
+    /// Per trace (same order), its memory-mapped tensor file, if any.
+    tensor_files: Vec<Option<TensorFile>>,
+}
+
+/// What [`Bundle::verify_all`] checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub files: usize,
+    pub bytes: u64,
+    pub tensors: usize,
+}
+
+#[derive(Debug)]
+struct TensorFile {
+    path: PathBuf,
+    mmap: Mmap,
+    tensors: BTreeMap<String, StoredTensor>,
+    /// Tensors whose hash has been checked since the bundle was opened.
+    verified: Mutex<HashSet<String>>,
+}
+
+#[derive(Debug)]
+struct StoredTensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    range: Range<usize>,
+    sha256: String,
+}
+
+impl Bundle {
+    /// Opens the bundle at `path`, verifying the manifest, the trace files'
+    /// hashes, every trace's rules, and the tensor files' sizes and headers.
+    pub fn open(path: impl AsRef<Path>) -> Result<Bundle, BundleError> {
+        let root = path.as_ref().to_path_buf();
+        if !root.is_dir() {
+            return Err(BundleError::NotFound(root));
+        }
+        let manifest = read_manifest(&root)?;
+        let mut traces = Vec::with_capacity(manifest.traces.len());
+        let mut tensor_files = Vec::with_capacity(manifest.traces.len());
+        let mut ids = HashSet::new();
+        for entry in &manifest.traces {
+            if !ids.insert(entry.id.as_str()) {
+                return Err(BundleError::DuplicateTrace(entry.id.clone()));
+            }
+            let trace = read_trace(&root, &manifest, &entry.file, &entry.id)?;
+            check_manifest_lists(&root, &manifest, &trace)?;
+            let tensors = match &entry.tensors {
+                Some(t) => Some(open_tensor_file(&root, &manifest, t, &trace)?),
+                None => None,
+            };
+            check_every_raw_tensor_stored(&trace, tensors.as_ref())?;
+            traces.push(trace);
+            tensor_files.push(tensors);
+        }
+        tracing::debug!(bundle = %root.display(), traces = traces.len(), "bundle opened");
+        Ok(Bundle {
+            root,
+            manifest,
+            traces,
+            tensor_files,
+        })
+    }
+
+    /// The bundle's folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The traces, in recorded order.
+    pub fn traces(&self) -> &[Trace] {
+        &self.traces
+    }
+
+    /// The trace with this id.
+    pub fn trace(&self, id: &str) -> Option<&Trace> {
+        self.traces.iter().find(|t| t.id == id)
+    }
+
+    /// The raw data of a tensor artifact, read from the memory map (only the
+    /// pages of this tensor are touched) and checked against its hash the
+    /// first time it is read.
+    pub fn tensor(&self, trace: &str, artifact: &str) -> Result<TensorRef<'_>, BundleError> {
+        let index = self
+            .traces
+            .iter()
+            .position(|t| t.id == trace)
+            .ok_or_else(|| BundleError::NoSuchTrace(trace.to_owned()))?;
+        let t = &self.traces[index];
+        let no_raw = || BundleError::NoRawTensor {
+            trace: trace.to_owned(),
+            artifact: artifact.to_owned(),
+        };
+        match t.artifact(artifact) {
+            None => return Err(no_raw()),
+            Some(a) if !matches!(a.data, ArtifactData::Tensor { .. }) => {
+                return Err(BundleError::NotATensor {
+                    trace: trace.to_owned(),
+                    artifact: artifact.to_owned(),
+                    kind: a.kind,
+                });
+            }
+            Some(_) => {}
+        }
+        let file = self.tensor_files[index].as_ref().ok_or_else(no_raw)?;
+        let stored = file.tensors.get(artifact).ok_or_else(no_raw)?;
+        let bytes = &file.mmap[stored.range.clone()];
+        let mut verified = file.verified.lock().expect("no panics while held");
+        if !verified.contains(artifact) {
+            let actual = sha256_hex(bytes);
+            if actual != stored.sha256 {
+                return Err(BundleError::HashMismatch {
+                    path: file.path.join(artifact),
+                    expected: stored.sha256.clone(),
+                    actual,
+                });
+            }
+            verified.insert(artifact.to_owned());
+        }
+        Ok(TensorRef {
+            dtype: stored.dtype,
+            shape: &stored.shape,
+            bytes,
+        })
+    }
+
+    /// Hashes every file and every raw tensor against the manifest.
+    pub fn verify_all(&self) -> Result<Verified, BundleError> {
+        let mut bytes = 0;
+        for (relative, entry) in &self.manifest.files {
+            let path = self.root.join(relative);
+            check_size(&path, entry)?;
+            let (actual, len) = sha256_file(&path).map_err(BundleError::io(&path))?;
+            check_hash(&path, &entry.sha256, actual)?;
+            bytes += len;
+        }
+        let mut tensors = 0;
+        for (trace, file) in self.traces.iter().zip(&self.tensor_files) {
+            for artifact in file.iter().flat_map(|f| f.tensors.keys()) {
+                self.tensor(&trace.id, artifact)?;
+                tensors += 1;
+            }
+        }
+        Ok(Verified {
+            files: self.manifest.files.len(),
+            bytes,
+            tensors,
+        })
+    }
+}
+
+fn read_manifest(root: &Path) -> Result<Manifest, BundleError> {
+    let path = root.join(MANIFEST_FILE);
+    if !path.is_file() {
+        return Err(BundleError::NoManifest(root.to_path_buf()));
+    }
+    let bytes = std::fs::read(&path).map_err(BundleError::io(&path))?;
+    let json_error = |message: String| BundleError::Json {
+        path: path.clone(),
+        what: "bundle manifest",
+        message,
+    };
+    // The version is read first, so a newer bundle gets "upgrade vauban"
+    // rather than a complaint about a field this build does not know.
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| json_error(e.to_string()))?;
+    let found = value
+        .get("schema_version")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| json_error("`schema_version` is missing or not a whole number".into()))?;
+    if found > u64::from(SCHEMA_VERSION) {
+        return Err(BundleError::NewerSchema {
+            path: root.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found < u64::from(SCHEMA_VERSION) {
+        return Err(BundleError::UnsupportedSchema {
+            path: root.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let manifest: Manifest = parse_json(&bytes).map_err(json_error)?;
+    for file in manifest.files.keys() {
+        check_relative(root, file)?;
+    }
+    Ok(manifest)
+}
+
+fn read_trace(
+    root: &Path,
+    manifest: &Manifest,
+    relative: &str,
+    listed_id: &str,
+) -> Result<Trace, BundleError> {
+    let (path, entry) = listed_file(root, manifest, relative)?;
+    check_size(&path, entry)?;
+    let bytes = std::fs::read(&path).map_err(BundleError::io(&path))?;
+    check_hash(&path, &entry.sha256, sha256_hex(&bytes))?;
+    let trace: Trace = parse_json(&bytes).map_err(|message| BundleError::Json {
+        path: path.clone(),
+        what: "trace",
+        message,
+    })?;
+    if trace.id != listed_id {
+        return Err(BundleError::TraceIdMismatch {
+            path,
+            listed: listed_id.to_owned(),
+            found: trace.id,
+        });
+    }
+    trace
+        .validate()
+        .map_err(|source| BundleError::InvalidTrace { path, source })?;
+    Ok(trace)
+}
+
+/// The manifest lists the trace's executor (with the same declaration) and model.
+fn check_manifest_lists(root: &Path, manifest: &Manifest, trace: &Trace) -> Result<(), BundleError> {
+    let disagrees = |what: String| BundleError::ManifestDisagrees {
+        bundle: root.to_path_buf(),
+        trace: trace.id.clone(),
+        what,
+    };
+    if !manifest.executors.contains(&trace.capabilities) {
+        return Err(disagrees(format!(
+            "the capabilities of executor `{}`",
+            trace.capabilities.executor
+        )));
+    }
+    if !manifest.models.contains(&trace.model) {
+        return Err(disagrees(format!("model `{}`", trace.model.name)));
+    }
+    Ok(())
+}
+
+fn open_tensor_file(
+    root: &Path,
+    manifest: &Manifest,
+    entry: &TensorFileEntry,
+    trace: &Trace,
+) -> Result<TensorFile, BundleError> {
+    let (path, file_entry) = listed_file(root, manifest, &entry.file)?;
+    check_size(&path, file_entry)?;
+    let file = File::open(&path).map_err(BundleError::io(&path))?;
+    // SAFETY: the map is read-only; a bundle is immutable once published
+    // (writers build a new folder and rename it), and every tensor is
+    // checked against its hash before its bytes are handed out.
+    let mmap = unsafe { Mmap::map(&file) }.map_err(BundleError::io(&path))?;
+    let bad = |message: String| BundleError::Safetensors {
+        path: path.clone(),
+        message,
+    };
+    // Parsing the header touches only its own pages, never the tensor data.
+    let (header_len, metadata) =
+        safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| bad(e.to_string()))?;
+    let data_start = 8 + header_len;
+    let mut tensors = BTreeMap::new();
+    for (name, info) in metadata.tensors() {
+        let mismatch = |detail: String| BundleError::TensorMismatch {
+            trace: trace.id.clone(),
+            artifact: name.clone(),
+            detail,
+        };
+        let Some(ArtifactData::Tensor { summary, raw: true }) =
+            trace.artifact(&name).map(|a| &a.data)
+        else {
+            return Err(mismatch(format!(
+                "{} holds a tensor for it, but the trace has no raw tensor artifact of that id",
+                path.display()
+            )));
+        };
+        let dtype = DType::from_safetensors(info.dtype)
+            .ok_or_else(|| mismatch(format!("unsupported dtype {:?}", info.dtype)))?;
+        if dtype != summary.dtype || info.shape != summary.shape {
+            return Err(mismatch(format!(
+                "stored as {dtype} {:?} but the summary says {} {:?}",
+                info.shape, summary.dtype, summary.shape
+            )));
+        }
+        let sha256 = entry.sha256.get(&name).cloned().ok_or_else(|| {
+            mismatch("the manifest records no sha256 for this tensor".to_string())
+        })?;
+        let (start, end) = info.data_offsets;
+        tensors.insert(
+            name.clone(),
+            StoredTensor {
+                dtype,
+                shape: info.shape.clone(),
+                range: data_start + start..data_start + end,
+                sha256,
+            },
+        );
+    }
+    Ok(TensorFile {
+        path,
+        mmap,
+        tensors,
+        verified: Mutex::new(HashSet::new()),
+    })
+}
+
+fn check_every_raw_tensor_stored(trace: &Trace, file: Option<&TensorFile>) -> Result<(), BundleError> {
+    for a in &trace.artifacts {
+        let stored = file.is_some_and(|f| f.tensors.contains_key(&a.id));
+        if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !stored {
+            return Err(BundleError::TensorMismatch {
+                trace: trace.id.clone(),
+                artifact: a.id.clone(),
+                detail: "marked `raw: true` but the bundle holds no data for it".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A file the manifest refers to: inside the bundle and listed with a hash.
+fn listed_file<'m>(
+    root: &Path,
+    manifest: &'m Manifest,
+    relative: &str,
+) -> Result<(PathBuf, &'m FileEntry), BundleError> {
+    check_relative(root, relative)?;
+    let entry = manifest
+        .files
+        .get(relative)
+        .ok_or_else(|| BundleError::Unlisted {
+            bundle: root.to_path_buf(),
+            file: relative.to_owned(),
+        })?;
+    Ok((root.join(relative), entry))
+}
+
+fn check_relative(root: &Path, relative: &str) -> Result<(), BundleError> {
+    let plain = !relative.is_empty()
+        && Path::new(relative)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    if plain {
+        Ok(())
+    } else {
+        Err(BundleError::UnsafePath {
+            bundle: root.to_path_buf(),
+            file: relative.to_owned(),
+        })
+    }
+}
+
+fn check_size(path: &Path, entry: &FileEntry) -> Result<(), BundleError> {
+    let actual = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(BundleError::FileMissing(path.to_path_buf()));
+        }
+        Err(e) => return Err(BundleError::io(path)(e)),
+    };
+    if actual != entry.bytes {
+        return Err(BundleError::SizeMismatch {
+            path: path.to_path_buf(),
+            expected: entry.bytes,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+fn check_hash(path: &Path, expected: &str, actual: String) -> Result<(), BundleError> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(BundleError::HashMismatch {
+            path: path.to_path_buf(),
+            expected: expected.to_owned(),
+            actual,
+        })
+    }
+}
+
+/// JSON into a typed value; the error names the path of the offending field.
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let at = e.path().to_string();
+        let inner = e.into_inner();
+        if at == "." {
+            inner.to_string()
+        } else {
+            format!("at `{at}`: {inner}")
+        }
+    })
+}

@@ -1,0 +1,296 @@
+//! Writing a bundle: traces stream into a hidden folder beside the target,
+//! and the folder is renamed into place only once the manifest is written,
+//! so a reader never sees half a bundle and a crash leaves the old one intact.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use safetensors::tensor::View;
+
+use super::manifest::{
+    FileEntry, MANIFEST_FILE, Manifest, PluginRef, SCHEMA_VERSION, TensorFileEntry, ToolRef,
+    TraceEntry,
+};
+use super::BundleError;
+use crate::hash::{sha256_file, sha256_hex};
+use crate::trace::{ArtifactData, Capabilities, ModelRef, TensorData, Trace};
+
+/// What to do when the target folder already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Refuse to touch an existing bundle.
+    CreateNew,
+    /// Replace it, atomically, once the new bundle is complete.
+    Replace,
+}
+
+/// A bundle being written. Call [`BundleWriter::finish`] to publish it;
+/// dropping the writer without finishing removes the partial folder.
+#[derive(Debug)]
+pub struct BundleWriter {
+    target: PathBuf,
+    staging: PathBuf,
+    mode: WriteMode,
+    created_at: DateTime<Utc>,
+    executors: Vec<Capabilities>,
+    models: Vec<ModelRef>,
+    plugins: Vec<PluginRef>,
+    traces: Vec<TraceEntry>,
+    trace_ids: HashSet<String>,
+    files: BTreeMap<String, FileEntry>,
+    finished: bool,
+}
+
+impl BundleWriter {
+    /// Starts a bundle that will be published at `target`.
+    pub fn create(target: impl AsRef<Path>, mode: WriteMode) -> Result<Self, BundleError> {
+        let target = target.as_ref().to_path_buf();
+        if mode == WriteMode::CreateNew && target.exists() {
+            return Err(BundleError::Exists(target));
+        }
+        let parent = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        fs::create_dir_all(&parent).map_err(BundleError::io(&parent))?;
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "bundle".into());
+        let staging = parent.join(format!(".{name}.partial-{}", unique_suffix()));
+        for dir in [&staging, &staging.join("traces"), &staging.join("tensors")] {
+            fs::create_dir_all(dir).map_err(BundleError::io(dir))?;
+        }
+        tracing::debug!(staging = %staging.display(), "writing bundle");
+        Ok(BundleWriter {
+            target,
+            staging,
+            mode,
+            created_at: Utc::now(),
+            executors: Vec::new(),
+            models: Vec::new(),
+            plugins: Vec::new(),
+            traces: Vec::new(),
+            trace_ids: HashSet::new(),
+            files: BTreeMap::new(),
+            finished: false,
+        })
+    }
+
+    /// Sets the creation time recorded in the manifest (for reproducible fixtures).
+    pub fn created_at(&mut self, at: DateTime<Utc>) {
+        self.created_at = at;
+    }
+
+    /// Records a plugin whose output the bundle holds.
+    pub fn add_plugin(&mut self, plugin: PluginRef) {
+        self.plugins.push(plugin);
+    }
+
+    /// Validates `trace` and writes it, with the raw data of every tensor
+    /// artifact marked `raw` (keyed by artifact id), to the staging folder.
+    pub fn add_trace(
+        &mut self,
+        trace: &Trace,
+        tensors: &HashMap<String, TensorData>,
+    ) -> Result<(), BundleError> {
+        trace.validate().map_err(|source| BundleError::InvalidTrace {
+            path: self.target.clone(),
+            source,
+        })?;
+        if !self.trace_ids.insert(trace.id.clone()) {
+            return Err(BundleError::DuplicateTrace(trace.id.clone()));
+        }
+        check_raw_tensors(trace, tensors)?;
+
+        let n = self.traces.len();
+        let json = serde_json::to_vec_pretty(trace).expect("a trace always serialises");
+        let file = format!("traces/{n:06}.json");
+        self.write_file(&file, &json)?;
+
+        let tensor_entry = if tensors.is_empty() {
+            None
+        } else {
+            let file = format!("tensors/{n:06}.safetensors");
+            let path = self.staging.join(&file);
+            let mut meta = HashMap::new();
+            meta.insert("trace".to_string(), trace.id.clone());
+            let views = tensors.iter().map(|(id, t)| (id.clone(), TensorView(t)));
+            safetensors::serialize_to_file(views, Some(meta), &path).map_err(|e| {
+                BundleError::Safetensors {
+                    path: path.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            fsync(&path)?;
+            let (sha256, bytes) = sha256_file(&path).map_err(BundleError::io(&path))?;
+            self.files.insert(file.clone(), FileEntry { bytes, sha256 });
+            let sha256 = tensors
+                .iter()
+                .map(|(id, t)| (id.clone(), sha256_hex(&t.bytes)))
+                .collect();
+            Some(TensorFileEntry { file, sha256 })
+        };
+
+        self.traces.push(TraceEntry {
+            id: trace.id.clone(),
+            file,
+            tensors: tensor_entry,
+        });
+        if !self.executors.contains(&trace.capabilities) {
+            self.executors.push(trace.capabilities.clone());
+        }
+        if !self.models.contains(&trace.model) {
+            self.models.push(trace.model.clone());
+        }
+        Ok(())
+    }
+
+    /// Writes the manifest and moves the bundle into place.
+    pub fn finish(mut self) -> Result<Manifest, BundleError> {
+        let manifest = Manifest {
+            schema_version: SCHEMA_VERSION,
+            tool: ToolRef::current(),
+            created_at: self.created_at,
+            executors: self.executors.clone(),
+            models: self.models.clone(),
+            plugins: self.plugins.clone(),
+            traces: self.traces.clone(),
+            files: self.files.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&manifest).expect("a manifest always serialises");
+        let path = self.staging.join(MANIFEST_FILE);
+        write_synced(&path, &json)?;
+        fsync(&self.staging)?;
+        self.publish()?;
+        self.finished = true;
+        tracing::info!(bundle = %self.target.display(), traces = manifest.traces.len(), "bundle written");
+        Ok(manifest)
+    }
+
+    fn publish(&self) -> Result<(), BundleError> {
+        let target = &self.target;
+        if !target.exists() {
+            return fs::rename(&self.staging, target).map_err(BundleError::io(target));
+        }
+        if self.mode == WriteMode::CreateNew {
+            return Err(BundleError::Exists(target.clone()));
+        }
+        // Swap: the old bundle steps aside, the new one takes its name, then
+        // the old one goes. A crash in between leaves both, never neither.
+        let name = target.file_name().unwrap_or_default().to_string_lossy();
+        let old = target.with_file_name(format!(".{name}.old-{}", unique_suffix()));
+        fs::rename(target, &old).map_err(BundleError::io(target))?;
+        fs::rename(&self.staging, target).map_err(BundleError::io(target))?;
+        fs::remove_dir_all(&old).map_err(BundleError::io(&old))
+    }
+
+    fn write_file(&mut self, relative: &str, bytes: &[u8]) -> Result<(), BundleError> {
+        write_synced(&self.staging.join(relative), bytes)?;
+        self.files.insert(
+            relative.to_owned(),
+            FileEntry {
+                bytes: bytes.len() as u64,
+                sha256: sha256_hex(bytes),
+            },
+        );
+        Ok(())
+    }
+}
+
+impl Drop for BundleWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = fs::remove_dir_all(&self.staging);
+        }
+    }
+}
+
+/// Raw tensors are given exactly for the artifacts marked `raw`, and agree
+/// with their summaries' dtype and shape.
+fn check_raw_tensors(
+    trace: &Trace,
+    tensors: &HashMap<String, TensorData>,
+) -> Result<(), BundleError> {
+    let mismatch = |artifact: &str, detail: String| BundleError::TensorMismatch {
+        trace: trace.id.clone(),
+        artifact: artifact.to_owned(),
+        detail,
+    };
+    for (id, tensor) in tensors {
+        match trace.artifact(id).map(|a| &a.data) {
+            Some(ArtifactData::Tensor { summary, raw: true }) => {
+                if summary.dtype != tensor.dtype || summary.shape != tensor.shape {
+                    return Err(mismatch(
+                        id,
+                        format!(
+                            "raw data is {} {:?} but the summary says {} {:?}",
+                            tensor.dtype, tensor.shape, summary.dtype, summary.shape
+                        ),
+                    ));
+                }
+            }
+            Some(ArtifactData::Tensor { raw: false, .. }) => {
+                return Err(mismatch(
+                    id,
+                    "raw data was given but the artifact is marked summary-only (`raw: false`)".into(),
+                ));
+            }
+            Some(_) => return Err(mismatch(id, "raw data was given for a non-tensor artifact".into())),
+            None => return Err(mismatch(id, "raw data was given for an artifact the trace does not hold".into())),
+        }
+    }
+    for a in &trace.artifacts {
+        if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !tensors.contains_key(&a.id) {
+            return Err(mismatch(
+                &a.id,
+                "the artifact is marked `raw: true` but no raw data was given".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A [`TensorData`] as safetensors sees it.
+struct TensorView<'a>(&'a TensorData);
+
+impl View for TensorView<'_> {
+    fn dtype(&self) -> safetensors::Dtype {
+        self.0.dtype.to_safetensors()
+    }
+    fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.0.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.0.bytes.len()
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), BundleError> {
+    let mut f = File::create(path).map_err(BundleError::io(path))?;
+    f.write_all(bytes).map_err(BundleError::io(path))?;
+    f.sync_all().map_err(BundleError::io(path))
+}
+
+/// fsync a file, or a directory (which makes its new entries durable
+/// before the rename publishes them).
+fn fsync(path: &Path) -> Result<(), BundleError> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(BundleError::io(path))
+}
+
+fn unique_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{nanos}", std::process::id())
+}

@@ -1,0 +1,122 @@
+//! The `vauban` command line: argument parsing and the commands, each a thin
+//! shell over the library. Errors leave as `anyhow` with context; the binary
+//! prints them and exits non-zero.
+
+mod inspect;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::bundle::Bundle;
+
+/// Audit how a language model's behaviour changed, and prove each claim with evidence.
+///
+/// vauban records an evidence-bearing trace of every run (trace bundles), and
+/// bounds every claim of its report by what the traces actually contain.
+#[derive(Debug, Parser)]
+#[command(name = "vauban", version, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Only errors on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read and check trace bundles (the on-disk record of runs).
+    #[command(subcommand)]
+    Trace(TraceCommand),
+}
+
+/// `vauban trace ...`
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Print a readable summary of a trace bundle: traces, spans in order,
+    /// artifact coverage per kind, missing and unsupported artifacts, and the
+    /// profile summary. Raw tensors are never read.
+    Inspect(InspectArgs),
+    /// Check a bundle completely: manifest, every file's and every raw
+    /// tensor's sha256, and every trace's rules. Exits non-zero, naming the
+    /// problem, when the bundle is broken.
+    Validate(ValidateArgs),
+}
+
+/// Arguments of `vauban trace inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The bundle folder (the one holding manifest.json).
+    pub bundle: PathBuf,
+    /// Print JSON for machines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `vauban trace validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The bundle folder (the one holding manifest.json).
+    pub bundle: PathBuf,
+}
+
+impl Cli {
+    /// The log filter these flags ask for.
+    pub fn log_filter(&self) -> &'static str {
+        match (self.quiet, self.verbose) {
+            (true, _) => "error",
+            (false, 0) => "warn",
+            (false, 1) => "debug",
+            (false, _) => "trace",
+        }
+    }
+
+    /// Runs the command, writing its output to `out`.
+    pub fn run(&self, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+        match &self.command {
+            Command::Trace(TraceCommand::Inspect(args)) => inspect_bundle(args, out),
+            Command::Trace(TraceCommand::Validate(args)) => validate_bundle(args, out),
+        }
+    }
+}
+
+fn open(path: &std::path::Path) -> anyhow::Result<Bundle> {
+    Bundle::open(path).with_context(|| format!("cannot read trace bundle {}", path.display()))
+}
+
+fn inspect_bundle(args: &InspectArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let bundle = open(&args.bundle)?;
+    let report = inspect::BundleInspection::of(&bundle);
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        inspect::render_text(&report, out)?;
+    }
+    Ok(())
+}
+
+fn validate_bundle(args: &ValidateArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let bundle = open(&args.bundle)?;
+    let verified = bundle
+        .verify_all()
+        .with_context(|| format!("trace bundle {} is damaged", args.bundle.display()))?;
+    writeln!(
+        out,
+        "ok: {} holds {} valid traces; {} files ({} bytes) and {} raw tensors match their sha256",
+        args.bundle.display(),
+        bundle.traces().len(),
+        verified.files,
+        verified.bytes,
+        verified.tensors
+    )?;
+    Ok(())
+}

@@ -1,0 +1,275 @@
+//! Bundles on disk: round trip, corruption, schema versions, atomic writes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+use vauban::bundle::{Bundle, BundleError, BundleWriter, WriteMode};
+use vauban::trace::ArtifactKind;
+
+fn write_bundle(dir: &Path, n: usize) -> Vec<vauban::trace::Trace> {
+    let mut w = BundleWriter::create(dir, WriteMode::CreateNew).unwrap();
+    let mut traces = Vec::new();
+    for i in 0..n {
+        let (t, tensors) = common::trace_with_activation(&format!("t{i}"), 3 + i, 8);
+        w.add_trace(&t, &tensors).unwrap();
+        traces.push(t);
+    }
+    w.finish().unwrap();
+    traces
+}
+
+fn open_err(dir: &Path) -> String {
+    match Bundle::open(dir) {
+        Ok(_) => panic!("{} opened although it is broken", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn round_trip_keeps_traces_and_raw_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let written = write_bundle(&dir, 2);
+    let bundle = Bundle::open(&dir).unwrap();
+    assert_eq!(bundle.traces(), written.as_slice());
+    assert_eq!(bundle.manifest().schema_version, 1);
+    assert_eq!(bundle.manifest().models.len(), 1);
+    assert_eq!(bundle.manifest().executors[0].executor, "fixture");
+
+    let (_, tensors) = common::trace_with_activation("t1", 4, 8);
+    let original = tensors.values().next().unwrap();
+    let act = written[1]
+        .artifacts_of(ArtifactKind::Activation)
+        .next()
+        .unwrap();
+    let read = bundle.tensor("t1", &act.id).unwrap();
+    assert_eq!(read.shape, &[1, 4, 8]);
+    assert_eq!(read.bytes, original.bytes.as_slice());
+
+    let v = bundle.verify_all().unwrap();
+    assert_eq!((v.files, v.tensors), (4, 2));
+}
+
+#[test]
+fn summary_only_tensors_have_no_raw_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let written = write_bundle(&dir, 1);
+    let bundle = Bundle::open(&dir).unwrap();
+    let logits = written[0]
+        .artifacts_of(ArtifactKind::Logits)
+        .next()
+        .unwrap();
+    let err = bundle.tensor("t0", &logits.id).unwrap_err().to_string();
+    assert!(err.contains("only its summary was kept"), "{err}");
+    let text = &written[0].artifacts[0].id;
+    let err = bundle.tensor("t0", text).unwrap_err().to_string();
+    assert!(err.contains("not a tensor"), "{err}");
+    let err = bundle.tensor("nope", text).unwrap_err().to_string();
+    assert!(err.contains("no trace `nope`"), "{err}");
+}
+
+#[test]
+fn a_flipped_byte_in_a_trace_file_is_caught_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    let path = dir.join("traces/000000.json");
+    let mut bytes = fs::read(&path).unwrap();
+    let at = bytes.iter().position(|&b| b == b'F').unwrap(); // in "France"
+    bytes[at] = b'G';
+    fs::write(&path, bytes).unwrap();
+    let err = open_err(&dir);
+    assert!(
+        err.contains("traces/000000.json does not match its sha256"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_truncated_tensor_file_is_caught_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    let path = dir.join("tensors/000000.safetensors");
+    let len = fs::metadata(&path).unwrap().len();
+    let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len - 10).unwrap();
+    let err = open_err(&dir);
+    assert!(err.contains("was truncated"), "{err}");
+    assert!(err.contains(&format!("manifest records {len}")), "{err}");
+}
+
+#[test]
+fn a_flipped_byte_in_tensor_data_is_caught_when_read_and_by_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let written = write_bundle(&dir, 1);
+    let path = dir.join("tensors/000000.safetensors");
+    let mut bytes = fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    fs::write(&path, bytes).unwrap();
+    // Opening reads only headers, so it succeeds; the tensor and the full
+    // check both refuse the changed bytes.
+    let bundle = Bundle::open(&dir).unwrap();
+    let act = written[0]
+        .artifacts_of(ArtifactKind::Activation)
+        .next()
+        .unwrap();
+    let err = bundle.tensor("t0", &act.id).unwrap_err().to_string();
+    assert!(err.contains("does not match its sha256"), "{err}");
+    let err = bundle.verify_all().unwrap_err().to_string();
+    assert!(
+        err.contains("tensors/000000.safetensors does not match its sha256"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    fs::remove_file(dir.join("traces/000000.json")).unwrap();
+    let err = open_err(&dir);
+    assert!(
+        err.contains("000000.json is listed in the manifest but missing"),
+        "{err}"
+    );
+}
+
+fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("manifest.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    edit(&mut v);
+    fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn a_newer_schema_asks_for_a_newer_vauban() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    edit_manifest(&dir, |v| {
+        v["schema_version"] = 7.into();
+        v["some_future_field"] = true.into();
+    });
+    let err = open_err(&dir);
+    assert!(
+        err.contains("schema version 7, newer than this vauban reads (1)"),
+        "{err}"
+    );
+    assert!(err.contains("upgrade vauban"), "{err}");
+}
+
+#[test]
+fn a_manifest_pointing_outside_the_bundle_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    edit_manifest(&dir, |v| v["traces"][0]["file"] = "../../etc/passwd".into());
+    let err = open_err(&dir);
+    assert!(
+        err.contains("`../../etc/passwd`, which is not a plain path inside the bundle"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_malformed_manifest_names_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    edit_manifest(&dir, |v| v["traces"][0]["id"] = 5.into());
+    let err = open_err(&dir);
+    assert!(
+        err.contains("manifest.json is not a valid bundle manifest"),
+        "{err}"
+    );
+    assert!(err.contains("at `traces[0].id`"), "{err}");
+}
+
+#[test]
+fn a_folder_without_a_manifest_is_not_a_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = open_err(tmp.path());
+    assert!(
+        err.contains("is not a trace bundle: it has no manifest.json"),
+        "{err}"
+    );
+    let err = open_err(&tmp.path().join("absent"));
+    assert!(err.contains("the folder does not exist"), "{err}");
+}
+
+#[test]
+fn writing_refuses_an_existing_bundle_unless_replacing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    let err = BundleWriter::create(&dir, WriteMode::CreateNew).unwrap_err();
+    assert!(matches!(err, BundleError::Exists(_)), "{err}");
+
+    let mut w = BundleWriter::create(&dir, WriteMode::Replace).unwrap();
+    let (t, tensors) = common::trace_with_activation("replacement", 2, 4);
+    w.add_trace(&t, &tensors).unwrap();
+    w.finish().unwrap();
+    let bundle = Bundle::open(&dir).unwrap();
+    assert_eq!(bundle.traces()[0].id, "replacement");
+    // Nothing is left beside it: no staging folder, no old copy.
+    let names: Vec<_> = fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec!["b"]);
+}
+
+#[test]
+fn an_unfinished_writer_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    {
+        let mut w = BundleWriter::create(&dir, WriteMode::CreateNew).unwrap();
+        let (t, tensors) = common::trace_with_activation("t0", 2, 4);
+        w.add_trace(&t, &tensors).unwrap();
+        // dropped: an interrupted run
+    }
+    assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn raw_tensors_must_match_the_artifacts_marked_raw() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = BundleWriter::create(tmp.path().join("b"), WriteMode::CreateNew).unwrap();
+    let (t, _) = common::trace_with_activation("t0", 2, 4);
+    let err = w.add_trace(&t, &HashMap::new()).unwrap_err().to_string();
+    assert!(
+        err.contains("marked `raw: true` but no raw data was given"),
+        "{err}"
+    );
+
+    let (t, mut tensors) = common::trace_with_activation("t1", 2, 4);
+    let key = tensors.keys().next().unwrap().clone();
+    tensors.get_mut(&key).unwrap().shape = vec![2, 1, 4];
+    let err = w.add_trace(&t, &tensors).unwrap_err().to_string();
+    assert!(
+        err.contains("raw data is f32 [2, 1, 4] but the summary says f32 [1, 2, 4]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn duplicate_trace_ids_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = BundleWriter::create(tmp.path().join("b"), WriteMode::CreateNew).unwrap();
+    let (t, tensors) = common::trace_with_activation("same", 2, 4);
+    w.add_trace(&t, &tensors).unwrap();
+    let err = w.add_trace(&t, &tensors).unwrap_err().to_string();
+    assert!(
+        err.contains("trace id `same` appears more than once"),
+        "{err}"
+    );
+}

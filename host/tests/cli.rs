@@ -1,0 +1,126 @@
+//! The `vauban` binary, run as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn vauban(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(args)
+        .output()
+        .expect("the vauban binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The bundle shipped in `examples/`, which the README's first command inspects.
+fn demo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bundles/demo")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn help_describes_every_command() {
+    let top = vauban(&["--help"]);
+    assert!(top.status.success());
+    assert!(stdout(&top).contains("trace"), "{}", stdout(&top));
+    let trace = vauban(&["trace", "--help"]);
+    let text = stdout(&trace);
+    assert!(
+        text.contains("inspect") && text.contains("validate"),
+        "{text}"
+    );
+    for cmd in ["inspect", "validate"] {
+        let o = vauban(&["trace", cmd, "--help"]);
+        assert!(o.status.success());
+        assert!(stdout(&o).contains("<BUNDLE>"), "{}", stdout(&o));
+    }
+}
+
+#[test]
+fn inspect_summarises_the_demo_bundle() {
+    let o = vauban(&["trace", "inspect", demo().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "trace fixture-baseline/capital",
+        "trace fixture-candidate/lockpick",
+        "1. tokenize",
+        "2. prefill",
+        "activation           4/4 traces",
+        "weight_snapshot      0/4 traces, unsupported in 4",
+        "unsupported weight_snapshot",
+        "tok/s",
+        "peak memory",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn inspect_json_is_machine_readable() {
+    let o = vauban(&["trace", "inspect", "--json", demo().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert_eq!(v["manifest"]["schema_version"], 1);
+    let traces = v["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 4);
+    assert_eq!(traces[0]["spans"][0]["stage"], "tokenize");
+    assert!(traces[0]["profile"]["total_duration_ns"].as_u64().unwrap() > 0);
+    let activation = v["coverage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "activation")
+        .unwrap();
+    assert_eq!(activation["traces_with"], 4);
+}
+
+#[test]
+fn validate_passes_the_demo_and_fails_a_damaged_copy() {
+    let ok = vauban(&["trace", "validate", demo().to_str().unwrap()]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(stdout(&ok).contains("4 valid traces"), "{}", stdout(&ok));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("demo");
+    copy_dir(&demo(), &copy);
+    let tensors = copy.join("tensors/000000.safetensors");
+    let mut bytes = std::fs::read(&tensors).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&tensors, bytes).unwrap();
+
+    let bad = vauban(&["trace", "validate", copy.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = stderr(&bad);
+    assert!(err.contains("is damaged"), "{err}");
+    assert!(err.contains("does not match its sha256"), "{err}");
+}
+
+#[test]
+fn a_folder_that_is_not_a_bundle_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = vauban(&["trace", "inspect", tmp.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.starts_with("error: cannot read trace bundle"), "{err}");
+    assert!(err.contains("it has no manifest.json"), "{err}");
+}

@@ -1,0 +1,73 @@
+//! Traces for the integration tests, built through the public API.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use vauban::trace::{
+    ArtifactData, ArtifactKind as K, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
+    SupportLevel, TensorData, Trace, TraceBuilder, TraceRequest,
+};
+
+pub fn capabilities() -> Capabilities {
+    Capabilities::uniform("fixture", &[DeviceKind::Cpu], SupportLevel::Full)
+        .with(K::WeightSnapshot, SupportLevel::Unsupported)
+}
+
+/// A trace whose activation at layer 1 (shape `[1, tokens, width]`) is kept raw.
+pub fn trace_with_activation(
+    id: &str,
+    tokens: usize,
+    width: usize,
+) -> (Trace, HashMap<String, TensorData>) {
+    let request = TraceRequest {
+        prompt_id: Some(format!("prompt-{id}")),
+        text: Some("The capital of France is".into()),
+        token_ids: None,
+        observe: vec![K::Text, K::Tokens, K::Logits, K::Activation],
+        layers: vec![1],
+        raw_tensors: true,
+    };
+    let model = ModelRef {
+        name: "fixture-model".into(),
+        path: None,
+        sha256: Some("0f".repeat(32)),
+    };
+    let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
+    let profile = |ms: u64, tokens: u64| StageProfile {
+        duration_ns: ms * 1_000_000,
+        device: "cpu".into(),
+        batch_size: 1,
+        token_count: tokens,
+        ..Default::default()
+    };
+    let tok = b.span(Stage::Tokenize, profile(1, tokens as u64));
+    b.artifact(
+        &tok,
+        K::Text,
+        ArtifactData::Text {
+            text: "The capital of France is".into(),
+        },
+    );
+    let ids = (0..tokens as u32).collect();
+    b.artifact(&tok, K::Tokens, ArtifactData::TokenIds { ids });
+    let fwd = b.span(Stage::Forward, profile(5, tokens as u64));
+    let logits = TensorData::from_f32(vec![1, 4], &[0.5, -1.0, 2.0, 0.0]).unwrap();
+    b.artifact(
+        &fwd,
+        K::Logits,
+        ArtifactData::tensor(logits.as_ref(), false),
+    );
+    let values: Vec<f32> = (0..tokens * width)
+        .map(|i| (i % 97) as f32 * 0.25 - 3.0)
+        .collect();
+    let act = TensorData::from_f32(vec![1, tokens, width], &values).unwrap();
+    let act_id = b.artifact_with(
+        &fwd,
+        K::Activation,
+        ArtifactData::tensor(act.as_ref(), true),
+        Some(1),
+        Default::default(),
+    );
+    let trace = b.finish().expect("fixture trace is valid");
+    (trace, HashMap::from([(act_id, act)]))
+}
