@@ -9,8 +9,8 @@
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
 pub mod bundle;
+pub mod cli;
 pub mod hash;
 pub mod profile;
 pub mod report;
 pub mod trace;
-pub mod cli;

@@ -248,7 +248,11 @@ fn read_trace(
 }
 
 /// The manifest lists the trace's executor (with the same declaration) and model.
-fn check_manifest_lists(root: &Path, manifest: &Manifest, trace: &Trace) -> Result<(), BundleError> {
+fn check_manifest_lists(
+    root: &Path,
+    manifest: &Manifest,
+    trace: &Trace,
+) -> Result<(), BundleError> {
     let disagrees = |what: String| BundleError::ManifestDisagrees {
         bundle: root.to_path_buf(),
         trace: trace.id.clone(),
@@ -332,7 +336,10 @@ fn open_tensor_file(
     })
 }
 
-fn check_every_raw_tensor_stored(trace: &Trace, file: Option<&TensorFile>) -> Result<(), BundleError> {
+fn check_every_raw_tensor_stored(
+    trace: &Trace,
+    file: Option<&TensorFile>,
+) -> Result<(), BundleError> {
     for a in &trace.artifacts {
         let stored = file.is_some_and(|f| f.tensors.contains_key(&a.id));
         if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !stored {

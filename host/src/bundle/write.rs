@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use safetensors::tensor::View;
 
+use super::BundleError;
 use super::manifest::{
     FileEntry, MANIFEST_FILE, Manifest, PluginRef, SCHEMA_VERSION, TensorFileEntry, ToolRef,
     TraceEntry,
 };
-use super::BundleError;
 use crate::hash::{sha256_file, sha256_hex};
 use crate::trace::{ArtifactData, Capabilities, ModelRef, TensorData, Trace};
 
@@ -98,10 +98,12 @@ impl BundleWriter {
         trace: &Trace,
         tensors: &HashMap<String, TensorData>,
     ) -> Result<(), BundleError> {
-        trace.validate().map_err(|source| BundleError::InvalidTrace {
-            path: self.target.clone(),
-            source,
-        })?;
+        trace
+            .validate()
+            .map_err(|source| BundleError::InvalidTrace {
+                path: self.target.clone(),
+                source,
+            })?;
         if !self.trace_ids.insert(trace.id.clone()) {
             return Err(BundleError::DuplicateTrace(trace.id.clone()));
         }
@@ -237,15 +239,27 @@ fn check_raw_tensors(
             Some(ArtifactData::Tensor { raw: false, .. }) => {
                 return Err(mismatch(
                     id,
-                    "raw data was given but the artifact is marked summary-only (`raw: false`)".into(),
+                    "raw data was given but the artifact is marked summary-only (`raw: false`)"
+                        .into(),
                 ));
             }
-            Some(_) => return Err(mismatch(id, "raw data was given for a non-tensor artifact".into())),
-            None => return Err(mismatch(id, "raw data was given for an artifact the trace does not hold".into())),
+            Some(_) => {
+                return Err(mismatch(
+                    id,
+                    "raw data was given for a non-tensor artifact".into(),
+                ));
+            }
+            None => {
+                return Err(mismatch(
+                    id,
+                    "raw data was given for an artifact the trace does not hold".into(),
+                ));
+            }
         }
     }
     for a in &trace.artifacts {
-        if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !tensors.contains_key(&a.id) {
+        if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !tensors.contains_key(&a.id)
+        {
             return Err(mismatch(
                 &a.id,
                 "the artifact is marked `raw: true` but no raw data was given".into(),

@@ -199,7 +199,11 @@ fn list<T: ToString>(items: &[T]) -> String {
     if items.is_empty() {
         "none".into()
     } else {
-        items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+        items
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -234,12 +238,23 @@ pub fn render_text(r: &BundleInspection, out: &mut dyn Write) -> io::Result<()> 
         )?;
     }
     for p in &m.plugins {
-        writeln!(out, "plugin     {} {} (sha256 {})", p.name, p.version, &p.sha256[..p.sha256.len().min(12)])?;
+        writeln!(
+            out,
+            "plugin     {} {} (sha256 {})",
+            p.name,
+            p.version,
+            &p.sha256[..p.sha256.len().min(12)]
+        )?;
     }
 
     writeln!(out, "\ncoverage   ({} traces)", r.traces.len())?;
     for c in &r.coverage {
-        let mut line = format!("  {:<20} {}/{} traces", c.kind.as_str(), c.traces_with, c.of);
+        let mut line = format!(
+            "  {:<20} {}/{} traces",
+            c.kind.as_str(),
+            c.traces_with,
+            c.of
+        );
         if c.missing > 0 {
             line.push_str(&format!(", missing in {}", c.missing));
         }
@@ -265,7 +280,10 @@ pub fn render_text(r: &BundleInspection, out: &mut dyn Write) -> io::Result<()> 
         writeln!(out, "  requested  {}{layers}", list(&t.requested))?;
         writeln!(out, "  spans")?;
         for (i, s) in t.spans.iter().enumerate() {
-            let mem = s.memory_bytes.map(|b| format!(", mem {}", bytes(b))).unwrap_or_default();
+            let mem = s
+                .memory_bytes
+                .map(|b| format!(", mem {}", bytes(b)))
+                .unwrap_or_default();
             writeln!(
                 out,
                 "    {:>2}. {:<14} {:>12}  {} tok × {}{mem}  → {}",
@@ -277,7 +295,11 @@ pub fn render_text(r: &BundleInspection, out: &mut dyn Write) -> io::Result<()> 
                 list(&s.outputs)
             )?;
         }
-        let held: Vec<String> = t.artifacts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let held: Vec<String> = t
+            .artifacts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         writeln!(
             out,
             "  artifacts  {} ({} raw tensors kept)",

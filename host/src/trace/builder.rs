@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Artifact, ArtifactData, ArtifactKind, Capabilities, MissingArtifact, ModelRef, Span, Stage,
-    Problem, StageProfile, SupportLevel, Trace, TraceError, TraceRequest,
+    Artifact, ArtifactData, ArtifactKind, Capabilities, MissingArtifact, ModelRef, Problem, Span,
+    Stage, StageProfile, SupportLevel, Trace, TraceError, TraceRequest,
 };
 
 /// Accumulates spans and artifacts; [`TraceBuilder::finish`] validates.

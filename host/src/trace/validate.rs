@@ -77,7 +77,9 @@ pub enum Problem {
     RequestedLayerNotAccounted { kind: ArtifactKind, layer: usize },
     #[error("`{kind}` at layer {layer} is recorded as missing, but the trace holds it")]
     MissingLayerButPresent { kind: ArtifactKind, layer: usize },
-    #[error("`{kind}` at layer {layer} is recorded as missing, but layer {layer} was not requested")]
+    #[error(
+        "`{kind}` at layer {layer} is recorded as missing, but layer {layer} was not requested"
+    )]
     MissingLayerNotRequested { kind: ArtifactKind, layer: usize },
     #[error("the trace builder was given span `{0}`, which it never created")]
     NoSuchSpan(String),
@@ -316,7 +318,10 @@ impl Trace {
             .filter(|m| m.layer.is_none())
             .map(|m| m.kind)
             .collect();
-        for (listed, kinds) in [("missing", &whole_missing), ("unsupported", &self.unsupported)] {
+        for (listed, kinds) in [
+            ("missing", &whole_missing),
+            ("unsupported", &self.unsupported),
+        ] {
             let mut seen = BTreeSet::new();
             for &kind in kinds.iter() {
                 if !seen.insert(kind) {
@@ -361,7 +366,10 @@ impl Trace {
         let requested: BTreeSet<ArtifactKind> = self.request.observe.iter().copied().collect();
         for kind in requested {
             let accounted = whole_missing.contains(&kind) || self.unsupported.contains(&kind);
-            if !present.contains(&kind) && !accounted && !seen_layers.iter().any(|&(k, _)| k == kind) {
+            if !present.contains(&kind)
+                && !accounted
+                && !seen_layers.iter().any(|&(k, _)| k == kind)
+            {
                 p.push(Problem::RequestedNotAccounted(kind));
             }
         }
@@ -767,7 +775,10 @@ mod tests {
         });
         assert_eq!(problems(&t), Vec::<String>::new());
         t.missing[0].layer = Some(1);
-        assert_problem(&t, "`activation` at layer 1 is recorded as missing, but the trace holds it");
+        assert_problem(
+            &t,
+            "`activation` at layer 1 is recorded as missing, but the trace holds it",
+        );
         t.missing[0].layer = Some(7);
         assert_problem(&t, "layer 7 was not requested");
     }
@@ -782,10 +793,17 @@ mod tests {
             request(&[ArtifactKind::Text]),
         );
         let s = b.span(Stage::Tokenize, StageProfile::default());
-        b.artifact(&s, ArtifactKind::Text, ArtifactData::Text { text: "x".into() });
+        b.artifact(
+            &s,
+            ArtifactKind::Text,
+            ArtifactData::Text { text: "x".into() },
+        );
         b.input("s7-decode", "a0-text");
         let err = b.finish().unwrap_err().to_string();
-        assert!(err.contains("given span `s7-decode`, which it never created"), "{err}");
+        assert!(
+            err.contains("given span `s7-decode`, which it never created"),
+            "{err}"
+        );
     }
 
     impl ModelRef {
