@@ -1,5 +1,8 @@
 //! The `vauban` binary, run as a user runs it.
 
+mod common;
+
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -47,7 +50,7 @@ fn help_describes_every_command() {
         text.contains("inspect") && text.contains("validate"),
         "{text}"
     );
-    for cmd in ["inspect", "validate"] {
+    for cmd in ["inspect", "validate", "sweep"] {
         let o = vauban(&["trace", cmd, "--help"]);
         assert!(o.status.success());
         assert!(stdout(&o).contains("<BUNDLE>"), "{}", stdout(&o));
@@ -123,4 +126,61 @@ fn a_folder_that_is_not_a_bundle_is_a_clear_error() {
     let err = stderr(&o);
     assert!(err.starts_with("error: cannot read trace bundle"), "{err}");
     assert!(err.contains("it has no manifest.json"), "{err}");
+}
+
+#[test]
+fn sweep_groups_traces_by_the_axis() {
+    let o = vauban(&["trace", "sweep", demo().to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["axis"], "token_count");
+    assert_eq!(v["coverage_stable"], true);
+    let values: Vec<u64> = v["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["axis_value"].as_u64().unwrap())
+        .collect();
+    let mut sorted = values.clone();
+    sorted.sort();
+    assert_eq!(values, sorted, "points ascend by axis value");
+    assert_eq!(values.len(), 4);
+}
+
+#[test]
+fn sweep_refuses_unstable_coverage_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mixed");
+    let mut w =
+        vauban::bundle::BundleWriter::create(&dir, vauban::bundle::WriteMode::CreateNew).unwrap();
+    let (with_act, tensors) = common::trace_with_activation("with-act", 4, 8);
+    w.add_trace(&with_act, &tensors).unwrap();
+    w.add_trace(&common::trace_text_only("text-only", 6), &HashMap::new())
+        .unwrap();
+    w.finish().unwrap();
+
+    let refused = vauban(&["trace", "sweep", dir.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = stderr(&refused);
+    for needle in [
+        "`text-only`",
+        "`with-act`",
+        "activation",
+        "--allow-unstable-coverage",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in {err}");
+    }
+
+    let allowed = vauban(&[
+        "trace",
+        "sweep",
+        dir.to_str().unwrap(),
+        "--allow-unstable-coverage",
+    ]);
+    assert!(allowed.status.success(), "{}", stderr(&allowed));
+    assert!(
+        stdout(&allowed).contains("UNSTABLE"),
+        "{}",
+        stdout(&allowed)
+    );
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::bundle::Bundle;
+use crate::profile::{SweepAxis, SweepOptions, summarize_sweep};
 
 /// Audit how a language model's behaviour changed, and prove each claim with evidence.
 ///
@@ -49,6 +50,11 @@ pub enum TraceCommand {
     /// tensor's sha256, and every trace's rules. Exits non-zero, naming the
     /// problem, when the bundle is broken.
     Validate(ValidateArgs),
+    /// Group a bundle's traces by one controlled axis (token_count,
+    /// batch_size, queue_depth) and print each point's timing statistics.
+    /// Refuses traces that recorded different artifacts (different work)
+    /// unless --allow-unstable-coverage. Fits no scaling model.
+    Sweep(SweepArgs),
 }
 
 /// Arguments of `vauban trace inspect`.
@@ -68,6 +74,22 @@ pub struct ValidateArgs {
     pub bundle: PathBuf,
 }
 
+/// Arguments of `vauban trace sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The bundle folder (the one holding manifest.json).
+    pub bundle: PathBuf,
+    /// The controlled axis: token_count, batch_size or queue_depth.
+    #[arg(long, default_value = "token_count")]
+    pub axis: SweepAxis,
+    /// Accept traces whose artifact coverage differs (the points then mix different work).
+    #[arg(long)]
+    pub allow_unstable_coverage: bool,
+    /// Print JSON for machines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 impl Cli {
     /// The log filter these flags ask for.
     pub fn log_filter(&self) -> &'static str {
@@ -84,6 +106,7 @@ impl Cli {
         match &self.command {
             Command::Trace(TraceCommand::Inspect(args)) => inspect_bundle(args, out),
             Command::Trace(TraceCommand::Validate(args)) => validate_bundle(args, out),
+            Command::Trace(TraceCommand::Sweep(args)) => sweep_bundle(args, out),
         }
     }
 }
@@ -118,5 +141,64 @@ fn validate_bundle(args: &ValidateArgs, out: &mut dyn std::io::Write) -> anyhow:
         verified.bytes,
         verified.tensors
     )?;
+    Ok(())
+}
+
+fn sweep_bundle(args: &SweepArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let bundle = open(&args.bundle)?;
+    let options = SweepOptions {
+        allow_unstable_coverage: args.allow_unstable_coverage,
+    };
+    let sweep = summarize_sweep(bundle.traces(), args.axis, options)
+        .with_context(|| format!("cannot sweep the traces of {}", args.bundle.display()))?;
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &sweep)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let coverage: Vec<&str> = sweep.coverage.iter().map(|k| k.as_str()).collect();
+    writeln!(
+        out,
+        "sweep over {} ({} traces; coverage {}: {})",
+        sweep.axis,
+        bundle.traces().len(),
+        if sweep.coverage_stable {
+            "stable"
+        } else {
+            "UNSTABLE, points mix different work"
+        },
+        coverage.join(", ")
+    )?;
+    writeln!(
+        out,
+        "{:>12}  {:>7}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}",
+        sweep.axis.as_str(),
+        "traces",
+        "mean ms",
+        "std ms",
+        "min ms",
+        "max ms",
+        "tok/s"
+    )?;
+    for p in &sweep.points {
+        let rate = p
+            .mean_tokens_per_s
+            .map(|r| format!("{r:.1}"))
+            .unwrap_or_else(|| "n/a".into());
+        writeln!(
+            out,
+            "{:>12}  {:>7}  {:>12.3}  {:>12.3}  {:>12.3}  {:>12.3}  {:>12}",
+            p.axis_value,
+            p.samples,
+            p.mean_duration_ns / 1e6,
+            p.std_duration_ns / 1e6,
+            p.min_duration_ns as f64 / 1e6,
+            p.max_duration_ns as f64 / 1e6,
+            rate
+        )?;
+    }
+    if let Some(w) = &sweep.warning {
+        writeln!(out, "warning: {w}")?;
+    }
     Ok(())
 }

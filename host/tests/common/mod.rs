@@ -71,3 +71,41 @@ pub fn trace_with_activation(
     let trace = b.finish().expect("fixture trace is valid");
     (trace, HashMap::from([(act_id, act)]))
 }
+
+/// A trace with text and tokens only (no tensors).
+pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
+    let request = TraceRequest {
+        prompt_id: Some(format!("prompt-{id}")),
+        text: Some("Hello".into()),
+        token_ids: None,
+        observe: vec![K::Text, K::Tokens],
+        layers: vec![],
+        raw_tensors: false,
+    };
+    let model = ModelRef {
+        name: "fixture-model".into(),
+        path: None,
+        sha256: Some("0f".repeat(32)),
+    };
+    let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
+    let fwd = b.span(
+        Stage::Forward,
+        StageProfile {
+            duration_ns: 2_000_000,
+            device: "cpu".into(),
+            batch_size: 1,
+            token_count: tokens as u64,
+            ..Default::default()
+        },
+    );
+    b.artifact(
+        &fwd,
+        K::Text,
+        ArtifactData::Text {
+            text: "Hello".into(),
+        },
+    );
+    let ids = (0..tokens as u32).collect();
+    b.artifact(&fwd, K::Tokens, ArtifactData::TokenIds { ids });
+    b.finish().expect("fixture trace is valid")
+}
