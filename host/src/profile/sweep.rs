@@ -158,6 +158,33 @@ pub enum SweepError {
         /// Kinds the other trace holds and the first does not.
         only_in_other: Vec<ArtifactKind>,
     },
+    /// Two traces observed the same kinds at different layers, so they did different work.
+    #[error(
+        "trace `{other}` observed layers {other_layers:?} but trace `{first}` observed layers \
+         {first_layers:?}, so their timings measure different work; observe the same layers in \
+         every trace of the sweep, or pass `--allow-unstable-coverage` knowing the points then \
+         mix different work"
+    )]
+    UnstableLayers {
+        /// The first trace's id (the reference).
+        first: String,
+        /// The id of the first trace whose layers differ.
+        other: String,
+        /// `(kind, layer)` pairs the first trace holds, as `kind@layer`.
+        first_layers: Vec<String>,
+        /// `(kind, layer)` pairs the other trace holds, as `kind@layer`.
+        other_layers: Vec<String>,
+    },
+}
+
+/// The per-layer artifacts a trace holds, as `kind@layer`, sorted.
+fn observed_layers(trace: &Trace) -> Vec<String> {
+    let pairs: BTreeSet<(ArtifactKind, usize)> = trace
+        .artifacts
+        .iter()
+        .filter_map(|a| a.layer.map(|l| (a.kind, l)))
+        .collect();
+    pairs.into_iter().map(|(k, l)| format!("{k}@{l}")).collect()
 }
 
 fn kind_list(kinds: &[ArtifactKind]) -> String {
@@ -177,7 +204,8 @@ fn kind_list(kinds: &[ArtifactKind]) -> String {
 /// Every trace must hold the same artifact kinds as the first
 /// ([`Trace::coverage`]): a trace that also recorded activations did more
 /// work, and averaging it with one that did not would blur the axis's
-/// effect. A difference is refused with [`SweepError::UnstableCoverage`]
+/// effect; likewise a trace that observed other layers
+/// ([`SweepError::UnstableLayers`]). A difference is refused with [`SweepError::UnstableCoverage`]
 /// unless `options.allow_unstable_coverage`. A single axis value is accepted
 /// but sets [`Sweep::warning`].
 pub fn summarize_sweep(
@@ -189,9 +217,22 @@ pub fn summarize_sweep(
     let reference = first.coverage();
     let mut common = reference.clone();
     let mut stable = true;
+    let reference_layers = observed_layers(first);
     for t in &traces[1..] {
         let coverage = t.coverage();
         if coverage == reference {
+            let layers = observed_layers(t);
+            if layers != reference_layers {
+                if !options.allow_unstable_coverage {
+                    return Err(SweepError::UnstableLayers {
+                        first: first.id.clone(),
+                        other: t.id.clone(),
+                        first_layers: reference_layers,
+                        other_layers: layers,
+                    });
+                }
+                stable = false;
+            }
             continue;
         }
         if !options.allow_unstable_coverage {
@@ -434,6 +475,38 @@ mod tests {
         assert_eq!(sweep.coverage, vec![K::Text]);
         assert_eq!(sweep.points.len(), 2);
         assert_eq!(sweep.points[1].traces, vec!["plain", "text-only"]);
+    }
+
+    #[test]
+    fn traces_observing_different_layers_are_refused_unless_allowed() {
+        let at_layer = |id: &str, layer: usize| {
+            let mut t = run(id, 8, 10, &[K::Text, K::Activation]);
+            t.request.layers = vec![layer];
+            for a in &mut t.artifacts {
+                if a.kind == K::Activation {
+                    a.layer = Some(layer);
+                }
+            }
+            t.validate().expect("still a valid trace");
+            t
+        };
+        let traces = [at_layer("l0", 0), at_layer("l5", 5)];
+        let err = summarize_sweep(&traces, SweepAxis::TokenCount, SweepOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("trace `l5` observed layers [\"activation@5\"]"),
+            "{err}"
+        );
+        assert!(
+            err.contains("trace `l0` observed layers [\"activation@0\"]"),
+            "{err}"
+        );
+        let allowed = SweepOptions {
+            allow_unstable_coverage: true,
+        };
+        let sweep = summarize_sweep(&traces, SweepAxis::TokenCount, allowed).unwrap();
+        assert!(!sweep.coverage_stable);
     }
 
     #[test]
