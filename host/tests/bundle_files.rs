@@ -273,3 +273,56 @@ fn duplicate_trace_ids_are_refused() {
         "{err}"
     );
 }
+
+/// Every file of a bundle, damaged at several places and truncated at
+/// several lengths: opening never panics, and the damage is always caught
+/// (on open, or by the full verification) except in the manifest, which has
+/// no hash of its own and must only fail cleanly.
+#[test]
+fn damage_anywhere_is_an_error_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine = tmp.path().join("pristine");
+    write_bundle(&pristine, 2);
+    let files = [
+        "manifest.json",
+        "traces/000001.json",
+        "tensors/000001.safetensors",
+    ];
+    for file in files {
+        let len = fs::read(pristine.join(file)).unwrap().len();
+        let flips = [0, 7, len / 3, len / 2, len - 1].map(|at| ("flip", at));
+        let cuts = [0, 8, len / 2, len - 1].map(|at| ("truncate", at));
+        for (how, at) in flips.into_iter().chain(cuts) {
+            let case = tmp
+                .path()
+                .join(format!("{how}-{at}-{}", file.replace('/', "-")));
+            copy_bundle(&pristine, &case);
+            let path = case.join(file);
+            let mut bytes = fs::read(&path).unwrap();
+            match how {
+                "flip" => bytes[at] ^= 0xff,
+                _ => bytes.truncate(at),
+            }
+            fs::write(&path, bytes).unwrap();
+            let outcome = std::panic::catch_unwind(|| {
+                Bundle::open(&case).and_then(|b| b.verify_all().map(|_| ()))
+            });
+            let result = outcome.unwrap_or_else(|_| panic!("{how} at {at} of {file} panicked"));
+            if file != "manifest.json" {
+                assert!(result.is_err(), "{how} at {at} of {file} went unnoticed");
+            }
+        }
+    }
+}
+
+fn copy_bundle(from: &Path, to: &Path) {
+    for sub in ["", "traces", "tensors"] {
+        fs::create_dir_all(to.join(sub)).unwrap();
+        for entry in fs::read_dir(from.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                fs::copy(entry.path(), to.join(sub).join(entry.file_name())).unwrap();
+            }
+        }
+    }
+}

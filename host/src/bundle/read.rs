@@ -15,7 +15,7 @@ use memmap2::Mmap;
 use super::BundleError;
 use super::manifest::{FileEntry, MANIFEST_FILE, Manifest, SCHEMA_VERSION, TensorFileEntry};
 use crate::hash::{sha256_file, sha256_hex};
-use crate::trace::{ArtifactData, DType, TensorRef, Trace};
+use crate::trace::{ArtifactData, DType, TensorRef, Trace, is_sha256_hex};
 
 /// An opened, verified bundle.
 #[derive(Debug)]
@@ -213,6 +213,12 @@ fn read_manifest(root: &Path) -> Result<Manifest, BundleError> {
         });
     }
     let manifest: Manifest = parse_json(&bytes).map_err(json_error)?;
+    if let Some(p) = manifest.plugins.iter().find(|p| !is_sha256_hex(&p.sha256)) {
+        return Err(json_error(format!(
+            "plugin `{}` has sha256 `{}`, which is not 64 lowercase hex digits",
+            p.name, p.sha256
+        )));
+    }
     for file in manifest.files.keys() {
         check_relative(root, file)?;
     }
@@ -318,6 +324,12 @@ fn open_tensor_file(
             mismatch("the manifest records no sha256 for this tensor".to_string())
         })?;
         let (start, end) = info.data_offsets;
+        let expected = info.shape.iter().product::<usize>() * dtype.size();
+        if end < start || end - start != expected || data_start + end > mmap.len() {
+            return Err(mismatch(format!(
+                "its byte range {start}..{end} does not fit its shape or the file; the file is damaged"
+            )));
+        }
         tensors.insert(
             name.clone(),
             StoredTensor {

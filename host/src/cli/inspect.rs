@@ -243,7 +243,7 @@ pub fn render_text(r: &BundleInspection, out: &mut dyn Write) -> io::Result<()> 
             "plugin     {} {} (sha256 {})",
             p.name,
             p.version,
-            &p.sha256[..p.sha256.len().min(12)]
+            p.sha256.chars().take(12).collect::<String>()
         )?;
     }
 
