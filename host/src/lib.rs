@@ -13,4 +13,5 @@ pub mod cli;
 pub mod hash;
 pub mod profile;
 pub mod report;
+pub mod text;
 pub mod trace;

@@ -304,12 +304,23 @@ fn damage_anywhere_is_an_error_never_a_panic() {
                 _ => bytes.truncate(at),
             }
             fs::write(&path, bytes).unwrap();
-            let outcome = std::panic::catch_unwind(|| {
-                Bundle::open(&case).and_then(|b| b.verify_all().map(|_| ()))
-            });
-            let result = outcome.unwrap_or_else(|_| panic!("{how} at {at} of {file} panicked"));
+            let open_and_verify = || {
+                std::panic::catch_unwind(|| {
+                    Bundle::open(&case).and_then(|b| b.verify_all().map(|_| ()))
+                })
+                .unwrap_or_else(|_| panic!("{how} at {at} of {file} panicked"))
+            };
             if file != "manifest.json" {
-                assert!(result.is_err(), "{how} at {at} of {file} went unnoticed");
+                assert!(
+                    open_and_verify().is_err(),
+                    "{how} at {at} of {file} went unnoticed"
+                );
+                // The same damage with the hashes made to agree reaches the
+                // parsers and the rules; it must still fail cleanly or pass.
+                rehash(&case);
+                let _ = open_and_verify();
+            } else {
+                let _ = open_and_verify();
             }
         }
     }
@@ -325,4 +336,121 @@ fn copy_bundle(from: &Path, to: &Path) {
             }
         }
     }
+}
+
+/// Rewrites the manifest's file entries to match the files on disk, as a
+/// careful tamperer would, so damage gets past the hashes.
+fn rehash(dir: &Path) {
+    edit_manifest(dir, |v| {
+        let files = v["files"].as_object_mut().unwrap();
+        for (name, entry) in files.iter_mut() {
+            let bytes = fs::read(dir.join(name)).unwrap_or_default();
+            entry["bytes"] = bytes.len().into();
+            entry["sha256"] = vauban::hash::sha256_hex(&bytes).into();
+        }
+    });
+}
+
+/// A safetensors header whose offsets would overflow the format's own
+/// reader, with every hash made consistent: refused, not a panic.
+#[test]
+fn a_hostile_tensor_header_is_refused_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let written = write_bundle(&dir, 1);
+    let act = written[0]
+        .artifacts_of(ArtifactKind::Activation)
+        .next()
+        .unwrap()
+        .id
+        .clone();
+    let header = format!(
+        r#"{{"{act}":{{"dtype":"F32","shape":[1,3,8],"data_offsets":[0,{}]}}}}"#,
+        u64::MAX
+    );
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&[0u8; 96]);
+    fs::write(dir.join("tensors/000000.safetensors"), bytes).unwrap();
+    rehash(&dir);
+    let err = open_err(&dir);
+    assert!(
+        err.contains("is not a readable safetensors file") || err.contains("does not fit"),
+        "{err}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn symlinks_and_fifos_are_not_bundle_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    let outside = tmp.path().join("outside.json");
+    fs::rename(dir.join("traces/000000.json"), &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("traces/000000.json")).unwrap();
+    let err = open_err(&dir);
+    assert!(
+        err.contains("traces/000000.json is not a regular file"),
+        "{err}"
+    );
+
+    fs::remove_file(dir.join("traces/000000.json")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.join("traces/000000.json"))
+        .status();
+    if made.is_ok_and(|s| s.success()) {
+        let err = open_err(&dir); // would block forever if the FIFO were read
+        assert!(err.contains("is not a regular file"), "{err}");
+    }
+}
+
+#[test]
+fn validate_reports_files_the_manifest_does_not_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 2);
+    // Drop the second trace from the manifest, leaving its files behind.
+    edit_manifest(&dir, |v| {
+        v["traces"].as_array_mut().unwrap().pop();
+        let files = v["files"].as_object_mut().unwrap();
+        files.remove("traces/000001.json");
+        files.remove("tensors/000001.safetensors");
+    });
+    let bundle = Bundle::open(&dir).unwrap();
+    let err = bundle.verify_all().unwrap_err().to_string();
+    assert!(err.contains("000001"), "{err}");
+    assert!(err.contains("not listed in its manifest"), "{err}");
+}
+
+#[test]
+fn manifest_entries_no_trace_uses_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_bundle(&dir, 1);
+    edit_manifest(&dir, |v| {
+        let extra = serde_json::json!({"name": "ghost-model"});
+        v["models"].as_array_mut().unwrap().push(extra);
+    });
+    let err = open_err(&dir);
+    assert!(
+        err.contains("lists model `ghost-model`, which no trace uses"),
+        "{err}"
+    );
+}
+
+#[test]
+fn replace_refuses_a_folder_that_is_not_a_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let notes = tmp.path().join("notes");
+    fs::create_dir(&notes).unwrap();
+    fs::write(notes.join("todo.txt"), "keep me").unwrap();
+    let err = BundleWriter::create(&notes, WriteMode::Replace)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("exists and is not a trace bundle"), "{err}");
+    assert_eq!(
+        fs::read_to_string(notes.join("todo.txt")).unwrap(),
+        "keep me"
+    );
 }

@@ -52,6 +52,18 @@ pub enum BundleError {
     #[error("{0} is listed in the manifest but missing from the bundle")]
     FileMissing(PathBuf),
     #[error(
+        "{0} is not a regular file (a symlink, FIFO or device); a bundle holds only plain files"
+    )]
+    NotRegularFile(PathBuf),
+    #[error(
+        "{0} is in the bundle's folder but not listed in its manifest, so it cannot be verified; the bundle was changed after it was written"
+    )]
+    UnlistedFile(PathBuf),
+    #[error(
+        "the manifest of {bundle} lists {what}, which no trace uses; the manifest was changed after the bundle was written"
+    )]
+    ManifestUnused { bundle: PathBuf, what: String },
+    #[error(
         "{path} is {actual} bytes but the manifest records {expected}: the file was truncated or changed after the bundle was written"
     )]
     SizeMismatch {
@@ -99,6 +111,8 @@ pub enum BundleError {
     },
     #[error("the bundle has no trace `{0}`")]
     NoSuchTrace(String),
+    #[error("trace `{trace}` has no artifact `{artifact}`")]
+    NoSuchArtifact { trace: String, artifact: String },
     #[error(
         "trace `{trace}` has no raw tensor for artifact `{artifact}`: only its summary was kept (record with raw tensors to keep the data)"
     )]
@@ -112,9 +126,13 @@ pub enum BundleError {
         kind: ArtifactKind,
     },
     #[error(
-        "a bundle already exists at {0}; choose another path, or replace it (`--overwrite` on the command line)"
+        "a bundle already exists at {0}; choose another path, or replace it (`WriteMode::Replace`)"
     )]
     Exists(PathBuf),
+    #[error(
+        "{0} exists and is not a trace bundle (it has no manifest.json); vauban replaces only bundles, so choose another path"
+    )]
+    NotABundleToReplace(PathBuf),
 }
 
 impl BundleError {

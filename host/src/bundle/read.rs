@@ -78,6 +78,7 @@ impl Bundle {
             traces.push(trace);
             tensor_files.push(tensors);
         }
+        check_manifest_entries_used(&root, &manifest, &traces)?;
         tracing::debug!(bundle = %root.display(), traces = traces.len(), "bundle opened");
         Ok(Bundle {
             root,
@@ -122,7 +123,12 @@ impl Bundle {
             artifact: artifact.to_owned(),
         };
         match t.artifact(artifact) {
-            None => return Err(no_raw()),
+            None => {
+                return Err(BundleError::NoSuchArtifact {
+                    trace: trace.to_owned(),
+                    artifact: artifact.to_owned(),
+                });
+            }
             Some(a) if !matches!(a.data, ArtifactData::Tensor { .. }) => {
                 return Err(BundleError::NotATensor {
                     trace: trace.to_owned(),
@@ -164,6 +170,7 @@ impl Bundle {
             check_hash(&path, &entry.sha256, actual)?;
             bytes += len;
         }
+        self.check_no_unlisted_files()?;
         let mut tensors = 0;
         for (trace, file) in self.traces.iter().zip(&self.tensor_files) {
             for artifact in file.iter().flat_map(|f| f.tensors.keys()) {
@@ -176,6 +183,34 @@ impl Bundle {
             bytes,
             tensors,
         })
+    }
+}
+
+impl Bundle {
+    /// Every file in the bundle's folder is the manifest or listed in it:
+    /// a trace dropped from the manifest with its file left behind, or a
+    /// file slipped in, is reported rather than ignored.
+    fn check_no_unlisted_files(&self) -> Result<(), BundleError> {
+        let mut pending = vec![self.root.clone()];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).map_err(BundleError::io(&dir))? {
+                let entry = entry.map_err(BundleError::io(&dir))?;
+                let path = entry.path();
+                if entry.file_type().map_err(BundleError::io(&path))?.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                let relative = path
+                    .strip_prefix(&self.root)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .replace(std::path::MAIN_SEPARATOR, "/");
+                if relative != MANIFEST_FILE && !self.manifest.files.contains_key(&relative) {
+                    return Err(BundleError::UnlistedFile(path));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -276,6 +311,33 @@ fn check_manifest_lists(
     Ok(())
 }
 
+/// Every executor and model the manifest lists is used by some trace.
+fn check_manifest_entries_used(
+    root: &Path,
+    manifest: &Manifest,
+    traces: &[Trace],
+) -> Result<(), BundleError> {
+    let unused = |what: String| BundleError::ManifestUnused {
+        bundle: root.to_path_buf(),
+        what,
+    };
+    if let Some(e) = manifest
+        .executors
+        .iter()
+        .find(|e| !traces.iter().any(|t| &t.capabilities == *e))
+    {
+        return Err(unused(format!("executor `{}`", e.executor)));
+    }
+    if let Some(m) = manifest
+        .models
+        .iter()
+        .find(|m| !traces.iter().any(|t| &t.model == *m))
+    {
+        return Err(unused(format!("model `{}`", m.name)));
+    }
+    Ok(())
+}
+
 fn open_tensor_file(
     root: &Path,
     manifest: &Manifest,
@@ -294,11 +356,9 @@ fn open_tensor_file(
         message,
     };
     // Parsing the header touches only its own pages, never the tensor data.
-    let (header_len, metadata) =
-        safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| bad(e.to_string()))?;
-    let data_start = 8 + header_len;
+    let header = read_header(&mmap).map_err(bad)?;
     let mut tensors = BTreeMap::new();
-    for (name, info) in metadata.tensors() {
+    for (name, info) in header.tensors {
         let mismatch = |detail: String| BundleError::TensorMismatch {
             trace: trace.id.clone(),
             artifact: name.clone(),
@@ -324,18 +384,29 @@ fn open_tensor_file(
             mismatch("the manifest records no sha256 for this tensor".to_string())
         })?;
         let (start, end) = info.data_offsets;
-        let expected = info.shape.iter().product::<usize>() * dtype.size();
-        if end < start || end - start != expected || data_start + end > mmap.len() {
+        let expected = info
+            .shape
+            .iter()
+            .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d));
+        let range = header.data_start.checked_add(start)..header.data_start.checked_add(end);
+        let fits = match (expected, range.start, range.end) {
+            (Some(bytes), Some(a), Some(b)) => a <= b && b - a == bytes && b <= mmap.len(),
+            _ => false,
+        };
+        if !fits {
             return Err(mismatch(format!(
                 "its byte range {start}..{end} does not fit its shape or the file; the file is damaged"
             )));
         }
+        let (Some(start), Some(end)) = (range.start, range.end) else {
+            unreachable!("checked above")
+        };
         tensors.insert(
             name.clone(),
             StoredTensor {
                 dtype,
                 shape: info.shape.clone(),
-                range: data_start + start..data_start + end,
+                range: start..end,
                 sha256,
             },
         );
@@ -345,6 +416,43 @@ fn open_tensor_file(
         mmap,
         tensors,
         verified: Mutex::new(HashSet::new()),
+    })
+}
+
+/// A safetensors header: where the data starts, and each tensor's entry.
+struct Header {
+    data_start: usize,
+    tensors: BTreeMap<String, safetensors::tensor::TensorInfo>,
+}
+
+/// Reads a safetensors header with checked arithmetic (the format's own
+/// reader can overflow on hostile offsets): an 8-byte little-endian length,
+/// then that many bytes of JSON.
+fn read_header(file: &[u8]) -> Result<Header, String> {
+    let len_bytes: [u8; 8] = file
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or("the file is shorter than a safetensors header")?;
+    let header_len = usize::try_from(u64::from_le_bytes(len_bytes))
+        .map_err(|_| "the header length does not fit in memory")?;
+    let data_start = header_len
+        .checked_add(8)
+        .filter(|&end| end <= file.len())
+        .ok_or("the header length runs past the end of the file")?;
+    let mut entries: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&file[8..data_start]).map_err(|e| format!("bad header: {e}"))?;
+    entries.remove("__metadata__");
+    let tensors = entries
+        .into_iter()
+        .map(|(name, value)| {
+            serde_json::from_value(value)
+                .map(|info| (name.clone(), info))
+                .map_err(|e| format!("bad header entry `{name}`: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Header {
+        data_start,
+        tensors,
     })
 }
 
@@ -397,19 +505,24 @@ fn check_relative(root: &Path, relative: &str) -> Result<(), BundleError> {
     }
 }
 
+/// The file is a regular file (not a symlink, FIFO or device, which could
+/// point outside the bundle or never end) of the recorded size.
 fn check_size(path: &Path, entry: &FileEntry) -> Result<(), BundleError> {
-    let actual = match std::fs::metadata(path) {
-        Ok(m) => m.len(),
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(BundleError::FileMissing(path.to_path_buf()));
         }
         Err(e) => return Err(BundleError::io(path)(e)),
     };
-    if actual != entry.bytes {
+    if !meta.file_type().is_file() {
+        return Err(BundleError::NotRegularFile(path.to_path_buf()));
+    }
+    if meta.len() != entry.bytes {
         return Err(BundleError::SizeMismatch {
             path: path.to_path_buf(),
             expected: entry.bytes,
-            actual,
+            actual: meta.len(),
         });
     }
     Ok(())

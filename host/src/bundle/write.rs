@@ -49,21 +49,17 @@ impl BundleWriter {
     /// Starts a bundle that will be published at `target`.
     pub fn create(target: impl AsRef<Path>, mode: WriteMode) -> Result<Self, BundleError> {
         let target = target.as_ref().to_path_buf();
-        if mode == WriteMode::CreateNew && target.exists() {
-            return Err(BundleError::Exists(target));
-        }
-        let parent = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        check_target(&target, mode)?;
+        let parent = parent_of(&target).to_path_buf();
         fs::create_dir_all(&parent).map_err(BundleError::io(&parent))?;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "bundle".into());
         let staging = parent.join(format!(".{name}.partial-{}", unique_suffix()));
+        // `create_dir`, not `create_dir_all`: a staging folder is never shared.
         for dir in [&staging, &staging.join("traces"), &staging.join("tensors")] {
-            fs::create_dir_all(dir).map_err(BundleError::io(dir))?;
+            fs::create_dir(dir).map_err(BundleError::io(dir))?;
         }
         tracing::debug!(staging = %staging.display(), "writing bundle");
         Ok(BundleWriter {
@@ -104,10 +100,11 @@ impl BundleWriter {
                 path: self.target.clone(),
                 source,
             })?;
-        if !self.trace_ids.insert(trace.id.clone()) {
+        if self.trace_ids.contains(&trace.id) {
             return Err(BundleError::DuplicateTrace(trace.id.clone()));
         }
         check_raw_tensors(trace, tensors)?;
+        self.trace_ids.insert(trace.id.clone());
 
         let n = self.traces.len();
         let json = serde_json::to_vec_pretty(trace).expect("a trace always serialises");
@@ -167,7 +164,9 @@ impl BundleWriter {
         let json = serde_json::to_vec_pretty(&manifest).expect("a manifest always serialises");
         let path = self.staging.join(MANIFEST_FILE);
         write_synced(&path, &json)?;
-        fsync(&self.staging)?;
+        for dir in ["traces", "tensors", ""] {
+            fsync(&self.staging.join(dir))?;
+        }
         self.publish()?;
         self.finished = true;
         tracing::info!(bundle = %self.target.display(), traces = manifest.traces.len(), "bundle written");
@@ -176,18 +175,23 @@ impl BundleWriter {
 
     fn publish(&self) -> Result<(), BundleError> {
         let target = &self.target;
+        check_target(target, self.mode)?;
         if !target.exists() {
-            return fs::rename(&self.staging, target).map_err(BundleError::io(target));
-        }
-        if self.mode == WriteMode::CreateNew {
-            return Err(BundleError::Exists(target.clone()));
+            fs::rename(&self.staging, target).map_err(BundleError::io(target))?;
+            return fsync(parent_of(target));
         }
         // Swap: the old bundle steps aside, the new one takes its name, then
-        // the old one goes. A crash in between leaves both, never neither.
+        // the old one goes. If the second rename fails the first is undone,
+        // so the target always ends as the old bundle or the new one; a
+        // reader arriving between the two renames finds no bundle and must retry.
         let name = target.file_name().unwrap_or_default().to_string_lossy();
         let old = target.with_file_name(format!(".{name}.old-{}", unique_suffix()));
         fs::rename(target, &old).map_err(BundleError::io(target))?;
-        fs::rename(&self.staging, target).map_err(BundleError::io(target))?;
+        if let Err(e) = fs::rename(&self.staging, target) {
+            let _ = fs::rename(&old, target);
+            return Err(BundleError::io(target)(e));
+        }
+        fsync(parent_of(target))?;
         fs::remove_dir_all(&old).map_err(BundleError::io(&old))
     }
 
@@ -299,6 +303,26 @@ fn fsync(path: &Path) -> Result<(), BundleError> {
     File::open(path)
         .and_then(|f| f.sync_all())
         .map_err(BundleError::io(path))
+}
+
+/// The folder a target lives in (`.` for a bare name).
+fn parent_of(target: &Path) -> &Path {
+    match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// A target may be created when absent, and replaced only when it is a bundle.
+fn check_target(target: &Path, mode: WriteMode) -> Result<(), BundleError> {
+    if !target.exists() {
+        return Ok(());
+    }
+    match mode {
+        WriteMode::CreateNew => Err(BundleError::Exists(target.to_path_buf())),
+        WriteMode::Replace if target.join(MANIFEST_FILE).is_file() => Ok(()),
+        WriteMode::Replace => Err(BundleError::NotABundleToReplace(target.to_path_buf())),
+    }
 }
 
 fn unique_suffix() -> String {

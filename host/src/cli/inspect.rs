@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::bundle::{Bundle, Manifest};
 use crate::profile::{TraceProfileSummary, summarize_trace};
+use crate::text::excerpt;
 use crate::trace::{ArtifactData, ArtifactKind, MissingArtifact, Stage, Trace};
 
 /// Everything `inspect` shows.
@@ -17,7 +18,7 @@ pub struct BundleInspection {
     pub bundle: String,
     pub manifest: ManifestView,
     /// Per artifact kind that any trace requested or holds.
-    pub coverage: Vec<KindCoverage>,
+    pub coverage: Vec<KindCount>,
     pub traces: Vec<TraceView>,
 }
 
@@ -36,7 +37,7 @@ pub struct ManifestView {
 
 /// How many traces hold, miss, or cannot produce one kind.
 #[derive(Debug, Serialize)]
-pub struct KindCoverage {
+pub struct KindCount {
     pub kind: ArtifactKind,
     pub traces_with: usize,
     pub missing: usize,
@@ -98,15 +99,18 @@ impl ManifestView {
             models: m.models.clone(),
             plugins: m.plugins.clone(),
             files: m.files.len(),
-            bytes: m.files.values().map(|f| f.bytes).sum(),
+            bytes: m
+                .files
+                .values()
+                .fold(0u64, |sum, f| sum.saturating_add(f.bytes)),
         }
     }
 }
 
-fn coverage(traces: &[Trace]) -> Vec<KindCoverage> {
+fn coverage(traces: &[Trace]) -> Vec<KindCount> {
     ArtifactKind::ALL
         .into_iter()
-        .map(|kind| KindCoverage {
+        .map(|kind| KindCount {
             kind,
             traces_with: traces.iter().filter(|t| t.has(kind)).count(),
             missing: traces
@@ -130,7 +134,7 @@ impl TraceView {
             *artifacts.entry(a.kind).or_insert(0) += 1;
         }
         let input = match (&t.request.text, &t.request.token_ids) {
-            (Some(text), _) => format!("text {:?}", shorten(text, 60)),
+            (Some(text), _) => format!("text {}", excerpt(text, 60)),
             (None, Some(ids)) => format!("{} token ids", ids.len()),
             (None, None) => "none".into(),
         };
@@ -166,13 +170,6 @@ impl TraceView {
             unsupported: t.unsupported.clone(),
             profile: summarize_trace(t),
         }
-    }
-}
-
-fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
     }
 }
 

@@ -12,6 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::text::excerpt;
 use crate::trace::{ArtifactKind, SupportLevel, Trace, TraceError, TraceRequest};
 
 /// How much of the models the evidence reaches, weakest first.
@@ -219,9 +220,10 @@ pub struct Access {
     pub level: AccessLevel,
     /// The strongest claim allowed: `level.strongest_claim()`.
     pub claim_strength: ClaimStrength,
-    /// Every claim strength up to `claim_strength`, weakest first.
+    /// Every claim strength whose own evidence is present, weakest first
+    /// (never above `claim_strength`).
     pub can_claim: Vec<ClaimStrength>,
-    /// Every claim strength above `claim_strength`, with the evidence it needs.
+    /// Every other claim strength, with the evidence it needs.
     pub cannot_claim: Vec<Unclaimable>,
     /// Evidence that is absent or incomplete, in words.
     pub missing_evidence: Vec<String>,
@@ -236,7 +238,7 @@ pub struct Access {
 impl Access {
     /// Whether a claim of `strength` is allowed.
     pub fn allows(&self, strength: ClaimStrength) -> bool {
-        strength <= self.claim_strength
+        self.can_claim.contains(&strength)
     }
 }
 
@@ -429,10 +431,23 @@ pub fn access_from_evidence(evidence: Evidence<'_>) -> Result<Access, AccessErro
         )),
     };
 
-    let claim_strength = level.strongest_claim();
-    let cannot_claim = ClaimStrength::ALL
+    // Each claim needs its own evidence: the ladder caps the strength, but
+    // activations alone do not allow a distributional claim below them.
+    let met = |strength: ClaimStrength| match strength {
+        ClaimStrength::BehavioralProfile => true,
+        _ => {
+            paired
+                && strength
+                    .required_level()
+                    .requirements()
+                    .iter()
+                    .all(|r| r.met(&sides))
+        }
+    };
+    let (can_claim, cannot): (Vec<ClaimStrength>, Vec<ClaimStrength>) =
+        ClaimStrength::ALL.into_iter().partition(|&s| met(s));
+    let cannot_claim = cannot
         .into_iter()
-        .filter(|&s| s > claim_strength)
         .map(|strength| Unclaimable {
             strength,
             reason: unclaimable_reason(strength, &sides),
@@ -440,11 +455,8 @@ pub fn access_from_evidence(evidence: Evidence<'_>) -> Result<Access, AccessErro
         .collect();
     Ok(Access {
         level,
-        claim_strength,
-        can_claim: ClaimStrength::ALL
-            .into_iter()
-            .filter(|&s| s <= claim_strength)
-            .collect(),
+        claim_strength: level.strongest_claim(),
+        can_claim,
         cannot_claim,
         missing_evidence,
         coverage: coverage(&sides),
@@ -485,8 +497,13 @@ fn prompt_difference(b: &TraceRequest, c: &TraceRequest) -> Option<String> {
         return (x != y).then(|| format!("prompt ids `{x}` and `{y}` differ"));
     }
     if let (Some(x), Some(y)) = (text(b), text(c)) {
-        return (x != y)
-            .then(|| format!("prompt texts {} and {} differ", excerpt(&x), excerpt(&y)));
+        return (x != y).then(|| {
+            format!(
+                "prompt texts {} and {} differ",
+                excerpt(&x, 60),
+                excerpt(&y, 60)
+            )
+        });
     }
     if let (Some(x), Some(y)) = (ids(b), ids(c)) {
         return (x != y).then(|| {
@@ -503,15 +520,6 @@ fn prompt_difference(b: &TraceRequest, c: &TraceRequest) -> Option<String> {
          give both requests the suite's `prompt_id`"
             .into(),
     )
-}
-
-/// A quoted prompt, cut to a readable length.
-fn excerpt(text: &str) -> String {
-    const MAX: usize = 60;
-    match text.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{:?}…", &text[..cut]),
-        None => format!("{text:?}"),
-    }
 }
 
 /// Evidence a level needs: every trace of every side holds one of `kinds`.
@@ -954,6 +962,37 @@ mod tests {
         assert_eq!(access.level, AccessLevel::Activations);
         assert_eq!(access.claim_strength, ClaimStrength::ActivationDiagnostic);
         assert_missing(&access, "weight snapshots of both models not collected");
+    }
+
+    #[test]
+    fn each_claim_needs_its_own_evidence_below_the_cap() {
+        // Activations only: the cap is an activation diagnostic, but with no
+        // text or logits neither an output diff nor a distributional diff.
+        let kinds = [K::Activation];
+        let access = paired(&side("b", 2, &kinds), &side("c", 2, &kinds)).unwrap();
+        assert_eq!(access.claim_strength, ClaimStrength::ActivationDiagnostic);
+        assert_eq!(
+            access.can_claim,
+            vec![
+                ClaimStrength::BehavioralProfile,
+                ClaimStrength::ActivationDiagnostic
+            ]
+        );
+        assert!(!access.allows(ClaimStrength::DistributionalDiff));
+        let refused: Vec<ClaimStrength> = access.cannot_claim.iter().map(|u| u.strength).collect();
+        assert!(
+            refused.contains(&ClaimStrength::BlackBoxBehavioralDiff),
+            "{refused:?}"
+        );
+        assert!(
+            refused.contains(&ClaimStrength::DistributionalDiff),
+            "{refused:?}"
+        );
+        let reason = &access.cannot_claim[0].reason;
+        assert!(
+            reason.contains("paired text outputs not collected"),
+            "{reason}"
+        );
     }
 
     #[test]

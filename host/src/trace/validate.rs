@@ -23,6 +23,14 @@ pub enum Problem {
     #[error("span id `{0}` is used by more than one span; span ids must be unique within a trace")]
     DuplicateSpanId(String),
     #[error(
+        "artifact `{artifact}` keeps its raw tensor, but the request did not ask for raw tensors (`raw_tensors`)"
+    )]
+    RawNotRequested { artifact: String },
+    #[error(
+        "`{kind}` is recorded as missing at layer {layer}, but only activations are recorded per layer"
+    )]
+    LayerOfUnlayeredKind { kind: ArtifactKind, layer: usize },
+    #[error(
         "artifact id `{0}` is used by more than one artifact; artifact ids must be unique within a trace"
     )]
     DuplicateArtifactId(String),
@@ -278,6 +286,12 @@ impl Trace {
 
     fn check_data(&self, p: &mut Vec<Problem>) {
         for a in &self.artifacts {
+            if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !self.request.raw_tensors
+            {
+                p.push(Problem::RawNotRequested {
+                    artifact: a.id.clone(),
+                });
+            }
             if !a.data.fits(a.kind) {
                 p.push(Problem::DataDoesNotFitKind {
                     artifact: a.id.clone(),
@@ -287,8 +301,12 @@ impl Trace {
             }
             match &a.data {
                 ArtifactData::Tensor { summary, .. } => {
-                    let expected = summary.shape.iter().map(|&d| d as u64).product::<u64>();
-                    if expected != summary.numel {
+                    let expected = summary
+                        .shape
+                        .iter()
+                        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+                    if expected != Some(summary.numel) {
+                        let expected = expected.unwrap_or(u64::MAX);
                         p.push(Problem::SummaryShape {
                             artifact: a.id.clone(),
                             shape: summary.shape.clone(),
@@ -345,6 +363,10 @@ impl Trace {
             }
             let Some(layer) = m.layer else { continue };
             let (kind, layer) = (m.kind, layer);
+            if kind != ArtifactKind::Activation {
+                p.push(Problem::LayerOfUnlayeredKind { kind, layer });
+                continue;
+            }
             if !seen_layers.insert((kind, layer)) {
                 p.push(Problem::RecordedTwice {
                     kind,
@@ -405,9 +427,7 @@ impl Trace {
             });
         }
         for a in &self.artifacts {
-            if caps.support(a.kind) == SupportLevel::Unsupported
-                && caps.artifacts.contains_key(&a.kind)
-            {
+            if caps.artifacts.get(&a.kind) == Some(&SupportLevel::Unsupported) {
                 p.push(Problem::ProducedButDeclaredUnsupported {
                     artifact: a.id.clone(),
                     kind: a.kind,
@@ -781,6 +801,45 @@ mod tests {
         );
         t.missing[0].layer = Some(7);
         assert_problem(&t, "layer 7 was not requested");
+    }
+
+    #[test]
+    fn only_activations_are_missing_per_layer() {
+        let mut t = valid();
+        t.request.observe.push(ArtifactKind::Metric);
+        t.missing.push(MissingArtifact {
+            kind: ArtifactKind::Metric,
+            layer: Some(1),
+            reason: "x".into(),
+        });
+        assert_problem(
+            &t,
+            "`metric` is recorded as missing at layer 1, but only activations",
+        );
+    }
+
+    #[test]
+    fn raw_tensors_need_a_request_for_them() {
+        let mut t = valid();
+        if let ArtifactData::Tensor { raw, .. } = &mut t.artifacts[2].data {
+            *raw = true;
+        }
+        assert_problem(
+            &t,
+            "artifact `a2-logits` keeps its raw tensor, but the request did not ask",
+        );
+        t.request.raw_tensors = true;
+        assert_eq!(problems(&t), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_summary_shape_that_overflows_is_a_problem_not_a_panic() {
+        let mut t = valid();
+        if let ArtifactData::Tensor { summary, .. } = &mut t.artifacts[2].data {
+            summary.shape = vec![1 << 32, 1 << 32, 1 << 32];
+            summary.numel = 0;
+        }
+        assert_problem(&t, "artifact `a2-logits`'s tensor summary says 0 elements");
     }
 
     #[test]

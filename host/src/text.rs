@@ -1,0 +1,18 @@
+//! Small text helpers shared by messages and printed summaries.
+
+/// `text` quoted, cut to `max` characters with an ellipsis.
+pub fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{:?}…", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cuts_on_character_boundaries() {
+        assert_eq!(super::excerpt("héllo", 2), "\"hé\"…");
+        assert_eq!(super::excerpt("hi", 5), "\"hi\"");
+    }
+}
