@@ -8,6 +8,19 @@ pub fn excerpt(text: &str, max: usize) -> String {
     }
 }
 
+/// Items joined with ", ", or "none" when there are none.
+pub fn list<T: ToString>(items: &[T]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

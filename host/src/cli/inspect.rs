@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::bundle::{Bundle, Manifest};
 use crate::profile::{TraceProfileSummary, summarize_trace};
-use crate::text::excerpt;
+use crate::text::{excerpt, list};
 use crate::trace::{ArtifactData, ArtifactKind, MissingArtifact, Stage, Trace};
 
 /// Everything `inspect` shows.
@@ -189,18 +189,6 @@ fn bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
-fn list<T: ToString>(items: &[T]) -> String {
-    if items.is_empty() {
-        "none".into()
-    } else {
-        items
-            .iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 }
 

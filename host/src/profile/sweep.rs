@@ -145,8 +145,8 @@ pub enum SweepError {
          record the same artifacts for every trace in the sweep, or pass \
          `--allow-unstable-coverage` (`SweepOptions::allow_unstable_coverage`) \
          knowing the points then mix different work",
-        kind_list(.only_in_first),
-        kind_list(.only_in_other)
+        crate::text::list(.only_in_first),
+        crate::text::list(.only_in_other)
     )]
     UnstableCoverage {
         /// The first trace's id (the reference coverage).
@@ -185,18 +185,6 @@ fn observed_layers(trace: &Trace) -> Vec<String> {
         .filter_map(|a| a.layer.map(|l| (a.kind, l)))
         .collect();
     pairs.into_iter().map(|(k, l)| format!("{k}@{l}")).collect()
-}
-
-fn kind_list(kinds: &[ArtifactKind]) -> String {
-    if kinds.is_empty() {
-        "none".to_owned()
-    } else {
-        kinds
-            .iter()
-            .map(|k| k.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 /// Groups `traces` by their value on `axis` into points, ascending.
