@@ -175,33 +175,53 @@ impl TensorRef<'_> {
         (i < self.numel()).then(|| self.value(i))
     }
 
-    /// Shape, dtype and statistics, accumulated in f64 over finite values.
+    /// Calls `f` with every element widened to f64, in order; the dtype is
+    /// matched once, not per element.
+    fn for_each_value(&self, mut f: impl FnMut(f64)) {
+        fn each<const N: usize>(bytes: &[u8], mut g: impl FnMut([u8; N])) {
+            for chunk in bytes.chunks_exact(N) {
+                g(chunk.try_into().expect("chunks_exact yields N bytes"));
+            }
+        }
+        match self.dtype {
+            DType::F32 => each(self.bytes, |b| f(f32::from_le_bytes(b) as f64)),
+            DType::F16 => each(self.bytes, |b| f(f16::from_le_bytes(b).to_f64())),
+            DType::Bf16 => each(self.bytes, |b| f(bf16::from_le_bytes(b).to_f64())),
+            DType::F64 => each(self.bytes, |b| f(f64::from_le_bytes(b))),
+            DType::I32 => each(self.bytes, |b| f(i32::from_le_bytes(b) as f64)),
+            DType::I64 => each(self.bytes, |b| f(i64::from_le_bytes(b) as f64)),
+            DType::U32 => each(self.bytes, |b| f(u32::from_le_bytes(b) as f64)),
+            DType::U8 => self.bytes.iter().for_each(|&b| f(b as f64)),
+        }
+    }
+
+    /// Shape, dtype and statistics over the finite values, in f64. The
+    /// variance uses Welford's update, which stays accurate when the mean is
+    /// large next to the spread (a plain sum of squares would cancel).
     pub fn summarize(&self) -> TensorSummary {
         let n = self.numel();
-        let (mut count, mut sum, mut sum_sq) = (0u64, 0.0f64, 0.0f64);
+        let (mut count, mut mean, mut m2, mut sum_sq) = (0u64, 0.0f64, 0.0f64, 0.0f64);
         let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
-        for i in 0..n {
-            let v = self.value(i);
+        self.for_each_value(|v| {
             if !v.is_finite() {
-                continue;
+                return;
             }
             count += 1;
-            sum += v;
+            let delta = v - mean;
+            mean += delta / count as f64;
+            m2 += delta * (v - mean);
             sum_sq += v * v;
             min = min.min(v);
             max = max.max(v);
-        }
+        });
         let finite = count > 0;
-        let mean = sum / count as f64;
-        // Population variance; clamp the tiny negatives rounding can give.
-        let var = (sum_sq / count as f64 - mean * mean).max(0.0);
         TensorSummary {
             shape: self.shape.to_vec(),
             dtype: self.dtype,
             numel: n as u64,
             non_finite: n as u64 - count,
             mean: finite.then_some(mean),
-            std: finite.then(|| var.sqrt()),
+            std: finite.then(|| (m2 / count as f64).sqrt()),
             min: finite.then_some(min),
             max: finite.then_some(max),
             l2_norm: finite.then(|| sum_sq.sqrt()),
@@ -262,6 +282,21 @@ mod tests {
             .collect();
         let t = TensorData::new(DType::F16, vec![2], bytes).unwrap();
         assert_eq!(t.as_ref().to_f32_vec(), vec![1.5, -0.5]);
+    }
+
+    #[test]
+    fn the_spread_survives_a_large_mean() {
+        // 1e9 + {0, 1, 2}: std sqrt(2/3); a sum of squares in f64 would lose it.
+        let values = [1e9, 1e9 + 1.0, 1e9 + 2.0];
+        let bytes = values.iter().flat_map(|v: &f64| v.to_le_bytes()).collect();
+        let t = TensorData::new(DType::F64, vec![3], bytes).unwrap();
+        let s = t.as_ref().summarize();
+        assert!(
+            (s.std.unwrap() - (2.0f64 / 3.0).sqrt()).abs() < 1e-9,
+            "{:?}",
+            s.std
+        );
+        assert_eq!(s.mean, Some(1e9 + 1.0));
     }
 
     #[test]
