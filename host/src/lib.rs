@@ -11,6 +11,7 @@
 pub mod bundle;
 pub mod cli;
 pub mod hash;
+pub mod model;
 pub mod profile;
 pub mod report;
 pub mod text;

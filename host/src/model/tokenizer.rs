@@ -1,0 +1,105 @@
+//! The tokenizer a GGUF file describes, built as its metadata says.
+//!
+//! candle's own GGUF tokenizer helper sets `add_prefix_space = true` even
+//! when the file says `add_space_prefix: false`, which turns
+//! `<|im_start|>user` into `<|im_start|>` `Ġuser`; this builds the
+//! pre-tokenizer from the metadata instead.
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, Tokenizer};
+
+use super::ModelError;
+
+/// GGUF token type of control tokens (`<|im_start|>`...), matched whole.
+const CONTROL: i32 = 3;
+
+/// A byte-level BPE tokenizer from `tokenizer.ggml.*` metadata.
+pub fn from_gguf(content: &Content) -> Result<Tokenizer, ModelError> {
+    let err = |m: String| ModelError::Tokenizer(m);
+    let get = |key: &str| {
+        content
+            .metadata
+            .get(key)
+            .ok_or_else(|| err(format!("GGUF metadata has no `{key}`")))
+    };
+    let strings = |key: &str| -> Result<Vec<String>, ModelError> {
+        get(key)?
+            .to_vec()
+            .and_then(|v| v.iter().map(|s| s.to_string().cloned()).collect())
+            .map_err(|e| err(format!("`{key}` is not a list of strings: {e}")))
+    };
+    match get("tokenizer.ggml.model")?.to_string() {
+        Ok(m) if m == "gpt2" => {}
+        other => {
+            return Err(err(format!(
+                "tokenizer model {other:?} is not supported; byte-level BPE (`gpt2`) is"
+            )));
+        }
+    }
+    let tokens = strings("tokenizer.ggml.tokens")?;
+    let types: Vec<i32> = get("tokenizer.ggml.token_type")?
+        .to_vec()
+        .and_then(|v| v.iter().map(Value::to_i32).collect())
+        .map_err(|e| {
+            err(format!(
+                "`tokenizer.ggml.token_type` is not a list of i32: {e}"
+            ))
+        })?;
+    let merges = strings("tokenizer.ggml.merges")?
+        .into_iter()
+        .map(|m| match m.split_once(' ') {
+            Some((a, b)) => Ok((a.to_owned(), b.to_owned())),
+            None => Err(err(format!(
+                "merge `{m}` is not two tokens separated by a space"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let add_prefix_space = match content.metadata.get("tokenizer.ggml.add_space_prefix") {
+        Some(v) => v.to_bool().map_err(|e| err(e.to_string()))?,
+        None => false,
+    };
+
+    let vocab: ahash::AHashMap<String, u32> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| err(format!("cannot build the BPE model: {e}")))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    let byte_level = ByteLevel::new(add_prefix_space, true, true);
+    let pre = match content.metadata.get("tokenizer.ggml.pre") {
+        Some(v) => v.to_string().map_err(|e| err(e.to_string()))?.clone(),
+        None => "default".to_owned(),
+    };
+    match pre.as_str() {
+        // Digits one by one, then GPT-2 byte-level splitting (llama.cpp's `smollm`).
+        "smollm" => tokenizer.with_pre_tokenizer(Some(Sequence::new(vec![
+            Digits::new(true).into(),
+            byte_level.into(),
+        ]))),
+        "default" | "gpt2" => tokenizer.with_pre_tokenizer(Some(byte_level)),
+        other => {
+            return Err(err(format!(
+                "pre-tokenizer `{other}` (tokenizer.ggml.pre) is not supported yet; supported: smollm, gpt2, default"
+            )));
+        }
+    };
+    tokenizer.with_decoder(Some(ByteLevel::default()));
+    let control: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(_, t)| **t == CONTROL)
+        .map(|(s, _)| AddedToken::from(s.clone(), true))
+        .collect();
+    tokenizer
+        .add_special_tokens(control)
+        .map_err(|e| err(format!("cannot add control tokens: {e}")))?;
+    Ok(tokenizer)
+}
