@@ -10,7 +10,9 @@
 
 pub mod bundle;
 pub mod cli;
+pub mod executor;
 pub mod hash;
+pub mod intervene;
 pub mod model;
 pub mod profile;
 pub mod report;

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use candle_core::{D, Device, IndexOp};
-use vauban::model::gguf::GgufModel;
-use vauban::model::llama::log_softmax;
+use vauban::model::LoadedModel;
+use vauban::model::llama::{WeightMode, log_softmax};
 
 fn model_path() -> PathBuf {
     let dir = std::env::var_os("VAUBAN_MODELS")
@@ -20,8 +20,8 @@ fn model_path() -> PathBuf {
 
 /// The model, loaded once for all tests of this file; `None` (after a
 /// message) when the file is absent.
-fn model() -> Option<&'static GgufModel> {
-    static MODEL: OnceLock<Option<GgufModel>> = OnceLock::new();
+fn model() -> Option<&'static LoadedModel> {
+    static MODEL: OnceLock<Option<LoadedModel>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
             let path = model_path();
@@ -32,13 +32,13 @@ fn model() -> Option<&'static GgufModel> {
                 );
                 return None;
             }
-            Some(GgufModel::open(&path, &Device::Cpu).expect("SmolLM2 loads"))
+            Some(LoadedModel::load(&path, WeightMode::Native, &Device::Cpu).expect("SmolLM2 loads"))
         })
         .as_ref()
 }
 
-fn encode(m: &GgufModel, text: &str) -> Vec<u32> {
-    m.tokenizer.encode(text, false).unwrap().get_ids().to_vec()
+fn encode(m: &LoadedModel, text: &str) -> Vec<u32> {
+    m.encode_raw(text).unwrap()
 }
 
 #[test]
@@ -49,6 +49,8 @@ fn config_comes_from_the_gguf_metadata() {
     assert_eq!((c.heads, c.kv_heads, c.head_dim), (9, 3, 64));
     assert_eq!(c.rope_theta, 100_000.0);
     assert_eq!(m.model.vocab(), 49152);
+    assert!(!m.special.add_bos, "this GGUF says add_bos_token = false");
+    assert_eq!(m.special.eos, [(2, "<|im_end|>".to_string())]);
 }
 
 #[test]
@@ -126,4 +128,95 @@ fn residuals_are_observed_at_the_requested_layers_only() {
     );
     let err = m.model.forward(&[], &[]).err().unwrap().to_string();
     assert!(err.contains("no token ids"), "{err}");
+}
+
+#[test]
+fn the_chat_template_renders_as_the_model_says_with_the_default_system_prompt() {
+    let Some(m) = model() else { return };
+    let chat = m.chat().unwrap();
+    let msg = vauban::model::chat::Message::new("user", "What is the capital of France?");
+    let text = chat.render(&[msg], true).unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+         <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let ids = m.encode(&text).unwrap();
+    // <|im_start|> system \n ... <|im_end|> \n <|im_start|> user \n
+    assert_eq!(ids[..3], [1, 9690, 198]);
+    assert_eq!(ids[ids.len() - 4..], [1, 520, 9531, 198]);
+    assert_eq!(
+        ids.iter().filter(|&&i| i == 1).count(),
+        3,
+        "three turns open"
+    );
+    assert_eq!(
+        ids.iter().filter(|&&i| i == 2).count(),
+        2,
+        "two turns close"
+    );
+    assert_eq!(m.decode(&ids).unwrap(), text);
+}
+
+fn direction_file(dir: &std::path::Path, values: &[f32]) -> PathBuf {
+    let path = dir.join("d.safetensors");
+    let t = candle_core::Tensor::new(values, &Device::Cpu).unwrap();
+    candle_core::safetensors::save(&[("direction".to_string(), t)].into_iter().collect(), &path)
+        .unwrap();
+    path
+}
+
+/// Last-position logits with one subtract intervention at layer 10.
+fn logits_with(m: &LoadedModel, direction: &[f32]) -> Vec<f32> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = direction_file(dir.path(), direction);
+    let spec: vauban::intervene::InterventionSpec =
+        format!("layer=10,mode=subtract,direction={}", file.display())
+            .parse()
+            .unwrap();
+    let iv = [spec.resolve(576, 30, &Device::Cpu).unwrap()];
+    let mut hook = vauban::executor::candle::RunHook::new(&iv);
+    let ids = encode(m, "The capital of France is");
+    let (logits, _) = m
+        .model
+        .run(&ids, None, &mut hook, vauban::model::llama::LogitsAt::Last)
+        .unwrap();
+    assert_eq!(hook.effects[0].applied.len(), ids.len());
+    logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+#[test]
+fn subtracting_a_random_direction_changes_the_logits_and_the_zero_direction_does_not() {
+    let Some(m) = model() else { return };
+    let plain = {
+        let ids = encode(m, "The capital of France is");
+        let out = m.model.forward(&ids, &[]).unwrap();
+        out.logits
+            .i(ids.len() - 1)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    // A seeded random unit direction (xorshift, then normalised).
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut d: Vec<f32> = (0..576)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    let norm = d.iter().map(|v| v * v).sum::<f32>().sqrt();
+    d.iter_mut().for_each(|v| *v /= norm);
+    let random = logits_with(m, &d);
+    let zero = logits_with(m, &[0.0; 576]);
+    assert_eq!(zero, plain, "the zero direction is a no-op");
+    let diff = random
+        .iter()
+        .zip(&plain)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    eprintln!("random unit direction at layer 10: max |Δlogit| {diff:.4}");
+    assert!(diff > 1e-3, "max |Δlogit| {diff}");
 }

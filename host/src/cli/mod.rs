@@ -3,6 +3,7 @@
 //! prints them and exits non-zero.
 
 mod inspect;
+mod model;
 
 use std::path::PathBuf;
 
@@ -34,9 +35,34 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Read and check trace bundles (the on-disk record of runs).
+    /// Trace a model (`vauban trace --model PATH --prompt … --out BUNDLE`),
+    /// or read and check trace bundles (`inspect`, `validate`, `sweep`).
+    Trace(TraceArgs),
+    /// Generate text from a model, with its chat template (or --raw),
+    /// greedy or seeded sampling, and optional interventions.
+    Generate(model::GenerateArgs),
+    /// Change a model's weights and export the result.
     #[command(subcommand)]
-    Trace(TraceCommand),
+    Model(ModelCommand),
+}
+
+/// `vauban trace`: run a model, or a bundle subcommand.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    pub command: Option<TraceCommand>,
+    #[command(flatten)]
+    pub run: model::TraceRunArgs,
+}
+
+/// `vauban model ...`
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Remove a direction from every matrix that writes into the residual
+    /// stream (W ← W − r̂(r̂ᵀW) on attn_output and ffn_down; weight-level
+    /// directional ablation) and write the model as an HF folder.
+    Orthogonalize(model::OrthogonalizeArgs),
 }
 
 /// `vauban trace ...`
@@ -104,9 +130,14 @@ impl Cli {
     /// Runs the command, writing its output to `out`.
     pub fn run(&self, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         match &self.command {
-            Command::Trace(TraceCommand::Inspect(args)) => inspect_bundle(args, out),
-            Command::Trace(TraceCommand::Validate(args)) => validate_bundle(args, out),
-            Command::Trace(TraceCommand::Sweep(args)) => sweep_bundle(args, out),
+            Command::Trace(t) => match &t.command {
+                Some(TraceCommand::Inspect(args)) => inspect_bundle(args, out),
+                Some(TraceCommand::Validate(args)) => validate_bundle(args, out),
+                Some(TraceCommand::Sweep(args)) => sweep_bundle(args, out),
+                None => model::trace(&t.run, out),
+            },
+            Command::Generate(args) => model::generate_text(args, out),
+            Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
         }
     }
 }

@@ -1,113 +1,89 @@
-//! A GGUF file: llama-family config from its metadata, its tokenizer, and
-//! its weights (kept quantized; candle's quantized matmul runs them).
+//! GGUF files: the config from the metadata, the tokenizer and chat
+//! template from the metadata, and the weights (quantized ones kept
+//! quantized unless [`WeightMode::F32`] asks otherwise).
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::Device;
-use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::Content;
 
-use super::ModelError;
-use super::llama::{Llama, LlamaConfig};
+use super::config::LlamaConfig;
+use super::llama::{Llama, Weight, WeightMode};
+use super::{ModelError, Special};
 
-/// Architectures whose GGUF tensors follow llama's names and layout.
-const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
-
-/// A GGUF model loaded for the forward pass.
-pub struct GgufModel {
-    pub path: PathBuf,
+/// Everything a GGUF file holds, loaded.
+pub struct GgufParts {
     pub config: LlamaConfig,
     pub tokenizer: tokenizers::Tokenizer,
+    pub chat_template: Option<String>,
+    pub special: Special,
     pub model: Llama,
 }
 
-impl GgufModel {
-    /// Reads the file's metadata, builds the tokenizer, loads every weight.
-    pub fn open(path: impl AsRef<Path>, device: &Device) -> Result<Self, ModelError> {
-        let path = path.as_ref().to_path_buf();
-        let io = |source| ModelError::Io {
-            path: path.clone(),
-            source,
-        };
-        let mut file = File::open(&path).map_err(io)?;
-        let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let config = config(&path, &content)?;
-        let tokenizer = super::tokenizer::from_gguf(&content)?;
-        let mut load = |name: &str| -> Result<QTensor, ModelError> {
-            content
-                .tensor(&mut file, name, device)
-                .map_err(|e| ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.to_owned(),
-                    problem: e.to_string(),
-                })
-        };
-        let tied = !content.tensor_infos.contains_key("output.weight");
-        let model = Llama::load(&config, tied, &mut load, device)?;
-        Ok(GgufModel {
-            path,
-            config,
-            tokenizer,
-            model,
-        })
+/// Reads the metadata, builds the tokenizer, loads every weight.
+pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<GgufParts, ModelError> {
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut config = LlamaConfig::from_gguf(path, &content)?;
+    if config.rope_scaling.is_none() && content.tensor_infos.contains_key("rope_freqs.weight") {
+        let factors = content
+            .tensor(&mut file, "rope_freqs.weight", &Device::Cpu)
+            .and_then(|q| q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
+            .map_err(|e| ModelError::Tensor {
+                path: path.to_path_buf(),
+                tensor: "rope_freqs.weight".into(),
+                problem: e.to_string(),
+            })?;
+        config.rope_scaling = Some(super::config::RopeScaling::FreqFactors { factors });
     }
-}
-
-/// The llama config a GGUF file's metadata describes.
-fn config(path: &Path, content: &Content) -> Result<LlamaConfig, ModelError> {
-    let md = |key: &str| {
+    config.check(path)?;
+    let tokenizer = super::tokenizer::from_gguf(&content)?;
+    let md_str = |key: &str| {
         content
             .metadata
             .get(key)
-            .ok_or_else(|| ModelError::Metadata {
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+    };
+    let md_u32 = |key: &str| content.metadata.get(key).and_then(|v| v.to_u32().ok());
+    let special = Special::from_ids(
+        &tokenizer,
+        md_u32("tokenizer.ggml.bos_token_id"),
+        md_u32("tokenizer.ggml.eos_token_id").into_iter().collect(),
+        content
+            .metadata
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(|v| v.to_bool().ok())
+            .unwrap_or(false),
+    );
+    let chat_template = md_str("tokenizer.chat_template");
+    let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
+        if !content.tensor_infos.contains_key(name) {
+            return Ok(None);
+        }
+        content
+            .tensor(&mut file, name, device)
+            .map(|q| Some(Weight::Quant(q)))
+            .map_err(|e| ModelError::Tensor {
                 path: path.to_path_buf(),
-                key: key.to_owned(),
-                problem: "is missing".into(),
+                tensor: name.to_owned(),
+                problem: e.to_string(),
             })
     };
-    let bad = |key: &str, e: candle_core::Error| ModelError::Metadata {
-        path: path.to_path_buf(),
-        key: key.to_owned(),
-        problem: format!("has the wrong type: {e}"),
-    };
-    let arch = md("general.architecture")?
-        .to_string()
-        .map_err(|e| bad("general.architecture", e))?
-        .clone();
-    if !LLAMA_FAMILY.contains(&arch.as_str()) {
-        return Err(ModelError::UnsupportedArchitecture {
-            path: path.to_path_buf(),
-            found: arch,
-        });
-    }
-    let u = |key: &str| -> Result<usize, ModelError> {
-        let key = format!("{arch}.{key}");
-        md(&key)?
-            .to_u32()
-            .map(|v| v as usize)
-            .map_err(|e| bad(&key, e))
-    };
-    let f = |key: &str, default: f32| -> Result<f32, ModelError> {
-        let key = format!("{arch}.{key}");
-        match content.metadata.get(&key) {
-            Some(v) => v.to_f32().map_err(|e| bad(&key, e)),
-            None => Ok(default),
-        }
-    };
-    let hidden = u("embedding_length")?;
-    let heads = u("attention.head_count")?;
-    Ok(LlamaConfig {
-        hidden,
-        layers: u("block_count")?,
-        heads,
-        kv_heads: u("attention.head_count_kv")?,
-        head_dim: u("rope.dimension_count").unwrap_or(hidden / heads),
-        ffn: u("feed_forward_length")?,
-        rms_eps: f("attention.layer_norm_rms_epsilon", 1e-5)? as f64,
-        rope_theta: f("rope.freq_base", 10_000.0)?,
+    let model = Llama::load(&config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
+    Ok(GgufParts {
+        config,
+        tokenizer,
+        chat_template,
+        special,
+        model,
     })
 }

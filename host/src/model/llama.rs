@@ -1,38 +1,256 @@
 //! The llama-family forward pass (llama 2/3, SmolLM2, Qwen2, Mistral):
 //! RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, with a hook
-//! on the residual stream after every block. Weights stay quantized and run
-//! through candle's quantized matmul.
+//! after every block that can read and replace the residual stream, and a
+//! KV cache so a decode step runs one token.
+//!
+//! Quantized weights stay quantized and run through candle's quantized
+//! matmul; dense weights (safetensors, or GGUF dequantized at load) run as
+//! plain matmuls. Activations are f32.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
-use candle_nn::rotary_emb::rope_i;
+use candle_nn::rotary_emb::{rope, rope_i};
 
 use super::ModelError;
+use super::config::{LlamaConfig, RopeStyle};
 
-/// The shape of a llama-family model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LlamaConfig {
-    pub hidden: usize,
-    pub layers: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub ffn: usize,
-    pub rms_eps: f64,
-    pub rope_theta: f32,
+/// A weight as its file stores it.
+pub enum Weight {
+    /// GGUF block-quantized (or f32/f16 in a GGUF container).
+    Quant(QTensor),
+    /// A dense tensor (safetensors, or a dequantized GGUF tensor).
+    Dense(Tensor),
+}
+
+impl Weight {
+    pub fn dims(&self) -> Vec<usize> {
+        match self {
+            Weight::Quant(q) => q.shape().dims().to_vec(),
+            Weight::Dense(t) => t.dims().to_vec(),
+        }
+    }
+
+    /// The weight as a dense f32 tensor.
+    pub fn dense(self, device: &Device) -> Result<Tensor, ModelError> {
+        Ok(match self {
+            Weight::Quant(q) => q.dequantize(device)?,
+            Weight::Dense(t) => t.to_dtype(DType::F32)?,
+        })
+    }
+}
+
+/// How to hold matrix weights in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightMode {
+    /// As the file stores them: quantized GGUF stays quantized (small, and
+    /// slow on CPU for formats candle has no fast kernel for, such as Q4_1).
+    #[default]
+    Native,
+    /// Dequantized to f32 at load: more memory, often faster on CPU.
+    F32,
+}
+
+/// A projection `y = x Wᵀ (+ b)`.
+struct Linear {
+    w: QMatMul,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    fn new(
+        w: Weight,
+        b: Option<Tensor>,
+        mode: WeightMode,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let w = match (w, mode) {
+            (Weight::Quant(q), WeightMode::Native) => QMatMul::from_arc(Arc::new(q))?,
+            (w, _) => QMatMul::Tensor(w.dense(device)?),
+        };
+        Ok(Linear { w, b })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        let y = self.w.forward(x)?;
+        Ok(match &self.b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+
+    /// The matrix, dequantized to f32, `[out, in]`.
+    fn dense(&self) -> Result<Tensor, ModelError> {
+        Ok(match &self.w {
+            QMatMul::QTensor(q) => q.dequantize(&q.device())?,
+            QMatMul::Tensor(t) => t.clone(),
+            QMatMul::TensorF16(t) => t.to_dtype(DType::F32)?,
+        })
+    }
+
+    fn is_quantized(&self) -> bool {
+        matches!(self.w, QMatMul::QTensor(_))
+    }
 }
 
 struct Block {
     attn_norm: Tensor,
-    q: QMatMul,
-    k: QMatMul,
-    v: QMatMul,
-    o: QMatMul,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
     ffn_norm: Tensor,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// The matrices of a block, by their role.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Matrix {
+    AttnQ,
+    AttnK,
+    AttnV,
+    /// Writes the attention output into the residual stream.
+    AttnOutput,
+    FfnGate,
+    FfnUp,
+    /// Writes the MLP output into the residual stream.
+    FfnDown,
+}
+
+impl Matrix {
+    pub const ALL: [Matrix; 7] = [
+        Matrix::AttnQ,
+        Matrix::AttnK,
+        Matrix::AttnV,
+        Matrix::AttnOutput,
+        Matrix::FfnGate,
+        Matrix::FfnUp,
+        Matrix::FfnDown,
+    ];
+
+    /// The GGUF tensor name stem (`blk.N.<stem>.weight`).
+    pub fn gguf_stem(self) -> &'static str {
+        match self {
+            Matrix::AttnQ => "attn_q",
+            Matrix::AttnK => "attn_k",
+            Matrix::AttnV => "attn_v",
+            Matrix::AttnOutput => "attn_output",
+            Matrix::FfnGate => "ffn_gate",
+            Matrix::FfnUp => "ffn_up",
+            Matrix::FfnDown => "ffn_down",
+        }
+    }
+}
+
+/// What the hook sees after one block.
+pub struct BlockView<'a> {
+    pub layer: usize,
+    /// The absolute position of the first token of this pass.
+    pub offset: usize,
+    /// The attention output added to the residual stream, `[1, t, hidden]`.
+    pub attn_out: &'a Tensor,
+    /// The MLP output added to the residual stream, `[1, t, hidden]`.
+    pub mlp_out: &'a Tensor,
+}
+
+/// Reads (and may replace) the residual stream after every block.
+pub trait BlockHook {
+    /// `resid`: the residual stream after block `view.layer`, `[1, t, hidden]`.
+    /// Returning `Some` replaces it for the rest of the pass.
+    fn after_block(
+        &mut self,
+        view: &BlockView<'_>,
+        resid: &Tensor,
+    ) -> Result<Option<Tensor>, ModelError>;
+}
+
+/// The hook that does nothing.
+pub struct NoHook;
+
+impl BlockHook for NoHook {
+    fn after_block(&mut self, _: &BlockView<'_>, _: &Tensor) -> Result<Option<Tensor>, ModelError> {
+        Ok(None)
+    }
+}
+
+/// Keeps the residual stream after the listed blocks.
+pub struct Observe<'a> {
+    pub layers: &'a [usize],
+    pub residuals: Vec<(usize, Tensor)>,
+}
+
+impl BlockHook for Observe<'_> {
+    fn after_block(
+        &mut self,
+        v: &BlockView<'_>,
+        resid: &Tensor,
+    ) -> Result<Option<Tensor>, ModelError> {
+        if self.layers.contains(&v.layer) {
+            self.residuals.push((v.layer, resid.clone()));
+        }
+        Ok(None)
+    }
+}
+
+/// Keys and values of every block for the positions seen so far.
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held by the cached keys and values.
+    pub fn bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| ((k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()) as u64)
+            .sum()
+    }
+}
+
+/// Which positions get logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsAt {
+    /// Every position (teacher-forced log-probabilities of a prompt).
+    All,
+    /// The last position only (generation).
+    Last,
+}
+
+/// What one forward pass produced.
+pub struct Forward {
+    /// Next-token logits, `[positions, vocab]`, f32.
+    pub logits: Tensor,
+    /// The residual stream after each observed block, `[1, tokens, hidden]`.
+    pub residuals: Vec<(usize, Tensor)>,
+}
+
+/// Wall-clock time inside a pass, split where the trace wants spans.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PassTiming {
+    /// Time spent in the hook (observation and intervention).
+    pub hook_ns: u64,
+    /// The final norm and output projection.
+    pub lm_head_ns: u64,
 }
 
 /// A loaded llama-family model.
@@ -41,174 +259,416 @@ pub struct Llama {
     embed: Tensor,
     blocks: Vec<Block>,
     norm: Tensor,
-    output: QMatMul,
-    vocab: usize,
+    output: Linear,
+    inv_freqs: Tensor,
     device: Device,
 }
 
-/// What one forward pass produced.
-pub struct Forward {
-    /// Next-token logits at every position, `[tokens, vocab]`, f32.
-    pub logits: Tensor,
-    /// The residual stream after each observed block, `[1, tokens, hidden]`.
-    pub residuals: Vec<(usize, Tensor)>,
-}
+/// Names a loader is asked for, in GGUF form (`blk.3.attn_q.weight`);
+/// `Ok(None)` means the file does not hold it.
+pub type LoadFn<'a> = dyn FnMut(&str) -> Result<Option<Weight>, ModelError> + 'a;
 
 impl Llama {
-    /// Loads every weight by its GGUF name through `load`, checking shapes
-    /// against the config.
-    /// `tied_output`: the output projection is the token embedding (no
-    /// `output.weight` in the file).
+    /// Loads every weight through `load` (GGUF names), checking each shape
+    /// against `config`.
     pub fn load(
         config: &LlamaConfig,
-        tied_output: bool,
-        load: &mut dyn FnMut(&str) -> Result<QTensor, ModelError>,
+        mode: WeightMode,
+        load: &mut LoadFn<'_>,
         device: &Device,
     ) -> Result<Self, ModelError> {
         let c = config;
-        let embed_q = load("token_embd.weight")?;
-        let vocab = embed_q.shape().dims()[0];
-        let embed = embed_q.dequantize(device)?;
-        let output = if tied_output {
-            QMatMul::from_qtensor(embed_q)?
-        } else {
-            QMatMul::from_qtensor(load("output.weight")?)?
-        };
-        let mut get = |name: &str, shape: &[usize]| -> Result<QTensor, ModelError> {
-            let t = load(name)?;
-            // GGUF dims are listed innermost first; candle reverses them.
-            if t.shape().dims() != shape {
+        let mut get = |name: &str, shape: &[usize]| -> Result<Weight, ModelError> {
+            let w = load(name)?.ok_or_else(|| ModelError::MissingTensor {
+                tensor: name.to_owned(),
+                path: None,
+            })?;
+            if w.dims() != shape {
                 return Err(ModelError::ShapeMismatch {
                     tensor: name.to_owned(),
-                    found: t.shape().dims().to_vec(),
+                    found: w.dims(),
                     expected: shape.to_vec(),
+                    path: None,
                 });
             }
-            Ok(t)
+            Ok(w)
+        };
+        let embed_w = get("token_embd.weight", &[c.vocab, c.hidden])?;
+        let (embed, output) = if c.tied_embeddings {
+            match (embed_w, mode) {
+                // Keep the quantized copy for the output matmul, as llama.cpp does.
+                (Weight::Quant(q), WeightMode::Native) => {
+                    let embed = q.dequantize(device)?;
+                    let output = Linear::new(Weight::Quant(q), None, mode, device)?;
+                    (embed, output)
+                }
+                (w, _) => {
+                    let embed = w.dense(device)?;
+                    let output = Linear::new(Weight::Dense(embed.clone()), None, mode, device)?;
+                    (embed, output)
+                }
+            }
+        } else {
+            let embed = embed_w.dense(device)?;
+            let output = Linear::new(
+                get("output.weight", &[c.vocab, c.hidden])?,
+                None,
+                mode,
+                device,
+            )?;
+            (embed, output)
         };
         let (q_out, kv_out) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            let mut mm = |s: &str, shape: &[usize]| -> Result<QMatMul, ModelError> {
-                Ok(QMatMul::from_qtensor(get(&n(s), shape)?)?)
+            let n = |s: &str, kind: &str| format!("blk.{i}.{s}.{kind}");
+            let mut lin = |s: &str, shape: &[usize], bias: bool| -> Result<Linear, ModelError> {
+                let w = get(&n(s, "weight"), shape)?;
+                let b = match bias {
+                    true => Some(get(&n(s, "bias"), &shape[..1])?.dense(device)?),
+                    false => None,
+                };
+                Linear::new(w, b, mode, device)
             };
-            blocks.push(Block {
-                q: mm("attn_q", &[q_out, c.hidden])?,
-                k: mm("attn_k", &[kv_out, c.hidden])?,
-                v: mm("attn_v", &[kv_out, c.hidden])?,
-                o: mm("attn_output", &[c.hidden, q_out])?,
-                gate: mm("ffn_gate", &[c.ffn, c.hidden])?,
-                up: mm("ffn_up", &[c.ffn, c.hidden])?,
-                down: mm("ffn_down", &[c.hidden, c.ffn])?,
-                attn_norm: get(&n("attn_norm"), &[c.hidden])?.dequantize(device)?,
-                ffn_norm: get(&n("ffn_norm"), &[c.hidden])?.dequantize(device)?,
-            });
+            let bias = c.qkv_bias;
+            let block = Block {
+                q: lin("attn_q", &[q_out, c.hidden], bias)?,
+                k: lin("attn_k", &[kv_out, c.hidden], bias)?,
+                v: lin("attn_v", &[kv_out, c.hidden], bias)?,
+                o: lin("attn_output", &[c.hidden, q_out], false)?,
+                gate: lin("ffn_gate", &[c.ffn, c.hidden], false)?,
+                up: lin("ffn_up", &[c.ffn, c.hidden], false)?,
+                down: lin("ffn_down", &[c.hidden, c.ffn], false)?,
+                attn_norm: get(&n("attn_norm", "weight"), &[c.hidden])?.dense(device)?,
+                ffn_norm: get(&n("ffn_norm", "weight"), &[c.hidden])?.dense(device)?,
+            };
+            blocks.push(block);
         }
-        let norm = get("output_norm.weight", &[c.hidden])?.dequantize(device)?;
+        let norm = get("output_norm.weight", &[c.hidden])?.dense(device)?;
+        let inv_freqs = Tensor::new(c.inv_freqs().as_slice(), device)?;
         Ok(Llama {
             config: config.clone(),
             embed,
             blocks,
             norm,
             output,
-            vocab,
+            inv_freqs,
             device: device.clone(),
         })
     }
 
-    /// The model's config.
     pub fn config(&self) -> &LlamaConfig {
         &self.config
     }
 
-    /// Vocabulary size.
     pub fn vocab(&self) -> usize {
-        self.vocab
+        self.config.vocab
     }
 
-    /// Runs `ids` through the model, keeping the residual stream after each
-    /// block in `observe`.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether any matrix runs quantized.
+    pub fn is_quantized(&self) -> bool {
+        self.output.is_quantized()
+            || self.blocks.iter().any(|b| {
+                [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]
+                    .iter()
+                    .any(|l| l.is_quantized())
+            })
+    }
+
+    /// An empty KV cache for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            layers: (0..self.config.layers).map(|_| None).collect(),
+            len: 0,
+        }
+    }
+
+    /// Checks `layers` against the model, naming the first out of range.
+    pub fn check_layers(&self, layers: &[usize]) -> Result<(), ModelError> {
+        match layers.iter().find(|&&l| l >= self.config.layers) {
+            Some(&layer) => Err(ModelError::LayerOutOfRange {
+                layer,
+                count: self.config.layers,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A whole forward pass over `ids` from position 0, keeping the residual
+    /// stream after the blocks in `observe`, logits at every position.
     pub fn forward(&self, ids: &[u32], observe: &[usize]) -> Result<Forward, ModelError> {
+        self.check_layers(observe)?;
+        let mut hook = Observe {
+            layers: observe,
+            residuals: Vec::new(),
+        };
+        let (logits, _) = self.run(ids, None, &mut hook, LogitsAt::All)?;
+        Ok(Forward {
+            logits,
+            residuals: hook.residuals,
+        })
+    }
+
+    /// Runs `ids` as the next positions after what `cache` holds (from 0
+    /// without a cache), calling `hook` after every block.
+    pub fn run(
+        &self,
+        ids: &[u32],
+        mut cache: Option<&mut KvCache>,
+        hook: &mut dyn BlockHook,
+        at: LogitsAt,
+    ) -> Result<(Tensor, PassTiming), ModelError> {
         let c = &self.config;
         if ids.is_empty() {
             return Err(ModelError::EmptyInput);
         }
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(ModelError::TokenOutOfRange {
-                id,
-                vocab: self.vocab,
-            });
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
         }
-        if let Some(&layer) = observe.iter().find(|&&l| l >= c.layers) {
-            return Err(ModelError::LayerOutOfRange {
-                layer,
-                count: c.layers,
-            });
-        }
+        let offset = cache.as_ref().map_or(0, |c| c.len);
         let t = ids.len();
-        let (cos, sin) = self.rope(t)?;
-        let mask = causal_mask(t, &self.device)?;
-        let ids = Tensor::new(ids, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
-        let mut residuals = Vec::new();
+        let (cos, sin) = self.rope(offset, t)?;
+        let mask = causal_mask(offset, t, &self.device)?;
+        let ids_t = Tensor::new(ids, &self.device)?;
+        let mut x = self.embed.index_select(&ids_t, 0)?.unsqueeze(0)?;
         let rep = c.heads / c.kv_heads;
+        let mut timing = PassTiming::default();
+        let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
+            Ok(match c.rope_style {
+                RopeStyle::Interleaved => rope_i(x, &cos, &sin)?,
+                RopeStyle::Half => rope(x, &cos, &sin)?,
+            })
+        };
         for (i, b) in self.blocks.iter().enumerate() {
             let h = rms_norm(&x, &b.attn_norm, c.rms_eps as f32)?;
-            let split = |m: &QMatMul, heads: usize| -> Result<Tensor, ModelError> {
+            let split = |m: &Linear, heads: usize| -> Result<Tensor, ModelError> {
                 Ok(m.forward(&h)?
                     .reshape((1, t, heads, c.head_dim))?
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let q = rope_i(&split(&b.q, c.heads)?, &cos, &sin)?;
-            let k = rope_i(&split(&b.k, c.kv_heads)?, &cos, &sin)?;
-            let v = split(&b.v, c.kv_heads)?;
+            let q = rotate(&split(&b.q, c.heads)?)?;
+            let mut k = rotate(&split(&b.k, c.kv_heads)?)?;
+            let mut v = split(&b.v, c.kv_heads)?;
+            if let Some(cache) = cache.as_deref_mut() {
+                if let Some((pk, pv)) = &cache.layers[i] {
+                    k = Tensor::cat(&[pk, &k], 2)?;
+                    v = Tensor::cat(&[pv, &v], 2)?;
+                }
+                cache.layers[i] = Some((k.clone(), v.clone()));
+            }
+            let total = k.dim(2)?;
             let widen = |x: Tensor| -> Result<Tensor, ModelError> {
-                Ok(x.unsqueeze(2)?
-                    .expand((1, c.kv_heads, rep, t, c.head_dim))?
-                    .reshape((1, c.heads, t, c.head_dim))?)
+                Ok(match rep {
+                    1 => x,
+                    _ => x
+                        .unsqueeze(2)?
+                        .expand((1, c.kv_heads, rep, total, c.head_dim))?
+                        .reshape((1, c.heads, total, c.head_dim))?,
+                })
             };
             let (k, v) = (widen(k)?, widen(v)?);
-            let scores = (q.matmul(&k.t()?)? / (c.head_dim as f64).sqrt())?.broadcast_add(&mask)?;
+            let scores = (q.matmul(&k.t()?)? / (c.head_dim as f64).sqrt())?;
+            let scores = match &mask {
+                Some(m) => scores.broadcast_add(m)?,
+                None => scores,
+            };
             let y = softmax_last_dim(&scores)?
                 .matmul(&v)?
                 .transpose(1, 2)?
                 .reshape((1, t, c.heads * c.head_dim))?;
-            x = (x + b.o.forward(&y)?)?;
+            let attn_out = b.o.forward(&y)?;
+            x = (x + &attn_out)?;
             let h = rms_norm(&x, &b.ffn_norm, c.rms_eps as f32)?;
-            let ff = b
+            let mlp_out = b
                 .down
                 .forward(&(silu(&b.gate.forward(&h)?)? * b.up.forward(&h)?)?)?;
-            x = (x + ff)?;
-            if observe.contains(&i) {
-                residuals.push((i, x.clone()));
+            x = (x + &mlp_out)?;
+            let start = std::time::Instant::now();
+            let view = BlockView {
+                layer: i,
+                offset,
+                attn_out: &attn_out,
+                mlp_out: &mlp_out,
+            };
+            if let Some(replaced) = hook.after_block(&view, &x)? {
+                if replaced.dims() != x.dims() {
+                    return Err(ModelError::HookShape {
+                        layer: i,
+                        found: replaced.dims().to_vec(),
+                        expected: x.dims().to_vec(),
+                    });
+                }
+                x = replaced;
             }
+            timing.hook_ns += start.elapsed().as_nanos() as u64;
         }
+        if let Some(cache) = cache {
+            cache.len += t;
+        }
+        let start = std::time::Instant::now();
+        let x = match at {
+            LogitsAt::All => x,
+            LogitsAt::Last => x.narrow(1, t - 1, 1)?,
+        };
         let x = rms_norm(&x, &self.norm, c.rms_eps as f32)?;
         let logits = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
-        Ok(Forward { logits, residuals })
+        timing.lm_head_ns = start.elapsed().as_nanos() as u64;
+        Ok((logits, timing))
     }
 
-    /// Rotary tables for positions `0..t`, `[t, head_dim / 2]` each.
-    fn rope(&self, t: usize) -> Result<(Tensor, Tensor), ModelError> {
-        let c = &self.config;
-        let inv: Vec<f32> = (0..c.head_dim / 2)
-            .map(|i| 1.0 / c.rope_theta.powf(2.0 * i as f32 / c.head_dim as f32))
-            .collect();
-        let inv = Tensor::new(inv.as_slice(), &self.device)?;
-        let pos = Tensor::arange(0u32, t as u32, &self.device)?.to_dtype(DType::F32)?;
-        let freqs = pos.unsqueeze(1)?.broadcast_mul(&inv.unsqueeze(0)?)?;
-        Ok((freqs.cos()?, freqs.sin()?))
+    /// Rotary tables for positions `offset..offset + t`, `[t, head_dim / 2]` each.
+    fn rope(&self, offset: usize, t: usize) -> Result<(Tensor, Tensor), ModelError> {
+        let pos = Tensor::arange(offset as u32, (offset + t) as u32, &self.device)?
+            .to_dtype(DType::F32)?;
+        let freqs = pos
+            .unsqueeze(1)?
+            .broadcast_mul(&self.inv_freqs.unsqueeze(0)?)?;
+        Ok((freqs.cos()?.contiguous()?, freqs.sin()?.contiguous()?))
+    }
+
+    fn matrix(&self, layer: usize, which: Matrix) -> Result<&Linear, ModelError> {
+        self.check_layers(&[layer])?;
+        let b = &self.blocks[layer];
+        Ok(match which {
+            Matrix::AttnQ => &b.q,
+            Matrix::AttnK => &b.k,
+            Matrix::AttnV => &b.v,
+            Matrix::AttnOutput => &b.o,
+            Matrix::FfnGate => &b.gate,
+            Matrix::FfnUp => &b.up,
+            Matrix::FfnDown => &b.down,
+        })
+    }
+
+    /// A block's matrix, dequantized to f32, `[out, in]`.
+    pub fn weight(&self, layer: usize, which: Matrix) -> Result<Tensor, ModelError> {
+        self.matrix(layer, which)?.dense()
+    }
+
+    /// The token embedding, `[vocab, hidden]`, f32.
+    pub fn embedding(&self) -> &Tensor {
+        &self.embed
+    }
+
+    /// Replaces a block's matrix with a dense one of the same shape.
+    pub fn set_weight(&mut self, layer: usize, which: Matrix, w: Tensor) -> Result<(), ModelError> {
+        let old = self.matrix(layer, which)?;
+        let expected = old.dense()?.dims().to_vec();
+        if w.dims() != expected {
+            return Err(ModelError::ShapeMismatch {
+                tensor: format!("blk.{layer}.{}.weight", which.gguf_stem()),
+                found: w.dims().to_vec(),
+                expected,
+                path: None,
+            });
+        }
+        let b = &mut self.blocks[layer];
+        let slot = match which {
+            Matrix::AttnQ => &mut b.q,
+            Matrix::AttnK => &mut b.k,
+            Matrix::AttnV => &mut b.v,
+            Matrix::AttnOutput => &mut b.o,
+            Matrix::FfnGate => &mut b.gate,
+            Matrix::FfnUp => &mut b.up,
+            Matrix::FfnDown => &mut b.down,
+        };
+        slot.w = QMatMul::Tensor(w.to_dtype(DType::F32)?.to_device(&self.device)?);
+        Ok(())
+    }
+
+    /// Rank-1 orthogonalization of the matrices that write into the residual
+    /// stream: `W ← W − r̂(r̂ᵀW)` for each `[hidden, in]` matrix in `targets`
+    /// of every layer in `layers`, so no block can write along `r̂` any more
+    /// (the weight form of directional ablation). `direction` has width
+    /// `hidden`; it is normalised here. Returns the Frobenius norm of each
+    /// change, by (layer, matrix).
+    pub fn orthogonalize(
+        &mut self,
+        direction: &Tensor,
+        layers: &[usize],
+        targets: &[Matrix],
+    ) -> Result<BTreeMap<(usize, Matrix), f32>, ModelError> {
+        self.check_layers(layers)?;
+        let hidden = self.config.hidden;
+        let d = direction.to_dtype(DType::F32)?.flatten_all()?;
+        if d.dim(0)? != hidden {
+            return Err(ModelError::DirectionWidth {
+                found: d.dim(0)?,
+                hidden,
+            });
+        }
+        let norm = d.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()?;
+        if !(norm.is_finite() && norm > 0.0) {
+            return Err(ModelError::DegenerateDirection { norm });
+        }
+        let r = (d / norm as f64)?.to_device(&self.device)?.unsqueeze(1)?; // [hidden, 1]
+        let mut changes = BTreeMap::new();
+        for &layer in layers {
+            for &which in targets {
+                if !matches!(which, Matrix::AttnOutput | Matrix::FfnDown) {
+                    return Err(ModelError::NotResidualWriter { matrix: which });
+                }
+                let w = self.weight(layer, which)?; // [hidden, in]
+                let delta = r.matmul(&r.t()?.matmul(&w)?)?;
+                let dnorm = delta.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()?;
+                self.set_weight(layer, which, (w - delta)?)?;
+                changes.insert((layer, which), dnorm);
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Every weight as dense f32 tensors, by GGUF name (for export).
+    pub fn dense_weights(&self) -> Result<Vec<(String, Tensor)>, ModelError> {
+        let mut out = vec![
+            ("token_embd.weight".to_owned(), self.embed.clone()),
+            ("output_norm.weight".to_owned(), self.norm.clone()),
+        ];
+        if !self.config.tied_embeddings {
+            out.push(("output.weight".to_owned(), self.output.dense()?));
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            out.push((format!("blk.{i}.attn_norm.weight"), b.attn_norm.clone()));
+            out.push((format!("blk.{i}.ffn_norm.weight"), b.ffn_norm.clone()));
+            for which in Matrix::ALL {
+                let lin = self.matrix(i, which)?;
+                out.push((
+                    format!("blk.{i}.{}.weight", which.gguf_stem()),
+                    lin.dense()?,
+                ));
+                if let Some(bias) = &lin.b {
+                    out.push((format!("blk.{i}.{}.bias", which.gguf_stem()), bias.clone()));
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
-/// `[t, t]` with `-inf` above the diagonal: position i sees positions ≤ i.
-fn causal_mask(t: usize, device: &Device) -> Result<Tensor, ModelError> {
+/// `[t, offset + t]` with `-inf` where a query would see a later key;
+/// `None` for a single query, which sees everything cached.
+fn causal_mask(offset: usize, t: usize, device: &Device) -> Result<Option<Tensor>, ModelError> {
+    if t == 1 {
+        return Ok(None);
+    }
+    let total = offset + t;
     let mask: Vec<f32> = (0..t)
-        .flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+        .flat_map(|i| {
+            (0..total).map(move |j| {
+                if j > offset + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
-    Ok(Tensor::from_slice(&mask, (t, t), device)?)
+    Ok(Some(Tensor::from_slice(&mask, (t, total), device)?))
 }
 
 /// Log-softmax over the last dimension, in f32.

@@ -109,3 +109,4 @@ pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
     b.artifact(&fwd, K::Tokens, ArtifactData::TokenIds { ids });
     b.finish().expect("fixture trace is valid")
 }
+pub mod tiny;

@@ -1,0 +1,433 @@
+//! `vauban trace --model …`, `vauban generate` and `vauban model
+//! orthogonalize`: the commands that load and run a model.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::bundle::{BundleWriter, WriteMode};
+use crate::executor::{
+    CandleExecutor, DeviceSpec, ExecutorError, GenerateOptions, InferenceSession, ModelSpec,
+    PromptForm, RunOptions, StopReason, generate::generate,
+};
+use crate::intervene::{Intervention, InterventionSpec};
+use crate::model::llama::{Matrix, WeightMode};
+use crate::model::sample::Sampling;
+use crate::trace::{ArtifactKind as K, TraceRequest};
+
+/// Which model, where, and how its weights are held.
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// A .gguf file or an HF-style folder (config.json, *.safetensors, tokenizer.json).
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// cpu, cuda, cuda:N, metal (GPUs need a build with --features cuda or metal).
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// native: weights as the file stores them (quantized GGUF stays
+    /// quantized); f32: dequantize at load (more memory, often faster on CPU).
+    #[arg(long, default_value = "native", value_parser = parse_weight_mode)]
+    pub weights: WeightMode,
+}
+
+fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
+    match s {
+        "native" => Ok(WeightMode::Native),
+        "f32" => Ok(WeightMode::F32),
+        _ => Err(format!("`{s}`: expected native or f32")),
+    }
+}
+
+impl ModelArgs {
+    fn load(&self) -> anyhow::Result<CandleExecutor> {
+        let Some(path) = &self.model else {
+            bail!("--model PATH is required: a .gguf file or an HF model folder");
+        };
+        let spec = ModelSpec {
+            path: path.clone(),
+            device: self.device,
+            weights: self.weights,
+        };
+        let start = std::time::Instant::now();
+        let exec = CandleExecutor::load(&spec)
+            .with_context(|| format!("cannot load the model {}", path.display()))?;
+        tracing::info!(
+            "loaded {} in {:.2} s ({} layers, hidden {}, vocab {})",
+            path.display(),
+            start.elapsed().as_secs_f64(),
+            exec.model.config.layers,
+            exec.model.config.hidden,
+            exec.model.config.vocab
+        );
+        Ok(exec)
+    }
+}
+
+/// The prompt, its form and what to generate.
+#[derive(Debug, Args)]
+pub struct PromptArgs {
+    /// The prompt text (repeat for several prompts: one trace each).
+    #[arg(long, required = true)]
+    pub prompt: Vec<String>,
+    /// Send the prompt as plain text, without the model's chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// A system message for the chat template.
+    #[arg(long, conflicts_with = "raw")]
+    pub system: Option<String>,
+    /// Sampling temperature; 0 (the default) is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling: keep the most probable tokens up to this total probability.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Keep only the k most probable tokens.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// The sampling seed (the same seed gives the same text).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when the text contains this string (repeatable); the text is cut before it.
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// An activation intervention applied in prefill and every decode step
+    /// (repeatable): layer=L,mode=MODE,direction=FILE[,alpha=A][,tensor=NAME]
+    /// [,row=N][,value=V][,positions=all|last|N..M][,threshold=T][,when=above|below].
+    /// Modes: project, subtract, add, subspace_project, subspace_remove,
+    /// subspace_add, clamp, steer.
+    #[arg(long, value_name = "SPEC")]
+    pub intervene: Vec<InterventionSpec>,
+}
+
+impl PromptArgs {
+    fn form(&self) -> PromptForm {
+        match self.raw {
+            true => PromptForm::Raw,
+            false => PromptForm::Chat {
+                system: self.system.clone(),
+            },
+        }
+    }
+
+    fn generate(&self, max_tokens: usize) -> anyhow::Result<GenerateOptions> {
+        let sampling = match self.temperature {
+            t if t == 0.0 => None,
+            t => {
+                let s = Sampling {
+                    temperature: t,
+                    top_p: self.top_p,
+                    top_k: self.top_k,
+                    seed: self.seed,
+                };
+                // Checked now so a bad flag fails before the model loads.
+                crate::model::sample::Sampler::new(s.clone())?;
+                Some(s)
+            }
+        };
+        Ok(GenerateOptions {
+            max_tokens,
+            sampling,
+            stop: self.stop.clone(),
+        })
+    }
+
+    fn interventions(&self, exec: &CandleExecutor) -> anyhow::Result<Vec<Intervention>> {
+        let d = exec.dims();
+        self.intervene
+            .iter()
+            .map(|spec| {
+                spec.resolve(d.hidden, d.layers, &exec.device)
+                    .with_context(|| format!("--intervene {}", spec.direction.display()))
+            })
+            .collect()
+    }
+}
+
+/// Arguments of `vauban trace --model …`.
+#[derive(Debug, Args)]
+pub struct TraceRunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Blocks to observe the residual stream after (0-based), e.g. 0,5,10.
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Vec<usize>,
+    /// Record logits and log-probabilities at every prompt position.
+    #[arg(long)]
+    pub logprobs: bool,
+    /// Keep raw tensors in the bundle, not only their summaries.
+    #[arg(long)]
+    pub raw_tensors: bool,
+    /// Also record the attention and MLP outputs at the observed layers.
+    #[arg(long)]
+    pub block_outputs: bool,
+    /// Record weight snapshots (attn_output, ffn_down) at the observed layers.
+    #[arg(long)]
+    pub weights_snapshot: bool,
+    /// Tokens to generate after the prompt (recorded as the completion).
+    #[arg(long, default_value_t = 0)]
+    pub max_tokens: usize,
+    /// The bundle folder to write.
+    #[arg(long, value_name = "BUNDLE")]
+    pub out: Option<PathBuf>,
+    /// Replace the bundle if it exists.
+    #[arg(long)]
+    pub replace: bool,
+}
+
+impl TraceRunArgs {
+    fn request(&self, text: &str, index: usize) -> TraceRequest {
+        let mut observe = vec![K::Text, K::Tokens, K::Profile];
+        if self.logprobs {
+            observe.extend([K::Logits, K::Logprobs]);
+        }
+        if !self.layers.is_empty() {
+            observe.push(K::Activation);
+        }
+        if self.weights_snapshot {
+            observe.push(K::WeightSnapshot);
+        }
+        if !self.prompt.intervene.is_empty() {
+            observe.push(K::InterventionResult);
+        }
+        TraceRequest {
+            prompt_id: Some(format!("p{index}")),
+            text: Some(text.to_owned()),
+            token_ids: None,
+            observe,
+            layers: self.layers.clone(),
+            raw_tensors: self.raw_tensors,
+        }
+    }
+}
+
+/// `vauban trace --model PATH --prompt … --out BUNDLE`.
+pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(bundle_path) = &args.out else {
+        bail!("--out BUNDLE is required: the folder to write the trace bundle to");
+    };
+    if args.weights_snapshot && args.layers.is_empty() {
+        bail!("--weights-snapshot needs --layers (the blocks whose weights to record)");
+    }
+    let generate = args.prompt.generate(args.max_tokens)?;
+    let exec = args.model.load()?;
+    exec.model
+        .model
+        .check_layers(&args.layers)
+        .context("--layers")?;
+    let interventions = args.prompt.interventions(&exec)?;
+    let mode = match args.replace {
+        true => WriteMode::Replace,
+        false => WriteMode::CreateNew,
+    };
+    let mut writer = BundleWriter::create(bundle_path, mode)
+        .with_context(|| format!("cannot write the bundle {}", bundle_path.display()))?;
+    let progress = progress_bar(args.prompt.prompt.len() as u64, "tracing");
+    for (i, text) in args.prompt.prompt.iter().enumerate() {
+        let request = args.request(text, i);
+        let options = RunOptions {
+            trace_id: format!("t{i}"),
+            prompt: args.prompt.form(),
+            interventions: interventions.clone(),
+            block_outputs: args.block_outputs,
+            generate: generate.clone(),
+        };
+        let output = exec
+            .trace(&request, &options)
+            .with_context(|| format!("tracing prompt {i}"))?;
+        writer.add_trace(&output.trace, &output.tensors)?;
+        progress.inc(1);
+        progress.suspend(|| -> anyhow::Result<()> {
+            let t = &output.trace;
+            writeln!(
+                out,
+                "t{i}: {} artifacts, {} spans, {} tokens{}",
+                t.artifacts.len(),
+                t.spans.len(),
+                t.artifacts_of(K::Tokens)
+                    .find_map(|a| match &a.data {
+                        crate::trace::ArtifactData::TokenIds { ids } => Some(ids.len()),
+                        _ => None,
+                    })
+                    .unwrap_or(0),
+                match &output.generation {
+                    Some(g) => format!(", completion: {:?}", crate::text::excerpt(&g.text, 80)),
+                    None => String::new(),
+                }
+            )?;
+            Ok(())
+        })?;
+    }
+    progress.finish_and_clear();
+    writer.finish()?;
+    writeln!(
+        out,
+        "wrote {} ({} trace{}); read it with `vauban trace inspect {}`",
+        bundle_path.display(),
+        args.prompt.prompt.len(),
+        if args.prompt.prompt.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        bundle_path.display()
+    )?;
+    Ok(())
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}]")
+            .expect("a valid template"),
+    );
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Arguments of `vauban generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// New tokens at most.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+}
+
+/// `vauban generate --model PATH --prompt …`: streams the completion to
+/// stdout, statistics to stderr.
+pub fn generate_text(args: &GenerateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let options = args.prompt.generate(args.max_tokens)?;
+    let exec = args.model.load()?;
+    let interventions = args.prompt.interventions(&exec)?;
+    for text in &args.prompt.prompt {
+        let ids = exec.tokenize(text, &args.prompt.form())?;
+        let mut session = exec.session(&interventions);
+        let mut write_err = None;
+        let g = generate(
+            &mut session,
+            &ids,
+            None,
+            &options,
+            &|id| exec.is_eos(id),
+            &|ids| exec.detokenize(ids),
+            &mut |t| {
+                if write_err.is_none()
+                    && let Err(e) = out.write_all(t.as_bytes()).and_then(|_| out.flush())
+                {
+                    write_err = Some(e);
+                }
+            },
+        )?;
+        if let Some(e) = write_err {
+            return Err(e.into());
+        }
+        writeln!(out)?;
+        let stop = match &g.stop {
+            StopReason::Eos { id } => format!("end of sequence (token {id})"),
+            StopReason::StopString { stop } => format!("stop string {stop:?}"),
+            StopReason::MaxTokens => "max tokens".into(),
+        };
+        let decode_tps = match g.decode_ns {
+            0 => String::new(),
+            ns => format!(
+                ", decode {:.1} tok/s",
+                g.decode_steps as f64 / (ns as f64 / 1e9)
+            ),
+        };
+        tracing::info!(
+            "{} prompt tokens, {} generated; stopped on {stop}; prefill {:.1} tok/s{decode_tps}",
+            ids.len(),
+            g.ids.len(),
+            ids.len() as f64 / (g.prefill_ns.max(1) as f64 / 1e9),
+        );
+        for (i, e) in session.effects().iter().enumerate() {
+            tracing::info!(
+                "intervention {i}: applied to {} of {} token positions",
+                e.applied.iter().filter(|a| **a).count(),
+                e.positions.len()
+            );
+        }
+        let _ = session.position();
+    }
+    Ok(())
+}
+
+/// Arguments of `vauban model orthogonalize`.
+#[derive(Debug, Args)]
+pub struct OrthogonalizeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The direction file (.safetensors, .npy, or a GGUF control vector).
+    #[arg(long)]
+    pub direction: PathBuf,
+    /// The tensor to use inside the direction file.
+    #[arg(long)]
+    pub tensor: Option<String>,
+    /// Blocks to orthogonalize (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Vec<usize>,
+    /// The HF folder to write (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `vauban model orthogonalize`: removes a direction from every matrix that
+/// writes into the residual stream (`W ← W − r̂(r̂ᵀW)` on attn_output and
+/// ffn_down) and writes the result as an HF folder.
+pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut exec = args.model.load()?;
+    let layers: Vec<usize> = match args.layers.is_empty() {
+        true => (0..exec.dims().layers).collect(),
+        false => args.layers.clone(),
+    };
+    let direction = crate::intervene::load_direction(
+        &args.direction,
+        args.tensor.as_deref(),
+        None,
+        layers[0],
+        &exec.device,
+    )?;
+    if direction.rows() != 1 {
+        bail!(
+            "{}: orthogonalization needs one direction; the tensor has {} rows",
+            args.direction.display(),
+            direction.rows()
+        );
+    }
+    let changes = exec
+        .model
+        .model
+        .orthogonalize(
+            &direction.basis,
+            &layers,
+            &[Matrix::AttnOutput, Matrix::FfnDown],
+        )
+        .map_err(ExecutorError::from)?;
+    let m = &exec.model;
+    crate::model::hf::export(
+        &m.model,
+        &m.tokenizer,
+        m.chat_template.as_deref(),
+        &m.special,
+        &args.out,
+    )
+    .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    exec.modified = Some("orthogonalized".into());
+    let total: f32 = changes.values().map(|v| v * v).sum::<f32>().sqrt();
+    writeln!(
+        out,
+        "orthogonalized {} matrices in {} layers (total change, Frobenius: {total:.4}); wrote {}",
+        changes.len(),
+        layers.len(),
+        args.out.display()
+    )?;
+    Ok(())
+}

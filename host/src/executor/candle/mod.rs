@@ -1,0 +1,187 @@
+//! The embedded default executor: our llama-family forward on candle.
+
+mod session;
+mod trace;
+
+use std::sync::OnceLock;
+
+use candle_core::Device;
+
+pub use session::{CandleSession, Effect, RunHook, Site};
+
+use super::{ExecutorError, ModelDims, ModelSpec, PromptForm, RunOptions, TraceOutput};
+use crate::intervene::Intervention;
+use crate::model::LoadedModel;
+use crate::model::chat::Message;
+use crate::trace::{
+    ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
+};
+
+/// A model loaded on a candle device.
+pub struct CandleExecutor {
+    pub model: LoadedModel,
+    pub device: Device,
+    /// `cpu`, `cuda:0`...
+    pub device_name: String,
+    device_kind: DeviceKind,
+    sha256: OnceLock<Option<String>>,
+    /// Set when the weights were changed in memory after loading, so the
+    /// file hash no longer describes them.
+    pub modified: Option<String>,
+}
+
+impl CandleExecutor {
+    /// Loads the model at `spec.path` on `spec.device`.
+    pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+        let device = spec.device.open().map_err(ExecutorError::Device)?;
+        let model = LoadedModel::load(&spec.path, spec.weights, &device)?;
+        Ok(CandleExecutor {
+            model,
+            device,
+            device_name: spec.device.to_string(),
+            device_kind: spec.device.kind(),
+            sha256: OnceLock::new(),
+            modified: None,
+        })
+    }
+
+    /// Devices this build of candle can run on.
+    fn device_kinds() -> Vec<DeviceKind> {
+        let mut kinds = vec![DeviceKind::Cpu];
+        if candle_core::utils::cuda_is_available() {
+            kinds.push(DeviceKind::Cuda);
+        }
+        if candle_core::utils::metal_is_available() {
+            kinds.push(DeviceKind::Metal);
+        }
+        kinds
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        // Scores and report evidence come from plugins, not the executor.
+        Capabilities::uniform("candle", &Self::device_kinds(), SupportLevel::Full)
+            .with(K::Metric, SupportLevel::Unsupported)
+            .with(K::ReportEvidence, SupportLevel::Unsupported)
+    }
+
+    /// sha256 of the weights: the file's own for a GGUF file; for a folder,
+    /// the sha256 of the listing `<sha256>  <name>\n` of its weight files
+    /// in name order. Computed once, on first use.
+    pub fn weights_sha256(&self) -> Option<String> {
+        self.sha256
+            .get_or_init(|| {
+                let hashes: Vec<(String, String)> = self
+                    .model
+                    .weight_files
+                    .iter()
+                    .map(|p| {
+                        crate::hash::sha256_file(p).ok().map(|(h, _)| {
+                            let name = p
+                                .file_name()
+                                .unwrap_or_default()
+                                .to_string_lossy()
+                                .into_owned();
+                            (h, name)
+                        })
+                    })
+                    .collect::<Option<_>>()?;
+                match hashes.as_slice() {
+                    [(one, _)] => Some(one.clone()),
+                    many => {
+                        let listing: String =
+                            many.iter().map(|(h, n)| format!("{h}  {n}\n")).collect();
+                        Some(crate::hash::sha256_hex(listing.as_bytes()))
+                    }
+                }
+            })
+            .clone()
+    }
+
+    pub fn model_ref(&self) -> ModelRef {
+        let (name, sha256) = match &self.modified {
+            None => (self.model.name.clone(), self.weights_sha256()),
+            // The file hash would claim weights the run did not use.
+            Some(how) => (format!("{} ({how})", self.model.name), None),
+        };
+        ModelRef {
+            name,
+            path: Some(self.model.path.display().to_string()),
+            sha256,
+        }
+    }
+
+    pub fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
+        Ok(match form {
+            PromptForm::Raw => self.model.encode_raw(text)?,
+            PromptForm::Chat { .. } => self.model.encode(&self.render(text, form)?)?,
+        })
+    }
+
+    /// The prompt text as the model sees it: as given, or rendered with the
+    /// model's chat template.
+    pub fn render(&self, text: &str, form: &PromptForm) -> Result<String, ExecutorError> {
+        match form {
+            PromptForm::Raw => Ok(text.to_owned()),
+            PromptForm::Chat { system } => {
+                let mut messages = Vec::new();
+                if let Some(s) = system {
+                    messages.push(Message {
+                        role: "system".into(),
+                        content: s.clone(),
+                    });
+                }
+                messages.push(Message {
+                    role: "user".into(),
+                    content: text.to_owned(),
+                });
+                let template = self.model.chat()?;
+                template.render(&messages, true).map_err(|e| {
+                    ExecutorError::Request(format!(
+                        "{}: chat template: {e}",
+                        self.model.path.display()
+                    ))
+                })
+            }
+        }
+    }
+
+    pub fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
+        Ok(self.model.decode(ids)?)
+    }
+
+    pub fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+    ) -> Result<TraceOutput, ExecutorError> {
+        trace::run(self, request, options)
+    }
+
+    pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
+        CandleSession::new(&self.model.model, interventions)
+    }
+
+    pub fn is_eos(&self, id: u32) -> bool {
+        self.model.is_eos(id)
+    }
+
+    pub fn dims(&self) -> ModelDims {
+        let c = &self.model.config;
+        ModelDims {
+            layers: c.layers,
+            hidden: c.hidden,
+            vocab: c.vocab,
+        }
+    }
+
+    pub fn device_kind(&self) -> DeviceKind {
+        self.device_kind
+    }
+}
+
+/// Resident memory of this process, in bytes (Linux); `None` elsewhere.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}

@@ -1,0 +1,226 @@
+//! A generation session on candle: the KV cache, and the block hook that
+//! applies interventions and keeps observed activations.
+
+use std::time::Instant;
+
+use candle_core::{DType, Tensor};
+
+use crate::executor::{ExecutorError, InferenceSession, StepOutput};
+use crate::intervene::{Intervention, Outcome};
+use crate::model::ModelError;
+use crate::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming};
+
+/// Where in a block an activation was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// The residual stream after the block (what `--layers` observes).
+    ResidPost,
+    /// The attention output the block added to the residual stream.
+    AttnOut,
+    /// The MLP output the block added to the residual stream.
+    MlpOut,
+}
+
+impl Site {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Site::ResidPost => "resid_post",
+            Site::AttnOut => "attn_out",
+            Site::MlpOut => "mlp_out",
+        }
+    }
+}
+
+/// An activation kept by the hook.
+pub struct Kept {
+    pub layer: usize,
+    pub site: Site,
+    pub tensor: Tensor,
+}
+
+/// What one intervention did over a run, accumulated step by step.
+#[derive(Debug, Clone, Default)]
+pub struct Effect {
+    /// Absolute position of each token the op saw.
+    pub positions: Vec<usize>,
+    /// Projection of each token onto each basis row, before the op.
+    pub projections: Vec<Vec<f32>>,
+    /// Whether the op touched each token.
+    pub applied: Vec<bool>,
+    /// Sum of squared Frobenius norms of the changes.
+    pub delta_sq: f64,
+    /// Tokens seen in prefill (the rest came from decode steps).
+    pub prefill_tokens: usize,
+}
+
+impl Effect {
+    fn add(&mut self, out: &Outcome, offset: usize, prefill: bool) {
+        let n = out.applied.len();
+        self.positions.extend(offset..offset + n);
+        self.projections.extend(out.projections.iter().cloned());
+        self.applied.extend(&out.applied);
+        self.delta_sq += (out.delta_norm as f64).powi(2);
+        if prefill {
+            self.prefill_tokens += n;
+        }
+    }
+}
+
+/// Applies interventions after their block and keeps observed activations.
+pub struct RunHook<'a> {
+    pub interventions: &'a [Intervention],
+    pub effects: Vec<Effect>,
+    /// Layers whose activations to keep (empty in plain generation).
+    pub observe: Vec<usize>,
+    /// Also keep attention and MLP outputs at the observed layers.
+    pub block_outputs: bool,
+    pub kept: Vec<Kept>,
+    pub intervene_ns: u64,
+    prefill: bool,
+}
+
+impl<'a> RunHook<'a> {
+    pub fn new(interventions: &'a [Intervention]) -> Self {
+        RunHook {
+            interventions,
+            effects: vec![Effect::default(); interventions.len()],
+            observe: Vec::new(),
+            block_outputs: false,
+            kept: Vec::new(),
+            intervene_ns: 0,
+            prefill: true,
+        }
+    }
+}
+
+impl BlockHook for RunHook<'_> {
+    fn after_block(
+        &mut self,
+        v: &BlockView<'_>,
+        resid: &Tensor,
+    ) -> Result<Option<Tensor>, ModelError> {
+        let mut replaced: Option<Tensor> = None;
+        let start = Instant::now();
+        for (i, iv) in self.interventions.iter().enumerate() {
+            if iv.layer != v.layer {
+                continue;
+            }
+            let current = replaced.as_ref().unwrap_or(resid);
+            let out = iv
+                .apply(current, v.offset)
+                .map_err(|e| ModelError::Hook(format!("intervention at layer {}: {e}", v.layer)))?;
+            self.effects[i].add(&out, v.offset, self.prefill);
+            if let Some(h) = out.hidden {
+                replaced = Some(h);
+            }
+        }
+        self.intervene_ns += start.elapsed().as_nanos() as u64;
+        if self.observe.contains(&v.layer) {
+            let resid = replaced.as_ref().unwrap_or(resid);
+            self.kept.push(Kept {
+                layer: v.layer,
+                site: Site::ResidPost,
+                tensor: resid.clone(),
+            });
+            if self.block_outputs {
+                for (site, t) in [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)] {
+                    self.kept.push(Kept {
+                        layer: v.layer,
+                        site,
+                        tensor: t.clone(),
+                    });
+                }
+            }
+        }
+        Ok(replaced)
+    }
+}
+
+/// A single-sequence session over a KV cache.
+pub struct CandleSession<'a> {
+    pub(crate) model: &'a Llama,
+    pub(crate) cache: KvCache,
+    pub(crate) hook: RunHook<'a>,
+    /// Timing of the last pass.
+    pub(crate) timing: PassTiming,
+}
+
+impl<'a> CandleSession<'a> {
+    pub(crate) fn new(model: &'a Llama, interventions: &'a [Intervention]) -> Self {
+        CandleSession {
+            model,
+            cache: model.new_cache(),
+            hook: RunHook::new(interventions),
+            timing: PassTiming::default(),
+        }
+    }
+
+    /// Runs the prompt with logits at `at`, returning them as a tensor
+    /// (`[positions, vocab]`) for the trace.
+    pub(crate) fn prefill_tensor(
+        &mut self,
+        ids: &[u32],
+        at: LogitsAt,
+    ) -> Result<Tensor, ExecutorError> {
+        if !self.cache.is_empty() {
+            return Err(ExecutorError::Request(
+                "prefill on a session that already holds tokens; start a new session".into(),
+            ));
+        }
+        self.hook.prefill = true;
+        let (logits, timing) = self
+            .model
+            .run(ids, Some(&mut self.cache), &mut self.hook, at)?;
+        self.timing = timing;
+        self.hook.prefill = false;
+        self.hook.observe.clear();
+        Ok(logits)
+    }
+
+    /// What each intervention did so far.
+    pub fn effects(&self) -> &[Effect] {
+        &self.hook.effects
+    }
+
+    /// Bytes held by the KV cache.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.bytes()
+    }
+}
+
+fn last_row(logits: &Tensor) -> Result<Vec<f32>, ExecutorError> {
+    let n = logits.dim(0).map_err(ModelError::from)?;
+    Ok(logits
+        .get(n - 1)
+        .and_then(|t| t.to_dtype(DType::F32))
+        .and_then(|t| t.to_vec1::<f32>())
+        .map_err(ModelError::from)?)
+}
+
+impl InferenceSession for CandleSession<'_> {
+    fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+        let logits = self.prefill_tensor(ids, LogitsAt::Last)?;
+        Ok(StepOutput {
+            logits: last_row(&logits)?,
+        })
+    }
+
+    fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError> {
+        if self.cache.is_empty() {
+            return Err(ExecutorError::Request(
+                "decode_step before prefill: the session holds no prompt".into(),
+            ));
+        }
+        let (logits, timing) =
+            self.model
+                .run(&[id], Some(&mut self.cache), &mut self.hook, LogitsAt::Last)?;
+        self.timing = timing;
+        Ok(StepOutput {
+            logits: last_row(&logits)?,
+        })
+    }
+
+    fn position(&self) -> usize {
+        self.cache.len()
+    }
+}

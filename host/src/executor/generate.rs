@@ -1,0 +1,254 @@
+//! The decode loop, backend-neutral: prefill once, then one `decode_step`
+//! per new token; greedy or seeded sampling; stop on EOS, a stop string or
+//! the token budget.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{ExecutorError, InferenceSession};
+use crate::model::sample::{Sampler, Sampling};
+
+/// What to generate.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GenerateOptions {
+    /// New tokens at most (0: no generation).
+    pub max_tokens: usize,
+    /// `None`: greedy.
+    pub sampling: Option<Sampling>,
+    /// Generation stops when the text contains one; the text is cut before it.
+    pub stop: Vec<String>,
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum StopReason {
+    /// The model produced an end-of-sequence token (not included in the text).
+    Eos {
+        id: u32,
+    },
+    /// The text reached a stop string (cut before it).
+    StopString {
+        stop: String,
+    },
+    MaxTokens,
+}
+
+/// A finished generation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Generation {
+    /// The generated token ids (without the EOS token).
+    pub ids: Vec<u32>,
+    pub text: String,
+    pub stop: StopReason,
+    /// Log-probability of each generated token under the model's own
+    /// (untempered) next-token distribution.
+    pub logprobs: Vec<f32>,
+    pub prefill_ns: u64,
+    /// Time of all decode steps.
+    pub decode_ns: u64,
+    /// Decode steps run (one per token after the first).
+    pub decode_steps: usize,
+}
+
+/// Generates after `prompt` (already prefilled when `prefilled` holds the
+/// prompt's last-position logits). `on_text` receives text as it becomes
+/// final (held back while it could still be the start of a stop string).
+pub fn generate(
+    session: &mut dyn InferenceSession,
+    prompt: &[u32],
+    prefilled: Option<Vec<f32>>,
+    options: &GenerateOptions,
+    is_eos: &dyn Fn(u32) -> bool,
+    detokenize: &dyn Fn(&[u32]) -> Result<String, ExecutorError>,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<Generation, ExecutorError> {
+    let mut sampler = match &options.sampling {
+        Some(s) if s.temperature > 0.0 => Sampler::new(s.clone())?,
+        _ => Sampler::greedy(),
+    };
+    let start = Instant::now();
+    let mut logits = match prefilled {
+        Some(l) => l,
+        None => session.prefill(prompt)?.logits,
+    };
+    let prefill_ns = start.elapsed().as_nanos() as u64;
+    let holdback = options.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut ids = Vec::new();
+    let mut logprobs = Vec::new();
+    let mut emitted = 0usize;
+    let mut text = String::new();
+    let mut stop = StopReason::MaxTokens;
+    let mut decode_ns = 0u64;
+    let mut decode_steps = 0usize;
+    while ids.len() < options.max_tokens {
+        let id = sampler.sample(&logits)?;
+        if is_eos(id) {
+            stop = StopReason::Eos { id };
+            break;
+        }
+        logprobs.push(log_prob(&logits, id));
+        ids.push(id);
+        text = detokenize(&ids)?;
+        if let Some((at, s)) = options
+            .stop
+            .iter()
+            .filter_map(|s| text.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|(at, _)| *at)
+        {
+            text.truncate(at);
+            stop = StopReason::StopString { stop: s.clone() };
+            break;
+        }
+        // Text is final up to `holdback` bytes before the end, and never
+        // inside a byte sequence the tokenizer could not decode yet.
+        let mut ready = text.len().saturating_sub(holdback);
+        while !text.is_char_boundary(ready) {
+            ready -= 1;
+        }
+        if let Some(bad) = text[..ready].find('\u{FFFD}') {
+            ready = bad.max(emitted);
+        }
+        if ready > emitted {
+            on_text(&text[emitted..ready]);
+            emitted = ready;
+        }
+        if ids.len() == options.max_tokens {
+            break;
+        }
+        let t = Instant::now();
+        logits = session.decode_step(id)?.logits;
+        decode_ns += t.elapsed().as_nanos() as u64;
+        decode_steps += 1;
+    }
+    if text.len() > emitted {
+        on_text(&text[emitted..]);
+    }
+    Ok(Generation {
+        ids,
+        text,
+        stop,
+        logprobs,
+        prefill_ns,
+        decode_ns,
+        decode_steps,
+    })
+}
+
+/// `log softmax(logits)[id]`, in f64 for a stable sum.
+pub fn log_prob(logits: &[f32], id: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits
+        .iter()
+        .map(|&l| (l as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    (logits[id as usize] as f64 - lse) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::StepOutput;
+
+    /// A session whose next token is always `(last + 1) % 5`, so the tests
+    /// know the sequence without a model.
+    struct Counting {
+        pos: usize,
+        prefills: usize,
+    }
+
+    fn peak(id: u32) -> Vec<f32> {
+        let mut l = vec![0.0; 5];
+        l[((id + 1) % 5) as usize] = 10.0;
+        l
+    }
+
+    impl InferenceSession for Counting {
+        fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+            self.prefills += 1;
+            self.pos += ids.len();
+            Ok(StepOutput {
+                logits: peak(*ids.last().unwrap()),
+            })
+        }
+        fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError> {
+            self.pos += 1;
+            Ok(StepOutput { logits: peak(id) })
+        }
+        fn position(&self) -> usize {
+            self.pos
+        }
+    }
+
+    fn letters(ids: &[u32]) -> Result<String, ExecutorError> {
+        Ok(ids.iter().map(|&i| (b'a' + i as u8) as char).collect())
+    }
+
+    fn run(opts: GenerateOptions, eos: u32) -> (Generation, String, Counting) {
+        let mut s = Counting {
+            pos: 0,
+            prefills: 0,
+        };
+        let mut streamed = String::new();
+        let g = generate(
+            &mut s,
+            &[0],
+            None,
+            &opts,
+            &|id| id == eos,
+            &letters,
+            &mut |t| streamed.push_str(t),
+        )
+        .unwrap();
+        (g, streamed, s)
+    }
+
+    #[test]
+    fn greedy_runs_prefill_once_and_one_step_per_token() {
+        let opts = GenerateOptions {
+            max_tokens: 3,
+            ..Default::default()
+        };
+        let (g, streamed, s) = run(opts, 99);
+        assert_eq!(g.ids, [1, 2, 3]);
+        assert_eq!((g.text.as_str(), streamed.as_str()), ("bcd", "bcd"));
+        assert_eq!(g.stop, StopReason::MaxTokens);
+        assert_eq!(s.prefills, 1);
+        // Prompt (1) + two decode steps: the last token is not run.
+        assert_eq!((s.pos, g.decode_steps), (3, 2));
+        assert!(g.logprobs.iter().all(|&lp| lp > -0.01 && lp <= 0.0));
+    }
+
+    #[test]
+    fn eos_ends_without_entering_the_text() {
+        let opts = GenerateOptions {
+            max_tokens: 10,
+            ..Default::default()
+        };
+        let (g, _, _) = run(opts, 3);
+        assert_eq!(g.ids, [1, 2]);
+        assert_eq!(g.stop, StopReason::Eos { id: 3 });
+    }
+
+    #[test]
+    fn a_stop_string_cuts_the_text_and_is_never_streamed() {
+        let opts = GenerateOptions {
+            max_tokens: 10,
+            stop: vec!["de".into()],
+            ..Default::default()
+        };
+        let (g, streamed, _) = run(opts, 99);
+        assert_eq!(g.text, "bc");
+        assert_eq!(streamed, "bc");
+        assert_eq!(g.stop, StopReason::StopString { stop: "de".into() });
+    }
+
+    #[test]
+    fn log_prob_matches_a_hand_computed_softmax() {
+        let lp = log_prob(&[0.0, (3.0f32).ln()], 1);
+        assert!((lp - (0.75f32).ln()).abs() < 1e-6, "{lp}");
+    }
+}

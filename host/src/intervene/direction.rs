@@ -1,0 +1,455 @@
+//! Direction files: `.safetensors`, `.npy`, and `.gguf` control vectors as
+//! llama.cpp writes them (one tensor `direction.N` per layer N, f32 of
+//! width d_model; llama.cpp applies `direction.N` to the output of block N,
+//! the residual vauban observes at layer N).
+//!
+//! A quantized GGUF tensor is dequantized to f32 like any other; the hash
+//! still names the exact bytes.
+//!
+//! The file is read once into memory, hashed, and parsed from those same
+//! bytes, so the recorded sha256 is the hash of exactly what was used.
+//! Direction files are small (k × d_model floats).
+
+use std::io::Cursor;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::safetensors::Load;
+use candle_core::{DType, Device, Tensor};
+use safetensors::{Dtype, SafeTensors};
+
+use super::InterveneError;
+use super::primitive::Direction;
+
+/// The formats a direction file can have, by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Safetensors,
+    Npy,
+    Gguf,
+}
+
+impl Format {
+    fn of(path: &Path) -> Option<Format> {
+        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+            "safetensors" => Some(Format::Safetensors),
+            "npy" => Some(Format::Npy),
+            "gguf" => Some(Format::Gguf),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Format::Safetensors => "safetensors",
+            Format::Npy => "npy",
+            Format::Gguf => "GGUF",
+        }
+    }
+}
+
+/// Loads a direction (or basis) from `path` onto `device`, as f32.
+///
+/// Tensor choice: `tensor` when given; else the file's only tensor; else
+/// `direction.{layer}` when the file holds it (a control vector); else an
+/// error listing the names. `row` keeps one row of a `[k, d_model]` tensor.
+pub fn load_direction(
+    path: &Path,
+    tensor: Option<&str>,
+    row: Option<usize>,
+    layer: usize,
+    device: &Device,
+) -> Result<Direction, InterveneError> {
+    let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
+        path: path.to_path_buf(),
+    })?;
+    let bytes = std::fs::read(path).map_err(|source| InterveneError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let sha = crate::hash::sha256_hex(&bytes);
+    let unreadable = |message: String| InterveneError::Format {
+        path: path.to_path_buf(),
+        format: format.name(),
+        message,
+    };
+    let (name, values) = match format {
+        Format::Safetensors => {
+            let st = SafeTensors::deserialize(&bytes).map_err(|e| unreadable(e.to_string()))?;
+            let names: Vec<String> = st.names().into_iter().map(str::to_owned).collect();
+            let name = choose(path, &names, tensor, layer)?;
+            let view = st.tensor(&name).map_err(|e| unreadable(e.to_string()))?;
+            if !matches!(
+                view.dtype(),
+                Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
+            ) {
+                return Err(InterveneError::BadTensor {
+                    path: path.to_path_buf(),
+                    tensor: name,
+                    problem: format!(
+                        "has dtype {:?}; a direction must be float (f16, bf16, f32, f64)",
+                        view.dtype()
+                    ),
+                });
+            }
+            let values = view.load(&Device::Cpu)?;
+            (name, values)
+        }
+        Format::Npy => {
+            if let Some(t) = tensor {
+                return Err(InterveneError::NoSuchTensor {
+                    path: path.to_path_buf(),
+                    tensor: t.to_owned(),
+                    available: "one unnamed array (a .npy file has no names), so drop tensor="
+                        .into(),
+                });
+            }
+            (String::new(), npy(&bytes).map_err(unreadable)?)
+        }
+        Format::Gguf => {
+            let mut reader = Cursor::new(&bytes[..]);
+            let content = Content::read(&mut reader).map_err(|e| unreadable(e.to_string()))?;
+            let mut names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+            names.sort();
+            let name = choose(path, &names, tensor, layer)?;
+            // Bound the tensor by the file before candle sizes it (no ggml
+            // type packs more than 8 values a byte).
+            let dims = content.tensor_infos[&name].shape.dims().to_vec();
+            let count = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            if count.is_none_or(|c| c / 8 > bytes.len()) {
+                return Err(unreadable(format!(
+                    "tensor `{name}` claims shape {dims:?}, more than the file holds"
+                )));
+            }
+            let q = content
+                .tensor(&mut reader, &name, &Device::Cpu)
+                .map_err(|e| unreadable(format!("tensor `{name}`: {e}")))?;
+            let values = q.dequantize(&Device::Cpu)?;
+            (name, values)
+        }
+    };
+    let source = path.display().to_string();
+    let direction = Direction::new(source, name, sha, row, &values)?;
+    Ok(Direction {
+        basis: direction.basis.to_device(device)?,
+        ..direction
+    })
+}
+
+/// Which tensor of a file holding `names` to use (see [`load_direction`]).
+fn choose(
+    path: &Path,
+    names: &[String],
+    tensor: Option<&str>,
+    layer: usize,
+) -> Result<String, InterveneError> {
+    let mut sorted = names.to_vec();
+    sorted.sort();
+    let available = || crate::text::list(&sorted);
+    if let Some(t) = tensor {
+        return if names.iter().any(|n| n == t) {
+            Ok(t.to_owned())
+        } else {
+            Err(InterveneError::NoSuchTensor {
+                path: path.to_path_buf(),
+                tensor: t.to_owned(),
+                available: available(),
+            })
+        };
+    }
+    match names {
+        [] => Err(InterveneError::Format {
+            path: path.to_path_buf(),
+            format: "direction",
+            message: "it holds no tensors".into(),
+        }),
+        [only] => Ok(only.clone()),
+        _ => {
+            let by_layer = format!("direction.{layer}");
+            if names.contains(&by_layer) {
+                Ok(by_layer)
+            } else {
+                Err(InterveneError::AmbiguousTensor {
+                    path: path.to_path_buf(),
+                    layer,
+                    available: available(),
+                })
+            }
+        }
+    }
+}
+
+/// The array in a `.npy` file (format versions 1 to 3): little-endian f16,
+/// f32 or f64, C or Fortran order, 1-D or 2-D (others are refused later).
+fn npy(bytes: &[u8]) -> Result<Tensor, String> {
+    const MAGIC: &[u8] = b"\x93NUMPY";
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err("it does not start with the .npy magic bytes".into());
+    }
+    let (len, start): (usize, usize) = match bytes[6] {
+        1 => (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10),
+        2 | 3 if bytes.len() >= 12 => {
+            let len = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            (len as usize, 12)
+        }
+        v => {
+            return Err(format!(
+                "format version {v} is not one this reader knows (1 to 3)"
+            ));
+        }
+    };
+    let header = bytes
+        .get(start..start.saturating_add(len))
+        .ok_or("the header runs past the end of the file")?;
+    let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
+    let data = &bytes[start + len..];
+
+    let field = |key: &str| -> Result<&str, String> {
+        let at = header
+            .find(&format!("'{key}':"))
+            .ok_or_else(|| format!("the header has no '{key}' entry"))?;
+        Ok(header[at + key.len() + 3..].trim_start())
+    };
+    let descr = field("descr")?;
+    let descr = descr
+        .strip_prefix('\'')
+        .and_then(|d| d.split('\'').next())
+        .ok_or("the header's 'descr' is not a quoted string")?;
+    let (dtype, size): (DType, usize) = match descr {
+        "<f2" | "=f2" => (DType::F16, 2),
+        "<f4" | "=f4" => (DType::F32, 4),
+        "<f8" | "=f8" => (DType::F64, 8),
+        d => {
+            return Err(format!(
+                "its dtype `{d}` is not a little-endian float (<f2, <f4, <f8); save the direction as float32"
+            ));
+        }
+    };
+    let fortran = field("fortran_order")?.starts_with("True");
+    let shape = field("shape")?;
+    let shape = shape
+        .strip_prefix('(')
+        .and_then(|s| s.split(')').next())
+        .ok_or("the header's 'shape' is not a tuple")?;
+    let dims = shape
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| format!("the header's shape ({shape}) is not a tuple of sizes"))?;
+    let expected = dims.iter().try_fold(size, |a, &d| a.checked_mul(d));
+    if expected != Some(data.len()) {
+        return Err(format!(
+            "shape {dims:?} of {descr} does not match the {} bytes of data",
+            data.len()
+        ));
+    }
+    // Fortran order is the transpose of C order with the dims reversed.
+    let stored: Vec<usize> = if fortran {
+        dims.iter().rev().copied().collect()
+    } else {
+        dims.clone()
+    };
+    let t =
+        Tensor::from_raw_buffer(data, dtype, &stored, &Device::Cpu).map_err(|e| e.to_string())?;
+    if fortran && dims.len() > 1 {
+        let rank = dims.len();
+        let order: Vec<usize> = (0..rank).rev().collect();
+        return t
+            .permute(order)
+            .and_then(|t| t.contiguous())
+            .map_err(|e| e.to_string());
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use candle_core::quantized::gguf_file::{self, Value};
+    use candle_core::quantized::{GgmlDType, QTensor};
+
+    use super::*;
+
+    fn npy_bytes(descr: &str, shape: &str, fortran: bool, data: &[u8]) -> Vec<u8> {
+        let order = if fortran { "True" } else { "False" };
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}");
+        // Magic (6) + version (2) + length (2) + header, padded to 64 with '\n' last.
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn le(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn npy_by_hand() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.npy");
+        let bytes = npy_bytes("<f4", "(3,)", false, &le(&[0.0, 3.0, 4.0]));
+        assert_eq!((bytes.len() - 12) % 64, 0);
+        std::fs::write(&path, &bytes).unwrap();
+        let d = load_direction(&path, None, None, 0, &Device::Cpu).unwrap();
+        assert_eq!(d.basis.to_vec2::<f32>().unwrap(), vec![vec![0.0, 3.0, 4.0]]);
+        assert_eq!(d.norms, vec![5.0]);
+        assert_eq!(d.file_sha256, crate::hash::sha256_hex(&bytes));
+        assert_eq!(d.source, path.display().to_string());
+        assert_eq!(d.tensor, "");
+
+        // [2, 3] in Fortran order stores columns first.
+        let f = npy_bytes("<f4", "(2, 3)", true, &le(&[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+        std::fs::write(&path, f).unwrap();
+        let d = load_direction(&path, None, Some(1), 0, &Device::Cpu).unwrap();
+        assert_eq!(d.basis.to_vec2::<f32>().unwrap(), vec![vec![4.0, 5.0, 6.0]]);
+        assert_eq!(d.row, Some(1));
+
+        // f64 is read and converted to f32.
+        let data: Vec<u8> = [1f64, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&path, npy_bytes("<f8", "(2,)", false, &data)).unwrap();
+        let d = load_direction(&path, None, None, 0, &Device::Cpu).unwrap();
+        assert_eq!(d.basis.dtype(), DType::F32);
+        assert_eq!(d.basis.to_vec2::<f32>().unwrap(), vec![vec![1.0, 0.0]]);
+    }
+
+    #[test]
+    fn npy_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.npy");
+        let load = |bytes: Vec<u8>| {
+            std::fs::write(&path, bytes).unwrap();
+            load_direction(&path, None, None, 0, &Device::Cpu)
+                .unwrap_err()
+                .to_string()
+        };
+        let ints: Vec<u8> = [1i32, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let msg = load(npy_bytes("<i4", "(2,)", false, &ints));
+        assert!(msg.contains("<i4") && msg.contains("d.npy"), "{msg}");
+        let msg = load(npy_bytes("<f4", "(4,)", false, &le(&[1.0, 2.0])));
+        assert!(msg.contains("8 bytes"), "{msg}");
+        let msg = load(npy_bytes("<f4", "(1, 1, 2)", false, &le(&[1.0, 2.0])));
+        assert!(msg.contains("[1, 1, 2]"), "{msg}");
+        // A huge claimed shape is refused, not allocated.
+        let msg = load(npy_bytes("<f4", "(99999999999999999,)", false, &le(&[1.0])));
+        assert!(msg.contains("does not match"), "{msg}");
+        let msg = load(npy_bytes("<f4", "(2,)", false, &le(&[1.0, f32::INFINITY])));
+        assert!(msg.contains("inf") && msg.contains("index 1"), "{msg}");
+        assert!(load(b"not an npy file".to_vec()).contains("magic"));
+        std::fs::write(&path, npy_bytes("<f4", "(1,)", false, &le(&[1.0]))).unwrap();
+        let err = load_direction(&path, Some("x"), None, 0, &Device::Cpu).unwrap_err();
+        assert!(err.to_string().contains("drop tensor="), "{err}");
+    }
+
+    #[test]
+    fn safetensors_choice_and_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dirs.safetensors");
+        let cpu = Device::Cpu;
+        let basis = Tensor::new(&[[1f32, 0.0, 0.0], [0.0, 2.0, 0.0]], &cpu).unwrap();
+        let refusal = Tensor::new(&[0f32, 0.6, 0.8], &cpu).unwrap();
+        let one = HashMap::from([("refusal".to_owned(), refusal.clone())]);
+        candle_core::safetensors::save(&one, &path).unwrap();
+        // The only tensor is used whatever the layer.
+        let d = load_direction(&path, None, None, 7, &cpu).unwrap();
+        assert_eq!(d.tensor, "refusal");
+        assert_eq!(d.rows(), 1);
+        assert!((d.norms[0] - 1.0).abs() < 1e-6);
+        assert_eq!(
+            d.file_sha256,
+            crate::hash::sha256_file(&path).unwrap().0,
+            "the hash is the file's"
+        );
+
+        let two = HashMap::from([
+            ("basis".to_owned(), basis.to_dtype(DType::BF16).unwrap()),
+            ("refusal".to_owned(), refusal),
+        ]);
+        candle_core::safetensors::save(&two, &path).unwrap();
+        let err = load_direction(&path, None, None, 3, &cpu).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("basis, refusal") && msg.contains("tensor=NAME"),
+            "{msg}"
+        );
+        let d = load_direction(&path, Some("basis"), None, 3, &cpu).unwrap();
+        assert_eq!((d.rows(), d.width()), (2, 3));
+        assert_eq!(d.basis.dtype(), DType::F32);
+        assert_eq!(d.norms, vec![1.0, 2.0]);
+        let err = load_direction(&path, Some("nope"), None, 3, &cpu).unwrap_err();
+        assert!(err.to_string().contains("`nope`"), "{err}");
+
+        let ints = HashMap::from([("ids".to_owned(), Tensor::new(&[1i64, 2, 3], &cpu).unwrap())]);
+        candle_core::safetensors::save(&ints, &path).unwrap();
+        let err = load_direction(&path, None, None, 0, &cpu).unwrap_err();
+        assert!(err.to_string().contains("must be float"), "{err}");
+
+        std::fs::write(&path, b"garbage").unwrap();
+        let err = load_direction(&path, None, None, 0, &cpu).unwrap_err();
+        assert!(
+            err.to_string().contains("not a readable safetensors file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn gguf_control_vector_by_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cv.gguf");
+        let cpu = Device::Cpu;
+        let q =
+            |v: &[f32]| QTensor::quantize(&Tensor::new(v, &cpu).unwrap(), GgmlDType::F32).unwrap();
+        let (d1, d2) = (q(&[1.0, 0.0, 0.0, 0.0]), q(&[0.0, 0.0, 0.5, 0.0]));
+        let arch = Value::String("controlvector".into());
+        let mut file = std::fs::File::create(&path).unwrap();
+        gguf_file::write(
+            &mut file,
+            &[("general.architecture", &arch)],
+            &[("direction.1", &d1), ("direction.2", &d2)],
+        )
+        .unwrap();
+        drop(file);
+
+        let d = load_direction(&path, None, None, 2, &cpu).unwrap();
+        assert_eq!(d.tensor, "direction.2");
+        assert_eq!(
+            d.basis.to_vec2::<f32>().unwrap(),
+            vec![vec![0.0, 0.0, 0.5, 0.0]]
+        );
+        assert_eq!(d.norms, vec![0.5]);
+        let d = load_direction(&path, None, None, 1, &cpu).unwrap();
+        assert_eq!(d.tensor, "direction.1");
+        let err = load_direction(&path, None, None, 5, &cpu).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("direction.5") && msg.contains("direction.1, direction.2"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn missing_file_and_wrong_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("absent.safetensors");
+        let err = load_direction(&path, None, None, 0, &Device::Cpu).unwrap_err();
+        assert!(matches!(err, InterveneError::Io { .. }));
+        assert!(err.to_string().contains("absent.safetensors"), "{err}");
+        let txt = dir.path().join("d.txt");
+        std::fs::write(&txt, "0 1 0").unwrap();
+        let err = load_direction(&txt, None, None, 0, &Device::Cpu).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("d.txt") && msg.contains(".safetensors"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! HF-style model folders: `config.json`, one or sharded `*.safetensors`,
+//! `tokenizer.json`, and `tokenizer_config.json` (or `chat_template.jinja`)
+//! for the chat template and special tokens.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+
+use super::config::{HfConfig, LlamaConfig, RopeStyle};
+use super::llama::{Llama, Weight, WeightMode};
+use super::{ModelError, Special};
+
+/// Everything an HF folder holds, loaded.
+pub struct HfParts {
+    pub config: LlamaConfig,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub chat_template: Option<String>,
+    pub special: Special,
+    pub model: Llama,
+    /// The weight files, in name order.
+    pub weight_files: Vec<PathBuf>,
+}
+
+/// The HF name of a weight asked for by its GGUF name.
+pub fn hf_name(gguf: &str) -> String {
+    match gguf {
+        "token_embd.weight" => return "model.embed_tokens.weight".into(),
+        "output_norm.weight" => return "model.norm.weight".into(),
+        "output.weight" => return "lm_head.weight".into(),
+        _ => {}
+    }
+    let Some(rest) = gguf.strip_prefix("blk.") else {
+        return gguf.to_owned();
+    };
+    let Some((layer, rest)) = rest.split_once('.') else {
+        return gguf.to_owned();
+    };
+    let Some((stem, kind)) = rest.split_once('.') else {
+        return gguf.to_owned();
+    };
+    let part = match stem {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return gguf.to_owned(),
+    };
+    format!("model.layers.{layer}.{part}.{kind}")
+}
+
+/// llama.cpp's row permutation of Q and K (`[out, in]`, `heads` heads),
+/// which turns `rotate_half` pairs into adjacent pairs. `inverse` undoes it.
+pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, ModelError> {
+    let (out, inp) = w.dims2()?;
+    let half = out / heads / 2;
+    Ok(match inverse {
+        false => w.reshape((heads, 2, half, inp))?.transpose(1, 2)?,
+        true => w.reshape((heads, half, 2, inp))?.transpose(1, 2)?,
+    }
+    .contiguous()?
+    .reshape((out, inp))?)
+}
+
+/// Loads an HF folder.
+pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, ModelError> {
+    let file = |name: &str| dir.join(name);
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let config_path = file("config.json");
+    let text = read(&config_path)?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    let hf: HfConfig =
+        serde_path_to_error::deserialize(&mut de).map_err(|e| ModelError::Config {
+            path: config_path.clone(),
+            key: e.path().to_string(),
+            problem: e.inner().to_string(),
+        })?;
+    let config = LlamaConfig::from_hf(&config_path, &hf)?;
+    config.check(&config_path)?;
+
+    let tokenizer_path = file("tokenizer.json");
+    if !tokenizer_path.is_file() {
+        return Err(ModelError::Io {
+            path: tokenizer_path,
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no tokenizer.json in the model folder",
+            ),
+        });
+    }
+    let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
+        .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tokenizer_path.display())))?;
+    let tc_path = file("tokenizer_config.json");
+    let tc: serde_json::Value = match tc_path.is_file() {
+        true => serde_json::from_str(&read(&tc_path)?).map_err(|e| ModelError::Config {
+            path: tc_path.clone(),
+            key: format!("line {}", e.line()),
+            problem: e.to_string(),
+        })?,
+        false => serde_json::Value::Null,
+    };
+    let jinja = file("chat_template.jinja");
+    let chat_template = match jinja.is_file() {
+        true => Some(read(&jinja)?),
+        false => super::chat::template_from_tokenizer_config(&tc)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tc_path.display())))?,
+    };
+    let token_text = |key: &str| -> Option<String> {
+        match tc.get(key)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            v => v.get("content")?.as_str().map(str::to_owned),
+        }
+    };
+    let id_of = |s: Option<String>| s.and_then(|s| tokenizer.token_to_id(&s));
+    let bos = hf.bos_token_id.or_else(|| id_of(token_text("bos_token")));
+    let mut eos: Vec<u32> = hf
+        .eos_token_id
+        .as_ref()
+        .map(|e| e.to_vec())
+        .unwrap_or_default();
+    if let Some(id) = id_of(token_text("eos_token")) {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    // Whether a raw prompt gets BOS: as tokenizer_config.json says, else
+    // what the tokenizer's own post-processor does.
+    let add_bos = match tc.get("add_bos_token").and_then(|v| v.as_bool()) {
+        Some(v) => v,
+        None => match (tokenizer.encode("a", true), tokenizer.encode("a", false)) {
+            (Ok(with), Ok(without)) => {
+                with.get_ids().len() > without.get_ids().len()
+                    && with.get_ids().first() == bos.as_ref()
+            }
+            _ => false,
+        },
+    };
+    let special = Special::from_ids(&tokenizer, bos, eos, add_bos);
+
+    let mut weight_files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| ModelError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    weight_files.sort();
+    if weight_files.is_empty() {
+        return Err(ModelError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no *.safetensors weights in the model folder",
+            ),
+        });
+    }
+    // SAFETY: the files are mapped read-only; vauban never writes a model it is reading.
+    let st =
+        unsafe { MmapedSafetensors::multi(&weight_files) }.map_err(|e| ModelError::Tensor {
+            path: dir.to_path_buf(),
+            tensor: "*".into(),
+            problem: e.to_string(),
+        })?;
+    let names: BTreeMap<String, ()> = st.tensors().into_iter().map(|(n, _)| (n, ())).collect();
+    let heads = (config.heads, config.kv_heads);
+    let interleaved = config.rope_style == RopeStyle::Interleaved;
+    let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
+        let hf = hf_name(name);
+        if !names.contains_key(&hf) {
+            return Ok(None);
+        }
+        let t = st
+            .load(&hf, device)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .map_err(|e| ModelError::Tensor {
+                path: dir.to_path_buf(),
+                tensor: hf.clone(),
+                problem: e.to_string(),
+            })?;
+        let t = match (
+            interleaved,
+            name.contains(".attn_q.weight"),
+            name.contains(".attn_k.weight"),
+        ) {
+            (true, true, _) => permute_qk(&t, heads.0, false)?,
+            (true, _, true) => permute_qk(&t, heads.1, false)?,
+            _ => t,
+        };
+        Ok(Some(Weight::Dense(t)))
+    };
+    let model =
+        Llama::load(&config, mode, &mut load, device).map_err(|e| e.hf_names().in_file(dir))?;
+    Ok(HfParts {
+        config,
+        tokenizer,
+        chat_template,
+        special,
+        model,
+        weight_files,
+    })
+}
+
+/// Writes `model` as an HF folder vauban (and `transformers`) can load:
+/// `model.safetensors` (f32), `config.json`, `tokenizer.json` and
+/// `tokenizer_config.json` with the chat template. Written into a staging
+/// folder and renamed into place, so a failure leaves no half folder.
+pub fn export(
+    model: &Llama,
+    tokenizer: &tokenizers::Tokenizer,
+    chat_template: Option<&str>,
+    special: &Special,
+    dir: &Path,
+) -> Result<(), ModelError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ModelError::Io { path, source }
+    };
+    if dir.exists() {
+        return Err(ModelError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "refusing to overwrite; choose a new folder",
+            ),
+        });
+    }
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let staging = tempfile::Builder::new()
+        .prefix(".vauban-export-")
+        .tempdir_in(parent)
+        .map_err(io(parent))?;
+    let c = model.config();
+    let mut tensors: Vec<(String, Tensor)> = Vec::new();
+    for (name, t) in model.dense_weights()? {
+        let t = match (
+            c.rope_style,
+            name.contains(".attn_q.weight"),
+            name.contains(".attn_k.weight"),
+        ) {
+            (RopeStyle::Interleaved, true, _) => permute_qk(&t, c.heads, true)?,
+            (RopeStyle::Interleaved, _, true) => permute_qk(&t, c.kv_heads, true)?,
+            _ => t,
+        };
+        tensors.push((hf_name(&name), t.contiguous()?));
+    }
+    let weights = staging.path().join("model.safetensors");
+    candle_core::safetensors::save(&tensors.into_iter().collect(), &weights)?;
+    let model_type = match c.architecture.as_str() {
+        "qwen2" => "qwen2",
+        "mistral" => "mistral",
+        _ => "llama",
+    };
+    let mut config = serde_json::json!({
+        "architectures": [match model_type { "qwen2" => "Qwen2ForCausalLM", "mistral" => "MistralForCausalLM", _ => "LlamaForCausalLM" }],
+        "model_type": model_type,
+        "hidden_size": c.hidden,
+        "intermediate_size": c.ffn,
+        "num_hidden_layers": c.layers,
+        "num_attention_heads": c.heads,
+        "num_key_value_heads": c.kv_heads,
+        "head_dim": c.head_dim,
+        "vocab_size": c.vocab,
+        "rms_norm_eps": c.rms_eps,
+        "rope_theta": c.rope_theta,
+        "tie_word_embeddings": c.tied_embeddings,
+        "attention_bias": c.qkv_bias,
+        "torch_dtype": "float32",
+    });
+    if let Some(bos) = &special.bos {
+        config["bos_token_id"] = bos.0.into();
+    }
+    if !special.eos.is_empty() {
+        config["eos_token_id"] = special.eos.iter().map(|e| e.0).collect::<Vec<_>>().into();
+    }
+    match &c.rope_scaling {
+        None => {}
+        Some(super::config::RopeScaling::Linear { factor }) => {
+            config["rope_scaling"] = serde_json::json!({"rope_type": "linear", "factor": factor});
+        }
+        Some(super::config::RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        }) => {
+            config["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": factor,
+                "low_freq_factor": low_freq_factor, "high_freq_factor": high_freq_factor,
+                "original_max_position_embeddings": original_max_position_embeddings});
+        }
+        Some(super::config::RopeScaling::FreqFactors { .. }) => {
+            return Err(ModelError::Export(
+                "this model's RoPE frequency factors (GGUF rope_freqs) have no config.json form; export is not supported for it".into(),
+            ));
+        }
+    }
+    let write = |name: &str, text: String| -> Result<(), ModelError> {
+        let p = staging.path().join(name);
+        std::fs::write(&p, text).map_err(io(&p))
+    };
+    write(
+        "config.json",
+        serde_json::to_string_pretty(&config).expect("json values serialize"),
+    )?;
+    let mut tc = serde_json::json!({ "add_bos_token": special.add_bos });
+    if let Some(t) = chat_template {
+        tc["chat_template"] = t.into();
+    }
+    if let Some(bos) = &special.bos {
+        tc["bos_token"] = bos.1.clone().into();
+    }
+    if let Some(eos) = special.eos.first() {
+        tc["eos_token"] = eos.1.clone().into();
+    }
+    write(
+        "tokenizer_config.json",
+        serde_json::to_string_pretty(&tc).expect("json values serialize"),
+    )?;
+    let tok = staging.path().join("tokenizer.json");
+    tokenizer
+        .save(&tok, false)
+        .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tok.display())))?;
+    let staged = staging.keep();
+    std::fs::rename(&staged, dir).map_err(io(dir))?;
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! A tiny llama model the tests build themselves: seeded random weights,
+//! 3 layers, a byte-level BPE tokenizer with a chat template, written as an
+//! HF folder (sharded safetensors) and as GGUF files (f32 and Q8_0).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, Tokenizer};
+use vauban::model::hf::{hf_name, permute_qk};
+
+pub const HIDDEN: usize = 64;
+pub const LAYERS: usize = 3;
+pub const HEADS: usize = 4;
+pub const KV_HEADS: usize = 2;
+pub const HEAD_DIM: usize = 16;
+pub const FFN: usize = 128;
+pub const THETA: f32 = 10_000.0;
+pub const EPS: f32 = 1e-5;
+
+/// ChatML, the shape SmolLM2 and Qwen use.
+pub const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+const MERGES: &[(&str, &str)] = &[("h", "e"), ("Ġ", "t"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a")];
+const SPECIAL: &[&str] = &["<s>", "</s>", "<|im_start|>", "<|im_end|>"];
+
+/// The vocabulary in id order: specials, the 256 byte symbols, then merges.
+pub fn vocab() -> Vec<String> {
+    let mut bytes: Vec<char> = ByteLevel::alphabet().into_iter().collect();
+    bytes.sort();
+    SPECIAL
+        .iter()
+        .map(|s| s.to_string())
+        .chain(bytes.into_iter().map(String::from))
+        .chain(MERGES.iter().map(|(a, b)| format!("{a}{b}")))
+        .collect()
+}
+
+pub fn vocab_size() -> usize {
+    vocab().len()
+}
+
+pub fn tokenizer() -> Tokenizer {
+    let vocab: ahash::AHashMap<String, u32> = vocab()
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (t, i as u32))
+        .collect();
+    let merges = MERGES
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .unwrap();
+    let mut t = Tokenizer::new(bpe);
+    t.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    t.with_decoder(Some(ByteLevel::default()));
+    t.add_special_tokens(
+        SPECIAL
+            .iter()
+            .map(|s| AddedToken::from(*s, true))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    t
+}
+
+/// Deterministic pseudo-random values in [-scale, scale) (xorshift64*).
+fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32;
+            (u * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Every weight by GGUF name, in HF layout (Q and K not permuted).
+pub fn weights(seed: u64) -> Vec<(String, Tensor)> {
+    let v = vocab_size();
+    let mut out = Vec::new();
+    let mut n = 0u64;
+    let mut t = |name: String, shape: &[usize], scale: f32, offset: f32| {
+        n += 1;
+        let len = shape.iter().product();
+        let vals: Vec<f32> = values(seed * 1000 + n, len, scale)
+            .into_iter()
+            .map(|x| x + offset)
+            .collect();
+        out.push((name, Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()));
+    };
+    t("token_embd.weight".into(), &[v, HIDDEN], 1.0, 0.0);
+    for i in 0..LAYERS {
+        let s = 0.5 / (HIDDEN as f32).sqrt();
+        t(format!("blk.{i}.attn_norm.weight"), &[HIDDEN], 0.1, 1.0);
+        t(
+            format!("blk.{i}.attn_q.weight"),
+            &[HEADS * HEAD_DIM, HIDDEN],
+            s * 3.0,
+            0.0,
+        );
+        t(
+            format!("blk.{i}.attn_k.weight"),
+            &[KV_HEADS * HEAD_DIM, HIDDEN],
+            s * 3.0,
+            0.0,
+        );
+        t(
+            format!("blk.{i}.attn_v.weight"),
+            &[KV_HEADS * HEAD_DIM, HIDDEN],
+            s,
+            0.0,
+        );
+        t(
+            format!("blk.{i}.attn_output.weight"),
+            &[HIDDEN, HEADS * HEAD_DIM],
+            s,
+            0.0,
+        );
+        t(format!("blk.{i}.ffn_norm.weight"), &[HIDDEN], 0.1, 1.0);
+        t(format!("blk.{i}.ffn_gate.weight"), &[FFN, HIDDEN], s, 0.0);
+        t(format!("blk.{i}.ffn_up.weight"), &[FFN, HIDDEN], s, 0.0);
+        t(
+            format!("blk.{i}.ffn_down.weight"),
+            &[HIDDEN, FFN],
+            0.5 / (FFN as f32).sqrt(),
+            0.0,
+        );
+    }
+    t("output_norm.weight".into(), &[HIDDEN], 0.1, 1.0);
+    t(
+        "output.weight".into(),
+        &[v, HIDDEN],
+        0.5 / (HIDDEN as f32).sqrt() * 4.0,
+        0.0,
+    );
+    out
+}
+
+/// Writes the HF folder form (two safetensors shards) into `dir`.
+pub fn write_hf(dir: &Path, seed: u64) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let all = weights(seed);
+    let (first, second) = all.split_at(all.len() / 2);
+    for (i, part) in [first, second].into_iter().enumerate() {
+        let map: std::collections::HashMap<String, Tensor> =
+            part.iter().map(|(n, t)| (hf_name(n), t.clone())).collect();
+        let file = dir.join(format!("model-{:05}-of-00002.safetensors", i + 1));
+        candle_core::safetensors::save(&map, file).unwrap();
+    }
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": FFN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "vocab_size": vocab_size(),
+        "rms_norm_eps": EPS,
+        "rope_theta": THETA,
+        "tie_word_embeddings": false,
+        "bos_token_id": 0,
+        "eos_token_id": 3,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    tokenizer().save(dir.join("tokenizer.json"), false).unwrap();
+    let tc = serde_json::json!({
+        "add_bos_token": false,
+        "bos_token": "<s>",
+        "eos_token": "<|im_end|>",
+        "chat_template": CHAT_TEMPLATE,
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), tc.to_string()).unwrap();
+    dir.to_path_buf()
+}
+
+/// Writes the GGUF form: Q and K permuted as llama.cpp's converter does,
+/// matrices stored as `dtype` (norms always f32).
+pub fn write_gguf(path: &Path, seed: u64, dtype: GgmlDType) -> PathBuf {
+    let tensors: Vec<(String, QTensor)> = weights(seed)
+        .into_iter()
+        .map(|(name, t)| {
+            let t = if name.contains("attn_q.weight") {
+                permute_qk(&t, HEADS, false).unwrap()
+            } else if name.contains("attn_k.weight") {
+                permute_qk(&t, KV_HEADS, false).unwrap()
+            } else {
+                t
+            };
+            let dt = if t.rank() == 1 { GgmlDType::F32 } else { dtype };
+            (name, QTensor::quantize(&t, dt).unwrap())
+        })
+        .collect();
+    let s = |v: &str| Value::String(v.to_owned());
+    let u = |v: usize| Value::U32(v as u32);
+    let types: Vec<Value> = vocab()
+        .iter()
+        .map(|t| Value::I32(if SPECIAL.contains(&t.as_str()) { 3 } else { 1 }))
+        .collect();
+    let metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", s("llama")),
+        ("general.name", s("tiny-test-llama")),
+        ("llama.block_count", u(LAYERS)),
+        ("llama.embedding_length", u(HIDDEN)),
+        ("llama.feed_forward_length", u(FFN)),
+        ("llama.attention.head_count", u(HEADS)),
+        ("llama.attention.head_count_kv", u(KV_HEADS)),
+        ("llama.rope.dimension_count", u(HEAD_DIM)),
+        ("llama.rope.freq_base", Value::F32(THETA)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(EPS)),
+        ("llama.vocab_size", u(vocab_size())),
+        ("tokenizer.ggml.model", s("gpt2")),
+        ("tokenizer.ggml.pre", s("gpt2")),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(vocab().iter().map(|t| s(t)).collect()),
+        ),
+        ("tokenizer.ggml.token_type", Value::Array(types)),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(MERGES.iter().map(|(a, b)| s(&format!("{a} {b}"))).collect()),
+        ),
+        ("tokenizer.ggml.bos_token_id", Value::U32(0)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(3)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+        ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
+        ("tokenizer.chat_template", s(CHAT_TEMPLATE)),
+    ];
+    let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md, &ts).unwrap();
+    path.to_path_buf()
+}

@@ -1,0 +1,537 @@
+//! The forward pass, KV cache, loaders, tokenizers, interventions and
+//! traces on a tiny llama built by the tests (tests/common/tiny.rs).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::GgmlDType;
+use candle_core::{D, Device, IndexOp, Tensor};
+use common::tiny;
+use vauban::executor::{
+    CandleExecutor, DeviceSpec, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
+    RunOptions, generate::generate,
+};
+use vauban::intervene::InterventionSpec;
+use vauban::model::LoadedModel;
+use vauban::model::llama::{Matrix, WeightMode};
+use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
+
+const TEXT: &str = "the cat in the hat sat on a mat, then ran in";
+
+struct Forms {
+    _dir: tempfile::TempDir,
+    hf: PathBuf,
+    gguf: PathBuf,
+    q8: PathBuf,
+}
+
+fn forms() -> Forms {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = tiny::write_hf(&dir.path().join("hf"), 7);
+    let gguf = tiny::write_gguf(&dir.path().join("tiny-f32.gguf"), 7, GgmlDType::F32);
+    let q8 = tiny::write_gguf(&dir.path().join("tiny-q8.gguf"), 7, GgmlDType::Q8_0);
+    Forms {
+        _dir: dir,
+        hf,
+        gguf,
+        q8,
+    }
+}
+
+fn load(path: &Path) -> LoadedModel {
+    LoadedModel::load(path, WeightMode::Native, &Device::Cpu).unwrap()
+}
+
+fn exec(path: &Path) -> CandleExecutor {
+    CandleExecutor::load(&ModelSpec {
+        path: path.to_path_buf(),
+        device: DeviceSpec::Cpu,
+        weights: WeightMode::Native,
+    })
+    .unwrap()
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+#[test]
+fn gguf_and_safetensors_forms_load_the_same_model() {
+    let f = forms();
+    let (hf, gguf) = (load(&f.hf), load(&f.gguf));
+    assert_eq!(hf.config.layers, tiny::LAYERS);
+    assert_eq!(hf.config.vocab, tiny::vocab_size());
+    assert_eq!(hf.config.hidden, gguf.config.hidden);
+    assert_eq!(hf.weight_files.len(), 2, "two shards");
+    // Same tokens from tokenizer.json and from GGUF metadata, control tokens whole.
+    let chat = "<|im_start|>user\nthe hat<|im_end|>";
+    assert_eq!(hf.encode(chat).unwrap(), gguf.encode(chat).unwrap());
+    assert_eq!(hf.encode(chat).unwrap()[0], 2, "<|im_start|> is one token");
+    let ids = hf.encode(TEXT).unwrap();
+    assert_eq!(ids, gguf.encode(TEXT).unwrap());
+    assert_eq!(hf.decode(&ids).unwrap(), TEXT);
+
+    let a = hf.model.forward(&ids, &[]).unwrap().logits;
+    let b = gguf.model.forward(&ids, &[]).unwrap().logits;
+    assert_eq!(a.dims(), &[ids.len(), tiny::vocab_size()]);
+    assert_eq!(a.dtype(), candle_core::DType::F32);
+    // HF layout with rotate_half vs llama.cpp's permuted rows with adjacent
+    // pairs: the same function, up to float rounding.
+    let d = max_abs_diff(&a, &b);
+    assert!(d < 1e-4, "max |Δlogit| = {d}");
+    // And the forward is deterministic.
+    let again = hf.model.forward(&ids, &[]).unwrap().logits;
+    assert_eq!(max_abs_diff(&a, &again), 0.0);
+}
+
+#[test]
+fn q8_weights_stay_quantized_and_close_to_f32() {
+    let f = forms();
+    let (f32m, q8) = (load(&f.gguf), load(&f.q8));
+    assert!(q8.model.is_quantized() && !load(&f.hf).model.is_quantized());
+    let ids = f32m.encode(TEXT).unwrap();
+    let a = f32m.model.forward(&ids, &[]).unwrap().logits;
+    let b = q8.model.forward(&ids, &[]).unwrap().logits;
+    let scale = a
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let d = max_abs_diff(&a, &b);
+    eprintln!("Q8_0 vs f32: max |Δlogit| {d:.4} (max |logit| {scale:.2})");
+    assert!(d < 0.05 * scale, "max |Δlogit| = {d}, scale {scale}");
+    // Dequantizing at load gives the f32 matmul path with the Q8 values (the
+    // quantized kernel also rounds activations to 8 bits, so the two differ a little).
+    let deq = LoadedModel::load(&f.q8, WeightMode::F32, &Device::Cpu).unwrap();
+    assert!(!deq.model.is_quantized());
+    let c = deq.model.forward(&ids, &[]).unwrap().logits;
+    let (dc, dq) = (max_abs_diff(&a, &c), max_abs_diff(&b, &c));
+    eprintln!("dequantized Q8_0: vs f32 {dc:.4}, vs native Q8_0 {dq:.4}");
+    assert!(dc < 0.05 * scale && dq < 0.05 * scale && dc > 0.0);
+}
+
+#[test]
+fn kv_cache_decode_matches_the_full_forward() {
+    let f = forms();
+    let e = exec(&f.gguf);
+    let ids = e.model.encode(TEXT).unwrap();
+    let full = e.model.model.forward(&ids, &[]).unwrap().logits;
+    let split = ids.len() - 4;
+    let mut session = e.session(&[]);
+    let first = session.prefill(&ids[..split]).unwrap().logits;
+    let mut rows = vec![first];
+    for &id in &ids[split..ids.len() - 1] {
+        rows.push(session.decode_step(id).unwrap().logits);
+    }
+    assert_eq!(session.position(), ids.len() - 1);
+    for (k, row) in rows.iter().enumerate() {
+        let want = full.i(split - 1 + k).unwrap().to_vec1::<f32>().unwrap();
+        let d = want
+            .iter()
+            .zip(row)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        // Tolerance: f32 rounding differs between one 13-token attention and 13 steps.
+        assert!(d < 1e-4, "position {}: max |Δlogit| {d}", split - 1 + k);
+    }
+}
+
+#[test]
+fn greedy_generation_equals_repeated_full_forwards() {
+    let f = forms();
+    let e = exec(&f.hf);
+    let prompt = e.model.encode("the cat").unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 6,
+        ..Default::default()
+    };
+    let mut session = e.session(&[]);
+    let g = generate(
+        &mut session,
+        &prompt,
+        None,
+        &opts,
+        &|_| false,
+        &|ids| e.detokenize(ids),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(g.ids.len(), 6);
+    // The same tokens by running the whole sequence again at every step.
+    let mut seq = prompt.clone();
+    for _ in 0..6 {
+        let logits = e.model.model.forward(&seq, &[]).unwrap().logits;
+        let next = logits
+            .i(seq.len() - 1)
+            .unwrap()
+            .argmax(D::Minus1)
+            .unwrap()
+            .to_scalar::<u32>()
+            .unwrap();
+        seq.push(next);
+    }
+    assert_eq!(g.ids, seq[prompt.len()..]);
+    assert_eq!(session.position(), prompt.len() + 5, "the prompt ran once");
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_seed_dependent() {
+    let f = forms();
+    let e = exec(&f.gguf);
+    let prompt = e.model.encode("the").unwrap();
+    let run = |seed| {
+        let opts = GenerateOptions {
+            max_tokens: 12,
+            sampling: Some(vauban::model::sample::Sampling {
+                temperature: 1.5,
+                top_p: 1.0,
+                top_k: None,
+                seed,
+            }),
+            stop: vec![],
+        };
+        let mut s = e.session(&[]);
+        generate(
+            &mut s,
+            &prompt,
+            None,
+            &opts,
+            &|_| false,
+            &|ids| e.detokenize(ids),
+            &mut |_| {},
+        )
+        .unwrap()
+        .ids
+    };
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2));
+}
+
+fn write_direction(dir: &Path, name: &str, values: &[f32]) -> PathBuf {
+    let path = dir.join(name);
+    let t = Tensor::new(values, &Device::Cpu).unwrap();
+    candle_core::safetensors::save(&[("direction".to_string(), t)].into_iter().collect(), &path)
+        .unwrap();
+    path
+}
+
+fn request(layers: &[usize], interventions: bool) -> TraceRequest {
+    let mut observe = vec![K::Text, K::Tokens, K::Logits, K::Logprobs, K::Activation];
+    if interventions {
+        observe.push(K::InterventionResult);
+    }
+    TraceRequest {
+        prompt_id: Some("p0".into()),
+        text: Some(TEXT.into()),
+        token_ids: None,
+        observe,
+        layers: layers.to_vec(),
+        raw_tensors: true,
+    }
+}
+
+fn options(interventions: Vec<vauban::intervene::Intervention>) -> RunOptions {
+    RunOptions {
+        trace_id: "t0".into(),
+        prompt: PromptForm::Raw,
+        interventions,
+        block_outputs: false,
+        generate: GenerateOptions::default(),
+    }
+}
+
+/// The raw activation of a trace at `layer` (site resid_post).
+fn activation(out: &vauban::executor::TraceOutput, layer: usize) -> Vec<f32> {
+    let a = out
+        .trace
+        .artifacts_of(K::Activation)
+        .find(|a| {
+            a.layer == Some(layer) && a.labels.get("site").map(String::as_str) == Some("resid_post")
+        })
+        .unwrap();
+    out.tensors[&a.id].as_ref().to_f32_vec()
+}
+
+#[test]
+fn an_intervention_changes_activations_at_and_after_its_layer_only() {
+    let f = forms();
+    let e = exec(&f.gguf);
+    let dir = tempfile::tempdir().unwrap();
+    let d: Vec<f32> = (0..tiny::HIDDEN)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
+        .collect();
+    let file = write_direction(dir.path(), "d.safetensors", &d);
+    let spec: InterventionSpec = format!("layer=1,mode=subtract,direction={}", file.display())
+        .parse()
+        .unwrap();
+    let iv = spec
+        .resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
+        .unwrap();
+    let plain = e
+        .trace(&request(&[0, 1, 2], false), &options(vec![]))
+        .unwrap();
+    let steered = e
+        .trace(&request(&[0, 1, 2], true), &options(vec![iv]))
+        .unwrap();
+    assert_eq!(
+        activation(&plain, 0),
+        activation(&steered, 0),
+        "layer 0 runs before the intervention"
+    );
+    for layer in [1, 2] {
+        assert_ne!(
+            activation(&plain, layer),
+            activation(&steered, layer),
+            "layer {layer}"
+        );
+    }
+    // Subtracting the direction leaves no component along it at layer 1 (d not unit: h − (h·d)d
+    // leaves (h·d)(1 − |d|²) along d, so compare with that).
+    let h1 = activation(&steered, 1);
+    let h0 = activation(&plain, 1);
+    let n2: f32 = d.iter().map(|x| x * x).sum();
+    for (tok, (new, old)) in h1
+        .chunks(tiny::HIDDEN)
+        .zip(h0.chunks(tiny::HIDDEN))
+        .enumerate()
+    {
+        let p_old: f32 = old.iter().zip(&d).map(|(a, b)| a * b).sum();
+        let p_new: f32 = new.iter().zip(&d).map(|(a, b)| a * b).sum();
+        assert!(
+            (p_new - p_old * (1.0 - n2)).abs() < 1e-3 * (1.0 + p_old.abs()),
+            "token {tok}: {p_new} vs {p_old}"
+        );
+    }
+    // The record says what was applied.
+    let rec = steered
+        .trace
+        .artifacts_of(K::InterventionResult)
+        .next()
+        .unwrap();
+    assert_eq!(rec.layer, Some(1));
+    let ArtifactData::Record { value } = &rec.data else {
+        panic!()
+    };
+    let n = e.model.encode(TEXT).unwrap().len();
+    assert_eq!(value["effect"]["tokens_applied"], n);
+    assert_eq!(value["intervention"]["mode"], "subtract");
+    assert_ne!(activation(&plain, 2), activation(&steered, 2));
+}
+
+#[test]
+fn subtracting_the_zero_direction_changes_nothing() {
+    let f = forms();
+    let e = exec(&f.hf);
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_direction(dir.path(), "zero.safetensors", &vec![0.0; tiny::HIDDEN]);
+    let spec: InterventionSpec = format!("layer=0,mode=subtract,direction={}", file.display())
+        .parse()
+        .unwrap();
+    let iv = spec
+        .resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
+        .unwrap();
+    let plain = e.trace(&request(&[2], false), &options(vec![])).unwrap();
+    let zero = e.trace(&request(&[2], true), &options(vec![iv])).unwrap();
+    let logits = |o: &vauban::executor::TraceOutput| {
+        let a = o.trace.artifacts_of(K::Logits).next().unwrap();
+        o.tensors[&a.id].as_ref().to_f32_vec()
+    };
+    assert_eq!(logits(&plain), logits(&zero));
+}
+
+#[test]
+fn a_trace_is_valid_and_lands_in_a_bundle() {
+    let f = forms();
+    let e = exec(&f.gguf);
+    let mut req = request(&[0, 2], false);
+    req.observe
+        .extend([K::Profile, K::WeightSnapshot, K::InterventionResult]);
+    let mut opts = options(vec![]);
+    opts.block_outputs = true;
+    opts.generate.max_tokens = 4;
+    let out = e.trace(&req, &opts).unwrap();
+    let t = &out.trace;
+    let stages: Vec<String> = t.spans.iter().map(|s| s.stage.to_string()).collect();
+    assert_eq!(
+        stages,
+        [
+            "tokenize",
+            "prepare_batch",
+            "prefill",
+            "observe",
+            "lm_head",
+            "decode"
+        ]
+    );
+    assert_eq!(t.capabilities.executor, "candle");
+    assert_eq!(t.model.sha256.as_deref().map(str::len), Some(64));
+    // Three sites at two layers, two weight matrices at two layers.
+    assert_eq!(t.artifacts_of(K::Activation).count(), 6);
+    assert_eq!(t.artifacts_of(K::WeightSnapshot).count(), 4);
+    assert_eq!(t.missing.len(), 1, "intervention_result: none given");
+    let completion = t
+        .artifacts_of(K::Text)
+        .find(|a| a.labels["role"] == "completion")
+        .unwrap();
+    assert!(matches!(&completion.data, ArtifactData::Text { text } if !text.is_empty()));
+    assert_eq!(out.generation.as_ref().unwrap().ids.len(), 4);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b");
+    let mut w =
+        vauban::bundle::BundleWriter::create(&path, vauban::bundle::WriteMode::CreateNew).unwrap();
+    w.add_trace(t, &out.tensors).unwrap();
+    w.finish().unwrap();
+    let b = vauban::bundle::Bundle::open(&path).unwrap();
+    b.verify_all().unwrap();
+    let a = t.artifacts_of(K::Logprobs).next().unwrap();
+    let lp = b.tensor("t0", &a.id).unwrap();
+    assert_eq!(
+        lp.shape,
+        [e.model.encode(TEXT).unwrap().len(), tiny::vocab_size()]
+    );
+}
+
+#[test]
+fn bad_requests_are_refused_with_the_reason() {
+    let f = forms();
+    let e = exec(&f.gguf);
+    let err = e
+        .trace(&request(&[3], false), &options(vec![]))
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        err,
+        "layer 3 is out of range: the model has 3 layers (0 to 2)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_direction(dir.path(), "wide.safetensors", &vec![1.0; tiny::HIDDEN + 1]);
+    let spec: InterventionSpec = format!("layer=0,mode=subtract,direction={}", file.display())
+        .parse()
+        .unwrap();
+    let err = spec
+        .resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("65") && err.contains("64"), "{err}");
+}
+
+#[test]
+fn broken_model_folders_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = tiny::write_hf(&dir.path().join("hf"), 1);
+    // A config that disagrees with the weights: the tensor and both shapes.
+    let cfg = hf.join("config.json");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("\"intermediate_size\":128", "\"intermediate_size\":96");
+    std::fs::write(&cfg, text).unwrap();
+    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("model.layers.0.mlp.gate_proj.weight")
+            && err.contains("[128, 64]")
+            && err.contains("[96, 64]"),
+        "{err}"
+    );
+    // An unsupported architecture.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("\"model_type\":\"llama\"", "\"model_type\":\"gpt_neox\"");
+    std::fs::write(&cfg, text).unwrap();
+    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("`gpt_neox` is not supported"), "{err}");
+    // A missing config, and a path that is no model.
+    std::fs::remove_file(&cfg).unwrap();
+    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("config.json"), "{err}");
+    let err = LoadedModel::load(
+        &dir.path().join("nope.gguf"),
+        WeightMode::Native,
+        &Device::Cpu,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("nope.gguf"), "{err}");
+}
+
+#[test]
+fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_trips() {
+    let f = forms();
+    let mut m = load(&f.gguf);
+    let d: Vec<f32> = (0..tiny::HIDDEN).map(|i| (i as f32 * 0.37).sin()).collect();
+    let dt = Tensor::new(d.as_slice(), &Device::Cpu).unwrap();
+    let before = m.model.weight(1, Matrix::FfnDown).unwrap();
+    let changes = m
+        .model
+        .orthogonalize(&dt, &[0, 1, 2], &[Matrix::AttnOutput, Matrix::FfnDown])
+        .unwrap();
+    assert_eq!(changes.len(), 6);
+    let r = (&dt / d.iter().map(|x| x * x).sum::<f32>().sqrt() as f64)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    for layer in 0..3 {
+        for mat in [Matrix::AttnOutput, Matrix::FfnDown] {
+            let w = m.model.weight(layer, mat).unwrap();
+            let along = r
+                .matmul(&w)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_keepdim(1)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()[0];
+            assert!(along < 1e-5, "layer {layer} {mat:?}: |r̂ᵀW| = {along}");
+        }
+    }
+    assert!(max_abs_diff(&before, &m.model.weight(1, Matrix::FfnDown).unwrap()) > 1e-3);
+    // Attention Q is not a residual writer: refused.
+    assert!(m.model.orthogonalize(&dt, &[0], &[Matrix::AttnQ]).is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ortho");
+    vauban::model::hf::export(
+        &m.model,
+        &m.tokenizer,
+        m.chat_template.as_deref(),
+        &m.special,
+        &out,
+    )
+    .unwrap();
+    let back = load(&out);
+    let ids = m.encode(TEXT).unwrap();
+    assert_eq!(back.encode(TEXT).unwrap(), ids);
+    let a = m.model.forward(&ids, &[]).unwrap().logits;
+    let b = back.model.forward(&ids, &[]).unwrap().logits;
+    assert!(max_abs_diff(&a, &b) < 1e-4);
+    assert_eq!(back.chat_template.as_deref(), Some(tiny::CHAT_TEMPLATE));
+    // Export refuses to overwrite.
+    assert!(vauban::model::hf::export(&m.model, &m.tokenizer, None, &m.special, &out).is_err());
+}
