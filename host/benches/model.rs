@@ -83,7 +83,7 @@ fn main() -> anyhow::Result<()> {
                 None,
                 &opts,
                 &|_| false,
-                &|ids| Ok(exec.detokenize(ids)?),
+                &|ids| exec.detokenize(ids),
                 &mut |_| {},
             )?;
             prefill.push(ids.len() as f64 / (g.prefill_ns as f64 / 1e9));

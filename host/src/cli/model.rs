@@ -113,7 +113,7 @@ impl PromptArgs {
 
     fn generate(&self, max_tokens: usize) -> anyhow::Result<GenerateOptions> {
         let sampling = match self.temperature {
-            t if t == 0.0 => None,
+            0.0 => None,
             t => {
                 let s = Sampling {
                     temperature: t,

@@ -84,7 +84,7 @@ impl LlamaConfig {
                 return Err(bad(key, "is 0".into()));
             }
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(bad(
                 "kv_heads",
                 format!(
@@ -93,7 +93,7 @@ impl LlamaConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(bad(
                 "head_dim",
                 format!("({}) is odd; rotary embeddings need pairs", self.head_dim),

@@ -129,10 +129,10 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, Mo
         .as_ref()
         .map(|e| e.to_vec())
         .unwrap_or_default();
-    if let Some(id) = id_of(token_text("eos_token")) {
-        if !eos.contains(&id) {
-            eos.push(id);
-        }
+    if let Some(id) = id_of(token_text("eos_token"))
+        && !eos.contains(&id)
+    {
+        eos.push(id);
     }
     // Whether a raw prompt gets BOS: as tokenizer_config.json says, else
     // what the tokenizer's own post-processor does.

@@ -193,7 +193,7 @@ pub(super) fn run(
     );
     p.notes
         .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
-    let prefill_span = b.span(Stage::Prefill, p);
+    b.span(Stage::Prefill, p);
 
     // observe: activations copied to the host and summarised.
     let kept = std::mem::take(&mut session.hook.kept);
