@@ -9,10 +9,9 @@
 //! context (`messages`, `add_generation_prompt`, `tools = None`,
 //! `documents = None`, the special tokens that are set).
 //!
-//! Where minijinja still differs from Python Jinja, it is in Python
-//! `repr`-style output of containers (`{{ [1, 'a'] }}` prints `[1, "a"]`)
-//! and `none`/`true` passed through `| string` or `~`; printed directly they
-//! read `None`/`True` as in Python.
+//! Printed values read as Python prints them (`None`, `True`, `['a']`); the
+//! same values turned to text by `| string`, `~` or `join` still read as
+//! minijinja writes them (`none`, `true`, `["a"]`).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -239,18 +238,111 @@ fn describe(e: &Error) -> String {
     }
 }
 
-/// Python prints `None`, `True`, `False`; minijinja's default formatter
-/// prints `none`, `true`, `false`.
+/// What Python's `str()` prints for what a template outputs: `None`,
+/// `True`, `1e+20`, `['a', None]`, where minijinja prints `none`, `true`,
+/// `100000000000000000000.0`, `["a", none]`. Strings, undefined and other
+/// objects print as minijinja prints them.
 fn python_formatter(
     out: &mut minijinja::Output,
     state: &minijinja::State,
     value: &Value,
 ) -> Result<(), Error> {
     match value.kind() {
-        ValueKind::None => Ok(out.write_str("None")?),
-        ValueKind::Bool => Ok(out.write_str(if value.is_true() { "True" } else { "False" })?),
+        ValueKind::None | ValueKind::Bool | ValueKind::Number | ValueKind::Seq | ValueKind::Map => {
+            let mut text = String::new();
+            python_repr(value, &mut text);
+            Ok(out.write_str(&text)?)
+        }
         _ => minijinja::escape_formatter(out, state, value),
     }
+}
+
+/// Python's `repr()`, which `str()` of a list or dict applies to its items.
+fn python_repr(value: &Value, out: &mut String) {
+    let items = |out: &mut String, open, close, map: bool| {
+        out.push(open);
+        for (i, item) in value.try_iter().into_iter().flatten().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            python_repr(&item, out);
+            if map {
+                out.push_str(": ");
+                python_repr(&value.get_item(&item).unwrap_or_default(), out);
+            }
+        }
+        out.push(close);
+    };
+    match value.kind() {
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
+        ValueKind::Number if !value.is_integer() => match f64::try_from(value.clone()) {
+            Ok(x) => python_float(x, out),
+            Err(_) => write_display(value, out),
+        },
+        ValueKind::String => python_str_repr(value.as_str().unwrap_or_default(), out),
+        ValueKind::Seq => items(out, '[', ']', false),
+        ValueKind::Map => items(out, '{', '}', true),
+        _ => write_display(value, out),
+    }
+}
+
+fn write_display(value: &Value, out: &mut String) {
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{value}");
+}
+
+/// `repr(float)`: the shortest round-trip digits, positional for exponents
+/// in [-4, 16), else `1.5e+20`.
+fn python_float(x: f64, out: &mut String) {
+    if x.is_nan() {
+        return out.push_str("nan");
+    }
+    if x.is_infinite() {
+        return out.push_str(if x < 0.0 { "-inf" } else { "inf" });
+    }
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..16).contains(&exp) {
+        let fixed = x.to_string();
+        out.push_str(&fixed);
+        if !fixed.contains('.') {
+            out.push_str(".0");
+        }
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        let _ = write!(out, "{mantissa}e{sign}{:02}", exp.unsigned_abs());
+    }
+}
+
+/// `repr(str)`: single quotes unless only double quotes avoid escaping;
+/// control characters escaped (Python also escapes other non-printable
+/// Unicode, such as U+200B, which this leaves as is).
+fn python_str_repr(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c < ' ' || ('\u{7f}'..='\u{a0}').contains(&c) || c == '\u{ad}' => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
 }
 
 fn raise_exception(message: String) -> Result<Value, Error> {
@@ -659,6 +751,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.render(&[], true).unwrap(), "None None True |True");
+        let t = ChatTemplate::new(
+            "{{ messages[0] }}|{{ ['a', none, false, 2, 1.5, 1e20, 1e-5, 0.1 + 0.2] }}|{{ {\"it's\": 'a\\\\b\\n\\x01'} }}|{{ 4 / 2 }}",
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[user("hi")], false).unwrap(),
+            "{'role': 'user', 'content': 'hi'}|['a', None, False, 2, 1.5, 1e+20, 1e-05, 0.30000000000000004]|{\"it's\": 'a\\\\b\\n\\x01'}|2.0"
+        );
     }
 
     #[test]

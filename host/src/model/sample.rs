@@ -4,10 +4,11 @@
 //! Reproducibility contract: the same [`Sampling`] (seed included) and the
 //! same sequence of logits give the same tokens. A sampler draws exactly one
 //! `f64` per token from `ChaCha8Rng::seed_from_u64(seed)` and walks the kept
-//! tokens in a fixed order (by id when nothing is cut, else by probability,
-//! ties to the lower id), so the contract rests on rand_chacha's stream and
-//! rand's `f64` conversion, both pinned by Cargo.lock (rand 0.9.5,
-//! rand_chacha 0.9.0); changing either may change sampled tokens.
+//! tokens in id order; which tokens top-k / top-p keep is defined by a total
+//! order and exact integer sums, not by what a sort or select happens to do.
+//! So the contract rests on rand_chacha's stream and rand's `f64`
+//! conversion, both pinned by Cargo.lock (rand 0.9.5, rand_chacha 0.9.0);
+//! changing either may change sampled tokens.
 
 use std::cmp::Ordering;
 
@@ -49,9 +50,10 @@ pub struct Sampler {
     mode: Option<(Sampling, ChaCha8Rng)>,
 }
 
-/// Tokens examined per round when top-p finds its nucleus without top-k;
-/// the nucleus of a trained model is usually far smaller than the vocabulary.
-const NUCLEUS_CHUNK: usize = 64;
+/// Fixed-point scale of the probability mass top-p counts: weights are at
+/// most 1 (the max logit's), so a vocabulary of up to 2^64 tokens sums
+/// without overflow in u128, and integer sums do not depend on order.
+const MASS_SCALE: f64 = (1u64 << 62) as f64;
 
 impl Sampler {
     /// Argmax decoding: deterministic without a seed.
@@ -97,7 +99,8 @@ impl Sampler {
 
     /// Picks the next token id from one position's logits (f32, one per
     /// vocabulary entry). Greedy: argmax, ties to the lowest id. NaN logits
-    /// are refused; -inf logits (masked tokens) are never chosen.
+    /// are refused; -inf logits (masked tokens) are never chosen, and all
+    /// -inf is refused; +inf logits share all the probability.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, SampleError> {
         if logits.is_empty() {
             return Err(SampleError::EmptyLogits);
@@ -132,21 +135,18 @@ impl Sampler {
                 if x == max { 1.0 } else { ((x - max) / t).exp() }
             })
             .collect();
-        let kept = keep(&weights, sampling.top_k, f64::from(sampling.top_p));
-        let u: f64 = rng.random();
-        Ok(match kept {
-            None => draw(
-                u,
-                (0..weights.len() as u32).map(|i| (i, weights[i as usize])),
-            ),
-            Some(ids) => draw(u, ids.into_iter().map(|i| (i, weights[i as usize]))),
-        })
+        let cut = cut(&weights, sampling.top_k, f64::from(sampling.top_p));
+        let order = by_rank(&weights);
+        let kept = (0..weights.len() as u32)
+            .filter(|i| cut.is_none_or(|c| order(i, &c) != Ordering::Greater))
+            .map(|i| (i, weights[i as usize]));
+        Ok(draw(rng.random(), kept))
     }
 }
 
-/// Most probable first, ties to the lower id: a total order, so top-k and
-/// top-p keep the same set whatever the selection algorithm does.
-fn by_weight(weights: &[f64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
+/// Most probable first, ties to the lower id: a total order, so "the k most
+/// probable" and "the smallest most-probable set" are single sets.
+fn by_rank(weights: &[f64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
     |&a, &b| {
         weights[b as usize]
             .total_cmp(&weights[a as usize])
@@ -154,58 +154,50 @@ fn by_weight(weights: &[f64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
     }
 }
 
-/// The ids top-k and top-p keep, most probable first; `None` keeps all
-/// (no sort at all when nothing is cut).
-fn keep(weights: &[f64], top_k: Option<usize>, top_p: f64) -> Option<Vec<u32>> {
+/// The last token, in [`by_rank`] order, that top-k and top-p keep (all
+/// tokens ranked at or before it are kept); `None` keeps every token.
+///
+/// top-k first, then top-p over the survivors' renormalised mass, as
+/// transformers applies its warpers. Both are linear-time selects, no sort:
+/// top-p halves the candidate range each round, moving into the half where
+/// the cumulative mass crosses `top_p`.
+fn cut(weights: &[f64], top_k: Option<usize>, top_p: f64) -> Option<u32> {
     let vocab = weights.len();
     let top_k = top_k.filter(|&k| k < vocab);
     if top_k.is_none() && top_p >= 1.0 {
         return None;
     }
-    let order = by_weight(weights);
+    let order = by_rank(weights);
     let mut ids: Vec<u32> = (0..vocab as u32).collect();
-    // top-k first (one linear-time select), then top-p over the renormalised
-    // survivors, as transformers applies its warpers.
-    let (mut sorted, total) = match top_k {
-        Some(k) => {
-            ids.select_nth_unstable_by(k - 1, &order);
-            ids.truncate(k);
-            ids.sort_unstable_by(&order);
-            let total: f64 = ids.iter().map(|&i| weights[i as usize]).sum();
-            (k, total)
+    let mut len = vocab;
+    if let Some(k) = top_k {
+        ids.select_nth_unstable_by(k - 1, &order);
+        if top_p >= 1.0 {
+            return Some(ids[k - 1]);
         }
-        None => (0, weights.iter().sum::<f64>()),
-    };
-    if top_p >= 1.0 {
-        return Some(ids);
+        len = k;
     }
-    // The smallest most-probable prefix whose mass reaches top_p (at least
-    // one token); without top-k, sorted a chunk at a time so a small
-    // nucleus costs a few linear selects rather than a full sort.
-    let target = top_p * total;
-    let mut mass = 0.0;
-    let mut n = 0;
+    let mass = |i: &u32| (weights[*i as usize] * MASS_SCALE) as u128;
+    let total: u128 = ids[..len].iter().map(mass).sum();
+    // The smallest most-probable set whose mass reaches this (at least one token).
+    let target = (top_p * total as f64) as u128;
+    // ids[..lo] rank before ids[lo..hi] and hold `before` < target (or are empty).
+    let (mut lo, mut hi, mut before) = (0, len, 0u128);
     loop {
-        if n == sorted {
-            if sorted == ids.len() {
-                break;
-            }
-            let chunk = NUCLEUS_CHUNK.max(sorted).min(ids.len() - sorted);
-            let rest = &mut ids[sorted..];
-            if chunk < rest.len() {
-                rest.select_nth_unstable_by(chunk - 1, &order);
-            }
-            rest[..chunk].sort_unstable_by(&order);
-            sorted += chunk;
+        let mid = (hi - lo) / 2;
+        let (left, pivot, _) = ids[lo..hi].select_nth_unstable_by(mid, &order);
+        let pivot = *pivot;
+        let left_mass: u128 = left.iter().map(mass).sum();
+        if mid > 0 && before + left_mass >= target {
+            hi = lo + mid;
+            continue;
         }
-        mass += weights[ids[n] as usize];
-        n += 1;
-        if mass >= target {
-            break;
+        before += left_mass + mass(&pivot);
+        lo += mid + 1;
+        if before >= target || lo == hi {
+            return Some(pivot);
         }
     }
-    ids.truncate(n);
-    Some(ids)
 }
 
 /// The token whose cumulative-weight interval holds `u` (in [0, 1)) times
@@ -290,6 +282,38 @@ mod tests {
         assert!(!sampler(0.8, 0.9, Some(40), 3).is_greedy());
     }
 
+    /// The reproducibility contract, pinned: if this changes, so do sampled
+    /// tokens in recorded runs (a rand / rand_chacha bump, or a change here).
+    #[test]
+    fn pinned_draws() {
+        let logits: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919 % 1009) as f32) / 100.0)
+            .collect();
+        let pinned: [(f32, f32, Option<usize>, [u32; 10]); 3] = [
+            (
+                1.0,
+                1.0,
+                None,
+                [165, 983, 686, 898, 687, 504, 33, 310, 489, 851],
+            ),
+            (
+                0.7,
+                0.9,
+                None,
+                [165, 983, 686, 897, 686, 508, 33, 310, 495, 838],
+            ),
+            (
+                1.0,
+                0.95,
+                Some(50),
+                [132, 996, 686, 884, 686, 521, 33, 310, 508, 831],
+            ),
+        ];
+        for (t, p, k, expected) in pinned {
+            assert_eq!(draws(&mut sampler(t, p, k, 2024), &logits, 10), expected);
+        }
+    }
+
     #[test]
     fn tiny_top_p_and_top_k_one_are_argmax() {
         let logits = [0.5f32, 3.0, 1.0, 2.9, -2.0];
@@ -310,13 +334,55 @@ mod tests {
         let mut s = sampler(1.0, 0.6, None, 5);
         let seen = draws(&mut s, &logits, 500);
         assert!(seen.iter().all(|&t| t == 3 || t == 4));
-        // A nucleus larger than one chunk.
+        // Equal weights: top_p 0.5 of 1000 keeps exactly the 500 lowest ids.
         let wide = vec![0.0f32; 1000];
         let mut s = sampler(1.0, 0.5, None, 6);
-        assert!(draws(&mut s, &wide, 500).iter().all(|&t| t < 500));
+        let seen = draws(&mut s, &wide, 2000);
+        assert!(seen.iter().all(|&t| t < 500));
+        assert!(seen.iter().any(|&t| t >= 490));
+        // Exactly at the boundary: two of four equal tokens make 0.5.
+        let mut s = sampler(1.0, 0.5, None, 6);
+        let seen = draws(&mut s, &[1.0; 4], 200);
+        assert!(seen.iter().all(|&t| t < 2) && seen.contains(&1));
         // top_k beyond the vocabulary keeps everything.
         let mut s = sampler(1.0, 1.0, Some(100), 7);
         assert!(draws(&mut s, &logits, 50).iter().all(|&t| t < 6));
+    }
+
+    /// The select-based cut agrees with sorting everything and walking the
+    /// cumulative mass, over sizes, ties, top-k and top-p.
+    #[test]
+    fn cut_matches_a_full_sort() {
+        let mut rng = ChaCha8Rng::seed_from_u64(99);
+        for case in 0..300 {
+            let vocab = 1 + case % 97;
+            let weights: Vec<f64> = (0..vocab)
+                .map(|_| match rng.random_range(0..4) {
+                    0 => 0.0,
+                    1 => 0.5, // ties
+                    _ => rng.random::<f64>(),
+                })
+                .chain([1.0])
+                .collect();
+            let top_k = [None, Some(1), Some(3), Some(vocab / 2 + 1)][case % 4];
+            let top_p = [1.0, 0.9, 0.5, 0.01, 1e-9][case % 5];
+            let mut sorted: Vec<u32> = (0..weights.len() as u32).collect();
+            sorted.sort_by(by_rank(&weights));
+            let k = top_k.unwrap_or(sorted.len()).min(sorted.len());
+            let mass = |i: u32| (weights[i as usize] * MASS_SCALE) as u128;
+            let total: u128 = sorted[..k].iter().map(|&i| mass(i)).sum();
+            let target = (top_p * total as f64) as u128;
+            let mut cum = 0;
+            let n = sorted[..k]
+                .iter()
+                .position(|&i| {
+                    cum += mass(i);
+                    cum >= target
+                })
+                .map_or(k, |p| p + 1);
+            let expected = (top_p < 1.0 || k < sorted.len()).then(|| sorted[n - 1]);
+            assert_eq!(cut(&weights, top_k, top_p), expected, "case {case}");
+        }
     }
 
     #[test]
