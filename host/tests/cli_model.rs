@@ -1,0 +1,303 @@
+//! `vauban trace --model`, `vauban generate` and `vauban model
+//! orthogonalize`, run as a user runs them, on the tiny test model (and on
+//! SmolLM2 where the file is present).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use candle_core::quantized::GgmlDType;
+use common::tiny;
+
+fn vauban(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(args)
+        .output()
+        .expect("the vauban binary runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn direction(dir: &Path, width: usize) -> PathBuf {
+    let path = dir.join(format!("d{width}.safetensors"));
+    let v: Vec<f32> = (0..width).map(|i| ((i % 5) as f32 - 2.0) / 4.0).collect();
+    let t = candle_core::Tensor::new(v.as_slice(), &candle_core::Device::Cpu).unwrap();
+    candle_core::safetensors::save(&[("direction".to_string(), t)].into_iter().collect(), &path)
+        .unwrap();
+    path
+}
+
+#[test]
+fn trace_writes_a_bundle_that_inspects_and_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let d = direction(dir.path(), tiny::HIDDEN);
+    let bundle = dir.path().join("b");
+    let spec = format!("layer=1,mode=subtract,direction={},alpha=0.5", d.display());
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "the cat",
+        "--prompt",
+        "in the hat",
+        "--raw",
+        "--layers",
+        "0,2",
+        "--logprobs",
+        "--raw-tensors",
+        "--max-tokens",
+        "3",
+        "--intervene",
+        &spec,
+        "--out",
+        s(&bundle),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("wrote") && out.contains("2 traces"), "{out}");
+    let o = vauban(&["trace", "validate", s(&bundle)]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = vauban(&["trace", "inspect", s(&bundle), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["traces"].as_array().unwrap().len(), 2);
+    assert_eq!(json["traces"][0]["artifacts"]["activation"], 2);
+    // The trace itself, as the library reads it.
+    let b = vauban::bundle::Bundle::open(&bundle).unwrap();
+    let t = b.trace("t0").unwrap();
+    for k in [
+        "text",
+        "tokens",
+        "logits",
+        "logprobs",
+        "activation",
+        "intervention_result",
+        "profile",
+    ] {
+        assert!(t.artifacts.iter().any(|a| a.kind.as_str() == k), "{k}");
+    }
+    let rec = t
+        .artifacts
+        .iter()
+        .find(|a| a.kind.as_str() == "intervention_result")
+        .unwrap();
+    assert_eq!(rec.layer, Some(1));
+    let vauban::trace::ArtifactData::Record { value } = &rec.data else {
+        panic!("a record")
+    };
+    assert_eq!(value["intervention"]["alpha"], 0.5);
+    // Every prompt token in prefill, then one decode step per new token
+    // but the last (3 new tokens: the model emits no EOS on this prompt).
+    let ids = |role: &str| {
+        t.artifacts
+            .iter()
+            .find_map(|a| match &a.data {
+                vauban::trace::ArtifactData::TokenIds { ids } if a.labels["role"] == role => {
+                    Some(ids.len())
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_eq!(value["effect"]["prefill_tokens"], ids("prompt"));
+    assert_eq!(ids("completion"), 3);
+    assert_eq!(value["effect"]["decode_tokens"], 2);
+    // Writing over it needs --replace.
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "x",
+        "--raw",
+        "--out",
+        s(&bundle),
+    ]);
+    assert!(!o.status.success());
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "x",
+        "--raw",
+        "--out",
+        s(&bundle),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error_and_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let out = dir.path().join("b");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--layers".into(), "0,3".into()],
+            "layer 3 is out of range: the model has 3 layers (0 to 2)",
+        ),
+        (
+            vec![
+                "--intervene".into(),
+                format!(
+                    "layer=0,mode=subtract,direction={}",
+                    direction(dir.path(), 65).display()
+                ),
+            ],
+            "width 65 but the model's hidden size (d_model) is 64",
+        ),
+        (
+            vec![
+                "--intervene".into(),
+                "layer=0,mode=sideways,direction=x.npy".into(),
+            ],
+            "mode=`sideways` is unknown; valid modes: project, subtract",
+        ),
+        (vec!["--temperature=-1".into()], "temperature"),
+    ];
+    for (extra, expected) in cases {
+        let mut args = vec![
+            "trace",
+            "--model",
+            s(&model),
+            "--prompt",
+            "the",
+            "--raw",
+            "--out",
+            s(&out),
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        let o = vauban(&args);
+        let (stdout, stderr) = text(&o);
+        assert!(!o.status.success(), "{args:?} succeeded: {stdout}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!out.exists(), "no bundle on failure");
+    }
+    let o = vauban(&[
+        "generate",
+        "--model",
+        "/nonexistent/model.gguf",
+        "--prompt",
+        "hi",
+    ]);
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(stderr.contains("/nonexistent/model.gguf"), "{stderr}");
+    let o = vauban(&["trace", "--prompt", "hi", "--out", s(&out)]);
+    assert!(
+        text(&o).1.contains("--model PATH is required"),
+        "{:?}",
+        text(&o)
+    );
+}
+
+#[test]
+fn generate_uses_the_chat_template_unless_raw_and_is_reproducible() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_hf(&dir.path().join("hf"), 5);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            s(&model),
+            "--prompt",
+            "the cat",
+            "--max-tokens",
+            "8",
+        ];
+        args.extend(extra);
+        let o = vauban(&args);
+        assert!(o.status.success(), "{:?}", text(&o));
+        text(&o).0
+    };
+    let greedy = run(&[]);
+    assert_eq!(greedy, run(&[]), "greedy is deterministic");
+    assert_ne!(run(&["--raw"]), greedy, "the template changes the prompt");
+    let a = run(&["--temperature", "1.5", "--seed", "1"]);
+    assert_eq!(a, run(&["--temperature", "1.5", "--seed", "1"]));
+}
+
+#[test]
+fn orthogonalize_writes_a_model_that_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let d = direction(dir.path(), tiny::HIDDEN);
+    let out = dir.path().join("ortho");
+    let o = vauban(&[
+        "model",
+        "orthogonalize",
+        "--model",
+        s(&model),
+        "--direction",
+        s(&d),
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(
+        text(&o).0.contains("orthogonalized 6 matrices in 3 layers"),
+        "{:?}",
+        text(&o)
+    );
+    let o = vauban(&[
+        "generate",
+        "--model",
+        s(&out),
+        "--prompt",
+        "the",
+        "--raw",
+        "--max-tokens",
+        "2",
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let dir = std::env::var_os("VAUBAN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
+        });
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipping: {} is absent; run `bash scripts/fetch-model.sh`",
+            path.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn smollm2_generate_raw_continues_with_paris() {
+    let Some(model) = smollm2() else { return };
+    let o = vauban(&[
+        "generate",
+        "--model",
+        s(&model),
+        "--prompt",
+        "The capital of France is",
+        "--raw",
+        "--max-tokens",
+        "3",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with(" Paris"), "{out:?}");
+}
