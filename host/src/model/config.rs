@@ -260,7 +260,15 @@ impl LlamaConfig {
                 });
             }
         };
-        let scaling = match &json.rope_scaling {
+        // transformers 5 writes `rope_parameters` (theta and scaling in one
+        // object); older files write `rope_theta` and `rope_scaling`.
+        let rope = json.rope_parameters.as_ref().or(json.rope_scaling.as_ref());
+        let theta = json
+            .rope_parameters
+            .as_ref()
+            .and_then(|p| p.rope_theta)
+            .or(json.rope_theta);
+        let scaling = match rope {
             None => None,
             Some(s) => {
                 let kind = s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("");
@@ -272,7 +280,7 @@ impl LlamaConfig {
                     })
                 };
                 match kind {
-                    "default" => None,
+                    "default" | "" => None,
                     "linear" => Some(RopeScaling::Linear {
                         factor: need(s.factor, "factor")?,
                     }),
@@ -307,7 +315,7 @@ impl LlamaConfig {
             ffn: json.intermediate_size,
             vocab: json.vocab_size,
             rms_eps: json.rms_norm_eps,
-            rope_theta: json.rope_theta.unwrap_or(10_000.0),
+            rope_theta: theta.unwrap_or(10_000.0),
             rope_style: RopeStyle::Half,
             rope_scaling: scaling,
             qkv_bias: json.attention_bias.unwrap_or(arch == "qwen2"),
@@ -336,6 +344,9 @@ pub struct HfConfig {
     pub rope_theta: Option<f32>,
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
+    /// transformers 5's form of `rope_theta` + `rope_scaling`.
+    #[serde(default)]
+    pub rope_parameters: Option<HfRopeScaling>,
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
     #[serde(default)]
@@ -367,9 +378,12 @@ impl EosIds {
     }
 }
 
-/// `rope_scaling` in config.json (`type` in older files, `rope_type` in newer).
+/// `rope_scaling` in config.json (`type` in older files, `rope_type` in
+/// newer), or transformers 5's `rope_parameters`, which also holds the theta.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HfRopeScaling {
+    #[serde(default)]
+    pub rope_theta: Option<f32>,
     #[serde(default)]
     pub rope_type: Option<String>,
     #[serde(default, rename = "type")]
@@ -440,5 +454,40 @@ mod tests {
             e.contains("kv_heads") && e.contains("does not divide"),
             "{e}"
         );
+    }
+
+    fn hf(extra: serde_json::Value) -> LlamaConfig {
+        let mut json = serde_json::json!({
+            "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
+        });
+        json.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let parsed: HfConfig = serde_json::from_value(json).unwrap();
+        LlamaConfig::from_hf(Path::new("config.json"), &parsed).unwrap()
+    }
+
+    #[test]
+    fn rope_settings_are_read_in_both_config_json_forms() {
+        let old = hf(serde_json::json!({"rope_theta": 500000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 2.0}}));
+        assert_eq!(old.rope_theta, 500000.0);
+        assert_eq!(old.rope_scaling, Some(RopeScaling::Linear { factor: 2.0 }));
+        let new = hf(
+            serde_json::json!({"rope_parameters": {"rope_type": "llama3",
+            "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
+        );
+        assert_eq!(new.rope_theta, 500000.0);
+        assert!(matches!(
+            new.rope_scaling,
+            Some(RopeScaling::Llama3 { factor: 8.0, .. })
+        ));
+        let plain =
+            hf(serde_json::json!({"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}));
+        assert_eq!((plain.rope_theta, plain.rope_scaling), (1e6, None));
+        assert_eq!(hf(serde_json::json!({})).rope_theta, 10_000.0);
+        assert_eq!(plain.kv_heads, 4, "no num_key_value_heads: one per head");
     }
 }
