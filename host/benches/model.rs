@@ -2,7 +2,14 @@
 //! prefill and decode tokens/s with the weights as stored (Q4_1) and
 //! dequantized to f32, and the overhead of tracing activations at every
 //! layer against a plain forward, as a ratio measured in the same run.
-//! Prints figures; asserts nothing.
+//! Prints figures; asserts nothing (beyond the trace holding every layer).
+//!
+//! Columns: `plain ms` a forward with next-token logits only and no hook;
+//! `acts ms` the traced forward keeping the residual stream after every
+//! layer (copied to the host, summarised, kept raw); `plain+lp` a forward
+//! with logits at every position copied out; `all ms` the trace that also
+//! records logits and log-probabilities. Ratios are traced / plain, medians
+//! of the same run.
 //!
 //! Run: `cargo bench -p vauban --bench model` (optional arguments: prompt
 //! tokens, decode tokens, repetitions; default 64 32 5).
@@ -51,8 +58,16 @@ fn main() -> anyhow::Result<()> {
         "SmolLM2-135M-Instruct, device {device}, {prompt_tokens} prompt tokens, {decode_tokens} decode tokens, median of {reps}"
     );
     println!(
-        "{:<8} {:>14} {:>14} {:>12} {:>12} {:>10}",
-        "weights", "prefill tok/s", "decode tok/s", "plain ms", "traced ms", "overhead"
+        "{:<8} {:>14} {:>14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "weights",
+        "prefill tok/s",
+        "decode tok/s",
+        "plain ms",
+        "acts ms",
+        "ratio",
+        "plain+lp",
+        "all ms",
+        "ratio"
     );
     for mode in [WeightMode::Native, WeightMode::F32] {
         let exec = CandleExecutor::load(&ModelSpec {
@@ -70,7 +85,31 @@ fn main() -> anyhow::Result<()> {
             .model
             .run(&ids, None, &mut NoHook, LogitsAt::Last)?;
 
-        let (mut prefill, mut decode, mut plain, mut traced) = (vec![], vec![], vec![], vec![]);
+        let options = RunOptions {
+            trace_id: "bench".into(),
+            prompt: PromptForm::Raw,
+            interventions: vec![],
+            block_outputs: false,
+            generate: GenerateOptions::default(),
+        };
+        let request = |observe: Vec<K>| TraceRequest {
+            prompt_id: None,
+            text: None,
+            token_ids: Some(ids.clone()),
+            observe,
+            layers: layers.clone(),
+            raw_tensors: true,
+        };
+        let acts_only = request(vec![K::Tokens, K::Activation]);
+        let everything = request(vec![K::Tokens, K::Logits, K::Logprobs, K::Activation]);
+        let (mut prefill, mut decode) = (vec![], vec![]);
+        let (mut plain_last, mut traced_acts, mut plain_all, mut traced_all) =
+            (vec![], vec![], vec![], vec![]);
+        let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
+            let t = Instant::now();
+            f()?;
+            Ok(t.elapsed().as_secs_f64())
+        };
         for _ in 0..reps {
             let opts = GenerateOptions {
                 max_tokens: decode_tokens + 1,
@@ -89,48 +128,57 @@ fn main() -> anyhow::Result<()> {
             prefill.push(ids.len() as f64 / (g.prefill_ns as f64 / 1e9));
             decode.push(g.decode_steps as f64 / (g.decode_ns as f64 / 1e9));
 
-            // Plain forward: logits at every position, no hooks, nothing copied out.
-            let t = Instant::now();
-            let (logits, _) = exec
-                .model
-                .model
-                .run(&ids, None, &mut NoHook, LogitsAt::All)?;
-            let _ = logits.to_vec2::<f32>()?;
-            plain.push(t.elapsed().as_secs_f64());
-            // Traced: the same forward through the executor, with activations at
-            // every layer copied to the host and summarised, logits and logprobs.
-            let request = TraceRequest {
-                prompt_id: None,
-                text: None,
-                token_ids: Some(ids.clone()),
-                observe: vec![K::Tokens, K::Logits, K::Logprobs, K::Activation],
-                layers: layers.clone(),
-                raw_tensors: true,
-            };
-            let options = RunOptions {
-                trace_id: "bench".into(),
-                prompt: PromptForm::Raw,
-                interventions: vec![],
-                block_outputs: false,
-                generate: GenerateOptions::default(),
-            };
-            let t = Instant::now();
-            let out = exec.trace(&request, &options)?;
-            traced.push(t.elapsed().as_secs_f64());
-            assert_eq!(out.trace.artifacts_of(K::Activation).count(), layers.len());
+            // Activations: a plain forward (next-token logits only, no hook, nothing
+            // copied out) against the traced one keeping every layer's residual
+            // stream, copied to the host, summarised and kept raw.
+            plain_last.push(time(&mut || {
+                let (l, _) = exec
+                    .model
+                    .model
+                    .run(&ids, None, &mut NoHook, LogitsAt::Last)?;
+                l.to_vec2::<f32>()?;
+                Ok(())
+            })?);
+            traced_acts.push(time(&mut || {
+                let out = exec.trace(&acts_only, &options)?;
+                assert_eq!(out.trace.artifacts_of(K::Activation).count(), layers.len());
+                Ok(())
+            })?);
+            // Everything: logits at every position copied out, against the trace
+            // that also records logits and log-probabilities (summaries and raw).
+            plain_all.push(time(&mut || {
+                let (l, _) = exec
+                    .model
+                    .model
+                    .run(&ids, None, &mut NoHook, LogitsAt::All)?;
+                l.to_vec2::<f32>()?;
+                Ok(())
+            })?);
+            traced_all.push(time(&mut || {
+                exec.trace(&everything, &options)?;
+                Ok(())
+            })?);
         }
-        let (p, tr) = (median(plain), median(traced));
+        let (pl, ta, pa, tall) = (
+            median(plain_last),
+            median(traced_acts),
+            median(plain_all),
+            median(traced_all),
+        );
         println!(
-            "{:<8} {:>14.1} {:>14.1} {:>12.1} {:>12.1} {:>9.2}x",
+            "{:<8} {:>14.1} {:>14.1} {:>10.1} {:>10.1} {:>9.2}x {:>10.1} {:>10.1} {:>9.2}x",
             match mode {
                 WeightMode::Native => "q4_1",
                 WeightMode::F32 => "f32",
             },
             median(prefill),
             median(decode),
-            p * 1e3,
-            tr * 1e3,
-            tr / p
+            pl * 1e3,
+            ta * 1e3,
+            ta / pl,
+            pa * 1e3,
+            tall * 1e3,
+            tall / pa,
         );
     }
     Ok(())
