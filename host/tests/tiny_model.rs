@@ -535,3 +535,28 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
     // Export refuses to overwrite.
     assert!(vauban::model::hf::export(&m.model, &m.tokenizer, None, &m.special, &out).is_err());
 }
+
+#[test]
+fn the_backend_enum_dispatches_to_candle() {
+    use vauban::executor::{Backend, Executor};
+    let f = forms();
+    let spec = ModelSpec {
+        path: f.hf.clone(),
+        device: DeviceSpec::Cpu,
+        weights: WeightMode::Native,
+    };
+    let backend = <Backend as Executor>::load(&spec).unwrap();
+    assert_eq!(backend.capabilities().executor, "candle");
+    assert_eq!(backend.dims().layers, tiny::LAYERS);
+    let ids = backend.tokenize("the cat", &PromptForm::Raw).unwrap();
+    let chat = backend
+        .tokenize("the cat", &PromptForm::Chat { system: None })
+        .unwrap();
+    assert_eq!(chat[0], 2, "the template opens with <|im_start|>");
+    assert!(chat.len() > ids.len());
+    let mut s = backend.session(&[]);
+    let a = s.prefill(&ids).unwrap().logits;
+    let direct = exec(&f.hf);
+    let b = direct.session(&[]).prefill(&ids).unwrap().logits;
+    assert_eq!(a, b);
+}

@@ -9,7 +9,7 @@ use candle_core::Device;
 
 pub use session::{CandleSession, Effect, RunHook, Site};
 
-use super::{ExecutorError, ModelDims, ModelSpec, PromptForm, RunOptions, TraceOutput};
+use super::{Executor, ExecutorError, ModelDims, ModelSpec, PromptForm, RunOptions, TraceOutput};
 use crate::intervene::Intervention;
 use crate::model::LoadedModel;
 use crate::model::chat::Message;
@@ -176,6 +176,42 @@ impl CandleExecutor {
 
     pub fn device_kind(&self) -> DeviceKind {
         self.device_kind
+    }
+}
+
+impl Executor for CandleExecutor {
+    type Session<'a> = CandleSession<'a>;
+
+    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+        CandleExecutor::load(spec)
+    }
+    fn capabilities(&self) -> Capabilities {
+        CandleExecutor::capabilities(self)
+    }
+    fn model_ref(&self) -> ModelRef {
+        CandleExecutor::model_ref(self)
+    }
+    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
+        CandleExecutor::tokenize(self, text, form)
+    }
+    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
+        CandleExecutor::detokenize(self, ids)
+    }
+    fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+    ) -> Result<TraceOutput, ExecutorError> {
+        CandleExecutor::trace(self, request, options)
+    }
+    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
+        CandleExecutor::session(self, interventions)
+    }
+    fn is_eos(&self, id: u32) -> bool {
+        CandleExecutor::is_eos(self, id)
+    }
+    fn dims(&self) -> ModelDims {
+        CandleExecutor::dims(self)
     }
 }
 
