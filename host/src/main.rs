@@ -21,10 +21,24 @@ fn main() -> ExitCode {
         // A closed pipe (`vauban trace inspect B | head`) is the reader's choice, not an error.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", message(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, joined by `: `, leaving out a cause whose text
+/// its parent already ends with (errors that print their source inline).
+fn message(err: &anyhow::Error) -> String {
+    let mut out = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -167,6 +167,16 @@ fn bad_input_is_refused_with_a_clear_error_and_no_panic() {
             "mode=`sideways` is unknown; valid modes: project, subtract",
         ),
         (vec!["--temperature=-1".into()], "temperature"),
+        (
+            vec!["--layers".into(), "1,1".into()],
+            "--layers lists layer 1 twice",
+        ),
+        (
+            vec!["--block-outputs".into()],
+            "--block-outputs needs --layers",
+        ),
+        (vec!["--stop".into(), "".into()], "--stop number 1 is empty"),
+        (vec!["--top-p".into(), "0".into()], "top_p"),
     ];
     for (extra, expected) in cases {
         let mut args = vec![
@@ -300,4 +310,94 @@ fn smollm2_generate_raw_continues_with_paris() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(out.starts_with(" Paris"), "{out:?}");
+}
+
+#[test]
+fn orthogonalize_uses_each_layers_own_control_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let cv = dir.path().join("cv.safetensors");
+    let d = |k: usize| {
+        let v: Vec<f32> = (0..tiny::HIDDEN)
+            .map(|i| ((i * k) % 7) as f32 - 3.0)
+            .collect();
+        candle_core::Tensor::new(v.as_slice(), &candle_core::Device::Cpu).unwrap()
+    };
+    let tensors = [
+        ("direction.1".to_string(), d(2)),
+        ("direction.2".to_string(), d(3)),
+    ];
+    candle_core::safetensors::save(&tensors.iter().cloned().collect(), &cv).unwrap();
+    let out = dir.path().join("o");
+    let o = vauban(&[
+        "model",
+        "orthogonalize",
+        "--model",
+        s(&model),
+        "--direction",
+        s(&cv),
+        "--layers",
+        "1,2",
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(
+        text(&o).0.contains("along direction.1, direction.2"),
+        "{:?}",
+        text(&o)
+    );
+    let m = vauban::model::LoadedModel::load(
+        &out,
+        vauban::model::llama::WeightMode::Native,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    for (layer, k) in [(1, 2), (2, 3)] {
+        let w = m
+            .model
+            .weight(layer, vauban::model::llama::Matrix::FfnDown)
+            .unwrap();
+        let r = d(k);
+        let r = (&r
+            / r.sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .sqrt()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap() as f64)
+            .unwrap();
+        let along = r
+            .unsqueeze(0)
+            .unwrap()
+            .matmul(&w)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_keepdim(1)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()[0];
+        assert!(along < 1e-4, "layer {layer}: {along}");
+    }
+    // An existing --out is refused before any work.
+    let o = vauban(&[
+        "model",
+        "orthogonalize",
+        "--model",
+        s(&model),
+        "--direction",
+        s(&cv),
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        text(&o).1.contains("exists; choose a new folder"),
+        "{:?}",
+        text(&o)
+    );
 }

@@ -560,3 +560,113 @@ fn the_backend_enum_dispatches_to_candle() {
     let b = direct.session(&[]).prefill(&ids).unwrap().logits;
     assert_eq!(a, b);
 }
+
+#[test]
+fn hf_folders_refuse_stale_or_odd_weight_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = tiny::write_hf(&dir.path().join("hf"), 2);
+    // A leftover file holding a tensor a shard also holds: refused, naming both.
+    let stale = hf.join("model.safetensors");
+    let t = Tensor::zeros(
+        (tiny::vocab_size(), tiny::HIDDEN),
+        candle_core::DType::F32,
+        &Device::Cpu,
+    )
+    .unwrap();
+    candle_core::safetensors::save(
+        &[("lm_head.weight".to_string(), t)].into_iter().collect(),
+        &stale,
+    )
+    .unwrap();
+    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("lm_head.weight") && err.contains("is also in"),
+        "{err}"
+    );
+    // An index names the shards to use; the stray file is then not read.
+    let shards: Vec<String> = (1..=2)
+        .map(|i| format!("model-{i:05}-of-00002.safetensors"))
+        .collect();
+    let mut map = serde_json::Map::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let st =
+            unsafe { candle_core::safetensors::MmapedSafetensors::new(hf.join(shard)) }.unwrap();
+        for (name, _) in st.tensors() {
+            map.insert(name, shards[i].clone().into());
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(hf.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let m = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu).unwrap();
+    assert_eq!(m.weight_files.len(), 2);
+    // A listed shard that is missing is named.
+    std::fs::rename(hf.join(&shards[1]), dir.path().join("away")).unwrap();
+    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains(&shards[1]) && err.contains("missing"), "{err}");
+    // Integer weights are refused, not cast.
+    std::fs::remove_file(hf.join("model.safetensors.index.json")).unwrap();
+    std::fs::remove_file(&stale).unwrap();
+    std::fs::rename(dir.path().join("away"), hf.join(&shards[1])).unwrap();
+    let ints = Tensor::zeros(
+        (tiny::vocab_size(), tiny::HIDDEN),
+        candle_core::DType::U8,
+        &Device::Cpu,
+    )
+    .unwrap();
+    let path = hf.join(&shards[1]);
+    let mut tensors = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
+    tensors.insert("lm_head.weight".into(), ints);
+    candle_core::safetensors::save(&tensors, &path).unwrap();
+    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("lm_head.weight") && err.contains("U8"),
+        "{err}"
+    );
+}
+
+#[test]
+fn runs_past_the_context_length_are_refused_or_stopped() {
+    let f = forms();
+    let e = exec(&f.hf);
+    let long = "the cat in the hat ".repeat(10);
+    let mut req = request(&[], false);
+    req.observe = vec![K::Text, K::Tokens];
+    req.text = Some(long);
+    let err = e.trace(&req, &options(vec![])).err().unwrap().to_string();
+    assert!(
+        err.contains("exceed the model's context length of 64"),
+        "{err}"
+    );
+    let prompt = e.model.encode("the cat").unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 100,
+        ..Default::default()
+    };
+    let mut s = e.session(&[]);
+    let g = generate(
+        &mut s,
+        &prompt,
+        None,
+        &opts,
+        &|_| false,
+        &|ids| e.detokenize(ids),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        g.stop,
+        vauban::executor::StopReason::ContextFull {
+            limit: tiny::CONTEXT
+        }
+    );
+    assert_eq!(s.position(), tiny::CONTEXT);
+}

@@ -126,7 +126,7 @@ pub enum BundleError {
         kind: ArtifactKind,
     },
     #[error(
-        "a bundle already exists at {0}; choose another path, or replace it (`WriteMode::Replace`)"
+        "a bundle already exists at {0}; choose another path, or replace it (`--replace` on the command line, `WriteMode::Replace` in the library)"
     )]
     Exists(PathBuf),
     #[error(

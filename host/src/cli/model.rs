@@ -112,19 +112,31 @@ impl PromptArgs {
     }
 
     fn generate(&self, max_tokens: usize) -> anyhow::Result<GenerateOptions> {
+        if let Some(i) = self.stop.iter().position(String::is_empty) {
+            bail!(
+                "--stop number {} is empty; an empty stop string would end every generation at once",
+                i + 1
+            );
+        }
+        // Checked now (also under greedy decoding, where they would be ignored)
+        // so a bad flag fails before the model loads.
+        let s = Sampling {
+            temperature: if self.temperature == 0.0 {
+                1.0
+            } else {
+                self.temperature
+            },
+            top_p: self.top_p,
+            top_k: self.top_k,
+            seed: self.seed,
+        };
+        crate::model::sample::Sampler::new(s.clone())?;
         let sampling = match self.temperature {
             0.0 => None,
-            t => {
-                let s = Sampling {
-                    temperature: t,
-                    top_p: self.top_p,
-                    top_k: self.top_k,
-                    seed: self.seed,
-                };
-                // Checked now so a bad flag fails before the model loads.
-                crate::model::sample::Sampler::new(s.clone())?;
-                Some(s)
-            }
+            t => Some(Sampling {
+                temperature: t,
+                ..s
+            }),
         };
         Ok(GenerateOptions {
             max_tokens,
@@ -212,6 +224,12 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.weights_snapshot && args.layers.is_empty() {
         bail!("--weights-snapshot needs --layers (the blocks whose weights to record)");
     }
+    if args.block_outputs && args.layers.is_empty() {
+        bail!(
+            "--block-outputs needs --layers (the blocks whose attention and MLP outputs to record)"
+        );
+    }
+    no_duplicates(&args.layers)?;
     let generate = args.prompt.generate(args.max_tokens)?;
     let exec = args.model.load()?;
     exec.model
@@ -278,6 +296,16 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a layer listed twice (it would be recorded or changed twice).
+fn no_duplicates(layers: &[usize]) -> anyhow::Result<()> {
+    for (i, l) in layers.iter().enumerate() {
+        if layers[..i].contains(l) {
+            bail!("--layers lists layer {l} twice");
+        }
+    }
+    Ok(())
+}
+
 /// A progress bar on stderr, hidden when stderr is not a terminal.
 fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
@@ -334,6 +362,7 @@ pub fn generate_text(args: &GenerateArgs, out: &mut dyn Write) -> anyhow::Result
             StopReason::Eos { id } => format!("end of sequence (token {id})"),
             StopReason::StopString { stop } => format!("stop string {stop:?}"),
             StopReason::MaxTokens => "max tokens".into(),
+            StopReason::ContextFull { limit } => format!("the context length ({limit} positions)"),
         };
         let decode_tps = match g.decode_ns {
             0 => String::new(),
@@ -383,34 +412,52 @@ pub struct OrthogonalizeArgs {
 /// writes into the residual stream (`W ← W − r̂(r̂ᵀW)` on attn_output and
 /// ffn_down) and writes the result as an HF folder.
 pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.out.exists() {
+        bail!(
+            "{} exists; choose a new folder for the exported model",
+            args.out.display()
+        );
+    }
+    no_duplicates(&args.layers)?;
     let mut exec = args.model.load()?;
     let layers: Vec<usize> = match args.layers.is_empty() {
         true => (0..exec.dims().layers).collect(),
         false => args.layers.clone(),
     };
-    let direction = crate::intervene::load_direction(
-        &args.direction,
-        args.tensor.as_deref(),
-        None,
-        layers[0],
-        &exec.device,
-    )?;
-    if direction.rows() != 1 {
-        bail!(
-            "{}: orthogonalization needs one direction; the tensor has {} rows",
-            args.direction.display(),
-            direction.rows()
+    exec.model.model.check_layers(&layers).context("--layers")?;
+    // Each layer's direction: the file's one tensor, `--tensor`, or
+    // `direction.L` for layer L (a control-vector file).
+    let mut changes = std::collections::BTreeMap::new();
+    let mut used = std::collections::BTreeSet::new();
+    for &layer in &layers {
+        let direction = crate::intervene::load_direction(
+            &args.direction,
+            args.tensor.as_deref(),
+            None,
+            layer,
+            &exec.device,
+        )
+        .with_context(|| format!("--direction for layer {layer}"))?;
+        if direction.rows() != 1 {
+            bail!(
+                "{}: tensor `{}` has {} rows; orthogonalization needs one direction per layer",
+                args.direction.display(),
+                direction.tensor,
+                direction.rows()
+            );
+        }
+        used.insert(direction.tensor.clone());
+        changes.extend(
+            exec.model
+                .model
+                .orthogonalize(
+                    &direction.basis,
+                    &[layer],
+                    &[Matrix::AttnOutput, Matrix::FfnDown],
+                )
+                .map_err(ExecutorError::from)?,
         );
     }
-    let changes = exec
-        .model
-        .model
-        .orthogonalize(
-            &direction.basis,
-            &layers,
-            &[Matrix::AttnOutput, Matrix::FfnDown],
-        )
-        .map_err(ExecutorError::from)?;
     let m = &exec.model;
     crate::model::hf::export(
         &m.model,
@@ -424,9 +471,10 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
     let total: f32 = changes.values().map(|v| v * v).sum::<f32>().sqrt();
     writeln!(
         out,
-        "orthogonalized {} matrices in {} layers (total change, Frobenius: {total:.4}); wrote {}",
+        "orthogonalized {} matrices in {} layers along {} (total change, Frobenius: {total:.4}); wrote {}",
         changes.len(),
         layers.len(),
+        used.into_iter().collect::<Vec<_>>().join(", "),
         args.out.display()
     )?;
     Ok(())

@@ -33,6 +33,10 @@ pub enum StopReason {
         stop: String,
     },
     MaxTokens,
+    /// The next token would not fit in the model's context length.
+    ContextFull {
+        limit: usize,
+    },
 }
 
 /// A finished generation.
@@ -101,28 +105,40 @@ pub fn generate(
             stop = StopReason::StopString { stop: s.clone() };
             break;
         }
-        // Text is final up to `holdback` bytes before the end, and never
-        // inside a byte sequence the tokenizer could not decode yet.
-        let mut ready = text.len().saturating_sub(holdback);
-        while !text.is_char_boundary(ready) {
-            ready -= 1;
-        }
-        if let Some(bad) = text[..ready].find('\u{FFFD}') {
-            ready = bad.max(emitted);
-        }
-        if ready > emitted {
-            on_text(&text[emitted..ready]);
-            emitted = ready;
+        // Text is final up to the first byte sequence the tokenizer could
+        // not decode yet (U+FFFD), less `holdback` bytes that could still
+        // start a stop string.
+        if text.is_char_boundary(emitted) {
+            let decodable = text[emitted..]
+                .find('\u{FFFD}')
+                .map_or(text.len(), |at| emitted + at);
+            let mut ready = decodable.saturating_sub(holdback);
+            while !text.is_char_boundary(ready) {
+                ready -= 1;
+            }
+            if ready > emitted {
+                on_text(&text[emitted..ready]);
+                emitted = ready;
+            }
         }
         if ids.len() == options.max_tokens {
             break;
         }
-        let t = Instant::now();
-        logits = session.decode_step(id)?.logits;
-        decode_ns += t.elapsed().as_nanos() as u64;
-        decode_steps += 1;
+        if let Some(limit) = session.capacity()
+            && session.position() + 1 > limit
+        {
+            stop = StopReason::ContextFull { limit };
+            break;
+        }
+        continue_decode(
+            &mut *session,
+            id,
+            &mut logits,
+            &mut decode_ns,
+            &mut decode_steps,
+        )?;
     }
-    if text.len() > emitted {
+    if text.len() > emitted && text.is_char_boundary(emitted) {
         on_text(&text[emitted..]);
     }
     Ok(Generation {
@@ -134,6 +150,21 @@ pub fn generate(
         decode_ns,
         decode_steps,
     })
+}
+
+/// Runs one decode step for `id`, timing it.
+fn continue_decode(
+    session: &mut dyn InferenceSession,
+    id: u32,
+    logits: &mut Vec<f32>,
+    decode_ns: &mut u64,
+    decode_steps: &mut usize,
+) -> Result<(), ExecutorError> {
+    let t = Instant::now();
+    *logits = session.decode_step(id)?.logits;
+    *decode_ns += t.elapsed().as_nanos() as u64;
+    *decode_steps += 1;
+    Ok(())
 }
 
 /// `log softmax(logits)[id]`, in f64 for a stable sum.
@@ -180,6 +211,9 @@ mod tests {
         }
         fn position(&self) -> usize {
             self.pos
+        }
+        fn capacity(&self) -> Option<usize> {
+            Some(6)
         }
     }
 
@@ -244,6 +278,73 @@ mod tests {
         assert_eq!(g.text, "bc");
         assert_eq!(streamed, "bc");
         assert_eq!(g.stop, StopReason::StopString { stop: "de".into() });
+    }
+
+    /// A session that emits the bytes of "abcé!" one per token (token id = byte).
+    struct Bytes {
+        pos: usize,
+    }
+
+    const BYTES: &[u8] = "abcé!".as_bytes();
+
+    fn peak_at(i: usize) -> Vec<f32> {
+        let mut l = vec![0.0; 256];
+        l[BYTES[i.min(BYTES.len() - 1)] as usize] = 10.0;
+        l
+    }
+
+    impl InferenceSession for Bytes {
+        fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+            self.pos = ids.len();
+            Ok(StepOutput { logits: peak_at(0) })
+        }
+        fn decode_step(&mut self, _: u32) -> Result<StepOutput, ExecutorError> {
+            self.pos += 1;
+            Ok(StepOutput {
+                logits: peak_at(self.pos - 1),
+            })
+        }
+        fn position(&self) -> usize {
+            self.pos
+        }
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+    }
+
+    fn lossy(ids: &[u32]) -> Result<String, ExecutorError> {
+        let bytes: Vec<u8> = ids.iter().map(|&i| i as u8).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[test]
+    fn a_stop_string_split_across_a_multibyte_character_is_never_streamed() {
+        let opts = GenerateOptions {
+            max_tokens: 10,
+            stop: vec!["cé".into()],
+            ..Default::default()
+        };
+        let mut s = Bytes { pos: 0 };
+        let mut streamed = String::new();
+        let g = generate(&mut s, &[0], None, &opts, &|_| false, &lossy, &mut |t| {
+            streamed.push_str(t)
+        })
+        .unwrap();
+        assert_eq!(g.text, "ab");
+        assert_eq!(streamed, "ab");
+    }
+
+    #[test]
+    fn generation_stops_at_the_context_length() {
+        let opts = GenerateOptions {
+            max_tokens: 100,
+            ..Default::default()
+        };
+        // Capacity 6: the prompt (1) and five decode steps.
+        let (g, _, s) = run(opts, 99);
+        assert_eq!(g.stop, StopReason::ContextFull { limit: 6 });
+        assert_eq!(s.pos, 6);
+        assert_eq!(g.ids.len(), 6);
     }
 
     #[test]

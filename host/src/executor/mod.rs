@@ -95,6 +95,8 @@ pub trait InferenceSession {
     fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError>;
     /// Positions held in the cache.
     fn position(&self) -> usize;
+    /// The model's context length, when it declares one.
+    fn capacity(&self) -> Option<usize>;
 }
 
 /// A backend that loads a model, tokenizes, traces and generates.
@@ -166,6 +168,13 @@ impl InferenceSession for BackendSession<'_> {
     fn position(&self) -> usize {
         match self {
             BackendSession::Candle(s) => s.position(),
+        }
+    }
+
+    #[inline]
+    fn capacity(&self) -> Option<usize> {
+        match self {
+            BackendSession::Candle(s) => s.capacity(),
         }
     }
 }

@@ -60,6 +60,9 @@ pub struct LlamaConfig {
     pub qkv_bias: bool,
     /// The output projection is the token embedding.
     pub tied_embeddings: bool,
+    /// Positions the model was trained for (`context_length`,
+    /// `max_position_embeddings`); runs past it are refused.
+    pub context_length: Option<usize>,
 }
 
 impl LlamaConfig {
@@ -189,6 +192,13 @@ impl LlamaConfig {
                 None => Ok(None),
             }
         };
+        // A key that is absent may default; one that is present must parse.
+        let opt_u = |key: &str| -> Result<Option<usize>, ModelError> {
+            match content.metadata.contains_key(&format!("{arch}.{key}")) {
+                true => u(key).map(Some),
+                false => Ok(None),
+            }
+        };
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
         let head_dim = match content
@@ -203,10 +213,10 @@ impl LlamaConfig {
             .get("tokenizer.ggml.tokens")
             .and_then(|v| v.to_vec().ok())
             .map(|v| v.len());
-        let vocab = match (u("vocab_size"), tokens) {
-            (Ok(v), _) => v,
-            (Err(_), Some(n)) => n,
-            (Err(e), None) => return Err(e),
+        let vocab = match (opt_u("vocab_size")?, tokens) {
+            (Some(v), _) => v,
+            (None, Some(n)) => n,
+            (None, None) => u("vocab_size")?,
         };
         let scaling = match content
             .metadata
@@ -230,7 +240,7 @@ impl LlamaConfig {
             hidden,
             layers: u("block_count")?,
             heads,
-            kv_heads: u("attention.head_count_kv").unwrap_or(heads),
+            kv_heads: opt_u("attention.head_count_kv")?.unwrap_or(heads),
             head_dim,
             ffn: u("feed_forward_length")?,
             vocab,
@@ -245,6 +255,7 @@ impl LlamaConfig {
             rope_scaling: scaling,
             qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
             tied_embeddings: !content.tensor_infos.contains_key("output.weight"),
+            context_length: opt_u("context_length")?,
             architecture: arch,
         })
     }
@@ -320,6 +331,7 @@ impl LlamaConfig {
             rope_scaling: scaling,
             qkv_bias: json.attention_bias.unwrap_or(arch == "qwen2"),
             tied_embeddings: json.tie_word_embeddings.unwrap_or(false),
+            context_length: json.max_position_embeddings,
             architecture: arch,
         })
     }
@@ -351,6 +363,8 @@ pub struct HfConfig {
     pub tie_word_embeddings: Option<bool>,
     #[serde(default)]
     pub attention_bias: Option<bool>,
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
     #[serde(default)]
     pub bos_token_id: Option<u32>,
     #[serde(default)]
@@ -418,6 +432,7 @@ mod tests {
             rope_scaling: None,
             qkv_bias: false,
             tied_embeddings: true,
+            context_length: None,
         }
     }
 

@@ -57,7 +57,20 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<GgufParts,
     let special = Special::from_ids(
         &tokenizer,
         md_u32("tokenizer.ggml.bos_token_id"),
-        md_u32("tokenizer.ggml.eos_token_id").into_iter().collect(),
+        // EOS, and the end-of-turn / end-of-message ids that also end a reply.
+        [
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.eot_token_id",
+            "tokenizer.ggml.eom_token_id",
+        ]
+        .iter()
+        .filter_map(|k| md_u32(k))
+        .fold(Vec::new(), |mut v, id| {
+            if !v.contains(&id) {
+                v.push(id);
+            }
+            v
+        }),
         content
             .metadata
             .get("tokenizer.ggml.add_bos_token")

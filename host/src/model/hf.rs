@@ -134,6 +134,30 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, Mo
     {
         eos.push(id);
     }
+    // generation_config.json lists the ids that end a reply (Llama 3's
+    // <|eot_id|>, Qwen's <|im_end|>).
+    let gen_path = file("generation_config.json");
+    if gen_path.is_file() {
+        let config: serde_json::Value =
+            serde_json::from_str(&read(&gen_path)?).map_err(|e| ModelError::Config {
+                path: gen_path.clone(),
+                key: format!("line {}", e.line()),
+                problem: e.to_string(),
+            })?;
+        if let Some(v) = config.get("eos_token_id") {
+            let ids: super::config::EosIds =
+                serde_json::from_value(v.clone()).map_err(|e| ModelError::Config {
+                    path: gen_path.clone(),
+                    key: "eos_token_id".into(),
+                    problem: e.to_string(),
+                })?;
+            for id in ids.to_vec() {
+                if !eos.contains(&id) {
+                    eos.push(id);
+                }
+            }
+        }
+    }
     // Whether a raw prompt gets BOS: as tokenizer_config.json says, else
     // what the tokenizer's own post-processor does.
     let add_bos = match tc.get("add_bos_token").and_then(|v| v.as_bool()) {
@@ -148,47 +172,56 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, Mo
     };
     let special = Special::from_ids(&tokenizer, bos, eos, add_bos);
 
-    let mut weight_files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| ModelError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .collect();
-    weight_files.sort();
-    if weight_files.is_empty() {
-        return Err(ModelError::Io {
-            path: dir.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no *.safetensors weights in the model folder",
-            ),
-        });
-    }
-    // SAFETY: the files are mapped read-only; vauban never writes a model it is reading.
-    let st =
-        unsafe { MmapedSafetensors::multi(&weight_files) }.map_err(|e| ModelError::Tensor {
-            path: dir.to_path_buf(),
+    let weight_files = weight_files(dir)?;
+    // One map per file, so a tensor held by two files is found, not shadowed.
+    let mut files = Vec::new();
+    let mut owner: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, path) in weight_files.iter().enumerate() {
+        // SAFETY: mapped read-only; vauban never writes a model it is reading.
+        let st = unsafe { MmapedSafetensors::new(path) }.map_err(|e| ModelError::Tensor {
+            path: path.clone(),
             tensor: "*".into(),
-            problem: e.to_string(),
+            problem: format!("is not a readable safetensors file: {e}"),
         })?;
-    let names: BTreeMap<String, ()> = st.tensors().into_iter().map(|(n, _)| (n, ())).collect();
+        for (name, _) in st.tensors() {
+            if let Some(&first) = owner.get(&name) {
+                return Err(ModelError::Tensor {
+                    path: path.clone(),
+                    tensor: name,
+                    problem: format!(
+                        "is also in {}; remove the stale file (or list the shards in model.safetensors.index.json)",
+                        weight_files[first].display()
+                    ),
+                });
+            }
+            owner.insert(name, i);
+        }
+        files.push(st);
+    }
     let heads = (config.heads, config.kv_heads);
     let interleaved = config.rope_style == RopeStyle::Interleaved;
     let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
         let hf = hf_name(name);
-        if !names.contains_key(&hf) {
+        let Some(&i) = owner.get(&hf) else {
             return Ok(None);
+        };
+        let bad = |problem: String| ModelError::Tensor {
+            path: weight_files[i].clone(),
+            tensor: hf.clone(),
+            problem,
+        };
+        let view = files[i].get(&hf).map_err(|e| bad(e.to_string()))?;
+        use safetensors::Dtype as S;
+        if !matches!(view.dtype(), S::F32 | S::F16 | S::BF16 | S::F64) {
+            return Err(bad(format!(
+                "is stored as {:?}; weights must be f32, f16, bf16 or f64 (quantized checkpoints: use GGUF)",
+                view.dtype()
+            )));
         }
-        let t = st
+        let t = files[i]
             .load(&hf, device)
             .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|e| ModelError::Tensor {
-                path: dir.to_path_buf(),
-                tensor: hf.clone(),
-                problem: e.to_string(),
-            })?;
+            .map_err(|e| bad(e.to_string()))?;
         let t = match (
             interleaved,
             name.contains(".attn_q.weight"),
@@ -210,6 +243,79 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, Mo
         model,
         weight_files,
     })
+}
+
+/// The weight files of a folder: those `model.safetensors.index.json` lists
+/// (each must exist), else every `*.safetensors` in name order.
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
+            path: index.clone(),
+            source,
+        })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ModelError::Config {
+                path: index.clone(),
+                key: format!("line {}", e.line()),
+                problem: e.to_string(),
+            })?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| ModelError::Config {
+                path: index.clone(),
+                key: "weight_map".into(),
+                problem: "is missing or not an object of tensor name → shard file".into(),
+            })?;
+        let mut files: Vec<PathBuf> = Vec::new();
+        for (tensor, file) in map {
+            let name = file
+                .as_str()
+                .filter(|f| !f.contains('/') && !f.contains(".."))
+                .ok_or_else(|| ModelError::Config {
+                    path: index.clone(),
+                    key: format!("weight_map.{tensor}"),
+                    problem: "is not a file name in the model folder".into(),
+                })?;
+            let path = dir.join(name);
+            if !files.contains(&path) {
+                files.push(path);
+            }
+        }
+        files.sort();
+        for f in &files {
+            if !f.is_file() {
+                return Err(ModelError::Io {
+                    path: f.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "a shard listed in model.safetensors.index.json is missing",
+                    ),
+                });
+            }
+        }
+        return Ok(files);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| ModelError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ModelError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no *.safetensors weights in the model folder",
+            ),
+        });
+    }
+    Ok(files)
 }
 
 /// Writes `model` as an HF folder vauban (and `transformers`) can load:
@@ -247,13 +353,17 @@ pub fn export(
     let c = model.config();
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
     for (name, t) in model.dense_weights()? {
-        let t = match (
-            c.rope_style,
-            name.contains(".attn_q.weight"),
-            name.contains(".attn_k.weight"),
-        ) {
-            (RopeStyle::Interleaved, true, _) => permute_qk(&t, c.heads, true)?,
-            (RopeStyle::Interleaved, _, true) => permute_qk(&t, c.kv_heads, true)?,
+        // Q/K rows (and their biases) back from llama.cpp's order to HF's.
+        let heads = match (name.contains(".attn_q."), name.contains(".attn_k.")) {
+            (true, _) => Some(c.heads),
+            (_, true) => Some(c.kv_heads),
+            _ => None,
+        };
+        let t = match (c.rope_style, heads) {
+            (RopeStyle::Interleaved, Some(h)) if t.rank() == 1 => {
+                permute_qk(&t.unsqueeze(1)?, h, true)?.squeeze(1)?
+            }
+            (RopeStyle::Interleaved, Some(h)) => permute_qk(&t, h, true)?,
             _ => t,
         };
         tensors.push((hf_name(&name), t.contiguous()?));
@@ -281,6 +391,13 @@ pub fn export(
         "attention_bias": c.qkv_bias,
         "torch_dtype": "float32",
     });
+    if let Some(n) = c.context_length {
+        config["max_position_embeddings"] = n.into();
+    }
+    if model_type == "mistral" {
+        // vauban's forward attends to the whole context (no sliding window).
+        config["sliding_window"] = serde_json::Value::Null;
+    }
     if let Some(bos) = &special.bos {
         config["bos_token_id"] = bos.0.into();
     }
@@ -337,4 +454,28 @@ pub fn export(
     let staged = staging.keep();
     std::fs::rename(&staged, dir).map_err(io(dir))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_qk_permutation_is_llama_cpps_and_undoes_itself() {
+        // 2 heads of 4 rows: llama.cpp turns rotate-half rows (0 1 | 2 3) into adjacent pairs (0 2 1 3).
+        let w = Tensor::arange(0f32, 8.0, &Device::Cpu)
+            .unwrap()
+            .reshape((8, 1))
+            .unwrap();
+        let p = permute_qk(&w, 2, false).unwrap();
+        assert_eq!(
+            p.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            [0., 2., 1., 3., 4., 6., 5., 7.]
+        );
+        let back = permute_qk(&p, 2, true).unwrap();
+        assert_eq!(
+            back.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            (0..8).map(|i| i as f32).collect::<Vec<_>>()
+        );
+    }
 }

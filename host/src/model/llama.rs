@@ -431,6 +431,14 @@ impl Llama {
         }
         let offset = cache.as_ref().map_or(0, |c| c.len);
         let t = ids.len();
+        if let Some(limit) = c.context_length
+            && offset + t > limit
+        {
+            return Err(ModelError::ContextExceeded {
+                needed: offset + t,
+                limit,
+            });
+        }
         let (cos, sin) = self.rope(offset, t)?;
         let mask = causal_mask(offset, t, &self.device)?;
         let ids_t = Tensor::new(ids, &self.device)?;

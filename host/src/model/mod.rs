@@ -75,6 +75,10 @@ pub enum ModelError {
     Tokenizer(String),
     #[error("layer {layer} is out of range: the model has {count} layers (0 to {})", count - 1)]
     LayerOutOfRange { layer: usize, count: usize },
+    #[error(
+        "{needed} positions exceed the model's context length of {limit}; shorten the prompt or lower --max-tokens"
+    )]
+    ContextExceeded { needed: usize, limit: usize },
     #[error("no token ids to run; the prompt encoded to nothing")]
     EmptyInput,
     #[error("token id {id} is outside the vocabulary of {vocab}")]

@@ -20,6 +20,8 @@ pub const HEAD_DIM: usize = 16;
 pub const FFN: usize = 128;
 pub const THETA: f32 = 10_000.0;
 pub const EPS: f32 = 1e-5;
+/// The HF form's `max_position_embeddings` (the GGUF form declares none).
+pub const CONTEXT: usize = 64;
 
 /// ChatML, the shape SmolLM2 and Qwen use.
 pub const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -169,6 +171,7 @@ pub fn write_hf(dir: &Path, seed: u64) -> PathBuf {
         "rms_norm_eps": EPS,
         "rope_theta": THETA,
         "tie_word_embeddings": false,
+        "max_position_embeddings": CONTEXT,
         "bos_token_id": 0,
         "eos_token_id": 3,
     });

@@ -223,4 +223,8 @@ impl InferenceSession for CandleSession<'_> {
     fn position(&self) -> usize {
         self.cache.len()
     }
+
+    fn capacity(&self) -> Option<usize> {
+        self.model.config().context_length
+    }
 }
