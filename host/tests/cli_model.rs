@@ -358,30 +358,7 @@ fn orthogonalize_uses_each_layers_own_control_vector() {
             .model
             .weight(layer, vauban::model::llama::Matrix::FfnDown)
             .unwrap();
-        let r = d(k);
-        let r = (&r
-            / r.sqr()
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .sqrt()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap() as f64)
-            .unwrap();
-        let along = r
-            .unsqueeze(0)
-            .unwrap()
-            .matmul(&w)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_keepdim(1)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap()[0];
+        let along = common::max_along(&d(k), &w);
         assert!(along < 1e-4, "layer {layer}: {along}");
     }
     // An existing --out is refused before any work.

@@ -52,6 +52,27 @@ fn exec(path: &Path) -> CandleExecutor {
     .unwrap()
 }
 
+/// Generates after `prompt` in a fresh session; returns the generation and
+/// the positions the session ends with.
+fn run_generate(
+    e: &CandleExecutor,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+) -> (vauban::executor::Generation, usize) {
+    let mut session = e.session(&[]);
+    let g = generate(
+        &mut session,
+        prompt,
+        None,
+        opts,
+        &|_| false,
+        &|ids| e.detokenize(ids),
+        &mut |_| {},
+    )
+    .unwrap();
+    (g, session.position())
+}
+
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)
         .unwrap()
@@ -159,17 +180,7 @@ fn greedy_generation_equals_repeated_full_forwards() {
         max_tokens: 6,
         ..Default::default()
     };
-    let mut session = e.session(&[]);
-    let g = generate(
-        &mut session,
-        &prompt,
-        None,
-        &opts,
-        &|_| false,
-        &|ids| e.detokenize(ids),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (g, position) = run_generate(&e, &prompt, &opts);
     assert_eq!(g.ids.len(), 6);
     // The same tokens by running the whole sequence again at every step.
     let mut seq = prompt.clone();
@@ -185,7 +196,7 @@ fn greedy_generation_equals_repeated_full_forwards() {
         seq.push(next);
     }
     assert_eq!(g.ids, seq[prompt.len()..]);
-    assert_eq!(session.position(), prompt.len() + 5, "the prompt ran once");
+    assert_eq!(position, prompt.len() + 5, "the prompt ran once");
 }
 
 #[test]
@@ -204,18 +215,7 @@ fn seeded_sampling_is_reproducible_and_seed_dependent() {
             }),
             stop: vec![],
         };
-        let mut s = e.session(&[]);
-        generate(
-            &mut s,
-            &prompt,
-            None,
-            &opts,
-            &|_| false,
-            &|ids| e.detokenize(ids),
-            &mut |_| {},
-        )
-        .unwrap()
-        .ids
+        run_generate(&e, &prompt, &opts).0.ids
     };
     assert_eq!(run(1), run(1));
     assert_ne!(run(1), run(2));
@@ -491,24 +491,10 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
         .orthogonalize(&dt, &[0, 1, 2], &[Matrix::AttnOutput, Matrix::FfnDown])
         .unwrap();
     assert_eq!(changes.len(), 6);
-    let r = (&dt / d.iter().map(|x| x * x).sum::<f32>().sqrt() as f64)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
     for layer in 0..3 {
         for mat in [Matrix::AttnOutput, Matrix::FfnDown] {
             let w = m.model.weight(layer, mat).unwrap();
-            let along = r
-                .matmul(&w)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_keepdim(1)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap()[0];
+            let along = common::max_along(&dt, &w);
             assert!(along < 1e-5, "layer {layer} {mat:?}: |r̂ᵀW| = {along}");
         }
     }
@@ -651,22 +637,12 @@ fn runs_past_the_context_length_are_refused_or_stopped() {
         max_tokens: 100,
         ..Default::default()
     };
-    let mut s = e.session(&[]);
-    let g = generate(
-        &mut s,
-        &prompt,
-        None,
-        &opts,
-        &|_| false,
-        &|ids| e.detokenize(ids),
-        &mut |_| {},
-    )
-    .unwrap();
+    let (g, position) = run_generate(&e, &prompt, &opts);
     assert_eq!(
         g.stop,
         vauban::executor::StopReason::ContextFull {
             limit: tiny::CONTEXT
         }
     );
-    assert_eq!(s.position(), tiny::CONTEXT);
+    assert_eq!(position, tiny::CONTEXT);
 }

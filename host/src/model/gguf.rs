@@ -10,19 +10,10 @@ use candle_core::quantized::gguf_file::Content;
 
 use super::config::LlamaConfig;
 use super::llama::{Llama, Weight, WeightMode};
-use super::{ModelError, Special};
-
-/// Everything a GGUF file holds, loaded.
-pub struct GgufParts {
-    pub config: LlamaConfig,
-    pub tokenizer: tokenizers::Tokenizer,
-    pub chat_template: Option<String>,
-    pub special: Special,
-    pub model: Llama,
-}
+use super::{ModelError, ModelParts, Special};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
-pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<GgufParts, ModelError> {
+pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<ModelParts, ModelError> {
     let io = |source| ModelError::Io {
         path: path.to_path_buf(),
         source,
@@ -92,11 +83,12 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<GgufParts,
             })
     };
     let model = Llama::load(&config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
-    Ok(GgufParts {
+    Ok(ModelParts {
         config,
         tokenizer,
         chat_template,
         special,
         model,
+        weight_files: vec![path.to_path_buf()],
     })
 }

@@ -10,18 +10,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::config::{HfConfig, LlamaConfig, RopeStyle};
 use super::llama::{Llama, Weight, WeightMode};
-use super::{ModelError, Special};
-
-/// Everything an HF folder holds, loaded.
-pub struct HfParts {
-    pub config: LlamaConfig,
-    pub tokenizer: tokenizers::Tokenizer,
-    pub chat_template: Option<String>,
-    pub special: Special,
-    pub model: Llama,
-    /// The weight files, in name order.
-    pub weight_files: Vec<PathBuf>,
-}
+use super::{ModelError, ModelParts, Special};
 
 /// The HF name of a weight asked for by its GGUF name.
 pub fn hf_name(gguf: &str) -> String {
@@ -69,7 +58,7 @@ pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, Mod
 }
 
 /// Loads an HF folder.
-pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, ModelError> {
+pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<ModelParts, ModelError> {
     let file = |name: &str| dir.join(name);
     let read = |path: &Path| {
         std::fs::read_to_string(path).map_err(|source| ModelError::Io {
@@ -235,7 +224,7 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<HfParts, Mo
     };
     let model =
         Llama::load(&config, mode, &mut load, device).map_err(|e| e.hf_names().in_file(dir))?;
-    Ok(HfParts {
+    Ok(ModelParts {
         config,
         tokenizer,
         chat_template,

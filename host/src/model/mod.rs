@@ -187,6 +187,27 @@ impl Special {
     }
 }
 
+/// What a loader read from a GGUF file or an HF folder.
+pub struct ModelParts {
+    pub config: LlamaConfig,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub chat_template: Option<String>,
+    pub special: Special,
+    pub model: Llama,
+    /// The files the weights came from, in name order.
+    pub weight_files: Vec<PathBuf>,
+}
+
+fn not_a_model(path: &Path) -> ModelError {
+    ModelError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a model: give a .gguf file or an HF folder (config.json, *.safetensors, tokenizer.json)",
+        ),
+    }
+}
+
 /// Where a model came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -222,45 +243,26 @@ impl LoadedModel {
             path: path.to_path_buf(),
             source,
         })?;
-        if meta.is_dir() {
-            let p = hf::load(path, mode, device)?;
-            return Ok(LoadedModel {
-                path: path.to_path_buf(),
-                format: ModelFormat::HfFolder,
-                name,
-                config: p.config,
-                tokenizer: p.tokenizer,
-                chat_template: p.chat_template,
-                special: p.special,
-                model: p.model,
-                weight_files: p.weight_files,
-                weight_mode: mode,
-            });
-        }
-        if path.extension().is_some_and(|e| e == "gguf") {
-            let p = gguf::load(path, mode, device)?;
-            return Ok(LoadedModel {
-                path: path.to_path_buf(),
-                format: ModelFormat::Gguf,
-                name,
-                config: p.config,
-                tokenizer: p.tokenizer,
-                chat_template: p.chat_template,
-                special: p.special,
-                model: p.model,
-                weight_files: vec![path.to_path_buf()],
-                weight_mode: mode,
-            });
-        }
-        Err(ModelError::Io {
+        let (format, parts) = if meta.is_dir() {
+            (ModelFormat::HfFolder, hf::load(path, mode, device)?)
+        } else if path.extension().is_some_and(|e| e == "gguf") {
+            (ModelFormat::Gguf, gguf::load(path, mode, device)?)
+        } else {
+            return Err(not_a_model(path));
+        };
+        Ok(LoadedModel {
             path: path.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "not a model: give a .gguf file or an HF folder (config.json, *.safetensors, tokenizer.json)",
-            ),
+            format,
+            name,
+            config: parts.config,
+            tokenizer: parts.tokenizer,
+            chat_template: parts.chat_template,
+            special: parts.special,
+            model: parts.model,
+            weight_files: parts.weight_files,
+            weight_mode: mode,
         })
     }
-
     /// Token ids of a raw prompt: no special tokens parsed from the text's
     /// meaning beyond the tokenizer's own, BOS first when the model asks for it.
     pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>, ModelError> {

@@ -110,3 +110,28 @@ pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
     b.finish().expect("fixture trace is valid")
 }
 pub mod tiny;
+
+/// max |r̂ᵀW| over the columns of `w` (`[hidden, in]`), r̂ = `direction` normalised:
+/// how much `w` can still write along the direction.
+pub fn max_along(direction: &candle_core::Tensor, w: &candle_core::Tensor) -> f32 {
+    let norm = direction
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .sqrt()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let r = (direction / norm as f64).unwrap().unsqueeze(0).unwrap();
+    r.matmul(w)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
