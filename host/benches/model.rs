@@ -30,13 +30,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    // As the binary does (see `pin_thread_count` in src/main.rs): candle
-    // otherwise re-reads the CPU count from /proc on every matmul.
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        let n = candle_core::utils::get_num_threads();
-        // SAFETY: first thing in main, before any thread starts.
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
-    }
+    // As the binary does: candle otherwise re-reads the CPU count on every matmul.
+    // SAFETY: first thing in main, before any thread starts.
+    unsafe { vauban::executor::device::pin_thread_count() };
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

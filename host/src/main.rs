@@ -7,7 +7,8 @@ use clap::Parser;
 use vauban::cli::Cli;
 
 fn main() -> ExitCode {
-    pin_thread_count();
+    // SAFETY: first thing in main; no other thread exists yet to read the environment.
+    unsafe { vauban::executor::device::pin_thread_count() };
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_filter()));
@@ -25,19 +26,6 @@ fn main() -> ExitCode {
             eprintln!("error: {}", message(&err));
             ExitCode::FAILURE
         }
-    }
-}
-
-/// candle works out its default thread count (reading /proc/cpuinfo and
-/// cgroup files) on every matmul unless `RAYON_NUM_THREADS` is set; that
-/// cost 27% of decode time for SmolLM2 with f32 weights (19.6 → 26.7 tok/s,
-/// `vauban -v generate … --weights f32` with and without the variable).
-/// Work the default out once and pin it, before any thread starts.
-fn pin_thread_count() {
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        let n = candle_core::utils::get_num_threads();
-        // SAFETY: first thing in main; no other thread exists yet to read the environment.
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
     }
 }
 

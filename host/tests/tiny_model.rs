@@ -43,6 +43,14 @@ fn load(path: &Path) -> LoadedModel {
     LoadedModel::load(path, WeightMode::Native, &Device::Cpu).unwrap()
 }
 
+/// The message of a load that must fail.
+fn load_err(path: &Path) -> String {
+    LoadedModel::load(path, WeightMode::Native, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string()
+}
+
 fn exec(path: &Path) -> CandleExecutor {
     CandleExecutor::load(&ModelSpec {
         path: path.to_path_buf(),
@@ -74,16 +82,7 @@ fn run_generate(
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    common::max_abs(&(a - b).unwrap())
 }
 
 #[test]
@@ -123,15 +122,7 @@ fn q8_weights_stay_quantized_and_close_to_f32() {
     let ids = f32m.encode(TEXT).unwrap();
     let a = f32m.model.forward(&ids, &[]).unwrap().logits;
     let b = q8.model.forward(&ids, &[]).unwrap().logits;
-    let scale = a
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let scale = common::max_abs(&a);
     let d = max_abs_diff(&a, &b);
     eprintln!("Q8_0 vs f32: max |Δlogit| {d:.4} (max |logit| {scale:.2})");
     assert!(d < 0.05 * scale, "max |Δlogit| = {d}, scale {scale}");
@@ -441,10 +432,7 @@ fn broken_model_folders_are_named() {
         .unwrap()
         .replace("\"intermediate_size\":128", "\"intermediate_size\":96");
     std::fs::write(&cfg, text).unwrap();
-    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = load_err(&hf);
     assert!(
         err.contains("model.layers.0.mlp.gate_proj.weight")
             && err.contains("[128, 64]")
@@ -456,26 +444,13 @@ fn broken_model_folders_are_named() {
         .unwrap()
         .replace("\"model_type\":\"llama\"", "\"model_type\":\"gpt_neox\"");
     std::fs::write(&cfg, text).unwrap();
-    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = load_err(&hf);
     assert!(err.contains("`gpt_neox` is not supported"), "{err}");
     // A missing config, and a path that is no model.
     std::fs::remove_file(&cfg).unwrap();
-    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = load_err(&hf);
     assert!(err.contains("config.json"), "{err}");
-    let err = LoadedModel::load(
-        &dir.path().join("nope.gguf"),
-        WeightMode::Native,
-        &Device::Cpu,
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let err = load_err(&dir.path().join("nope.gguf"));
     assert!(err.contains("nope.gguf"), "{err}");
 }
 
@@ -564,10 +539,7 @@ fn hf_folders_refuse_stale_or_odd_weight_files() {
         &stale,
     )
     .unwrap();
-    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = load_err(&hf);
     assert!(
         err.contains("lm_head.weight") && err.contains("is also in"),
         "{err}"
@@ -590,10 +562,7 @@ fn hf_folders_refuse_stale_or_odd_weight_files() {
     assert_eq!(m.weight_files.len(), 2);
     // A listed shard that is missing is named.
     std::fs::rename(hf.join(&shards[1]), dir.path().join("away")).unwrap();
-    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = load_err(&hf);
     assert!(err.contains(&shards[1]) && err.contains("missing"), "{err}");
     // Integer weights are refused, not cast.
     std::fs::remove_file(hf.join("model.safetensors.index.json")).unwrap();
@@ -609,10 +578,7 @@ fn hf_folders_refuse_stale_or_odd_weight_files() {
     let mut tensors = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
     tensors.insert("lm_head.weight".into(), ints);
     candle_core::safetensors::save(&tensors, &path).unwrap();
-    let err = LoadedModel::load(&hf, WeightMode::Native, &Device::Cpu)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = load_err(&hf);
     assert!(
         err.contains("lm_head.weight") && err.contains("U8"),
         "{err}"

@@ -10,10 +10,10 @@ use candle_core::quantized::gguf_file::Content;
 
 use super::config::LlamaConfig;
 use super::llama::{Llama, Weight, WeightMode};
-use super::{ModelError, ModelParts, Special};
+use super::{LoadedModel, ModelError, ModelFormat, Special};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
-pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<ModelParts, ModelError> {
+pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
     let io = |source| ModelError::Io {
         path: path.to_path_buf(),
         source,
@@ -83,7 +83,11 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<ModelParts
             })
     };
     let model = Llama::load(&config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
-    Ok(ModelParts {
+    Ok(LoadedModel {
+        path: path.to_path_buf(),
+        format: ModelFormat::Gguf,
+        name: LoadedModel::name_of(path),
+        weight_mode: mode,
         config,
         tokenizer,
         chat_template,

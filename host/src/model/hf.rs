@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::config::{HfConfig, LlamaConfig, RopeStyle};
 use super::llama::{Llama, Weight, WeightMode};
-use super::{ModelError, ModelParts, Special};
+use super::{LoadedModel, ModelError, ModelFormat, Special};
 
 /// The HF name of a weight asked for by its GGUF name.
 pub fn hf_name(gguf: &str) -> String {
@@ -58,7 +58,7 @@ pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, Mod
 }
 
 /// Loads an HF folder.
-pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<ModelParts, ModelError> {
+pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
     let file = |name: &str| dir.join(name);
     let read = |path: &Path| {
         std::fs::read_to_string(path).map_err(|source| ModelError::Io {
@@ -224,7 +224,11 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<ModelParts,
     };
     let model =
         Llama::load(&config, mode, &mut load, device).map_err(|e| e.hf_names().in_file(dir))?;
-    Ok(ModelParts {
+    Ok(LoadedModel {
+        path: dir.to_path_buf(),
+        format: ModelFormat::HfFolder,
+        name: LoadedModel::name_of(dir),
+        weight_mode: mode,
         config,
         tokenizer,
         chat_template,

@@ -187,17 +187,6 @@ impl Special {
     }
 }
 
-/// What a loader read from a GGUF file or an HF folder.
-pub struct ModelParts {
-    pub config: LlamaConfig,
-    pub tokenizer: tokenizers::Tokenizer,
-    pub chat_template: Option<String>,
-    pub special: Special,
-    pub model: Llama,
-    /// The files the weights came from, in name order.
-    pub weight_files: Vec<PathBuf>,
-}
-
 fn not_a_model(path: &Path) -> ModelError {
     ModelError::Io {
         path: path.to_path_buf(),
@@ -235,34 +224,26 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Loads a GGUF file or an HF folder; anything else is refused naming the path.
     pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<Self, ModelError> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
         let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        let (format, parts) = if meta.is_dir() {
-            (ModelFormat::HfFolder, hf::load(path, mode, device)?)
+        if meta.is_dir() {
+            hf::load(path, mode, device)
         } else if path.extension().is_some_and(|e| e == "gguf") {
-            (ModelFormat::Gguf, gguf::load(path, mode, device)?)
+            gguf::load(path, mode, device)
         } else {
-            return Err(not_a_model(path));
-        };
-        Ok(LoadedModel {
-            path: path.to_path_buf(),
-            format,
-            name,
-            config: parts.config,
-            tokenizer: parts.tokenizer,
-            chat_template: parts.chat_template,
-            special: parts.special,
-            model: parts.model,
-            weight_files: parts.weight_files,
-            weight_mode: mode,
-        })
+            Err(not_a_model(path))
+        }
     }
+
+    /// A short name for a model path: its file or folder name.
+    pub(crate) fn name_of(path: &Path) -> String {
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string())
+    }
+
     /// Token ids of a raw prompt: no special tokens parsed from the text's
     /// meaning beyond the tokenizer's own, BOS first when the model asks for it.
     pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>, ModelError> {

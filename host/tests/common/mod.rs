@@ -111,6 +111,18 @@ pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
 }
 pub mod tiny;
 
+/// The largest absolute value of a tensor.
+pub fn max_abs(t: &candle_core::Tensor) -> f32 {
+    t.abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 /// max |r̂ᵀW| over the columns of `w` (`[hidden, in]`), r̂ = `direction` normalised:
 /// how much `w` can still write along the direction.
 pub fn max_along(direction: &candle_core::Tensor, w: &candle_core::Tensor) -> f32 {
@@ -124,14 +136,5 @@ pub fn max_along(direction: &candle_core::Tensor, w: &candle_core::Tensor) -> f3
         .to_scalar::<f32>()
         .unwrap();
     let r = (direction / norm as f64).unwrap().unsqueeze(0).unwrap();
-    r.matmul(w)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    max_abs(&r.matmul(w).unwrap())
 }
