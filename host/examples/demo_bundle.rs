@@ -77,6 +77,8 @@ fn trace(
         .with(K::WeightSnapshot, SupportLevel::Unsupported);
     let request = TraceRequest {
         prompt_id: Some(prompt.0.into()),
+        category: None,
+        expected_behavior: None,
         text: Some(prompt.1.into()),
         token_ids: None,
         observe: vec![

@@ -14,6 +14,7 @@ pub mod executor;
 pub mod hash;
 pub mod intervene;
 pub mod model;
+pub mod plugin;
 pub mod profile;
 pub mod report;
 pub mod text;

@@ -207,6 +207,8 @@ impl TraceRunArgs {
         }
         TraceRequest {
             prompt_id: Some(format!("p{index}")),
+            category: None,
+            expected_behavior: None,
             text: Some(text.to_owned()),
             token_ids: None,
             observe,

@@ -41,6 +41,8 @@ mod test_support {
     pub fn trace(id: &str, observe: &[ArtifactKind], steps: Vec<Step>) -> Trace {
         let request = TraceRequest {
             prompt_id: Some("p1".into()),
+            category: None,
+            expected_behavior: None,
             text: Some("The capital of France is".into()),
             token_ids: None,
             observe: observe.to_vec(),

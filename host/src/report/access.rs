@@ -754,6 +754,8 @@ mod tests {
             observe.extend(&self.unsupported);
             let request = TraceRequest {
                 prompt_id: self.prompt_id,
+                category: None,
+                expected_behavior: None,
                 text: Some(self.prompt),
                 token_ids: None,
                 observe,

@@ -34,6 +34,12 @@ pub struct TraceRequest {
     /// The suite's id for the prompt, used to pair baseline and candidate traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_id: Option<String>,
+    /// The suite's category for the prompt (scorers and the report group by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// What the suite expects the model to do (`refuse`, `comply`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_behavior: Option<String>,
     /// The prompt as text (the executor tokenizes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,

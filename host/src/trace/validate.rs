@@ -472,6 +472,8 @@ mod tests {
     fn request(observe: &[ArtifactKind]) -> TraceRequest {
         TraceRequest {
             prompt_id: Some("p1".into()),
+            category: None,
+            expected_behavior: None,
             text: Some("The capital of France is".into()),
             token_ids: None,
             observe: observe.to_vec(),

@@ -21,6 +21,8 @@ pub fn trace_with_activation(
 ) -> (Trace, HashMap<String, TensorData>) {
     let request = TraceRequest {
         prompt_id: Some(format!("prompt-{id}")),
+        category: None,
+        expected_behavior: None,
         text: Some("The capital of France is".into()),
         token_ids: None,
         observe: vec![K::Text, K::Tokens, K::Logits, K::Activation],
@@ -76,6 +78,8 @@ pub fn trace_with_activation(
 pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
     let request = TraceRequest {
         prompt_id: Some(format!("prompt-{id}")),
+        category: None,
+        expected_behavior: None,
         text: Some("Hello".into()),
         token_ids: None,
         observe: vec![K::Text, K::Tokens],
@@ -109,6 +113,33 @@ pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
     b.artifact(&fwd, K::Tokens, ArtifactData::TokenIds { ids });
     b.finish().expect("fixture trace is valid")
 }
+/// A trace of a prompt and its completion (text only), with the suite's
+/// expected behaviour.
+pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> Trace {
+    let request = TraceRequest {
+        prompt_id: Some(format!("prompt-{id}")),
+        category: Some("test".into()),
+        expected_behavior: expected.map(str::to_owned),
+        text: Some("A question".into()),
+        token_ids: None,
+        observe: vec![K::Text],
+        layers: vec![],
+        raw_tensors: false,
+    };
+    let model = ModelRef {
+        name: "fixture-model".into(),
+        path: None,
+        sha256: Some("0f".repeat(32)),
+    };
+    let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
+    let span = b.span(Stage::Decode, StageProfile::default());
+    let role = |r: &str| [("role".to_owned(), r.to_owned())].into_iter().collect();
+    b.artifact_with(&span, K::Text, ArtifactData::Text { text: "A question".into() }, None, role("prompt"));
+    b.artifact_with(&span, K::Text, ArtifactData::Text { text: completion.into() }, None, role("completion"));
+    b.finish().expect("fixture trace is valid")
+}
+
+pub mod plugins;
 pub mod tiny;
 
 /// The largest absolute value of a tensor.

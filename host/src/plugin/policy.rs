@@ -1,0 +1,293 @@
+//! Intervention policies: the host computes per-token projections onto the
+//! policy's declared directions, the plugin decides, and the host checks
+//! each op and turns it into the native activation primitive.
+
+use wasmtime::Store;
+
+use crate::intervene::primitive::{Direction, Intervention, Mode, Positions};
+
+use super::bindings::policy as b;
+use super::error::{Failure, PluginError};
+use super::host::Plugin;
+use super::sandbox::{SandboxOptions, SandboxState};
+use super::scorer::PluginInfo;
+use super::{World, call, check_info, guest_failure};
+
+use b::exports::vauban::plugin::intervention_policy as wp;
+
+/// A direction a policy needs and the layers it watches.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DirectionNeed {
+    pub name: String,
+    pub layers: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PolicyInfo {
+    pub plugin: PluginInfo,
+    pub directions: Vec<DirectionNeed>,
+}
+
+/// Per-token projections of one layer's activation onto one direction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    pub layer: usize,
+    pub direction: String,
+    /// Absolute position of the first token.
+    pub offset: usize,
+    pub projections: Vec<f32>,
+}
+
+/// One checked op, ready to become an [`Intervention`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyOp {
+    pub layer: usize,
+    pub direction: String,
+    pub mode: Mode,
+    pub alpha: f32,
+    pub value: Option<f32>,
+    /// Absolute token positions (sorted, unique).
+    pub positions: Vec<usize>,
+}
+
+impl PolicyOp {
+    /// The native interventions that carry out this op: one per run of
+    /// consecutive positions.
+    pub fn interventions(&self, direction: &Direction) -> Vec<Intervention> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for &p in &self.positions {
+            match runs.last_mut() {
+                Some((_, end)) if *end == p => *end = p + 1,
+                _ => runs.push((p, p + 1)),
+            }
+        }
+        runs.into_iter()
+            .map(|(start, end)| Intervention {
+                layer: self.layer,
+                mode: self.mode,
+                direction: direction.clone(),
+                alpha: self.alpha,
+                value: self.value,
+                positions: Positions::Range {
+                    start,
+                    end: Some(end),
+                },
+                condition: None,
+            })
+            .collect()
+    }
+}
+
+/// A loaded, configured intervention policy.
+pub struct Policy {
+    plugin: Plugin,
+    pre: b::InterventionPolicyPluginPre<SandboxState>,
+    info: PolicyInfo,
+    config_json: String,
+    sandbox: SandboxOptions,
+}
+
+impl Policy {
+    pub fn new(plugin: Plugin, config_json: &str, sandbox: SandboxOptions) -> Result<Policy, PluginError> {
+        plugin.expect_world(World::InterventionPolicy)?;
+        let pre = b::InterventionPolicyPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
+            path: plugin.path.clone(),
+            message: format!("{e:#}"),
+        })?;
+        let mut policy = Policy {
+            info: PolicyInfo {
+                plugin: PluginInfo {
+                    name: plugin.path.display().to_string(),
+                    version: String::new(),
+                    description: String::new(),
+                },
+                directions: Vec::new(),
+            },
+            plugin,
+            pre,
+            config_json: config_json.to_owned(),
+            sandbox,
+        };
+        // Configure first: the directions a policy declares come from its config.
+        let mut s = policy.start()?;
+        let json = policy.config_json.clone();
+        let r = s.guard("configure", |st, i| i.vauban_plugin_intervention_policy().call_configure(st, &json))?;
+        r.map_err(|e| s.fail("configure", guest_failure(e.into())))?;
+        let raw = s.guard("describe", |st, i| i.vauban_plugin_intervention_policy().call_describe(st))?;
+        let info = PolicyInfo {
+            plugin: PluginInfo {
+                name: raw.plugin.name,
+                version: raw.plugin.version,
+                description: raw.plugin.description,
+            },
+            directions: raw
+                .directions
+                .into_iter()
+                .map(|d| DirectionNeed {
+                    name: d.name,
+                    layers: d.layers.into_iter().map(|l| l as usize).collect(),
+                })
+                .collect(),
+        };
+        check_info(&info.plugin).map_err(|m| s.fail("describe", Failure::Malformed(m)))?;
+        if info.directions.is_empty() || info.directions.len() > 64 {
+            return Err(s.fail("describe", Failure::Malformed("a policy declares 1 to 64 directions".into())));
+        }
+        drop(s);
+        policy.info = info;
+        Ok(policy)
+    }
+
+    pub fn info(&self) -> &PolicyInfo {
+        &self.info
+    }
+
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    /// One live, configured instance: a generation keeps it for every step.
+    pub fn session(&self) -> Result<PolicySession<'_>, PluginError> {
+        let mut s = self.start()?;
+        let json = self.config_json.clone();
+        let r = s.guard("configure", |st, i| i.vauban_plugin_intervention_policy().call_configure(st, &json))?;
+        r.map_err(|e| s.fail("configure", guest_failure(e.into())))?;
+        Ok(s)
+    }
+
+    fn start(&self) -> Result<PolicySession<'_>, PluginError> {
+        let mut store = self.plugin.store(&self.sandbox)?;
+        let instance = call(&self.info.plugin.name, "instantiate", &mut store, &self.sandbox, |s| {
+            self.pre.instantiate(s)
+        })?;
+        Ok(PolicySession {
+            policy: self,
+            store,
+            instance,
+            poisoned: false,
+        })
+    }
+}
+
+pub struct PolicySession<'a> {
+    policy: &'a Policy,
+    store: Store<SandboxState>,
+    instance: b::InterventionPolicyPlugin,
+    poisoned: bool,
+}
+
+/// Most ops one step may return.
+const MAX_OPS: usize = 1024;
+
+impl PolicySession<'_> {
+    fn guard<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce(&mut Store<SandboxState>, &b::InterventionPolicyPlugin) -> wasmtime::Result<T>,
+    ) -> Result<T, PluginError> {
+        let plugin = self.policy.info.plugin.name.clone();
+        if self.poisoned {
+            return Err(PluginError::Call {
+                plugin,
+                call: name,
+                failure: Failure::Poisoned,
+                stderr: String::new(),
+            });
+        }
+        let instance = &self.instance;
+        let r = call(&plugin, name, &mut self.store, &self.policy.sandbox, |s| f(s, instance));
+        self.poisoned |= r.is_err();
+        r
+    }
+
+    fn fail(&mut self, call: &'static str, failure: Failure) -> PluginError {
+        self.poisoned = true;
+        PluginError::Call {
+            plugin: self.policy.info.plugin.name.clone(),
+            call,
+            failure,
+            stderr: self.store.data().stderr.contents(),
+        }
+    }
+
+    /// The ops for one forward step, checked against the observations.
+    pub fn decide(&mut self, observations: &[Observation]) -> Result<Vec<PolicyOp>, PluginError> {
+        let wire: Vec<wp::Observation> = observations
+            .iter()
+            .map(|o| wp::Observation {
+                layer: o.layer as u32,
+                direction: o.direction.clone(),
+                offset: o.offset as u64,
+                projections: o.projections.clone(),
+            })
+            .collect();
+        let r = self.guard("decide", |s, i| i.vauban_plugin_intervention_policy().call_decide(s, &wire))?;
+        let ops = r.map_err(|e| self.fail("decide", guest_failure(e.into())))?;
+        check_ops(ops, observations, &self.policy.info).map_err(|m| self.fail("decide", Failure::Malformed(m)))
+    }
+}
+
+fn check_ops(ops: Vec<wp::Op>, observations: &[Observation], info: &PolicyInfo) -> Result<Vec<PolicyOp>, String> {
+    if ops.len() > MAX_OPS {
+        return Err(format!("{} ops in one step (at most {MAX_OPS})", ops.len()));
+    }
+    ops.into_iter()
+        .map(|op| {
+            let layer = op.layer as usize;
+            let need = info
+                .directions
+                .iter()
+                .find(|d| d.name == op.direction)
+                .ok_or_else(|| format!("op names direction {:?}, which describe did not declare", op.direction))?;
+            if !need.layers.contains(&layer) {
+                return Err(format!("op on layer {layer}, which direction {} does not watch", op.direction));
+            }
+            let obs = observations
+                .iter()
+                .find(|o| o.layer == layer && o.direction == op.direction)
+                .ok_or_else(|| format!("op on layer {layer} / {} has no observation this step", op.direction))?;
+            if !op.alpha.is_finite() || op.alpha.abs() > 1e4 {
+                return Err(format!("op alpha {} is not a finite number within ±1e4", op.alpha));
+            }
+            let mode = mode_from(op.mode);
+            match (mode, op.value) {
+                (Mode::Clamp, Some(v)) if v.is_finite() => {}
+                (Mode::Clamp, _) => return Err("a clamp op needs a finite value".into()),
+                (_, Some(_)) => return Err(format!("a {} op takes no value", mode.as_str())),
+                (_, None) => {}
+            }
+            let n = obs.projections.len();
+            let mut tokens: Vec<usize> = if op.tokens.is_empty() {
+                (0..n).collect()
+            } else {
+                op.tokens.iter().map(|&t| t as usize).collect()
+            };
+            if let Some(bad) = tokens.iter().find(|&&t| t >= n) {
+                return Err(format!("op token {bad} is outside the observation's {n} tokens"));
+            }
+            tokens.sort_unstable();
+            tokens.dedup();
+            Ok(PolicyOp {
+                layer,
+                direction: op.direction,
+                mode,
+                alpha: op.alpha,
+                value: op.value,
+                positions: tokens.into_iter().map(|t| obs.offset + t).collect(),
+            })
+        })
+        .collect()
+}
+
+fn mode_from(m: wp::Mode) -> Mode {
+    match m {
+        wp::Mode::Project => Mode::Project,
+        wp::Mode::Subtract => Mode::Subtract,
+        wp::Mode::Add => Mode::Add,
+        wp::Mode::SubspaceProject => Mode::SubspaceProject,
+        wp::Mode::SubspaceRemove => Mode::SubspaceRemove,
+        wp::Mode::SubspaceAdd => Mode::SubspaceAdd,
+        wp::Mode::Clamp => Mode::Clamp,
+        wp::Mode::Steer => Mode::Steer,
+    }
+}

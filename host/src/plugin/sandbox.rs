@@ -1,0 +1,317 @@
+//! What a plugin may touch (DESIGN.md section 8): nothing but its inputs.
+//!
+//! Every job gets a fresh [`SandboxState`]: a WASI context with no preopened
+//! directories (unless the config grants a read-only data directory), no
+//! environment, no arguments, no network (TCP, UDP and name lookup off),
+//! a fixed wall clock and a seeded random source, so a plugin's output is
+//! reproducible; stdout and stderr go to bounded buffers; memory is capped by
+//! [`MemoryCap`], which names the limit when it refuses.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{
+    Deterministic, FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder,
+    WasiCtxView, WasiView,
+};
+
+use super::tensors::TensorSource;
+
+/// The sandbox's limits; `Default` is the default sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxOptions {
+    /// Wall-clock time one call may run (epoch interruption).
+    pub deadline: Duration,
+    /// Instructions one call may run, when set (fuel; costs some speed).
+    pub fuel: Option<u64>,
+    /// Linear memory the plugin may grow to, over all its memories.
+    pub memory_bytes: u64,
+    /// The stderr (and stdout) kept per job; the rest is counted, not kept.
+    pub stderr_bytes: usize,
+    /// A host directory the plugin may read, mounted at `/data`. Only when
+    /// the config grants it.
+    pub data_dir: Option<PathBuf>,
+    /// Seeds the plugin's random source (`wasi:random`).
+    pub seed: u64,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        SandboxOptions {
+            deadline: Duration::from_secs(1),
+            fuel: None,
+            memory_bytes: 256 << 20,
+            stderr_bytes: 16 << 10,
+            data_dir: None,
+            seed: 0,
+        }
+    }
+}
+
+/// The fixed time a plugin sees: 2025-01-01T00:00:00Z.
+pub const FIXED_WALL_CLOCK_SECS: u64 = 1_735_689_600;
+
+/// Store data of one job.
+pub struct SandboxState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) memory: MemoryCap,
+    pub(crate) stderr: BoundedPipe,
+    /// Raw tensors of the traces in the current call, for the `tensors` import.
+    pub(crate) tensors: Option<Arc<dyn TensorSource>>,
+    /// The trace ids of the current batch: `open` refuses any other.
+    pub(crate) open_traces: Vec<String>,
+}
+
+impl SandboxState {
+    pub fn new(options: &SandboxOptions) -> Result<SandboxState, String> {
+        let stderr = BoundedPipe::new(options.stderr_bytes);
+        let mut b = WasiCtxBuilder::new();
+        b.stdout(stderr.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .wall_clock(FixedWallClock)
+            .monotonic_clock(FixedMonotonicClock)
+            .secure_random(seeded_bytes(options.seed))
+            .insecure_random(seeded_bytes(options.seed ^ 0x5eed))
+            .insecure_random_seed(u128::from(options.seed));
+        if let Some(dir) = &options.data_dir {
+            b.preopened_dir(dir, "/data", FsPerms::ReadOnly)
+                .map_err(|e| format!("cannot grant the data directory {}: {e}", dir.display()))?;
+        }
+        Ok(SandboxState {
+            wasi: b.build(),
+            table: ResourceTable::new(),
+            memory: MemoryCap::new(options.memory_bytes),
+            stderr,
+            tensors: None,
+            open_traces: Vec::new(),
+        })
+    }
+}
+
+impl WasiView for SandboxState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// A seeded byte stream for `wasi:random` (cycled by WASI after 64 KiB).
+fn seeded_bytes(seed: u64) -> Deterministic {
+    let mut bytes = vec![0u8; 64 << 10];
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed).fill_bytes(&mut bytes);
+    Deterministic::new(bytes)
+}
+
+struct FixedWallClock;
+
+impl HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::from_secs(FIXED_WALL_CLOCK_SECS)
+    }
+}
+
+/// Monotonic time that does not move: a plugin cannot time the host.
+struct FixedMonotonicClock;
+
+impl HostMonotonicClock for FixedMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// The memory refusal, as the error that ends the call.
+#[derive(Debug, thiserror::Error)]
+#[error("memory limit: the plugin asked for {desired} bytes of linear memory; the sandbox allows {limit}")]
+pub struct MemoryLimitHit {
+    pub desired: usize,
+    pub limit: u64,
+}
+
+/// Caps linear memory, and tables at a million elements.
+pub struct MemoryCap {
+    limit: u64,
+    /// Bytes of every memory this store has grown, so many small memories
+    /// cannot add up past the cap.
+    total: u64,
+}
+
+impl MemoryCap {
+    fn new(limit: u64) -> MemoryCap {
+        MemoryCap { limit, total: 0 }
+    }
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let grown = (desired - current) as u64;
+        if self.total.saturating_add(grown) > self.limit {
+            // An error, not `Ok(false)`: a refused grow makes Rust guests
+            // abort with `unreachable`, which would hide the cause.
+            return Err(MemoryLimitHit {
+                desired,
+                limit: self.limit,
+            }
+            .into());
+        }
+        self.total += grown;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+    fn tables(&self) -> usize {
+        64
+    }
+    fn memories(&self) -> usize {
+        16
+    }
+}
+
+/// A byte sink that keeps the first `capacity` bytes and counts the rest.
+/// Writes never fail: a chatty plugin keeps running (Rust's `eprintln!`
+/// panics on a failed write).
+#[derive(Clone)]
+pub struct BoundedPipe {
+    inner: Arc<Mutex<PipeBuffer>>,
+}
+
+struct PipeBuffer {
+    kept: Vec<u8>,
+    capacity: usize,
+    dropped: u64,
+}
+
+impl BoundedPipe {
+    pub fn new(capacity: usize) -> BoundedPipe {
+        BoundedPipe {
+            inner: Arc::new(Mutex::new(PipeBuffer {
+                kept: Vec::new(),
+                capacity,
+                dropped: 0,
+            })),
+        }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut b = self.inner.lock().expect("no panics while held");
+        let room = b.capacity.saturating_sub(b.kept.len());
+        let take = room.min(bytes.len());
+        b.kept.extend_from_slice(&bytes[..take]);
+        b.dropped += (bytes.len() - take) as u64;
+    }
+
+    /// What was kept, as text, with a note of how much was not.
+    pub fn contents(&self) -> String {
+        let b = self.inner.lock().expect("no panics while held");
+        let mut s = String::from_utf8_lossy(&b.kept).into_owned();
+        if b.dropped > 0 {
+            s.push_str(&format!("\n[... {} more bytes not kept]", b.dropped));
+        }
+        s
+    }
+}
+
+impl IsTerminal for BoundedPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for BoundedPipe {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for BoundedPipe {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 << 10)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for BoundedPipe {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for BoundedPipe {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_keeps_the_first_bytes_and_counts_the_rest() {
+        let p = BoundedPipe::new(5);
+        p.push(b"hello world");
+        p.push(b"!");
+        assert_eq!(p.contents(), "hello\n[... 7 more bytes not kept]");
+    }
+
+    #[test]
+    fn memory_cap_names_the_limit_and_counts_every_grow() {
+        let mut cap = MemoryCap::new(100);
+        assert!(cap.memory_growing(0, 60, None).unwrap());
+        let e = cap.memory_growing(60, 120, None).unwrap_err();
+        assert!(e.to_string().contains("memory limit"), "{e}");
+        assert!(cap.memory_growing(0, 40, None).unwrap());
+        assert!(cap.memory_growing(0, 1, None).is_err());
+    }
+}

@@ -1,0 +1,406 @@
+//! Scorers: the host builds a small view of each trace, the plugin returns
+//! metrics, the host checks every value against what the plugin declared.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use wasmtime::Store;
+
+use crate::trace::{ArtifactData, ArtifactKind, Trace};
+
+use super::bindings::scorer as b;
+use super::error::{Failure, PluginError};
+use super::host::Plugin;
+use super::sandbox::{SandboxOptions, SandboxState};
+use super::tensors::TensorSource;
+use super::{World, call, check_info, guest_failure, wit};
+
+use b::exports::vauban::plugin::scorer as ws;
+
+/// Which direction of a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Polarity {
+    HigherIsBetter,
+    LowerIsBetter,
+    Neutral,
+}
+
+/// Who a plugin says it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+}
+
+/// A metric a scorer declares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSpec {
+    pub name: String,
+    pub unit: String,
+    pub polarity: Polarity,
+    pub family: String,
+    pub description: String,
+}
+
+/// What a scorer declares about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScorerInfo {
+    pub plugin: PluginInfo,
+    pub needs: Vec<ArtifactKind>,
+    pub metrics: Vec<MetricSpec>,
+}
+
+/// One metric value for one trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricValue {
+    pub trace: String,
+    pub name: String,
+    pub value: f64,
+}
+
+/// A trace the host did not hand to the plugin, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub trace: String,
+    pub missing: Vec<ArtifactKind>,
+}
+
+/// The metrics of one scoring job, and the traces skipped for lack of
+/// the artifacts the plugin needs.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ScoreOutcome {
+    pub metrics: Vec<MetricValue>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// A loaded, configured scorer.
+pub struct Scorer {
+    plugin: Plugin,
+    pre: b::ScorerPluginPre<SandboxState>,
+    info: ScorerInfo,
+    config_json: String,
+    sandbox: SandboxOptions,
+}
+
+impl Scorer {
+    /// Configures and describes the plugin once (in a throwaway sandbox), so
+    /// a bad config fails here, before any trace is scored.
+    pub fn new(plugin: Plugin, config_json: &str, sandbox: SandboxOptions) -> Result<Scorer, PluginError> {
+        plugin.expect_world(World::Scorer)?;
+        let pre = b::ScorerPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
+            path: plugin.path.clone(),
+            message: format!("{e:#}"),
+        })?;
+        let mut scorer = Scorer {
+            info: ScorerInfo {
+                plugin: PluginInfo {
+                    name: plugin.path.display().to_string(),
+                    version: String::new(),
+                    description: String::new(),
+                },
+                needs: Vec::new(),
+                metrics: Vec::new(),
+            },
+            plugin,
+            pre,
+            config_json: config_json.to_owned(),
+            sandbox,
+        };
+        // Configure first: a plugin's declared metrics may depend on its config.
+        let mut session = scorer.start()?;
+        session.configure(&scorer.config_json)?;
+        let info = session.describe()?;
+        drop(session);
+        scorer.info = info;
+        Ok(scorer)
+    }
+
+    pub fn info(&self) -> &ScorerInfo {
+        &self.info
+    }
+
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    /// Scores `traces` in one job: a fresh instance, configured, one batch
+    /// call. Traces lacking what the plugin needs are skipped and listed.
+    pub fn score(
+        &self,
+        traces: &[&Trace],
+        tensors: Option<Arc<dyn TensorSource>>,
+    ) -> Result<ScoreOutcome, PluginError> {
+        let mut session = self.session()?;
+        session.score(traces, tensors)
+    }
+
+    /// An instance kept for many calls (until one fails): saves the
+    /// instantiation per batch when scoring in a loop.
+    pub fn session(&self) -> Result<ScorerSession<'_>, PluginError> {
+        let mut s = self.start()?;
+        s.configure(&self.config_json)?;
+        s.info = Some(self.info.clone());
+        Ok(s)
+    }
+
+    fn start(&self) -> Result<ScorerSession<'_>, PluginError> {
+        let mut store = self.plugin.store(&self.sandbox)?;
+        let name = self.info.plugin.name.clone();
+        let instance = call(&name, "instantiate", &mut store, &self.sandbox, |s| {
+            self.pre.instantiate(s)
+        })?;
+        Ok(ScorerSession {
+            scorer: self,
+            store,
+            instance,
+            info: None,
+            poisoned: false,
+        })
+    }
+}
+
+/// One live instance of a scorer.
+pub struct ScorerSession<'a> {
+    scorer: &'a Scorer,
+    store: Store<SandboxState>,
+    instance: b::ScorerPlugin,
+    info: Option<ScorerInfo>,
+    poisoned: bool,
+}
+
+impl ScorerSession<'_> {
+    fn guard<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce(&mut Store<SandboxState>, &b::ScorerPlugin) -> wasmtime::Result<T>,
+    ) -> Result<T, PluginError> {
+        let plugin = self.scorer.info.plugin.name.clone();
+        if self.poisoned {
+            return Err(PluginError::Call {
+                plugin,
+                call: name,
+                failure: Failure::Poisoned,
+                stderr: String::new(),
+            });
+        }
+        let instance = &self.instance;
+        let r = call(&plugin, name, &mut self.store, &self.scorer.sandbox, |s| f(s, instance));
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    fn fail(&mut self, call: &'static str, failure: Failure) -> PluginError {
+        self.poisoned = true;
+        PluginError::Call {
+            plugin: self.scorer.info.plugin.name.clone(),
+            call,
+            failure,
+            stderr: self.store.data().stderr.contents(),
+        }
+    }
+
+    fn describe(&mut self) -> Result<ScorerInfo, PluginError> {
+        let raw = self.guard("describe", |s, i| i.vauban_plugin_scorer().call_describe(s))?;
+        let info = ScorerInfo {
+            plugin: PluginInfo {
+                name: raw.plugin.name,
+                version: raw.plugin.version,
+                description: raw.plugin.description,
+            },
+            needs: raw.needs.into_iter().map(wit::kind_from).collect(),
+            metrics: raw
+                .metrics
+                .into_iter()
+                .map(|m| MetricSpec {
+                    name: m.name,
+                    unit: m.unit,
+                    polarity: match m.polarity {
+                        b::vauban::plugin::types::Polarity::HigherIsBetter => Polarity::HigherIsBetter,
+                        b::vauban::plugin::types::Polarity::LowerIsBetter => Polarity::LowerIsBetter,
+                        b::vauban::plugin::types::Polarity::Neutral => Polarity::Neutral,
+                    },
+                    family: m.family,
+                    description: m.description,
+                })
+                .collect(),
+        };
+        check_info(&info.plugin).map_err(|m| self.fail("describe", Failure::Malformed(m)))?;
+        check_specs(&info.metrics).map_err(|m| self.fail("describe", Failure::Malformed(m)))?;
+        Ok(info)
+    }
+
+    fn configure(&mut self, json: &str) -> Result<(), PluginError> {
+        let r = self.guard("configure", |s, i| i.vauban_plugin_scorer().call_configure(s, json))?;
+        r.map_err(|e| self.fail("configure", guest_failure(e.into())))
+    }
+
+    /// Scores one batch on this instance.
+    pub fn score(
+        &mut self,
+        traces: &[&Trace],
+        tensors: Option<Arc<dyn TensorSource>>,
+    ) -> Result<ScoreOutcome, PluginError> {
+        let info = self.info.clone().unwrap_or_else(|| self.scorer.info.clone());
+        let mut outcome = ScoreOutcome::default();
+        let mut views = Vec::with_capacity(traces.len());
+        let mut ids = Vec::with_capacity(traces.len());
+        for t in traces {
+            let have = t.coverage();
+            let missing: Vec<ArtifactKind> = info.needs.iter().filter(|k| !have.contains(k)).copied().collect();
+            if missing.is_empty() {
+                views.push(view(t, tensors.as_deref()));
+                ids.push(t.id.clone());
+            } else {
+                outcome.skipped.push(Skipped {
+                    trace: t.id.clone(),
+                    missing,
+                });
+            }
+        }
+        if views.is_empty() {
+            return Ok(outcome);
+        }
+        {
+            let data = self.store.data_mut();
+            data.tensors = tensors;
+            data.open_traces = ids.clone();
+        }
+        let r = self.guard("score", |s, i| i.vauban_plugin_scorer().call_score(s, &views));
+        {
+            let data = self.store.data_mut();
+            data.tensors = None;
+            data.open_traces.clear();
+        }
+        let metrics = r?.map_err(|e| self.fail("score", guest_failure(e.into())))?;
+        outcome.metrics = check_metrics(metrics, &ids, &info.metrics)
+            .map_err(|m| self.fail("score", Failure::Malformed(m)))?;
+        Ok(outcome)
+    }
+}
+
+const MAX_NAME: usize = 64;
+const MAX_TEXT: usize = 2048;
+
+fn check_specs(specs: &[MetricSpec]) -> Result<(), String> {
+    if specs.is_empty() || specs.len() > 256 {
+        return Err(format!("a scorer declares 1 to 256 metrics, not {}", specs.len()));
+    }
+    let mut seen = BTreeSet::new();
+    for s in specs {
+        let ok = !s.name.is_empty()
+            && s.name.len() <= MAX_NAME
+            && s.name.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
+        if !ok {
+            return Err(format!(
+                "metric name {:?} is not 1-{MAX_NAME} characters of a-z, 0-9, '_' and '.' starting with a letter",
+                truncate(&s.name)
+            ));
+        }
+        if !seen.insert(&s.name) {
+            return Err(format!("metric {} is declared twice", s.name));
+        }
+        if s.unit.len() > MAX_NAME || s.family.len() > MAX_NAME || s.description.len() > MAX_TEXT {
+            return Err(format!("metric {}: unit, family or description is too long", s.name));
+        }
+    }
+    Ok(())
+}
+
+fn check_metrics(metrics: Vec<ws::Metric>, ids: &[String], specs: &[MetricSpec]) -> Result<Vec<MetricValue>, String> {
+    let bound = ids.len() * specs.len();
+    if metrics.len() > bound {
+        return Err(format!(
+            "{} metrics for {} traces and {} declared metrics (at most {bound})",
+            metrics.len(),
+            ids.len(),
+            specs.len()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(metrics.len());
+    for m in metrics {
+        if !specs.iter().any(|s| s.name == m.name) {
+            return Err(format!("metric {:?} was not declared by describe", truncate(&m.name)));
+        }
+        if !ids.contains(&m.trace_id) {
+            return Err(format!("metric {} names trace {:?}, which is not in the batch", m.name, truncate(&m.trace_id)));
+        }
+        if !m.value.is_finite() {
+            return Err(format!("metric {} of trace {} is {}, not a finite number", m.name, m.trace_id, m.value));
+        }
+        if !seen.insert((m.trace_id.clone(), m.name.clone())) {
+            return Err(format!("metric {} of trace {} is given twice", m.name, m.trace_id));
+        }
+        out.push(MetricValue {
+            trace: m.trace_id,
+            name: m.name,
+            value: m.value,
+        });
+    }
+    Ok(out)
+}
+
+fn truncate(s: &str) -> &str {
+    &s[..s.floor_char_boundary(80)]
+}
+
+/// The first artifact of `kind` whose `role` label is `role`.
+fn by_role<'t>(t: &'t Trace, kind: ArtifactKind, role: &str) -> Option<&'t ArtifactData> {
+    t.artifacts_of(kind)
+        .find(|a| a.labels.get("role").map(String::as_str) == Some(role))
+        .map(|a| &a.data)
+}
+
+/// What the plugin sees of a trace: text, ids, per-token logprobs and
+/// tensor summaries; raw tensors only through `tensors.open`.
+fn view(t: &Trace, tensors: Option<&dyn TensorSource>) -> ws::TraceView {
+    let text = |role| match by_role(t, ArtifactKind::Text, role) {
+        Some(ArtifactData::Text { text }) => Some(text.clone()),
+        _ => None,
+    };
+    let ids = |role| match by_role(t, ArtifactKind::Tokens, role) {
+        Some(ArtifactData::TokenIds { ids }) => ids.clone(),
+        _ => Vec::new(),
+    };
+    let completion_logprobs = t
+        .artifacts_of(ArtifactKind::Logprobs)
+        .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
+        .and_then(|a| match &a.data {
+            ArtifactData::Tensor { raw: true, .. } => tensors?.tensor(&t.id, &a.id).ok().map(|(_, v)| v),
+            _ => None,
+        });
+    let tensor_infos = t
+        .artifacts
+        .iter()
+        .filter_map(|a| match &a.data {
+            ArtifactData::Tensor { summary, raw } => Some(b::vauban::plugin::tensors::TensorInfo {
+                id: a.id.clone(),
+                kind: wit::kind_to(a.kind),
+                layer: a.layer.map(|l| l as u32),
+                labels: a.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                summary: wit::summary_to(summary),
+                raw: *raw,
+            }),
+            _ => None,
+        })
+        .collect();
+    ws::TraceView {
+        id: t.id.clone(),
+        prompt_id: t.request.prompt_id.clone(),
+        category: t.request.category.clone(),
+        expected_behavior: t.request.expected_behavior.clone(),
+        prompt: text("prompt").or_else(|| t.request.text.clone()),
+        completion: text("completion"),
+        prompt_tokens: ids("prompt"),
+        completion_tokens: ids("completion"),
+        completion_logprobs,
+        tensors: tensor_infos,
+        kinds: t.coverage().into_iter().map(wit::kind_to).collect(),
+    }
+}

@@ -1,0 +1,172 @@
+//! The `tensors` import: raw tensors stay in the host; a plugin opens a
+//! handle and reads rows in chunks or asks for native reductions.
+
+use std::sync::Arc;
+
+use wasmtime::component::Resource;
+
+use crate::bundle::Bundle;
+
+use super::bindings::scorer::vauban::plugin::tensors::{Host, HostTensor};
+use super::sandbox::SandboxState;
+
+/// Most f32 values one `read-rows` returns (4 MiB), so one call cannot make
+/// the host copy a whole logits tensor into the guest.
+pub const MAX_READ_VALUES: u64 = 1 << 20;
+
+/// Where the raw tensors of the traces being scored come from.
+pub trait TensorSource: Send + Sync {
+    /// The shape and values (as f32) of `artifact` in `trace`, or why
+    /// there are none.
+    fn tensor(&self, trace: &str, artifact: &str) -> Result<(Vec<usize>, Vec<f32>), String>;
+}
+
+impl TensorSource for Bundle {
+    fn tensor(&self, trace: &str, artifact: &str) -> Result<(Vec<usize>, Vec<f32>), String> {
+        let t = Bundle::tensor(self, trace, artifact).map_err(|e| e.to_string())?;
+        Ok((t.shape.to_vec(), t.to_f32_vec()))
+    }
+}
+
+/// An open tensor, as `[rows, width]` f32.
+pub struct TensorHandle {
+    values: Arc<[f32]>,
+    rows: u64,
+    width: u64,
+}
+
+impl TensorHandle {
+    fn new(shape: &[usize], values: Vec<f32>) -> TensorHandle {
+        let width = shape.last().copied().unwrap_or(1).max(1) as u64;
+        let values: Arc<[f32]> = values.into();
+        let rows = values.len() as u64 / width;
+        TensorHandle {
+            values,
+            rows,
+            width,
+        }
+    }
+
+    fn row(&self, r: u64) -> &[f32] {
+        let w = self.width as usize;
+        &self.values[r as usize * w..(r as usize + 1) * w]
+    }
+}
+
+type Answer<T> = wasmtime::Result<Result<T, String>>;
+
+impl HostTensor for SandboxState {
+    fn rows(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&this)?.rows)
+    }
+
+    fn width(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&this)?.width)
+    }
+
+    fn read_rows(&mut self, this: Resource<TensorHandle>, start: u64, count: u64) -> Answer<Vec<f32>> {
+        let t = self.table.get(&this)?;
+        let end = start.checked_add(count).filter(|&e| e <= t.rows);
+        let Some(end) = end else {
+            return Ok(Err(format!(
+                "rows {start}..{} are outside the tensor's {} rows",
+                start.saturating_add(count),
+                t.rows
+            )));
+        };
+        if count.saturating_mul(t.width) > MAX_READ_VALUES {
+            return Ok(Err(format!(
+                "{count} rows of {} values exceed the {MAX_READ_VALUES}-value limit of one read; read in chunks",
+                t.width
+            )));
+        }
+        let w = t.width as usize;
+        Ok(Ok(t.values[start as usize * w..end as usize * w].to_vec()))
+    }
+
+    fn project(&mut self, this: Resource<TensorHandle>, vector: Vec<f32>) -> Answer<Vec<f32>> {
+        let t = self.table.get(&this)?;
+        if vector.len() as u64 != t.width {
+            return Ok(Err(format!(
+                "the vector has {} values; the tensor's rows have {}",
+                vector.len(),
+                t.width
+            )));
+        }
+        Ok(Ok((0..t.rows)
+            .map(|r| {
+                t.row(r)
+                    .iter()
+                    .zip(&vector)
+                    .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                    .sum::<f64>() as f32
+            })
+            .collect()))
+    }
+
+    fn top_k(&mut self, this: Resource<TensorHandle>, row: u64, k: u32) -> Answer<Vec<(u32, f32)>> {
+        let t = self.table.get(&this)?;
+        if row >= t.rows {
+            return Ok(Err(format!("row {row} is outside the tensor's {} rows", t.rows)));
+        }
+        let mut pairs: Vec<(u32, f32)> = t
+            .row(row)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as u32, *v))
+            .collect();
+        // NaN sorts last: it is never a "largest" value.
+        pairs.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or_else(|| a.1.is_nan().cmp(&b.1.is_nan())));
+        pairs.truncate(k as usize);
+        Ok(Ok(pairs))
+    }
+
+    fn logsumexp(&mut self, this: Resource<TensorHandle>) -> Answer<Vec<f32>> {
+        let t = self.table.get(&this)?;
+        Ok(Ok((0..t.rows).map(|r| logsumexp(t.row(r))).collect()))
+    }
+
+    fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl Host for SandboxState {
+    fn open(&mut self, trace_id: String, artifact_id: String) -> Answer<Resource<TensorHandle>> {
+        let Some(source) = &self.tensors else {
+            return Ok(Err("no tensors are available to this call".into()));
+        };
+        if !self.open_traces.iter().any(|t| *t == trace_id) {
+            return Ok(Err(format!("trace {trace_id:?} is not in the current batch")));
+        }
+        match source.tensor(&trace_id, &artifact_id) {
+            Ok((shape, values)) => Ok(Ok(self.table.push(TensorHandle::new(&shape, values))?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+}
+
+/// log Σ exp(x), stable; NaN if any value is NaN.
+pub fn logsumexp(row: &[f32]) -> f32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return max;
+    }
+    let sum: f64 = row.iter().map(|v| f64::from(v - max).exp()).sum();
+    (f64::from(max) + sum.ln()) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logsumexp_is_stable_and_exact() {
+        let v = [1000.0f32, 1000.0];
+        assert!((logsumexp(&v) - (1000.0 + 2f32.ln())).abs() < 1e-3);
+        let w = [0.0f32, 1.0, 2.0];
+        let direct = (1.0f64 + 1f64.exp() + 2f64.exp()).ln() as f32;
+        assert!((logsumexp(&w) - direct).abs() < 1e-6);
+    }
+}

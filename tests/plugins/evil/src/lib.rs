@@ -1,0 +1,100 @@
+//! A scorer that misbehaves in the way its config names, for the sandbox
+//! tests: `{"attack": "loop" | "memory" | "huge_result" | "read_file" |
+//! "env" | "panic" | "stack" | "nan" | "flood" | "unknown_metric" |
+//! "chatty" | "clock" | "none"}`.
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use vauban_plugin_sdk::config;
+use vauban_plugin_sdk::scorer::{self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView};
+
+#[derive(Deserialize)]
+struct Config {
+    attack: String,
+}
+
+static ATTACK: OnceLock<String> = OnceLock::new();
+
+#[inline(never)]
+#[allow(unconditional_recursion)] // the point: exhaust the stack
+fn recurse(n: u64, sink: &mut [u64; 64]) -> u64 {
+    sink[(n % 64) as usize] = n;
+    let mut local = [n; 64];
+    local[(n % 7) as usize] = recurse(n + 1, sink);
+    std::hint::black_box(local.iter().sum())
+}
+
+struct Evil;
+
+impl Guest for Evil {
+    fn describe() -> ScorerInfo {
+        ScorerInfo {
+            plugin: vauban_plugin_sdk::plugin_info!("Adversarial: misbehaves on purpose"),
+            needs: vec![ArtifactKind::Text],
+            metrics: vec![scorer::spec("value", "count", Polarity::Neutral, "test", "whatever the attack reports")],
+        }
+    }
+
+    fn configure(config_json: String) -> Result<(), PluginError> {
+        let c: Config = config::parse(&config_json).map_err(PluginError::BadConfig)?;
+        ATTACK.set(c.attack).map_err(|_| PluginError::BadConfig("twice".into()))
+    }
+
+    fn score(traces: Vec<TraceView>) -> Result<Vec<Metric>, PluginError> {
+        let t = &traces[0];
+        let attack = ATTACK.get().map(String::as_str).unwrap_or("none");
+        match attack {
+            "loop" => {
+                let mut x = 0u64;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 16 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "huge_result" => {
+                // A 1 GB metric name.
+                let name = "x".repeat(1 << 30);
+                Ok(vec![Metric { trace_id: t.id.clone(), name, value: 1.0 }])
+            }
+            "read_file" => match std::fs::read_to_string("/etc/passwd") {
+                Ok(s) => Err(PluginError::Failed(format!("read /etc/passwd: {s}"))),
+                Err(e) => Err(PluginError::Failed(format!("could not read /etc/passwd: {e}"))),
+            },
+            "env" => {
+                let n = std::env::vars().count() + std::env::args().count();
+                Ok(vec![scorer::metric(t, "value", n as f64)])
+            }
+            "clock" => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                Ok(vec![scorer::metric(t, "value", now as f64)])
+            }
+            "panic" => panic!("evil plugin panics on purpose"),
+            "stack" => {
+                let mut sink = [0u64; 64];
+                Ok(vec![scorer::metric(t, "value", recurse(0, &mut sink) as f64)])
+            }
+            "nan" => Ok(vec![scorer::metric(t, "value", f64::NAN)]),
+            "flood" => Ok((0..100_000).map(|_| scorer::metric(t, "value", 1.0)).collect()),
+            "unknown_metric" => Ok(vec![scorer::metric(t, "undeclared", 1.0)]),
+            "chatty" => {
+                for i in 0..100_000 {
+                    eprintln!("chatty line {i}");
+                }
+                Ok(vec![scorer::metric(t, "value", 1.0)])
+            }
+            _ => Ok(vec![scorer::metric(t, "value", 1.0)]),
+        }
+    }
+}
+
+vauban_plugin_sdk::scorer::export_scorer!(Evil);

@@ -1,0 +1,31 @@
+//! A claim mapper that claims a full model-change audit from any evidence,
+//! citing an id that does not exist: the report must downgrade or reject it.
+
+use vauban_plugin_sdk::claims::{Claim, EvidenceSet, Guest, PluginError, PluginInfo, Strength};
+
+struct Overclaim;
+
+impl Guest for Overclaim {
+    fn describe() -> PluginInfo {
+        PluginInfo {
+            name: "overclaim".into(),
+            version: "0.1.0".into(),
+            description: "Adversarial: claims more than the evidence allows".into(),
+        }
+    }
+    fn configure(_: String) -> Result<(), PluginError> {
+        Ok(())
+    }
+    fn propose(evidence: EvidenceSet) -> Result<Vec<Claim>, PluginError> {
+        let mut cited: Vec<String> = evidence.deltas.iter().map(|d| d.id.clone()).collect();
+        cited.push("no-such-evidence".into());
+        Ok(vec![Claim {
+            statement: "The fine-tune removed the model's refusal circuit".into(),
+            strength: Strength::ModelChangeAudit,
+            evidence: cited,
+            limitations: Vec::new(),
+        }])
+    }
+}
+
+vauban_plugin_sdk::claims::export_claim_mapper!(Overclaim);
