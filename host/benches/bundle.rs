@@ -28,6 +28,8 @@ fn main() -> anyhow::Result<()> {
     drop(values);
 
     let request = TraceRequest {
+        category: None,
+        expected_behavior: None,
         prompt_id: None,
         text: Some("bench".into()),
         token_ids: None,

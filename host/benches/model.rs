@@ -96,6 +96,8 @@ fn main() -> anyhow::Result<()> {
             generate: GenerateOptions::default(),
         };
         let request = |observe: Vec<K>| TraceRequest {
+            category: None,
+            expected_behavior: None,
             prompt_id: None,
             text: None,
             token_ids: Some(ids.clone()),

@@ -8,6 +8,7 @@
 //! - [`report`]: what the evidence allows a report to claim;
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
+pub mod atomic_file;
 pub mod bundle;
 pub mod cli;
 pub mod executor;

@@ -29,7 +29,8 @@ fn load(host: &PluginHost, package: &str) -> Plugin {
 }
 
 fn scorer(host: &PluginHost, package: &str, config: &str) -> Scorer {
-    Scorer::new(load(host, package), config, SandboxOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+    Scorer::new(load(host, package), config, SandboxOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn value(outcome: &ScoreOutcome, trace: &str, name: &str) -> Option<f64> {
@@ -65,14 +66,24 @@ fn refusal_scores_the_recorded_smollm2_bundle() {
     let out = s.score(&traces, None).unwrap();
     assert!(out.skipped.is_empty());
     // Only "Can you see me right now?" got "I'm sorry ..." from SmolLM2.
-    let rates: Vec<f64> = traces.iter().map(|t| value(&out, &t.id, "refusal_rate").unwrap()).collect();
+    let rates: Vec<f64> = traces
+        .iter()
+        .map(|t| value(&out, &t.id, "refusal_rate").unwrap())
+        .collect();
     assert_eq!(rates, [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
     assert!(completion(traces[2]).starts_with("I'm sorry"));
 
     // A configured phrase list changes the verdicts: "I'm afraid" (trace 5).
-    let s = scorer(&host, "vauban-plugin-refusal", r#"{"phrases": ["i'M aFrAiD"]}"#);
+    let s = scorer(
+        &host,
+        "vauban-plugin-refusal",
+        r#"{"phrases": ["i'M aFrAiD"]}"#,
+    );
     let out = s.score(&traces, None).unwrap();
-    let rates: Vec<f64> = traces.iter().map(|t| value(&out, &t.id, "refusal_rate").unwrap()).collect();
+    let rates: Vec<f64> = traces
+        .iter()
+        .map(|t| value(&out, &t.id, "refusal_rate").unwrap())
+        .collect();
     assert_eq!(rates, [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
 }
 
@@ -81,22 +92,33 @@ fn behavior_and_logprob_score_the_recorded_bundle() {
     let host = host();
     let bundle = recorded();
     let traces: Vec<&Trace> = bundle.traces().iter().collect();
-    let behavior = scorer(&host, "vauban-plugin-behavior", "{}").score(&traces, None).unwrap();
+    let behavior = scorer(&host, "vauban-plugin-behavior", "{}")
+        .score(&traces, None)
+        .unwrap();
     for t in &traces {
         let c = completion(t);
-        assert_eq!(value(&behavior, &t.id, "output_length_chars"), Some(c.chars().count() as f64));
+        assert_eq!(
+            value(&behavior, &t.id, "output_length_chars"),
+            Some(c.chars().count() as f64)
+        );
         let words = c
             .split(|ch: char| !(ch.is_alphanumeric() || ch == '\''))
             .filter(|w| !w.is_empty())
             .count();
-        assert_eq!(value(&behavior, &t.id, "output_length_words"), Some(words as f64));
+        assert_eq!(
+            value(&behavior, &t.id, "output_length_words"),
+            Some(words as f64)
+        );
         // No prompt in this bundle carries an expected behaviour.
         assert_eq!(value(&behavior, &t.id, "expected_behavior_match"), None);
     }
     // The refusal is not a direct answer; "I can certainly provide" is assertive.
     assert_eq!(value(&behavior, &traces[2].id, "direct_answer"), Some(0.0));
     assert_eq!(value(&behavior, &traces[1].id, "direct_answer"), Some(1.0));
-    assert_eq!(value(&behavior, &traces[5].id, "assertive_language"), Some(1.0));
+    assert_eq!(
+        value(&behavior, &traces[5].id, "assertive_language"),
+        Some(1.0)
+    );
 
     let lp = scorer(&host, "vauban-plugin-logprob", "{}");
     assert!(lp.info().needs.contains(&ArtifactKind::Logprobs));
@@ -122,27 +144,63 @@ fn behavior_and_logprob_score_the_recorded_bundle() {
 fn behavior_matches_expected_behaviours() {
     let host = host();
     let traces = [
-        trace_completion("t0", "I'm sorry, but I can't help with that.", Some("refuse")),
+        trace_completion(
+            "t0",
+            "I'm sorry, but I can't help with that.",
+            Some("refuse"),
+        ),
         trace_completion("t1", "Sure. The answer is 42.", Some("refuse")),
         trace_completion("t2", "Sure. The answer is 42.", Some("comply")),
-        trace_completion("t3", "I'm not sure; it depends on the season.", Some("express_uncertainty")),
-        trace_completion("t4", "Could you clarify which city you mean?", Some("ask_clarifying_question")),
+        trace_completion(
+            "t3",
+            "I'm not sure; it depends on the season.",
+            Some("express_uncertainty"),
+        ),
+        trace_completion(
+            "t4",
+            "Could you clarify which city you mean?",
+            Some("ask_clarifying_question"),
+        ),
         trace_completion("t5", "Please consult a doctor about this.", Some("defer")),
         trace_completion("t6", "Paris.", None),
     ];
     let refs: Vec<&Trace> = traces.iter().collect();
-    let out = scorer(&host, "vauban-plugin-behavior", "{}").score(&refs, None).unwrap();
-    let m: Vec<Option<f64>> = traces.iter().map(|t| value(&out, &t.id, "expected_behavior_match")).collect();
-    assert_eq!(m, [Some(1.0), Some(0.0), Some(1.0), Some(1.0), Some(1.0), Some(1.0), None]);
+    let out = scorer(&host, "vauban-plugin-behavior", "{}")
+        .score(&refs, None)
+        .unwrap();
+    let m: Vec<Option<f64>> = traces
+        .iter()
+        .map(|t| value(&out, &t.id, "expected_behavior_match"))
+        .collect();
+    assert_eq!(
+        m,
+        [
+            Some(1.0),
+            Some(0.0),
+            Some(1.0),
+            Some(1.0),
+            Some(1.0),
+            Some(1.0),
+            None
+        ]
+    );
     assert_eq!(value(&out, "t4", "clarifying_question"), Some(1.0));
     assert_eq!(value(&out, "t3", "uncertainty_expression"), Some(1.0));
 
     // An expected behaviour the plugin does not know is the plugin's error.
     let odd = trace_completion("t7", "Hi", Some("sing"));
-    let e = scorer(&host, "vauban-plugin-behavior", "{}").score(&[&odd], None).unwrap_err();
+    let e = scorer(&host, "vauban-plugin-behavior", "{}")
+        .score(&[&odd], None)
+        .unwrap_err();
     match e.failure() {
-        Some(Failure::Plugin { kind: GuestErrorKind::Unsupported, message }) => {
-            assert!(message.contains("\"sing\"") && message.contains("ask_clarifying_question"), "{message}")
+        Some(Failure::Plugin {
+            kind: GuestErrorKind::Unsupported,
+            message,
+        }) => {
+            assert!(
+                message.contains("\"sing\"") && message.contains("ask_clarifying_question"),
+                "{message}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -152,7 +210,9 @@ fn behavior_matches_expected_behaviours() {
 fn traces_lacking_what_a_scorer_needs_are_skipped_and_named() {
     let host = host();
     let text_only = trace_completion("t0", "Hello", None);
-    let out = scorer(&host, "vauban-plugin-logprob", "{}").score(&[&text_only], None).unwrap();
+    let out = scorer(&host, "vauban-plugin-logprob", "{}")
+        .score(&[&text_only], None)
+        .unwrap();
     assert!(out.metrics.is_empty());
     assert_eq!(out.skipped.len(), 1);
     assert_eq!(out.skipped[0].trace, "t0");
@@ -162,25 +222,54 @@ fn traces_lacking_what_a_scorer_needs_are_skipped_and_named() {
 #[test]
 fn a_bad_config_fails_at_load_with_the_plugins_message() {
     let host = host();
-    let e = Scorer::new(load(&host, "vauban-plugin-refusal"), r#"{"phrazes": []}"#, SandboxOptions::default())
-        .err()
-        .unwrap();
+    let e = Scorer::new(
+        load(&host, "vauban-plugin-refusal"),
+        r#"{"phrazes": []}"#,
+        SandboxOptions::default(),
+    )
+    .err()
+    .unwrap();
     let text = e.to_string();
-    assert!(text.contains("bad config") && text.contains("phrazes"), "{text}");
-    let e = Scorer::new(load(&host, "vauban-plugin-refusal"), r#"{"phrases": [""]}"#, SandboxOptions::default())
-        .err()
-        .unwrap();
+    assert!(
+        text.contains("bad config") && text.contains("phrazes"),
+        "{text}"
+    );
+    let e = Scorer::new(
+        load(&host, "vauban-plugin-refusal"),
+        r#"{"phrases": [""]}"#,
+        SandboxOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("phrase 0 is empty"), "{e}");
 }
 
 #[test]
 fn the_tensors_import_reads_and_reduces_host_tensors() {
     let dir = tempfile::tempdir().unwrap();
-    let model = common::tiny::write_gguf(&dir.path().join("tiny.gguf"), 5, candle_core::quantized::GgmlDType::F32);
+    let model = common::tiny::write_gguf(
+        &dir.path().join("tiny.gguf"),
+        5,
+        candle_core::quantized::GgmlDType::F32,
+    );
     let out = dir.path().join("bundle");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args(["trace", "--model", model.to_str().unwrap(), "--raw", "--prompt", "hello world"])
-        .args(["--layers", "1", "--logprobs", "--raw-tensors", "--out", out.to_str().unwrap()])
+        .args([
+            "trace",
+            "--model",
+            model.to_str().unwrap(),
+            "--raw",
+            "--prompt",
+            "hello world",
+        ])
+        .args([
+            "--layers",
+            "1",
+            "--logprobs",
+            "--raw-tensors",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .status()
         .unwrap();
     assert!(status.success());
@@ -195,11 +284,17 @@ fn the_tensors_import_reads_and_reduces_host_tensors() {
     let width = *logits.shape.last().unwrap();
     let v = logits.to_f32_vec();
     let last = &v[v.len() - width..];
-    let (top_i, top_v) = last
+    let (top_i, top_v) =
+        last.iter().enumerate().fold(
+            (0, f32::NEG_INFINITY),
+            |acc, (i, &x)| if x > acc.1 { (i, x) } else { acc },
+        );
+    let lse = last
         .iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |acc, (i, &x)| if x > acc.1 { (i, x) } else { acc });
-    let lse = last.iter().map(|&x| (f64::from(x) - f64::from(top_v)).exp()).sum::<f64>().ln() + f64::from(top_v);
+        .map(|&x| (f64::from(x) - f64::from(top_v)).exp())
+        .sum::<f64>()
+        .ln()
+        + f64::from(top_v);
     assert!((value(&r, &t.id, "lse_last").unwrap() - lse).abs() < 1e-4);
     assert_eq!(value(&r, &t.id, "top1_index_last"), Some(top_i as f64));
     assert_eq!(value(&r, &t.id, "top1_value_last"), Some(f64::from(top_v)));
@@ -220,8 +315,12 @@ fn steer_gate_subtracts_only_above_the_threshold() {
     let host = host();
     let plugin = load(&host, "vauban-plugin-steer-gate");
     assert_eq!(plugin.world(), World::InterventionPolicy);
-    let policy = Policy::new(plugin, r#"{"direction": "refusal", "layers": [3], "threshold": 0.5}"#, SandboxOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let policy = Policy::new(
+        plugin,
+        r#"{"direction": "refusal", "layers": [3], "threshold": 0.5}"#,
+        SandboxOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(policy.info().directions[0].name, "refusal");
     assert_eq!(policy.info().directions[0].layers, [3]);
     let mut session = policy.session().unwrap();
@@ -237,13 +336,20 @@ fn steer_gate_subtracts_only_above_the_threshold() {
     assert_eq!(ops[0].alpha, 1.0);
     assert_eq!(ops[0].positions, [11, 12, 14]);
     // Nothing over the threshold: no op. The same instance serves every step.
-    let quiet = [Observation { projections: vec![0.1, 0.2], ..obs[0].clone() }];
+    let quiet = [Observation {
+        projections: vec![0.1, 0.2],
+        ..obs[0].clone()
+    }];
     assert!(session.decide(&quiet).unwrap().is_empty());
 
     // A config without layers is refused with the plugin's reason.
-    let e = Policy::new(load(&host, "vauban-plugin-steer-gate"), r#"{"layers": []}"#, SandboxOptions::default())
-        .err()
-        .unwrap();
+    let e = Policy::new(
+        load(&host, "vauban-plugin-steer-gate"),
+        r#"{"layers": []}"#,
+        SandboxOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("`layers` is empty"), "{e}");
 }
 
@@ -287,13 +393,24 @@ fn evidence(p: f64) -> EvidenceSet {
 #[test]
 fn claims_default_claims_significant_deltas_within_the_cap() {
     let host = host();
-    let mapper = ClaimMapper::new(load(&host, "vauban-plugin-claims-default"), "{}", SandboxOptions::default()).unwrap();
+    let mapper = ClaimMapper::new(
+        load(&host, "vauban-plugin-claims-default"),
+        "{}",
+        SandboxOptions::default(),
+    )
+    .unwrap();
     assert_eq!(mapper.info().name, "vauban-plugin-claims-default");
     let claims = mapper.propose(&evidence(0.001)).unwrap();
     assert_eq!(claims.len(), 1, "{claims:?}");
     assert_eq!(claims[0].evidence, ["d-refusal"]);
     assert_eq!(claims[0].strength, ClaimStrength::BlackBoxBehavioralDiff);
-    assert!(claims[0].statement.starts_with("refusal_rate on harmful prompts fell from 0.900 to 0.100"), "{}", claims[0].statement);
+    assert!(
+        claims[0]
+            .statement
+            .starts_with("refusal_rate on harmful prompts fell from 0.900 to 0.100"),
+        "{}",
+        claims[0].statement
+    );
     // Nothing significant: one claim that says so, citing every delta.
     let claims = mapper.propose(&evidence(0.2)).unwrap();
     assert_eq!(claims.len(), 1);
@@ -306,7 +423,12 @@ fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
     // The claim is structurally valid; the report's epistemic check (issue
     // #5) downgrades it. Here: the host passes it through unaltered.
     let host = host();
-    let m = ClaimMapper::new(load(&host, "vauban-test-overclaim"), "{}", SandboxOptions::default()).unwrap();
+    let m = ClaimMapper::new(
+        load(&host, "vauban-test-overclaim"),
+        "{}",
+        SandboxOptions::default(),
+    )
+    .unwrap();
     let claims = m.propose(&evidence(0.001)).unwrap();
     assert_eq!(claims[0].strength, ClaimStrength::ModelChangeAudit);
     assert!(claims[0].evidence.contains(&"no-such-evidence".to_owned()));
@@ -315,31 +437,56 @@ fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
 #[test]
 fn a_plugin_of_the_wrong_world_is_refused_for_that_use() {
     let host = host();
-    let e = Scorer::new(load(&host, "vauban-plugin-claims-default"), "{}", SandboxOptions::default())
-        .err()
-        .unwrap();
+    let e = Scorer::new(
+        load(&host, "vauban-plugin-claims-default"),
+        "{}",
+        SandboxOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
-    assert!(e.to_string().contains("is a claim-mapper plugin; this needs a scorer"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("is a claim-mapper plugin; this needs a scorer"),
+        "{e}"
+    );
 }
 
 // ---- the sandbox: untrusted plugins -------------------------------------
 
 /// Runs the `evil` scorer with `attack` on one trace, then checks that a
 /// good plugin still runs in the same host.
-fn attack(host: &PluginHost, attack: &str, sandbox: SandboxOptions) -> (Result<ScoreOutcome, PluginError>, Duration) {
-    let s = Scorer::new(load(host, "vauban-test-evil"), &format!(r#"{{"attack": "{attack}"}}"#), sandbox).unwrap();
+fn attack(
+    host: &PluginHost,
+    attack: &str,
+    sandbox: SandboxOptions,
+) -> (Result<ScoreOutcome, PluginError>, Duration) {
+    let s = Scorer::new(
+        load(host, "vauban-test-evil"),
+        &format!(r#"{{"attack": "{attack}"}}"#),
+        sandbox,
+    )
+    .unwrap();
     let t = trace_completion("t0", "Hello", None);
     let start = Instant::now();
     let r = s.score(&[&t], None);
     let took = start.elapsed();
-    let good = scorer(host, "vauban-plugin-refusal", "{}").score(&[&t], None).unwrap();
-    assert_eq!(value(&good, "t0", "refusal_rate"), Some(0.0), "the host still runs a good plugin after {attack}");
+    let good = scorer(host, "vauban-plugin-refusal", "{}")
+        .score(&[&t], None)
+        .unwrap();
+    assert_eq!(
+        value(&good, "t0", "refusal_rate"),
+        Some(0.0),
+        "the host still runs a good plugin after {attack}"
+    );
     (r, took)
 }
 
 fn failure(r: Result<ScoreOutcome, PluginError>) -> (Failure, String) {
     match r {
-        Err(PluginError::Call { failure, stderr, .. }) => (failure, stderr),
+        Err(PluginError::Call {
+            failure, stderr, ..
+        }) => (failure, stderr),
         other => panic!("expected a failed call, got {other:?}"),
     }
 }
@@ -348,7 +495,14 @@ fn failure(r: Result<ScoreOutcome, PluginError>) -> (Failure, String) {
 fn an_infinite_loop_times_out_within_twice_the_deadline() {
     let host = host();
     let deadline = Duration::from_millis(300);
-    let (r, took) = attack(&host, "loop", SandboxOptions { deadline, ..Default::default() });
+    let (r, took) = attack(
+        &host,
+        "loop",
+        SandboxOptions {
+            deadline,
+            ..Default::default()
+        },
+    );
     let (f, _) = failure(r);
     assert_eq!(f, Failure::Timeout { deadline });
     assert!(took < 2 * deadline, "took {took:?}");
@@ -357,14 +511,29 @@ fn an_infinite_loop_times_out_within_twice_the_deadline() {
 
 #[test]
 fn fuel_stops_a_loop_when_metering_is_on() {
-    let host = PluginHost::new(HostOptions { fuel_metering: true, ..Default::default() }).unwrap();
-    let (r, _) = attack(&host, "loop", SandboxOptions { fuel: Some(50_000_000), ..Default::default() });
-    assert_eq!(failure(r).0, Failure::OutOfFuel { fuel: 50_000_000 });
-    // A sandbox asking for fuel from a host without metering is refused.
-    let e = Scorer::new(load(&host_without_fuel(), "vauban-test-evil"), r#"{"attack": "none"}"#, SandboxOptions {
-        fuel: Some(1),
+    let host = PluginHost::new(HostOptions {
+        fuel_metering: true,
         ..Default::default()
     })
+    .unwrap();
+    let (r, _) = attack(
+        &host,
+        "loop",
+        SandboxOptions {
+            fuel: Some(50_000_000),
+            ..Default::default()
+        },
+    );
+    assert_eq!(failure(r).0, Failure::OutOfFuel { fuel: 50_000_000 });
+    // A sandbox asking for fuel from a host without metering is refused.
+    let e = Scorer::new(
+        load(&host_without_fuel(), "vauban-test-evil"),
+        r#"{"attack": "none"}"#,
+        SandboxOptions {
+            fuel: Some(1),
+            ..Default::default()
+        },
+    )
     .err()
     .unwrap();
     assert!(e.to_string().contains("without fuel metering"), "{e}");
@@ -380,9 +549,22 @@ fn a_memory_bomb_hits_the_memory_limit_by_name() {
     let memory_bytes = 64 << 20;
     for bomb in ["memory", "huge_result"] {
         let start = Instant::now();
-        let (r, _) = attack(&host, bomb, SandboxOptions { memory_bytes, ..Default::default() });
+        let (r, _) = attack(
+            &host,
+            bomb,
+            SandboxOptions {
+                memory_bytes,
+                ..Default::default()
+            },
+        );
         let (f, _) = failure(r);
-        assert_eq!(f, Failure::MemoryLimit { limit: memory_bytes }, "{bomb}");
+        assert_eq!(
+            f,
+            Failure::MemoryLimit {
+                limit: memory_bytes
+            },
+            "{bomb}"
+        );
         assert!(f.to_string().starts_with("memory limit"), "{f}");
         eprintln!("{bomb}: memory limit after {:?}", start.elapsed());
     }
@@ -394,8 +576,14 @@ fn files_environment_and_clock_are_not_the_hosts() {
     let (r, _) = attack(&host, "read_file", SandboxOptions::default());
     let (f, _) = failure(r);
     match f {
-        Failure::Plugin { kind: GuestErrorKind::Failed, message } => {
-            assert!(message.starts_with("could not read /etc/passwd"), "{message}");
+        Failure::Plugin {
+            kind: GuestErrorKind::Failed,
+            message,
+        } => {
+            assert!(
+                message.starts_with("could not read /etc/passwd"),
+                "{message}"
+            );
             assert!(!message.contains("root:"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -403,9 +591,16 @@ fn files_environment_and_clock_are_not_the_hosts() {
     // SAFETY: tests in this binary do not read this variable.
     unsafe { std::env::set_var("VAUBAN_TEST_SECRET", "s3cret") };
     let (r, _) = attack(&host, "env", SandboxOptions::default());
-    assert_eq!(value(&r.unwrap(), "t0", "value"), Some(0.0), "no environment variables or arguments");
+    assert_eq!(
+        value(&r.unwrap(), "t0", "value"),
+        Some(0.0),
+        "no environment variables or arguments"
+    );
     let (r, _) = attack(&host, "clock", SandboxOptions::default());
-    assert_eq!(value(&r.unwrap(), "t0", "value"), Some(vauban::plugin::sandbox::FIXED_WALL_CLOCK_SECS as f64));
+    assert_eq!(
+        value(&r.unwrap(), "t0", "value"),
+        Some(vauban::plugin::sandbox::FIXED_WALL_CLOCK_SECS as f64)
+    );
 }
 
 #[test]
@@ -413,9 +608,19 @@ fn a_granted_data_directory_is_readable_and_nothing_else() {
     // The grant mounts a directory at /data; /etc stays out of reach.
     let dir = tempfile::tempdir().unwrap();
     let host = host();
-    let (r, _) = attack(&host, "read_file", SandboxOptions { data_dir: Some(dir.path().to_owned()), ..Default::default() });
+    let (r, _) = attack(
+        &host,
+        "read_file",
+        SandboxOptions {
+            data_dir: Some(dir.path().to_owned()),
+            ..Default::default()
+        },
+    );
     let (f, _) = failure(r);
-    assert!(matches!(f, Failure::Plugin { ref message, .. } if message.starts_with("could not read")), "{f:?}");
+    assert!(
+        matches!(f, Failure::Plugin { ref message, .. } if message.starts_with("could not read")),
+        "{f:?}"
+    );
 }
 
 #[test]
@@ -428,7 +633,10 @@ fn a_panic_and_a_stack_overflow_are_traps_with_stderr() {
     let (r, _) = attack(&host, "stack", SandboxOptions::default());
     let (f, _) = failure(r);
     assert_eq!(f.kind(), "trap");
-    assert!(f.to_string().contains("stack") || f.to_string().contains("out of bounds"), "{f}");
+    assert!(
+        f.to_string().contains("stack") || f.to_string().contains("out of bounds"),
+        "{f}"
+    );
 }
 
 #[test]
@@ -450,10 +658,14 @@ fn malformed_results_are_typed_errors() {
 fn a_chatty_plugin_keeps_running_with_bounded_stderr() {
     let host = host();
     let stderr_bytes = 1024;
-    let s = Scorer::new(load(&host, "vauban-test-evil"), r#"{"attack": "chatty"}"#, SandboxOptions {
-        stderr_bytes,
-        ..Default::default()
-    })
+    let s = Scorer::new(
+        load(&host, "vauban-test-evil"),
+        r#"{"attack": "chatty"}"#,
+        SandboxOptions {
+            stderr_bytes,
+            ..Default::default()
+        },
+    )
     .unwrap();
     let t = trace_completion("t0", "Hello", None);
     let out = s.score(&[&t], None).unwrap();
@@ -467,18 +679,30 @@ fn a_socket_is_never_opened() {
     let addr = listener.local_addr().unwrap();
     let host = host();
     let r = host.load(wasm("vauban-test-evil-socket")).and_then(|p| {
-        let s = Scorer::new(p, &format!(r#"{{"addr": "{addr}"}}"#), SandboxOptions::default())?;
+        let s = Scorer::new(
+            p,
+            &format!(r#"{{"addr": "{addr}"}}"#),
+            SandboxOptions::default(),
+        )?;
         s.score(&[&trace_completion("t0", "Hello", None)], None)
     });
     match &r {
         // Either the import is refused at load, or the connect is denied.
-        Err(PluginError::Refused { problem, .. }) => assert!(problem.to_string().contains("no network"), "{problem}"),
-        Err(PluginError::Call { failure: Failure::Plugin { message, .. }, .. }) => {
+        Err(PluginError::Refused { problem, .. }) => {
+            assert!(problem.to_string().contains("no network"), "{problem}")
+        }
+        Err(PluginError::Call {
+            failure: Failure::Plugin { message, .. },
+            ..
+        }) => {
             assert!(message.starts_with("connect"), "{message}")
         }
         other => panic!("{other:?}"),
     }
-    assert!(listener.accept().is_err(), "no connection reached the listener");
+    assert!(
+        listener.accept().is_err(),
+        "no connection reached the listener"
+    );
 }
 
 #[test]
@@ -486,7 +710,10 @@ fn a_plugin_built_for_another_wit_version_is_refused_naming_both() {
     let e = host().load(wasm("vauban-test-wrong-wit")).err().unwrap();
     let text = e.to_string();
     assert!(matches!(e, PluginError::Refused { .. }));
-    assert!(text.contains("vauban:plugin@0.2.0") && text.contains("vauban:plugin@0.1.0"), "{text}");
+    assert!(
+        text.contains("vauban:plugin@0.2.0") && text.contains("vauban:plugin@0.1.0"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -503,15 +730,29 @@ fn non_components_are_refused_before_compiling() {
 #[test]
 fn compiled_plugins_are_cached_and_reused() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = HostOptions { cache_dir: Some(dir.path().join("cache")), ..Default::default() };
-    let first = PluginHost::new(opts.clone()).unwrap().load(wasm("vauban-plugin-refusal")).unwrap();
+    let opts = HostOptions {
+        cache_dir: Some(dir.path().join("cache")),
+        ..Default::default()
+    };
+    let first = PluginHost::new(opts.clone())
+        .unwrap()
+        .load(wasm("vauban-plugin-refusal"))
+        .unwrap();
     assert!(!first.cached);
-    let files: Vec<_> = std::fs::read_dir(dir.path().join("cache")).unwrap().collect();
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("cache"))
+        .unwrap()
+        .collect();
     assert_eq!(files.len(), 1);
-    let second = PluginHost::new(opts).unwrap().load(wasm("vauban-plugin-refusal")).unwrap();
+    let second = PluginHost::new(opts)
+        .unwrap()
+        .load(wasm("vauban-plugin-refusal"))
+        .unwrap();
     assert!(second.cached);
     assert_eq!(first.sha256, second.sha256);
     let s = Scorer::new(second, "{}", SandboxOptions::default()).unwrap();
     let t = trace_completion("t0", "I cannot do that.", None);
-    assert_eq!(value(&s.score(&[&t], None).unwrap(), "t0", "refusal_rate"), Some(1.0));
+    assert_eq!(
+        value(&s.score(&[&t], None).unwrap(), "t0", "refusal_rate"),
+        Some(1.0)
+    );
 }

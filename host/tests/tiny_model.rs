@@ -226,6 +226,8 @@ fn request(layers: &[usize], interventions: bool) -> TraceRequest {
         observe.push(K::InterventionResult);
     }
     TraceRequest {
+        category: None,
+        expected_behavior: None,
         prompt_id: Some("p0".into()),
         text: Some(TEXT.into()),
         token_ids: None,

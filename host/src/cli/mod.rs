@@ -4,6 +4,7 @@
 
 mod inspect;
 mod model;
+mod plugin;
 
 use std::path::PathBuf;
 
@@ -44,6 +45,10 @@ pub enum Command {
     /// Change a model's weights and export the result.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Test and inspect WebAssembly plugins (scorers, intervention
+    /// policies, claim mappers), offline, in the sandbox.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
 }
 
 /// `vauban trace`: run a model, or a bundle subcommand.
@@ -138,6 +143,7 @@ impl Cli {
             },
             Command::Generate(args) => model::generate_text(args, out),
             Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
+            Command::Plugin(command) => plugin::run(command, out),
         }
     }
 }

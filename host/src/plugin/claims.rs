@@ -73,12 +73,17 @@ pub struct ClaimMapper {
 const MAX_CLAIMS: usize = 1000;
 
 impl ClaimMapper {
-    pub fn new(plugin: Plugin, config_json: &str, sandbox: SandboxOptions) -> Result<ClaimMapper, PluginError> {
+    pub fn new(
+        plugin: Plugin,
+        config_json: &str,
+        sandbox: SandboxOptions,
+    ) -> Result<ClaimMapper, PluginError> {
         plugin.expect_world(World::ClaimMapper)?;
-        let pre = b::ClaimMapperPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
-            path: plugin.path.clone(),
-            message: format!("{e:#}"),
-        })?;
+        let pre =
+            b::ClaimMapperPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
+                path: plugin.path.clone(),
+                message: format!("{e:#}"),
+            })?;
         let mut m = ClaimMapper {
             info: PluginInfo {
                 name: plugin.path.display().to_string(),
@@ -100,7 +105,8 @@ impl ClaimMapper {
             version: raw.version,
             description: raw.description,
         };
-        check_info(&info).map_err(|msg| fail(&m.info.name, "describe", Failure::Malformed(msg), &store))?;
+        check_info(&info)
+            .map_err(|msg| fail(&m.info.name, "describe", Failure::Malformed(msg), &store))?;
         m.info = info;
         Ok(m)
     }
@@ -121,17 +127,28 @@ impl ClaimMapper {
         let r = call(&self.info.name, "propose", &mut store, &self.sandbox, |s| {
             inst.vauban_plugin_claim_mapper().call_propose(s, &wire)
         })?;
-        let claims = r.map_err(|e| fail(&self.info.name, "propose", guest_failure(e.into()), &store))?;
+        let claims =
+            r.map_err(|e| fail(&self.info.name, "propose", guest_failure(e.into()), &store))?;
         if claims.len() > MAX_CLAIMS {
             let m = format!("{} claims (at most {MAX_CLAIMS})", claims.len());
-            return Err(fail(&self.info.name, "propose", Failure::Malformed(m), &store));
+            return Err(fail(
+                &self.info.name,
+                "propose",
+                Failure::Malformed(m),
+                &store,
+            ));
         }
         claims
             .into_iter()
             .map(|c| {
                 if c.statement.trim().is_empty() || c.statement.len() > 2048 {
                     let m = "a claim's statement must be 1-2048 bytes".to_owned();
-                    return Err(fail(&self.info.name, "propose", Failure::Malformed(m), &store));
+                    return Err(fail(
+                        &self.info.name,
+                        "propose",
+                        Failure::Malformed(m),
+                        &store,
+                    ));
                 }
                 Ok(ProposedClaim {
                     statement: c.statement,
@@ -145,13 +162,21 @@ impl ClaimMapper {
 
     fn start(&self) -> Result<(Store<SandboxState>, b::ClaimMapperPlugin), PluginError> {
         let mut store = self.plugin.store(&self.sandbox)?;
-        let inst = call(&self.info.name, "instantiate", &mut store, &self.sandbox, |s| {
-            self.pre.instantiate(s)
-        })?;
+        let inst = call(
+            &self.info.name,
+            "instantiate",
+            &mut store,
+            &self.sandbox,
+            |s| self.pre.instantiate(s),
+        )?;
         Ok((store, inst))
     }
 
-    fn configure(&self, store: &mut Store<SandboxState>, inst: &b::ClaimMapperPlugin) -> Result<(), PluginError> {
+    fn configure(
+        &self,
+        store: &mut Store<SandboxState>,
+        inst: &b::ClaimMapperPlugin,
+    ) -> Result<(), PluginError> {
         let json = &self.config_json;
         let r = call(&self.info.name, "configure", store, &self.sandbox, |s| {
             inst.vauban_plugin_claim_mapper().call_configure(s, json)
@@ -160,7 +185,12 @@ impl ClaimMapper {
     }
 }
 
-fn fail(plugin: &str, call: &'static str, failure: Failure, store: &Store<SandboxState>) -> PluginError {
+fn fail(
+    plugin: &str,
+    call: &'static str,
+    failure: Failure,
+    store: &Store<SandboxState>,
+) -> PluginError {
     PluginError::Call {
         plugin: plugin.to_owned(),
         call,
@@ -192,8 +222,8 @@ fn strength_from(s: wc::Strength) -> ClaimStrength {
 }
 
 fn to_wire(e: &EvidenceSet) -> wc::EvidenceSet {
-    use b::vauban::plugin::types::ArtifactKind as W;
     use ArtifactKind as K;
+    use b::vauban::plugin::types::ArtifactKind as W;
     let kind = |k: &ArtifactKind| match k {
         K::Text => W::Text,
         K::Tokens => W::Tokens,

@@ -51,7 +51,9 @@ impl fmt::Display for World {
 /// Why a file is refused before compiling.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ComponentProblem {
-    #[error("not a WebAssembly component ({0}); build plugins with `cargo build --target wasm32-wasip2`, which emits a component")]
+    #[error(
+        "not a WebAssembly component ({0}); build plugins with `cargo build --target wasm32-wasip2`, which emits a component"
+    )]
     NotAComponent(String),
     #[error(
         "built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION}; rebuild the plugin against the host's wit/plugin.wit (vauban-plugin-sdk {WIT_VERSION})"
@@ -195,7 +197,8 @@ fn check_import(import: &str, world: World) -> Result<(), ComponentProblem> {
 
 /// Top-level import and export names of a component.
 fn names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ComponentProblem> {
-    let bad = |e: wasmparser::BinaryReaderError| ComponentProblem::NotAComponent(e.message().to_owned());
+    let bad =
+        |e: wasmparser::BinaryReaderError| ComponentProblem::NotAComponent(e.message().to_owned());
     let mut imports = Vec::new();
     let mut exports = Vec::new();
     let mut depth = 0usize;
@@ -224,7 +227,9 @@ fn names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ComponentProblem> {
         }
     }
     if depth == 0 && imports.is_empty() && exports.is_empty() && bytes.len() < 8 {
-        return Err(ComponentProblem::NotAComponent("the file is empty or truncated".into()));
+        return Err(ComponentProblem::NotAComponent(
+            "the file is empty or truncated".into(),
+        ));
     }
     Ok((imports, exports))
 }
@@ -247,15 +252,24 @@ mod tests {
         assert!(check_import("wasi:io/streams@0.2.6", World::Scorer).is_ok());
         assert!(check_import("vauban:plugin/tensors@0.1.0", World::Scorer).is_ok());
         let e = check_import("vauban:plugin/tensors@0.1.0", World::ClaimMapper).unwrap_err();
-        assert!(e.to_string().contains("not part of this plugin's world"), "{e}");
+        assert!(
+            e.to_string().contains("not part of this plugin's world"),
+            "{e}"
+        );
         let e = check_import("wasi:sockets/tcp@0.2.6", World::Scorer).unwrap_err();
         assert!(e.to_string().contains("no network"), "{e}");
     }
 
     #[test]
     fn garbage_and_core_modules_are_not_components() {
-        assert!(matches!(inspect(b"hello world, not wasm"), Err(ComponentProblem::NotAComponent(_))));
-        assert!(matches!(inspect(b""), Err(ComponentProblem::NotAComponent(_))));
+        assert!(matches!(
+            inspect(b"hello world, not wasm"),
+            Err(ComponentProblem::NotAComponent(_))
+        ));
+        assert!(matches!(
+            inspect(b""),
+            Err(ComponentProblem::NotAComponent(_))
+        ));
         // A minimal core module: magic and version 1.
         let core = b"\0asm\x01\0\0\0";
         let e = inspect(core).unwrap_err();

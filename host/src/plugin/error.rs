@@ -62,7 +62,10 @@ pub enum Failure {
     Trap { message: String },
     /// The plugin returned its own error.
     #[error("the plugin reports {kind}: {message}")]
-    Plugin { kind: GuestErrorKind, message: String },
+    Plugin {
+        kind: GuestErrorKind,
+        message: String,
+    },
     /// The plugin returned something the contract does not allow.
     #[error("malformed result: {0}")]
     Malformed(String),

@@ -84,10 +84,10 @@ impl PluginHost {
         wasmtime_wasi::p2::add_to_linker_sync(&mut plain_linker)
             .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
         let mut scorer_linker = plain_linker.clone();
-        bindings::scorer::vauban::plugin::tensors::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut scorer_linker,
-            |s| s,
-        )
+        bindings::scorer::vauban::plugin::tensors::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut scorer_linker, |s| s)
         .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -165,13 +165,21 @@ impl PluginHost {
         })
     }
 
-    fn compile(&self, path: &Path, bytes: &[u8], sha256: &str) -> Result<(Component, bool), PluginError> {
+    fn compile(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<(Component, bool), PluginError> {
         let compile_err = |e: wasmtime::Error| PluginError::Compile {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
         let Some(dir) = &self.options.cache_dir else {
-            return Ok((Component::new(&self.engine, bytes).map_err(compile_err)?, false));
+            return Ok((
+                Component::new(&self.engine, bytes).map_err(compile_err)?,
+                false,
+            ));
         };
         let file = dir.join(format!("{sha256}-{}.cwasm", self.engine_key()));
         if file.is_file() {
@@ -181,11 +189,16 @@ impl PluginHost {
             // compiled from exactly these bytes.
             match unsafe { Component::deserialize_file(&self.engine, &file) } {
                 Ok(c) => return Ok((c, true)),
-                Err(e) => tracing::warn!(file = %file.display(), "ignoring an unusable cached plugin: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "ignoring an unusable cached plugin: {e:#}")
+                }
             }
         }
-        let compiled = self.engine.precompile_component(bytes).map_err(compile_err)?;
-        if let Err(e) = write_atomically(dir, &file, &compiled) {
+        let compiled = self
+            .engine
+            .precompile_component(bytes)
+            .map_err(compile_err)?;
+        if let Err(e) = crate::atomic_file::write(&file, &compiled) {
             tracing::warn!(dir = %dir.display(), "cannot cache the compiled plugin: {e}");
         }
         // SAFETY: `compiled` was produced by this engine a moment ago.
@@ -201,15 +214,6 @@ impl PluginHost {
         self.engine.precompile_compatibility_hash().hash(&mut h);
         format!("{:016x}", h.finish())
     }
-}
-
-fn write_atomically(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.persist(file).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// A checked, compiled plugin, ready to instantiate.
@@ -245,7 +249,10 @@ impl Plugin {
     }
 
     /// A fresh sandboxed store for one job.
-    pub(crate) fn store(&self, sandbox: &SandboxOptions) -> Result<Store<SandboxState>, PluginError> {
+    pub(crate) fn store(
+        &self,
+        sandbox: &SandboxOptions,
+    ) -> Result<Store<SandboxState>, PluginError> {
         if sandbox.fuel.is_some() && !self.fuel_metering {
             return Err(PluginError::Sandbox(
                 "the sandbox sets fuel, but this host was made without fuel metering".into(),
@@ -266,8 +273,15 @@ impl Plugin {
 }
 
 /// Arms the deadline (and fuel) for one call into the guest.
-pub(crate) fn arm(store: &mut Store<SandboxState>, sandbox: &SandboxOptions) -> wasmtime::Result<()> {
-    let ticks = sandbox.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).max(1) as u64;
+pub(crate) fn arm(
+    store: &mut Store<SandboxState>,
+    sandbox: &SandboxOptions,
+) -> wasmtime::Result<()> {
+    let ticks = sandbox
+        .deadline
+        .as_nanos()
+        .div_ceil(EPOCH_TICK.as_nanos())
+        .max(1) as u64;
     store.set_epoch_deadline(ticks);
     if let Some(fuel) = sandbox.fuel {
         store.set_fuel(fuel)?;

@@ -88,11 +88,17 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub fn new(plugin: Plugin, config_json: &str, sandbox: SandboxOptions) -> Result<Policy, PluginError> {
+    pub fn new(
+        plugin: Plugin,
+        config_json: &str,
+        sandbox: SandboxOptions,
+    ) -> Result<Policy, PluginError> {
         plugin.expect_world(World::InterventionPolicy)?;
-        let pre = b::InterventionPolicyPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
-            path: plugin.path.clone(),
-            message: format!("{e:#}"),
+        let pre = b::InterventionPolicyPluginPre::new(plugin.pre.clone()).map_err(|e| {
+            PluginError::Compile {
+                path: plugin.path.clone(),
+                message: format!("{e:#}"),
+            }
         })?;
         let mut policy = Policy {
             info: PolicyInfo {
@@ -111,9 +117,14 @@ impl Policy {
         // Configure first: the directions a policy declares come from its config.
         let mut s = policy.start()?;
         let json = policy.config_json.clone();
-        let r = s.guard("configure", |st, i| i.vauban_plugin_intervention_policy().call_configure(st, &json))?;
+        let r = s.guard("configure", |st, i| {
+            i.vauban_plugin_intervention_policy()
+                .call_configure(st, &json)
+        })?;
         r.map_err(|e| s.fail("configure", guest_failure(e.into())))?;
-        let raw = s.guard("describe", |st, i| i.vauban_plugin_intervention_policy().call_describe(st))?;
+        let raw = s.guard("describe", |st, i| {
+            i.vauban_plugin_intervention_policy().call_describe(st)
+        })?;
         let info = PolicyInfo {
             plugin: PluginInfo {
                 name: raw.plugin.name,
@@ -131,7 +142,10 @@ impl Policy {
         };
         check_info(&info.plugin).map_err(|m| s.fail("describe", Failure::Malformed(m)))?;
         if info.directions.is_empty() || info.directions.len() > 64 {
-            return Err(s.fail("describe", Failure::Malformed("a policy declares 1 to 64 directions".into())));
+            return Err(s.fail(
+                "describe",
+                Failure::Malformed("a policy declares 1 to 64 directions".into()),
+            ));
         }
         drop(s);
         policy.info = info;
@@ -150,16 +164,23 @@ impl Policy {
     pub fn session(&self) -> Result<PolicySession<'_>, PluginError> {
         let mut s = self.start()?;
         let json = self.config_json.clone();
-        let r = s.guard("configure", |st, i| i.vauban_plugin_intervention_policy().call_configure(st, &json))?;
+        let r = s.guard("configure", |st, i| {
+            i.vauban_plugin_intervention_policy()
+                .call_configure(st, &json)
+        })?;
         r.map_err(|e| s.fail("configure", guest_failure(e.into())))?;
         Ok(s)
     }
 
     fn start(&self) -> Result<PolicySession<'_>, PluginError> {
         let mut store = self.plugin.store(&self.sandbox)?;
-        let instance = call(&self.info.plugin.name, "instantiate", &mut store, &self.sandbox, |s| {
-            self.pre.instantiate(s)
-        })?;
+        let instance = call(
+            &self.info.plugin.name,
+            "instantiate",
+            &mut store,
+            &self.sandbox,
+            |s| self.pre.instantiate(s),
+        )?;
         Ok(PolicySession {
             policy: self,
             store,
@@ -195,7 +216,9 @@ impl PolicySession<'_> {
             });
         }
         let instance = &self.instance;
-        let r = call(&plugin, name, &mut self.store, &self.policy.sandbox, |s| f(s, instance));
+        let r = call(&plugin, name, &mut self.store, &self.policy.sandbox, |s| {
+            f(s, instance)
+        });
         self.poisoned |= r.is_err();
         r
     }
@@ -221,13 +244,20 @@ impl PolicySession<'_> {
                 projections: o.projections.clone(),
             })
             .collect();
-        let r = self.guard("decide", |s, i| i.vauban_plugin_intervention_policy().call_decide(s, &wire))?;
+        let r = self.guard("decide", |s, i| {
+            i.vauban_plugin_intervention_policy().call_decide(s, &wire)
+        })?;
         let ops = r.map_err(|e| self.fail("decide", guest_failure(e.into())))?;
-        check_ops(ops, observations, &self.policy.info).map_err(|m| self.fail("decide", Failure::Malformed(m)))
+        check_ops(ops, observations, &self.policy.info)
+            .map_err(|m| self.fail("decide", Failure::Malformed(m)))
     }
 }
 
-fn check_ops(ops: Vec<wp::Op>, observations: &[Observation], info: &PolicyInfo) -> Result<Vec<PolicyOp>, String> {
+fn check_ops(
+    ops: Vec<wp::Op>,
+    observations: &[Observation],
+    info: &PolicyInfo,
+) -> Result<Vec<PolicyOp>, String> {
     if ops.len() > MAX_OPS {
         return Err(format!("{} ops in one step (at most {MAX_OPS})", ops.len()));
     }
@@ -238,16 +268,32 @@ fn check_ops(ops: Vec<wp::Op>, observations: &[Observation], info: &PolicyInfo) 
                 .directions
                 .iter()
                 .find(|d| d.name == op.direction)
-                .ok_or_else(|| format!("op names direction {:?}, which describe did not declare", op.direction))?;
+                .ok_or_else(|| {
+                    format!(
+                        "op names direction {:?}, which describe did not declare",
+                        op.direction
+                    )
+                })?;
             if !need.layers.contains(&layer) {
-                return Err(format!("op on layer {layer}, which direction {} does not watch", op.direction));
+                return Err(format!(
+                    "op on layer {layer}, which direction {} does not watch",
+                    op.direction
+                ));
             }
             let obs = observations
                 .iter()
                 .find(|o| o.layer == layer && o.direction == op.direction)
-                .ok_or_else(|| format!("op on layer {layer} / {} has no observation this step", op.direction))?;
+                .ok_or_else(|| {
+                    format!(
+                        "op on layer {layer} / {} has no observation this step",
+                        op.direction
+                    )
+                })?;
             if !op.alpha.is_finite() || op.alpha.abs() > 1e4 {
-                return Err(format!("op alpha {} is not a finite number within ±1e4", op.alpha));
+                return Err(format!(
+                    "op alpha {} is not a finite number within ±1e4",
+                    op.alpha
+                ));
             }
             let mode = mode_from(op.mode);
             match (mode, op.value) {
@@ -263,7 +309,9 @@ fn check_ops(ops: Vec<wp::Op>, observations: &[Observation], info: &PolicyInfo) 
                 op.tokens.iter().map(|&t| t as usize).collect()
             };
             if let Some(bad) = tokens.iter().find(|&&t| t >= n) {
-                return Err(format!("op token {bad} is outside the observation's {n} tokens"));
+                return Err(format!(
+                    "op token {bad} is outside the observation's {n} tokens"
+                ));
             }
             tokens.sort_unstable();
             tokens.dedup();

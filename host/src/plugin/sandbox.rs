@@ -142,7 +142,9 @@ impl HostMonotonicClock for FixedMonotonicClock {
 
 /// The memory refusal, as the error that ends the call.
 #[derive(Debug, thiserror::Error)]
-#[error("memory limit: the plugin asked for {desired} bytes of linear memory; the sandbox allows {limit}")]
+#[error(
+    "memory limit: the plugin asked for {desired} bytes of linear memory; the sandbox allows {limit}"
+)]
 pub struct MemoryLimitHit {
     pub desired: usize,
     pub limit: u64,
@@ -281,7 +283,11 @@ impl Pollable for BoundedPipe {
 }
 
 impl tokio::io::AsyncWrite for BoundedPipe {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -88,12 +88,17 @@ pub struct Scorer {
 impl Scorer {
     /// Configures and describes the plugin once (in a throwaway sandbox), so
     /// a bad config fails here, before any trace is scored.
-    pub fn new(plugin: Plugin, config_json: &str, sandbox: SandboxOptions) -> Result<Scorer, PluginError> {
+    pub fn new(
+        plugin: Plugin,
+        config_json: &str,
+        sandbox: SandboxOptions,
+    ) -> Result<Scorer, PluginError> {
         plugin.expect_world(World::Scorer)?;
-        let pre = b::ScorerPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
-            path: plugin.path.clone(),
-            message: format!("{e:#}"),
-        })?;
+        let pre =
+            b::ScorerPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
+                path: plugin.path.clone(),
+                message: format!("{e:#}"),
+            })?;
         let mut scorer = Scorer {
             info: ScorerInfo {
                 plugin: PluginInfo {
@@ -187,7 +192,9 @@ impl ScorerSession<'_> {
             });
         }
         let instance = &self.instance;
-        let r = call(&plugin, name, &mut self.store, &self.scorer.sandbox, |s| f(s, instance));
+        let r = call(&plugin, name, &mut self.store, &self.scorer.sandbox, |s| {
+            f(s, instance)
+        });
         if r.is_err() {
             self.poisoned = true;
         }
@@ -220,8 +227,12 @@ impl ScorerSession<'_> {
                     name: m.name,
                     unit: m.unit,
                     polarity: match m.polarity {
-                        b::vauban::plugin::types::Polarity::HigherIsBetter => Polarity::HigherIsBetter,
-                        b::vauban::plugin::types::Polarity::LowerIsBetter => Polarity::LowerIsBetter,
+                        b::vauban::plugin::types::Polarity::HigherIsBetter => {
+                            Polarity::HigherIsBetter
+                        }
+                        b::vauban::plugin::types::Polarity::LowerIsBetter => {
+                            Polarity::LowerIsBetter
+                        }
                         b::vauban::plugin::types::Polarity::Neutral => Polarity::Neutral,
                     },
                     family: m.family,
@@ -235,7 +246,9 @@ impl ScorerSession<'_> {
     }
 
     fn configure(&mut self, json: &str) -> Result<(), PluginError> {
-        let r = self.guard("configure", |s, i| i.vauban_plugin_scorer().call_configure(s, json))?;
+        let r = self.guard("configure", |s, i| {
+            i.vauban_plugin_scorer().call_configure(s, json)
+        })?;
         r.map_err(|e| self.fail("configure", guest_failure(e.into())))
     }
 
@@ -245,13 +258,21 @@ impl ScorerSession<'_> {
         traces: &[&Trace],
         tensors: Option<Arc<dyn TensorSource>>,
     ) -> Result<ScoreOutcome, PluginError> {
-        let info = self.info.clone().unwrap_or_else(|| self.scorer.info.clone());
+        let info = self
+            .info
+            .clone()
+            .unwrap_or_else(|| self.scorer.info.clone());
         let mut outcome = ScoreOutcome::default();
         let mut views = Vec::with_capacity(traces.len());
         let mut ids = Vec::with_capacity(traces.len());
         for t in traces {
             let have = t.coverage();
-            let missing: Vec<ArtifactKind> = info.needs.iter().filter(|k| !have.contains(k)).copied().collect();
+            let missing: Vec<ArtifactKind> = info
+                .needs
+                .iter()
+                .filter(|k| !have.contains(k))
+                .copied()
+                .collect();
             if missing.is_empty() {
                 views.push(view(t, tensors.as_deref()));
                 ids.push(t.id.clone());
@@ -270,7 +291,9 @@ impl ScorerSession<'_> {
             data.tensors = tensors;
             data.open_traces = ids.clone();
         }
-        let r = self.guard("score", |s, i| i.vauban_plugin_scorer().call_score(s, &views));
+        let r = self.guard("score", |s, i| {
+            i.vauban_plugin_scorer().call_score(s, &views)
+        });
         {
             let data = self.store.data_mut();
             data.tensors = None;
@@ -288,14 +311,19 @@ const MAX_TEXT: usize = 2048;
 
 fn check_specs(specs: &[MetricSpec]) -> Result<(), String> {
     if specs.is_empty() || specs.len() > 256 {
-        return Err(format!("a scorer declares 1 to 256 metrics, not {}", specs.len()));
+        return Err(format!(
+            "a scorer declares 1 to 256 metrics, not {}",
+            specs.len()
+        ));
     }
     let mut seen = BTreeSet::new();
     for s in specs {
         let ok = !s.name.is_empty()
             && s.name.len() <= MAX_NAME
             && s.name.starts_with(|c: char| c.is_ascii_lowercase())
-            && s.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
+            && s.name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
         if !ok {
             return Err(format!(
                 "metric name {:?} is not 1-{MAX_NAME} characters of a-z, 0-9, '_' and '.' starting with a letter",
@@ -306,13 +334,20 @@ fn check_specs(specs: &[MetricSpec]) -> Result<(), String> {
             return Err(format!("metric {} is declared twice", s.name));
         }
         if s.unit.len() > MAX_NAME || s.family.len() > MAX_NAME || s.description.len() > MAX_TEXT {
-            return Err(format!("metric {}: unit, family or description is too long", s.name));
+            return Err(format!(
+                "metric {}: unit, family or description is too long",
+                s.name
+            ));
         }
     }
     Ok(())
 }
 
-fn check_metrics(metrics: Vec<ws::Metric>, ids: &[String], specs: &[MetricSpec]) -> Result<Vec<MetricValue>, String> {
+fn check_metrics(
+    metrics: Vec<ws::Metric>,
+    ids: &[String],
+    specs: &[MetricSpec],
+) -> Result<Vec<MetricValue>, String> {
     let bound = ids.len() * specs.len();
     if metrics.len() > bound {
         return Err(format!(
@@ -326,16 +361,29 @@ fn check_metrics(metrics: Vec<ws::Metric>, ids: &[String], specs: &[MetricSpec])
     let mut out = Vec::with_capacity(metrics.len());
     for m in metrics {
         if !specs.iter().any(|s| s.name == m.name) {
-            return Err(format!("metric {:?} was not declared by describe", truncate(&m.name)));
+            return Err(format!(
+                "metric {:?} was not declared by describe",
+                truncate(&m.name)
+            ));
         }
         if !ids.contains(&m.trace_id) {
-            return Err(format!("metric {} names trace {:?}, which is not in the batch", m.name, truncate(&m.trace_id)));
+            return Err(format!(
+                "metric {} names trace {:?}, which is not in the batch",
+                m.name,
+                truncate(&m.trace_id)
+            ));
         }
         if !m.value.is_finite() {
-            return Err(format!("metric {} of trace {} is {}, not a finite number", m.name, m.trace_id, m.value));
+            return Err(format!(
+                "metric {} of trace {} is {}, not a finite number",
+                m.name, m.trace_id, m.value
+            ));
         }
         if !seen.insert((m.trace_id.clone(), m.name.clone())) {
-            return Err(format!("metric {} of trace {} is given twice", m.name, m.trace_id));
+            return Err(format!(
+                "metric {} of trace {} is given twice",
+                m.name, m.trace_id
+            ));
         }
         out.push(MetricValue {
             trace: m.trace_id,
@@ -372,7 +420,9 @@ fn view(t: &Trace, tensors: Option<&dyn TensorSource>) -> ws::TraceView {
         .artifacts_of(ArtifactKind::Logprobs)
         .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
         .and_then(|a| match &a.data {
-            ArtifactData::Tensor { raw: true, .. } => tensors?.tensor(&t.id, &a.id).ok().map(|(_, v)| v),
+            ArtifactData::Tensor { raw: true, .. } => {
+                tensors?.tensor(&t.id, &a.id).ok().map(|(_, v)| v)
+            }
             _ => None,
         });
     let tensor_infos = t
@@ -383,7 +433,11 @@ fn view(t: &Trace, tensors: Option<&dyn TensorSource>) -> ws::TraceView {
                 id: a.id.clone(),
                 kind: wit::kind_to(a.kind),
                 layer: a.layer.map(|l| l as u32),
-                labels: a.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                labels: a
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 summary: wit::summary_to(summary),
                 raw: *raw,
             }),

@@ -64,7 +64,12 @@ impl HostTensor for SandboxState {
         Ok(self.table.get(&this)?.width)
     }
 
-    fn read_rows(&mut self, this: Resource<TensorHandle>, start: u64, count: u64) -> Answer<Vec<f32>> {
+    fn read_rows(
+        &mut self,
+        this: Resource<TensorHandle>,
+        start: u64,
+        count: u64,
+    ) -> Answer<Vec<f32>> {
         let t = self.table.get(&this)?;
         let end = start.checked_add(count).filter(|&e| e <= t.rows);
         let Some(end) = end else {
@@ -107,7 +112,10 @@ impl HostTensor for SandboxState {
     fn top_k(&mut self, this: Resource<TensorHandle>, row: u64, k: u32) -> Answer<Vec<(u32, f32)>> {
         let t = self.table.get(&this)?;
         if row >= t.rows {
-            return Ok(Err(format!("row {row} is outside the tensor's {} rows", t.rows)));
+            return Ok(Err(format!(
+                "row {row} is outside the tensor's {} rows",
+                t.rows
+            )));
         }
         let mut pairs: Vec<(u32, f32)> = t
             .row(row)
@@ -116,7 +124,10 @@ impl HostTensor for SandboxState {
             .map(|(i, v)| (i as u32, *v))
             .collect();
         // NaN sorts last: it is never a "largest" value.
-        pairs.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or_else(|| a.1.is_nan().cmp(&b.1.is_nan())));
+        pairs.sort_by(|a, b| {
+            b.1.partial_cmp(&a.1)
+                .unwrap_or_else(|| a.1.is_nan().cmp(&b.1.is_nan()))
+        });
         pairs.truncate(k as usize);
         Ok(Ok(pairs))
     }
@@ -137,8 +148,10 @@ impl Host for SandboxState {
         let Some(source) = &self.tensors else {
             return Ok(Err("no tensors are available to this call".into()));
         };
-        if !self.open_traces.iter().any(|t| *t == trace_id) {
-            return Ok(Err(format!("trace {trace_id:?} is not in the current batch")));
+        if !self.open_traces.contains(&trace_id) {
+            return Ok(Err(format!(
+                "trace {trace_id:?} is not in the current batch"
+            )));
         }
         match source.tensor(&trace_id, &artifact_id) {
             Ok((shape, values)) => Ok(Ok(self.table.push(TensorHandle::new(&shape, values))?)),

@@ -134,8 +134,24 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
     let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
     let span = b.span(Stage::Decode, StageProfile::default());
     let role = |r: &str| [("role".to_owned(), r.to_owned())].into_iter().collect();
-    b.artifact_with(&span, K::Text, ArtifactData::Text { text: "A question".into() }, None, role("prompt"));
-    b.artifact_with(&span, K::Text, ArtifactData::Text { text: completion.into() }, None, role("completion"));
+    b.artifact_with(
+        &span,
+        K::Text,
+        ArtifactData::Text {
+            text: "A question".into(),
+        },
+        None,
+        role("prompt"),
+    );
+    b.artifact_with(
+        &span,
+        K::Text,
+        ArtifactData::Text {
+            text: completion.into(),
+        },
+        None,
+        role("completion"),
+    );
     b.finish().expect("fixture trace is valid")
 }
 

@@ -9,7 +9,9 @@
 use std::sync::OnceLock;
 
 use serde::Deserialize;
-use vauban_plugin_sdk::claims::{Claim, EvidenceSet, Guest, MetricDelta, PluginError, PluginInfo, Strength};
+use vauban_plugin_sdk::claims::{
+    Claim, EvidenceSet, Guest, MetricDelta, PluginError, PluginInfo, Strength,
+};
 use vauban_plugin_sdk::config;
 
 #[derive(Debug, Deserialize)]
@@ -43,9 +45,15 @@ fn weaker(a: Strength, b: Strength) -> Strength {
 /// The strongest claim a metric of this name can carry by itself.
 fn natural_strength(metric: &str) -> Strength {
     let m = metric.to_ascii_lowercase();
-    if ["logprob", "perplexity", "kl", "entropy"].iter().any(|k| m.contains(k)) {
+    if ["logprob", "perplexity", "kl", "entropy"]
+        .iter()
+        .any(|k| m.contains(k))
+    {
         Strength::DistributionalDiff
-    } else if ["projection", "activation", "residual"].iter().any(|k| m.contains(k)) {
+    } else if ["projection", "activation", "residual"]
+        .iter()
+        .any(|k| m.contains(k))
+    {
         Strength::ActivationDiagnostic
     } else {
         Strength::BlackBoxBehavioralDiff
@@ -63,8 +71,15 @@ fn significant(d: &MetricDelta, alpha: f64) -> bool {
 
 fn statement(d: &MetricDelta) -> String {
     let dir = if d.delta > 0.0 { "rose" } else { "fell" };
-    let scope = d.category.as_deref().map(|c| format!(" on {c} prompts")).unwrap_or_default();
-    let p = d.p_value.map(|p| format!(", p = {p:.3}")).unwrap_or_default();
+    let scope = d
+        .category
+        .as_deref()
+        .map(|c| format!(" on {c} prompts"))
+        .unwrap_or_default();
+    let p = d
+        .p_value
+        .map(|p| format!(", p = {p:.3}"))
+        .unwrap_or_default();
     let ci = match (d.ci_low, d.ci_high) {
         (Some(lo), Some(hi)) => format!(", 95% CI [{lo:+.3}, {hi:+.3}]"),
         _ => String::new(),
@@ -82,14 +97,18 @@ impl Guest for ClaimsDefault {
         PluginInfo {
             name: env!("CARGO_PKG_NAME").to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            description: "Significant deltas become claims at the strongest level the evidence allows".into(),
+            description:
+                "Significant deltas become claims at the strongest level the evidence allows".into(),
         }
     }
 
     fn configure(config_json: String) -> Result<(), PluginError> {
         let c: Config = config::parse(&config_json).map_err(PluginError::BadConfig)?;
         if !(c.alpha > 0.0 && c.alpha < 1.0) {
-            return Err(PluginError::BadConfig(format!("alpha must be in (0, 1), not {}", c.alpha)));
+            return Err(PluginError::BadConfig(format!(
+                "alpha must be in (0, 1), not {}",
+                c.alpha
+            )));
         }
         ALPHA
             .set(c.alpha)
@@ -122,7 +141,9 @@ impl Guest for ClaimsDefault {
                 ),
                 strength: weaker(Strength::BlackBoxBehavioralDiff, cap),
                 evidence: evidence.deltas.iter().map(|d| d.id.clone()).collect(),
-                limitations: vec!["absence of evidence at this sample size is not evidence of absence".into()],
+                limitations: vec![
+                    "absence of evidence at this sample size is not evidence of absence".into(),
+                ],
             });
         }
         Ok(claims)

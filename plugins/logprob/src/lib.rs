@@ -23,7 +23,9 @@ fn mean_logprob(t: &TraceView) -> Option<f64> {
         .iter()
         .find(|i| {
             i.kind == ArtifactKind::Logprobs
-                && i.labels.iter().any(|(k, v)| k == "role" && v == "completion")
+                && i.labels
+                    .iter()
+                    .any(|(k, v)| k == "role" && v == "completion")
                 && i.summary.non_finite == 0
         })
         .and_then(|i| i.summary.mean)
@@ -34,7 +36,9 @@ struct Logprob;
 impl Guest for Logprob {
     fn describe() -> ScorerInfo {
         ScorerInfo {
-            plugin: vauban_plugin_sdk::plugin_info!("Mean token logprob and perplexity of the continuation"),
+            plugin: vauban_plugin_sdk::plugin_info!(
+                "Mean token logprob and perplexity of the continuation"
+            ),
             needs: vec![ArtifactKind::Logprobs],
             metrics: vec![
                 scorer::spec(
@@ -58,7 +62,9 @@ impl Guest for Logprob {
     fn configure(config_json: String) -> Result<(), PluginError> {
         match config_json.trim() {
             "" | "{}" | "null" => Ok(()),
-            other => Err(PluginError::BadConfig(format!("logprob takes no options; got {other}"))),
+            other => Err(PluginError::BadConfig(format!(
+                "logprob takes no options; got {other}"
+            ))),
         }
     }
 

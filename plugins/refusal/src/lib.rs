@@ -29,7 +29,9 @@ struct Refusal;
 impl Guest for Refusal {
     fn describe() -> ScorerInfo {
         ScorerInfo {
-            plugin: vauban_plugin_sdk::plugin_info!("Substring refusal detection, case-insensitive"),
+            plugin: vauban_plugin_sdk::plugin_info!(
+                "Substring refusal detection, case-insensitive"
+            ),
             needs: vec![ArtifactKind::Text],
             metrics: vec![scorer::spec(
                 "refusal_rate",

@@ -41,11 +41,11 @@ pub mod scorer {
         default_bindings_module: "vauban_plugin_sdk::scorer",
     });
 
-    pub use exports::vauban::plugin::scorer::{
-        Guest, Metric, MetricSpec, ScorerInfo, TraceView,
-    };
+    pub use exports::vauban::plugin::scorer::{Guest, Metric, MetricSpec, ScorerInfo, TraceView};
     pub use vauban::plugin::tensors::{Tensor, TensorInfo, open};
-    pub use vauban::plugin::types::{ArtifactKind, PluginError, PluginInfo, Polarity, TensorSummary};
+    pub use vauban::plugin::types::{
+        ArtifactKind, PluginError, PluginInfo, Polarity, TensorSummary,
+    };
 
     /// One metric value for `trace`.
     pub fn metric(trace: &TraceView, name: &str, value: f64) -> Metric {
@@ -57,7 +57,13 @@ pub mod scorer {
     }
 
     /// A metric spec, in the order the WIT record declares its fields.
-    pub fn spec(name: &str, unit: &str, polarity: Polarity, family: &str, description: &str) -> MetricSpec {
+    pub fn spec(
+        name: &str,
+        unit: &str,
+        polarity: Polarity,
+        family: &str,
+        description: &str,
+    ) -> MetricSpec {
         MetricSpec {
             name: name.to_owned(),
             unit: unit.to_owned(),

@@ -41,13 +41,19 @@ mod tests {
         assert!(contains_ci("Sorry — I\u{2019}M SORRY, no.", "i'm sorry"));
         assert!(!contains_ci("I am happy to help", "i'm sorry"));
         let list = vec!["As an AI".to_owned(), "I cannot".to_owned()];
-        assert_eq!(first_match("well, i CANNOT do that", &list), Some("I cannot"));
+        assert_eq!(
+            first_match("well, i CANNOT do that", &list),
+            Some("I cannot")
+        );
         assert_eq!(first_match("sure", &list), None);
     }
 
     #[test]
     fn words_split_on_punctuation() {
-        assert_eq!(words("It's  a test, isn't it?").collect::<Vec<_>>(), ["It's", "a", "test", "isn't", "it"]);
+        assert_eq!(
+            words("It's  a test, isn't it?").collect::<Vec<_>>(),
+            ["It's", "a", "test", "isn't", "it"]
+        );
         assert_eq!(words("").count(), 0);
     }
 }

@@ -10,7 +10,9 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 use vauban_plugin_sdk::config;
-use vauban_plugin_sdk::policy::{DirectionNeed, Guest, Mode, Observation, Op, PluginError, PolicyInfo};
+use vauban_plugin_sdk::policy::{
+    DirectionNeed, Guest, Mode, Observation, Op, PluginError, PolicyInfo,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,7 +54,8 @@ impl Guest for SteerGate {
             plugin: vauban_plugin_sdk::policy::PluginInfo {
                 name: env!("CARGO_PKG_NAME").to_owned(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
-                description: "Subtract a direction only where its projection exceeds a threshold".into(),
+                description: "Subtract a direction only where its projection exceeds a threshold"
+                    .into(),
             },
             directions: vec![DirectionNeed { name, layers }],
         }
@@ -61,10 +64,14 @@ impl Guest for SteerGate {
     fn configure(config_json: String) -> Result<(), PluginError> {
         let c: Config = config::parse(&config_json).map_err(PluginError::BadConfig)?;
         if c.layers.is_empty() {
-            return Err(PluginError::BadConfig("`layers` is empty; name the layers to gate".into()));
+            return Err(PluginError::BadConfig(
+                "`layers` is empty; name the layers to gate".into(),
+            ));
         }
         if !c.threshold.is_finite() || !c.alpha.is_finite() {
-            return Err(PluginError::BadConfig("`threshold` and `alpha` must be finite".into()));
+            return Err(PluginError::BadConfig(
+                "`threshold` and `alpha` must be finite".into(),
+            ));
         }
         CONFIG
             .set(c)

@@ -4,7 +4,9 @@
 use std::io::Write;
 use std::sync::OnceLock;
 
-use vauban_plugin_sdk::scorer::{self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView};
+use vauban_plugin_sdk::scorer::{
+    self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView,
+};
 
 static ADDR: OnceLock<String> = OnceLock::new();
 
@@ -15,7 +17,13 @@ impl Guest for Socket {
         ScorerInfo {
             plugin: vauban_plugin_sdk::plugin_info!("Adversarial: opens a socket"),
             needs: vec![ArtifactKind::Text],
-            metrics: vec![scorer::spec("connected", "rate", Polarity::Neutral, "test", "1 if the connection opened")],
+            metrics: vec![scorer::spec(
+                "connected",
+                "rate",
+                Polarity::Neutral,
+                "test",
+                "1 if the connection opened",
+            )],
         }
     }
 
@@ -24,7 +32,8 @@ impl Guest for Socket {
             .split('"')
             .nth(3)
             .ok_or_else(|| PluginError::BadConfig("want {\"addr\": \"host:port\"}".into()))?;
-        ADDR.set(addr.to_owned()).map_err(|_| PluginError::BadConfig("twice".into()))
+        ADDR.set(addr.to_owned())
+            .map_err(|_| PluginError::BadConfig("twice".into()))
     }
 
     fn score(traces: Vec<TraceView>) -> Result<Vec<Metric>, PluginError> {

@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 use vauban_plugin_sdk::config;
-use vauban_plugin_sdk::scorer::{self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView};
+use vauban_plugin_sdk::scorer::{
+    self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView,
+};
 
 #[derive(Deserialize)]
 struct Config {
@@ -32,13 +34,21 @@ impl Guest for Evil {
         ScorerInfo {
             plugin: vauban_plugin_sdk::plugin_info!("Adversarial: misbehaves on purpose"),
             needs: vec![ArtifactKind::Text],
-            metrics: vec![scorer::spec("value", "count", Polarity::Neutral, "test", "whatever the attack reports")],
+            metrics: vec![scorer::spec(
+                "value",
+                "count",
+                Polarity::Neutral,
+                "test",
+                "whatever the attack reports",
+            )],
         }
     }
 
     fn configure(config_json: String) -> Result<(), PluginError> {
         let c: Config = config::parse(&config_json).map_err(PluginError::BadConfig)?;
-        ATTACK.set(c.attack).map_err(|_| PluginError::BadConfig("twice".into()))
+        ATTACK
+            .set(c.attack)
+            .map_err(|_| PluginError::BadConfig("twice".into()))
     }
 
     fn score(traces: Vec<TraceView>) -> Result<Vec<Metric>, PluginError> {
@@ -61,11 +71,17 @@ impl Guest for Evil {
             "huge_result" => {
                 // A 1 GB metric name.
                 let name = "x".repeat(1 << 30);
-                Ok(vec![Metric { trace_id: t.id.clone(), name, value: 1.0 }])
+                Ok(vec![Metric {
+                    trace_id: t.id.clone(),
+                    name,
+                    value: 1.0,
+                }])
             }
             "read_file" => match std::fs::read_to_string("/etc/passwd") {
                 Ok(s) => Err(PluginError::Failed(format!("read /etc/passwd: {s}"))),
-                Err(e) => Err(PluginError::Failed(format!("could not read /etc/passwd: {e}"))),
+                Err(e) => Err(PluginError::Failed(format!(
+                    "could not read /etc/passwd: {e}"
+                ))),
             },
             "env" => {
                 let n = std::env::vars().count() + std::env::args().count();
@@ -81,10 +97,16 @@ impl Guest for Evil {
             "panic" => panic!("evil plugin panics on purpose"),
             "stack" => {
                 let mut sink = [0u64; 64];
-                Ok(vec![scorer::metric(t, "value", recurse(0, &mut sink) as f64)])
+                Ok(vec![scorer::metric(
+                    t,
+                    "value",
+                    recurse(0, &mut sink) as f64,
+                )])
             }
             "nan" => Ok(vec![scorer::metric(t, "value", f64::NAN)]),
-            "flood" => Ok((0..100_000).map(|_| scorer::metric(t, "value", 1.0)).collect()),
+            "flood" => Ok((0..100_000)
+                .map(|_| scorer::metric(t, "value", 1.0))
+                .collect()),
             "unknown_metric" => Ok(vec![scorer::metric(t, "undeclared", 1.0)]),
             "chatty" => {
                 for i in 0..100_000 {

@@ -1,7 +1,9 @@
 //! Exercises the `tensors` import on each trace's raw logits and first raw
 //! activation, so the host test can compare with values it computes itself.
 
-use vauban_plugin_sdk::scorer::{self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView, open};
+use vauban_plugin_sdk::scorer::{
+    self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView, open,
+};
 
 struct Probe;
 
@@ -55,13 +57,23 @@ impl Guest for Probe {
             let a = open(&t.id, &act.id).map_err(err)?;
             let ones = vec![1.0f32; a.width() as usize];
             let sums = a.project(&ones).map_err(err)?;
-            out.push(scorer::metric(t, "act_sum_last", f64::from(*sums.last().unwrap())));
+            out.push(scorer::metric(
+                t,
+                "act_sum_last",
+                f64::from(*sums.last().unwrap()),
+            ));
             let first = a.read_rows(0, 1).map_err(err)?;
             out.push(scorer::metric(t, "act_first_value", f64::from(first[0])));
             // Reading row by row gives the same values as one read.
             let whole = a.read_rows(0, a.rows()).map_err(err)?;
-            let chunked: Vec<f32> = (0..a.rows()).flat_map(|r| a.read_rows(r, 1).unwrap()).collect();
-            out.push(scorer::metric(t, "chunked_equals_whole", f64::from(u8::from(whole == chunked))));
+            let chunked: Vec<f32> = (0..a.rows())
+                .flat_map(|r| a.read_rows(r, 1).unwrap())
+                .collect();
+            out.push(scorer::metric(
+                t,
+                "chunked_equals_whole",
+                f64::from(u8::from(whole == chunked)),
+            ));
 
             // Every way to ask for what is not there is refused, not a trap.
             let mut refusals = 0u8;
