@@ -109,7 +109,7 @@ fn trace(
             text: prompt.1.into(),
         },
         None,
-        BTreeMap::from([("role".into(), "input".into())]),
+        BTreeMap::from([("role".into(), "prompt".into())]),
     );
     b.input(&tok, &text_in);
     let ids = (0..prompt_tokens as u32).map(|i| 100 + i * 7).collect();
@@ -152,7 +152,7 @@ fn trace(
             text: output.into(),
         },
         None,
-        BTreeMap::from([("role".into(), "output".into())]),
+        BTreeMap::from([("role".into(), "completion".into())]),
     );
     let trace = b.finish().context("the fixture trace is valid")?;
     Ok((trace, HashMap::from([(act_id, act)])))

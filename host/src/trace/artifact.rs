@@ -20,7 +20,7 @@ pub struct Artifact {
     /// The transformer block it was observed after, for per-layer kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<usize>,
-    /// Free-form labels (`role = "output"`, `mode = "subtract"`).
+    /// Free-form labels (`role = "completion"`, `mode = "subtract"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     pub data: ArtifactData,
