@@ -32,7 +32,7 @@ pub fn wasm(package: &str) -> PathBuf {
     dir.join(format!("{}.wasm", package.replace('-', "_")))
 }
 
-const PACKAGES: [&str; 10] = [
+const PACKAGES: [&str; 11] = [
     "vauban-plugin-refusal",
     "vauban-plugin-behavior",
     "vauban-plugin-logprob",
@@ -43,4 +43,5 @@ const PACKAGES: [&str; 10] = [
     "vauban-test-wrong-wit",
     "vauban-test-overclaim",
     "vauban-test-tensor-probe",
+    "uppercase-scorer",
 ];
