@@ -274,7 +274,14 @@ fn sandbox_failures_exit_non_zero_with_the_typed_error() {
 
 #[test]
 fn the_example_third_party_scorer_runs_as_documented() {
-    let o = vauban(&["plugin", "test", s(&wasm("uppercase-scorer")), "--traces", &fixture(), "--json"]);
+    let o = vauban(&[
+        "plugin",
+        "test",
+        s(&wasm("uppercase-scorer")),
+        "--traces",
+        &fixture(),
+        "--json",
+    ]);
     assert!(o.status.success(), "{:?}", text(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let bundle = vauban::bundle::Bundle::open(root().join("tests/fixtures/smollm2-chat")).unwrap();
@@ -289,6 +296,11 @@ fn the_example_third_party_scorer_runs_as_documented() {
             .unwrap();
         let letters = completion.chars().filter(|c| c.is_alphabetic()).count() as f64;
         let upper = completion.chars().filter(|c| c.is_uppercase()).count() as f64;
-        assert_eq!(j["metrics"][&t.id]["uppercase_ratio"].as_f64(), Some(upper / letters), "{}", t.id);
+        assert_eq!(
+            j["metrics"][&t.id]["uppercase_ratio"].as_f64(),
+            Some(upper / letters),
+            "{}",
+            t.id
+        );
     }
 }

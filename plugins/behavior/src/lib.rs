@@ -327,7 +327,7 @@ mod tests {
             "Paris is the capital of France. It is on the Seine.",
         );
         assert!(j.direct && !j.uncertain && !j.clarifying && !j.refuses);
-        assert_eq!(j.words, 10.0);
+        assert_eq!(j.words, 11.0);
     }
 
     #[test]

@@ -14,7 +14,9 @@ struct Uppercase;
 impl Guest for Uppercase {
     fn describe() -> ScorerInfo {
         ScorerInfo {
-            plugin: vauban_plugin_sdk::plugin_info!("Share of upper-case letters in the completion"),
+            plugin: vauban_plugin_sdk::plugin_info!(
+                "Share of upper-case letters in the completion"
+            ),
             needs: vec![ArtifactKind::Text],
             metrics: vec![scorer::spec(
                 "uppercase_ratio",
@@ -37,7 +39,11 @@ impl Guest for Uppercase {
                 let text = t.completion.as_deref().unwrap_or("");
                 let letters = text.chars().filter(|c| c.is_alphabetic()).count();
                 let upper = text.chars().filter(|c| c.is_uppercase()).count();
-                let ratio = if letters == 0 { 0.0 } else { upper as f64 / letters as f64 };
+                let ratio = if letters == 0 {
+                    0.0
+                } else {
+                    upper as f64 / letters as f64
+                };
                 scorer::metric(t, "uppercase_ratio", ratio)
             })
             .collect())
