@@ -605,22 +605,29 @@ fn files_environment_and_clock_are_not_the_hosts() {
 
 #[test]
 fn a_granted_data_directory_is_readable_and_nothing_else() {
-    // The grant mounts a directory at /data; /etc stays out of reach.
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("input.txt"), b"twelve bytes").unwrap();
     let host = host();
-    let (r, _) = attack(
-        &host,
-        "read_file",
-        SandboxOptions {
-            data_dir: Some(dir.path().to_owned()),
-            ..Default::default()
-        },
+    let grant = || SandboxOptions {
+        data_dir: Some(dir.path().to_owned()),
+        ..Default::default()
+    };
+    let (r, _) = attack(&host, "read_data", grant());
+    assert_eq!(value(&r.unwrap(), "t0", "value"), Some(12.0));
+    assert!(
+        !dir.path().join("written.txt").exists(),
+        "the grant is read-only"
     );
+    // /etc stays out of reach with the grant.
+    let (r, _) = attack(&host, "read_file", grant());
     let (f, _) = failure(r);
     assert!(
         matches!(f, Failure::Plugin { ref message, .. } if message.starts_with("could not read")),
         "{f:?}"
     );
+    // Without the grant, /data does not exist.
+    let (r, _) = attack(&host, "read_data", SandboxOptions::default());
+    assert!(matches!(failure(r).0, Failure::Plugin { .. }));
 }
 
 #[test]

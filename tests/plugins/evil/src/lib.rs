@@ -1,6 +1,6 @@
 //! A scorer that misbehaves in the way its config names, for the sandbox
 //! tests: `{"attack": "loop" | "memory" | "huge_result" | "read_file" |
-//! "env" | "panic" | "stack" | "nan" | "flood" | "unknown_metric" |
+//! "read_data" | "env" | "panic" | "stack" | "nan" | "flood" | "unknown_metric" |
 //! "chatty" | "clock" | "none"}`.
 
 use std::sync::OnceLock;
@@ -83,6 +83,18 @@ impl Guest for Evil {
                     "could not read /etc/passwd: {e}"
                 ))),
             },
+            "read_data" => {
+                // A granted directory is mounted read-only at /data.
+                if std::fs::write("/data/written.txt", b"x").is_ok() {
+                    return Err(PluginError::Failed("wrote into /data".into()));
+                }
+                let n = std::fs::read("/data/input.txt")
+                    .map_err(|e| {
+                        PluginError::Failed(format!("could not read /data/input.txt: {e}"))
+                    })?
+                    .len();
+                Ok(vec![scorer::metric(t, "value", n as f64)])
+            }
             "env" => {
                 let n = std::env::vars().count() + std::env::args().count();
                 Ok(vec![scorer::metric(t, "value", n as f64)])
