@@ -304,3 +304,167 @@ fn the_example_third_party_scorer_runs_as_documented() {
         );
     }
 }
+
+/// A unit direction of the tiny model's width, as safetensors.
+fn unit_direction(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("unit.safetensors");
+    let w = common::tiny::HIDDEN;
+    let v: Vec<f32> = (0..w).map(|i| ((i % 5) as f32 - 2.0) / 4.0).collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let v: Vec<f32> = v.iter().map(|x| x / norm).collect();
+    let t = candle_core::Tensor::new(v.as_slice(), &candle_core::Device::Cpu).unwrap();
+    candle_core::safetensors::save(&[("direction".to_string(), t)].into_iter().collect(), &path)
+        .unwrap();
+    path
+}
+
+/// Traces the tiny model with `extra` flags; the prompt logits and the
+/// completion's token ids and the trace.
+fn tiny_trace(
+    model: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> (Vec<f32>, Vec<u32>, vauban::trace::Trace) {
+    let mut args = vec![
+        "trace",
+        "--model",
+        s(model),
+        "--raw",
+        "--prompt",
+        "hello world",
+        "--logprobs",
+    ];
+    args.extend_from_slice(&["--raw-tensors", "--max-tokens", "4", "--out", s(out)]);
+    args.extend_from_slice(extra);
+    let o = vauban(&args);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let bundle = vauban::bundle::Bundle::open(out).unwrap();
+    let t = bundle.traces()[0].clone();
+    let logits = t
+        .artifacts_of(vauban::trace::ArtifactKind::Logits)
+        .next()
+        .unwrap()
+        .id
+        .clone();
+    let values = bundle.tensor(&t.id, &logits).unwrap().to_f32_vec();
+    let ids = t
+        .artifacts_of(vauban::trace::ArtifactKind::Tokens)
+        .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
+        .map(|a| match &a.data {
+            vauban::trace::ArtifactData::TokenIds { ids } => ids.clone(),
+            _ => unreachable!(),
+        })
+        .unwrap();
+    (values, ids, t)
+}
+
+#[test]
+fn steer_gate_runs_inside_a_traced_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny::write_gguf(
+        &dir.path().join("tiny.gguf"),
+        3,
+        candle_core::quantized::GgmlDType::F32,
+    );
+    let d = unit_direction(dir.path());
+    let gate = s(&wasm("vauban-plugin-steer-gate")).to_owned();
+    let config = |name: &str, threshold: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("layers = [1]\nthreshold = {threshold}\n")).unwrap();
+        p
+    };
+    let (all, never) = (config("all.toml", "-1e30"), config("never.toml", "1e30"));
+    let bind = format!("refusal={}", s(&d));
+    let (plain, plain_ids, _) = tiny_trace(&model, &dir.path().join("plain"), &[]);
+    let native_spec = format!("layer=1,mode=subtract,direction={}", s(&d));
+    let (native, native_ids, _) = tiny_trace(
+        &model,
+        &dir.path().join("native"),
+        &["--intervene", &native_spec],
+    );
+    let (gated, gated_ids, trace) = tiny_trace(
+        &model,
+        &dir.path().join("gated"),
+        &[
+            "--policy",
+            &gate,
+            "--policy-config",
+            s(&all),
+            "--policy-direction",
+            &bind,
+        ],
+    );
+    let (quiet, quiet_ids, _) = tiny_trace(
+        &model,
+        &dir.path().join("quiet"),
+        &[
+            "--policy",
+            &gate,
+            "--policy-config",
+            s(&never),
+            "--policy-direction",
+            &bind,
+        ],
+    );
+    // A gate open on every token is the native subtraction; a closed gate
+    // changes nothing, bit for bit.
+    assert!(
+        max_diff(&gated, &native) < 1e-5,
+        "{}",
+        max_diff(&gated, &native)
+    );
+    assert_eq!(gated_ids, native_ids);
+    assert!(
+        max_diff(&native, &plain) > 1e-3,
+        "the direction must matter for this test"
+    );
+    assert_eq!(quiet, plain);
+    assert_eq!(quiet_ids, plain_ids);
+
+    // The trace records what the policy did: one decision per pass.
+    let record = trace
+        .artifacts_of(vauban::trace::ArtifactKind::InterventionResult)
+        .find(|a| a.labels.contains_key("policy"))
+        .expect("a policy record");
+    assert!(record.labels["policy"].starts_with("vauban-plugin-steer-gate 0.1.0"));
+    let vauban::trace::ArtifactData::Record { value } = &record.data else {
+        panic!()
+    };
+    let passes = 1 + gated_ids.len() as u64 - 1;
+    assert_eq!(value["log"]["decisions"].as_u64(), Some(passes), "{value}");
+    assert_eq!(
+        value["log"]["tokens_changed_decode"].as_u64(),
+        Some(passes - 1),
+        "{value}"
+    );
+    assert_eq!(value["watches"][0]["layers"], serde_json::json!([1]));
+
+    // A direction the policy needs but nobody bound is named.
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "hi",
+        "--policy",
+        &gate,
+        "--policy-config",
+        s(&all),
+        "--out",
+        s(&dir.path().join("x")),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("--policy-direction refusal=FILE"),
+        "{:?}",
+        text(&o)
+    );
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}

@@ -1,6 +1,7 @@
 //! `vauban trace --model …`, `vauban generate` and `vauban model
 //! orthogonalize`: the commands that load and run a model.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -12,9 +13,11 @@ use crate::executor::{
     CandleExecutor, DeviceSpec, ExecutorError, GenerateOptions, InferenceSession, ModelSpec,
     PromptForm, RunOptions, StopReason, generate::generate,
 };
-use crate::intervene::{Intervention, InterventionSpec};
+use crate::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use crate::model::llama::{Matrix, WeightMode};
 use crate::model::sample::Sampling;
+use crate::plugin::policy::PolicyRun;
+use crate::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
 use crate::trace::{ArtifactKind as K, TraceRequest};
 
 /// Which model, where, and how its weights are held.
@@ -99,6 +102,32 @@ pub struct PromptArgs {
     /// subspace_add, clamp, steer.
     #[arg(long, value_name = "SPEC")]
     pub intervene: Vec<InterventionSpec>,
+    /// An intervention policy plugin (.wasm): after the blocks it watches,
+    /// the host shows it per-token projections onto its directions and
+    /// applies the ops it decides, in prefill and every decode step.
+    #[arg(long, value_name = "WASM")]
+    pub policy: Option<PathBuf>,
+    /// The policy's config (a .toml or .json file).
+    #[arg(long, value_name = "FILE", requires = "policy")]
+    pub policy_config: Option<PathBuf>,
+    /// Binds a direction the policy needs to a file, NAME=FILE (repeatable).
+    #[arg(long, value_name = "NAME=FILE", requires = "policy")]
+    pub policy_direction: Vec<String>,
+}
+
+/// A loaded policy with its directions; the host is kept for its deadline
+/// thread.
+struct LoadedPolicy {
+    _host: PluginHost,
+    policy: Policy,
+    directions: BTreeMap<String, Direction>,
+}
+
+impl LoadedPolicy {
+    /// A fresh, bound instance for one run (one job).
+    fn run(&self) -> anyhow::Result<PolicyRun<'_>> {
+        Ok(self.policy.bind(&self.directions)?)
+    }
 }
 
 impl PromptArgs {
@@ -143,6 +172,67 @@ impl PromptArgs {
             sampling,
             stop: self.stop.clone(),
         })
+    }
+
+    fn policy(&self, exec: &CandleExecutor) -> anyhow::Result<Option<LoadedPolicy>> {
+        let Some(path) = &self.policy else {
+            return Ok(None);
+        };
+        let host = PluginHost::new(HostOptions {
+            cache_dir: HostOptions::default_cache_dir(),
+            fuel_metering: false,
+        })?;
+        let config = super::plugin::config_json(self.policy_config.as_deref())?;
+        let policy = Policy::new(host.load(path)?, &config, SandboxOptions::default())?;
+        let mut files = BTreeMap::new();
+        for b in &self.policy_direction {
+            let Some((name, file)) = b.split_once('=') else {
+                bail!("--policy-direction {b:?}: write NAME=FILE");
+            };
+            if files.insert(name.to_owned(), PathBuf::from(file)).is_some() {
+                bail!("--policy-direction {name} is given twice");
+            }
+        }
+        let d = exec.dims();
+        let mut directions = BTreeMap::new();
+        for need in &policy.info().directions {
+            let file = files.remove(&need.name).with_context(|| {
+                format!(
+                    "the policy needs direction `{}`; bind it with --policy-direction {}=FILE",
+                    need.name, need.name
+                )
+            })?;
+            let layer = need.layers.first().copied().unwrap_or(0);
+            exec.model
+                .model
+                .check_layers(&need.layers)
+                .with_context(|| {
+                    format!(
+                        "the policy watches direction `{}` at layers {:?}",
+                        need.name, need.layers
+                    )
+                })?;
+            let dir = load_direction(&file, None, None, layer, &exec.device)
+                .with_context(|| format!("--policy-direction {}={}", need.name, file.display()))?;
+            let width = dir.basis.dims().last().copied().unwrap_or(0);
+            if width != d.hidden {
+                bail!(
+                    "--policy-direction {}={}: {width} values, but the model's hidden size is {}",
+                    need.name,
+                    file.display(),
+                    d.hidden
+                );
+            }
+            directions.insert(need.name.clone(), dir);
+        }
+        if let Some(extra) = files.keys().next() {
+            bail!("--policy-direction {extra}: the policy does not use a direction of that name");
+        }
+        Ok(Some(LoadedPolicy {
+            _host: host,
+            policy,
+            directions,
+        }))
     }
 
     fn interventions(&self, exec: &CandleExecutor) -> anyhow::Result<Vec<Intervention>> {
@@ -202,7 +292,7 @@ impl TraceRunArgs {
         if self.weights_snapshot {
             observe.push(K::WeightSnapshot);
         }
-        if !self.prompt.intervene.is_empty() {
+        if !self.prompt.intervene.is_empty() || self.prompt.policy.is_some() {
             observe.push(K::InterventionResult);
         }
         TraceRequest {
@@ -239,6 +329,7 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .check_layers(&args.layers)
         .context("--layers")?;
     let interventions = args.prompt.interventions(&exec)?;
+    let policy = args.prompt.policy(&exec)?;
     let mode = match args.replace {
         true => WriteMode::Replace,
         false => WriteMode::CreateNew,
@@ -255,9 +346,11 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             block_outputs: args.block_outputs,
             generate: generate.clone(),
         };
-        let output = exec
-            .trace(&request, &options)
-            .with_context(|| format!("tracing prompt {i}"))?;
+        let output = match &policy {
+            Some(p) => exec.trace_with_policy(&request, &options, &mut p.run()?),
+            None => exec.trace(&request, &options),
+        }
+        .with_context(|| format!("tracing prompt {i}"))?;
         writer.add_trace(&output.trace, &output.tensors)?;
         progress.inc(1);
         progress.suspend(|| -> anyhow::Result<()> {
@@ -337,9 +430,14 @@ pub fn generate_text(args: &GenerateArgs, out: &mut dyn Write) -> anyhow::Result
     let options = args.prompt.generate(args.max_tokens)?;
     let exec = args.model.load()?;
     let interventions = args.prompt.interventions(&exec)?;
+    let policy = args.prompt.policy(&exec)?;
     for text in &args.prompt.prompt {
         let ids = exec.tokenize(text, &args.prompt.form())?;
+        let mut run = policy.as_ref().map(LoadedPolicy::run).transpose()?;
         let mut session = exec.session(&interventions);
+        if let Some(r) = run.as_mut() {
+            session.set_policy(r);
+        }
         let mut write_err = None;
         let g = generate(
             &mut session,

@@ -136,23 +136,31 @@ impl SandboxArgs {
 
     /// The config as JSON (`{}` without one).
     fn config_json(&self) -> anyhow::Result<String> {
-        let Some(path) = &self.config else {
-            return Ok("{}".into());
-        };
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --config {}", path.display()))?;
-        let value: serde_json::Value = match path.extension().and_then(|e| e.to_str()) {
-            Some("json") => serde_json::from_str(&text)
-                .with_context(|| format!("--config {}: invalid JSON", path.display()))?,
-            Some("toml") => {
-                let v: toml::Value = toml::from_str(&text)
-                    .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
-                serde_json::to_value(v)?
-            }
-            _ => bail!("--config {}: name a .toml or .json file", path.display()),
-        };
-        Ok(value.to_string())
+        config_json(self.config.as_deref())
     }
+}
+
+/// A plugin config file (TOML or JSON, by extension) as JSON; `{}` without one.
+pub(super) fn config_json(path: Option<&Path>) -> anyhow::Result<String> {
+    let Some(path) = path else {
+        return Ok("{}".into());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the plugin config {}", path.display()))?;
+    let value: serde_json::Value = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => serde_json::from_str(&text)
+            .with_context(|| format!("plugin config {}: invalid JSON", path.display()))?,
+        Some("toml") => {
+            let v: toml::Value = toml::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("plugin config {}: {e}", path.display()))?;
+            serde_json::to_value(v)?
+        }
+        _ => bail!(
+            "plugin config {}: name a .toml or .json file",
+            path.display()
+        ),
+    };
+    Ok(value.to_string())
 }
 
 /// What `plugin test` prints with --json and what golden files hold.

@@ -6,6 +6,8 @@
 //!   so it runs on any device in every decode step;
 //! - [`direction`]: direction files (safetensors, npy, GGUF control
 //!   vectors), read to an f32 basis and hashed for provenance;
+//! - [`policy`]: intervention policies in the forward pass: the host
+//!   observes, the policy (a plugin) decides, the host applies;
 //! - [`spec`]: the command-line form `layer=10,mode=subtract,direction=FILE`,
 //!   resolved against a model into an [`Intervention`].
 //!
@@ -14,6 +16,7 @@
 //! so a reader can tell.
 
 pub mod direction;
+pub mod policy;
 pub mod primitive;
 pub mod spec;
 
@@ -97,4 +100,7 @@ pub enum InterveneError {
     },
     #[error("tensor computation failed: {0}")]
     Compute(#[from] candle_core::Error),
+    /// An intervention policy failed or returned what cannot be applied.
+    #[error("{0}")]
+    Policy(String),
 }

@@ -197,6 +197,9 @@ fn check_import(import: &str, world: World) -> Result<(), ComponentProblem> {
 
 /// Top-level import and export names of a component.
 fn names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ComponentProblem> {
+    if bytes.is_empty() {
+        return Err(ComponentProblem::NotAComponent("the file is empty".into()));
+    }
     let bad =
         |e: wasmparser::BinaryReaderError| ComponentProblem::NotAComponent(e.message().to_owned());
     let mut imports = Vec::new();
@@ -225,11 +228,6 @@ fn names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ComponentProblem> {
             }
             _ => {}
         }
-    }
-    if depth == 0 && imports.is_empty() && exports.is_empty() && bytes.len() < 8 {
-        return Err(ComponentProblem::NotAComponent(
-            "the file is empty or truncated".into(),
-        ));
     }
     Ok((imports, exports))
 }

@@ -4,7 +4,11 @@
 
 use wasmtime::Store;
 
-use crate::intervene::primitive::{Direction, Intervention, Mode, Positions};
+use std::collections::BTreeMap;
+
+pub use crate::intervene::policy::{Observation, PolicyOp};
+use crate::intervene::policy::{StepPolicy, Watch};
+use crate::intervene::primitive::{Direction, Mode};
 
 use super::bindings::policy as b;
 use super::error::{Failure, PluginError};
@@ -26,56 +30,6 @@ pub struct DirectionNeed {
 pub struct PolicyInfo {
     pub plugin: PluginInfo,
     pub directions: Vec<DirectionNeed>,
-}
-
-/// Per-token projections of one layer's activation onto one direction.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
-    pub layer: usize,
-    pub direction: String,
-    /// Absolute position of the first token.
-    pub offset: usize,
-    pub projections: Vec<f32>,
-}
-
-/// One checked op, ready to become an [`Intervention`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct PolicyOp {
-    pub layer: usize,
-    pub direction: String,
-    pub mode: Mode,
-    pub alpha: f32,
-    pub value: Option<f32>,
-    /// Absolute token positions (sorted, unique).
-    pub positions: Vec<usize>,
-}
-
-impl PolicyOp {
-    /// The native interventions that carry out this op: one per run of
-    /// consecutive positions.
-    pub fn interventions(&self, direction: &Direction) -> Vec<Intervention> {
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for &p in &self.positions {
-            match runs.last_mut() {
-                Some((_, end)) if *end == p => *end = p + 1,
-                _ => runs.push((p, p + 1)),
-            }
-        }
-        runs.into_iter()
-            .map(|(start, end)| Intervention {
-                layer: self.layer,
-                mode: self.mode,
-                direction: direction.clone(),
-                alpha: self.alpha,
-                value: self.value,
-                positions: Positions::Range {
-                    start,
-                    end: Some(end),
-                },
-                condition: None,
-            })
-            .collect()
-    }
 }
 
 /// A loaded, configured intervention policy.
@@ -337,5 +291,74 @@ fn mode_from(m: wp::Mode) -> Mode {
         wp::Mode::SubspaceAdd => Mode::SubspaceAdd,
         wp::Mode::Clamp => Mode::Clamp,
         wp::Mode::Steer => Mode::Steer,
+    }
+}
+
+impl Policy {
+    /// A live instance bound to direction vectors by name, ready to run in
+    /// the forward pass. Each direction is scaled to unit norm: a policy's
+    /// observations are projections onto unit directions, and its ops act
+    /// on the same unit vectors.
+    pub fn bind(
+        &self,
+        directions: &BTreeMap<String, Direction>,
+    ) -> Result<PolicyRun<'_>, PluginError> {
+        let mut watches = Vec::new();
+        for need in &self.info.directions {
+            let d = directions.get(&need.name).ok_or_else(|| {
+                PluginError::Sandbox(format!(
+                    "policy {} needs direction `{}`; bind it to a file (`--policy-direction {}=FILE`)",
+                    self.info.plugin.name, need.name, need.name
+                ))
+            })?;
+            if d.norms.len() != 1 || d.norms[0] <= 0.0 {
+                return Err(PluginError::Sandbox(format!(
+                    "direction `{}` ({}) must be one non-zero vector for a policy",
+                    need.name, d.source
+                )));
+            }
+            let unit = d
+                .basis
+                .affine(1.0 / f64::from(d.norms[0]), 0.0)
+                .and_then(|t| {
+                    Direction::new(&d.source, &d.tensor, &d.file_sha256, None, &t)
+                        .map_err(|e| candle_core::Error::Msg(e.to_string()))
+                })
+                .map_err(|e| PluginError::Sandbox(format!("direction `{}`: {e}", need.name)))?;
+            watches.push(Watch {
+                name: need.name.clone(),
+                layers: need.layers.clone(),
+                direction: unit,
+            });
+        }
+        Ok(PolicyRun {
+            describe: format!(
+                "{} {} (sha256 {})",
+                self.info.plugin.name, self.info.plugin.version, self.plugin.sha256
+            ),
+            session: self.session()?,
+            watches,
+        })
+    }
+}
+
+/// A policy instance bound to its directions: what the executor calls.
+pub struct PolicyRun<'a> {
+    describe: String,
+    session: PolicySession<'a>,
+    watches: Vec<Watch>,
+}
+
+impl StepPolicy for PolicyRun<'_> {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn watches(&self) -> &[Watch] {
+        &self.watches
+    }
+
+    fn decide(&mut self, observations: &[Observation]) -> Result<Vec<PolicyOp>, String> {
+        self.session.decide(observations).map_err(|e| e.to_string())
     }
 }

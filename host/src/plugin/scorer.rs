@@ -1,7 +1,7 @@
 //! Scorers: the host builds a small view of each trace, the plugin returns
 //! metrics, the host checks every value against what the plugin declared.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -357,16 +357,18 @@ fn check_metrics(
             specs.len()
         ));
     }
-    let mut seen = BTreeSet::new();
+    let batch: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let declared: HashSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    let mut seen = HashSet::with_capacity(metrics.len());
     let mut out = Vec::with_capacity(metrics.len());
     for m in metrics {
-        if !specs.iter().any(|s| s.name == m.name) {
+        if !declared.contains(m.name.as_str()) {
             return Err(format!(
                 "metric {:?} was not declared by describe",
                 truncate(&m.name)
             ));
         }
-        if !ids.contains(&m.trace_id) {
+        if !batch.contains(m.trace_id.as_str()) {
             return Err(format!(
                 "metric {} names trace {:?}, which is not in the batch",
                 m.name,

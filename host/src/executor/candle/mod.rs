@@ -11,6 +11,7 @@ pub use session::{CandleSession, Effect, RunHook, Site};
 
 use super::{Executor, ExecutorError, ModelDims, ModelSpec, PromptForm, RunOptions, TraceOutput};
 use crate::intervene::Intervention;
+use crate::intervene::policy::StepPolicy;
 use crate::model::LoadedModel;
 use crate::model::chat::Message;
 use crate::trace::{
@@ -154,7 +155,19 @@ impl CandleExecutor {
         request: &TraceRequest,
         options: &RunOptions,
     ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options)
+        trace::run(self, request, options, None)
+    }
+
+    /// [`CandleExecutor::trace`] with an intervention policy deciding ops
+    /// after its watched blocks, in prefill and every decode step; the trace
+    /// records what it did as an intervention_result labelled `policy`.
+    pub fn trace_with_policy(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+        policy: &mut dyn StepPolicy,
+    ) -> Result<TraceOutput, ExecutorError> {
+        trace::run(self, request, options, Some(policy))
     }
 
     pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {

@@ -6,6 +6,7 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
+use crate::intervene::policy::{self, PolicyLog, StepPolicy};
 use crate::intervene::{Intervention, Outcome};
 use crate::model::ModelError;
 use crate::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming};
@@ -76,6 +77,9 @@ pub struct RunHook<'a> {
     pub block_outputs: bool,
     pub kept: Vec<Kept>,
     pub intervene_ns: u64,
+    /// A policy deciding ops after its watched blocks, and what it did.
+    pub policy: Option<&'a mut dyn StepPolicy>,
+    pub policy_log: PolicyLog,
     prefill: bool,
 }
 
@@ -88,6 +92,8 @@ impl<'a> RunHook<'a> {
             block_outputs: false,
             kept: Vec::new(),
             intervene_ns: 0,
+            policy: None,
+            policy_log: PolicyLog::default(),
             prefill: true,
         }
     }
@@ -112,6 +118,21 @@ impl BlockHook for RunHook<'_> {
             self.effects[i].add(&out, v.offset, self.prefill);
             if let Some(h) = out.hidden {
                 replaced = Some(h);
+            }
+        }
+        if let Some(policy) = self.policy.as_deref_mut() {
+            let current = replaced.as_ref().unwrap_or(resid);
+            let changed = policy::step(
+                policy,
+                &mut self.policy_log,
+                v.layer,
+                v.offset,
+                self.prefill,
+                current,
+            )
+            .map_err(|e| ModelError::Hook(format!("policy at layer {}: {e}", v.layer)))?;
+            if changed.is_some() {
+                replaced = changed;
             }
         }
         self.intervene_ns += start.elapsed().as_nanos() as u64;
@@ -175,6 +196,16 @@ impl<'a> CandleSession<'a> {
         self.hook.prefill = false;
         self.hook.observe.clear();
         Ok(logits)
+    }
+
+    /// Lets `policy` decide ops after the blocks it watches, in every pass.
+    pub fn set_policy(&mut self, policy: &'a mut dyn StepPolicy) {
+        self.hook.policy = Some(policy);
+    }
+
+    /// What the policy did so far, if there is one.
+    pub fn policy_log(&self) -> Option<&PolicyLog> {
+        self.hook.policy.as_ref().map(|_| &self.hook.policy_log)
     }
 
     /// What each intervention did so far.

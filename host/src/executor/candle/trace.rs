@@ -11,6 +11,7 @@ use super::session::{CandleSession, Effect};
 use super::{CandleExecutor, resident_bytes};
 use crate::executor::generate::generate;
 use crate::executor::{ExecutorError, PromptForm, RunOptions, TraceOutput};
+use crate::intervene::policy::StepPolicy;
 use crate::model::ModelError;
 use crate::model::llama::{LogitsAt, Matrix, log_softmax};
 use crate::trace::{
@@ -67,6 +68,7 @@ pub(super) fn run(
     exec: &CandleExecutor,
     request: &TraceRequest,
     options: &RunOptions,
+    policy: Option<&mut dyn StepPolicy>,
 ) -> Result<TraceOutput, ExecutorError> {
     check(exec, request, options)?;
     let device = exec.device_name.clone();
@@ -153,6 +155,12 @@ pub(super) fn run(
     // prepare_batch: the session, its cache and hook.
     let start = Instant::now();
     let mut session: CandleSession<'_> = exec.session(&options.interventions);
+    if let Some(p) = policy {
+        for w in p.watches() {
+            exec.model.model.check_layers(&w.layers)?;
+        }
+        session.set_policy(p);
+    }
     let observe = request.wants(K::Activation);
     if observe {
         session.hook.observe = request.layers.clone();
@@ -358,8 +366,23 @@ pub(super) fn run(
         generation = Some(g);
     }
 
-    // intervene: what each intervention did over prefill and decode.
-    if !options.interventions.is_empty() {
+    // intervene: what each intervention (and the policy) did over prefill and decode.
+    let policy_record = session.policy_log().cloned().map(|log| {
+        let who = session.hook.policy.as_ref().map(|p| p.describe()).unwrap_or_default();
+        let watches: Vec<serde_json::Value> = session
+            .hook
+            .policy
+            .as_ref()
+            .map(|p| {
+                p.watches()
+                    .iter()
+                    .map(|w| serde_json::json!({"name": w.name, "layers": w.layers, "direction": w.direction.source, "sha256": w.direction.file_sha256}))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (who, serde_json::json!({"policy": session.hook.policy.as_ref().map(|p| p.describe()), "watches": watches, "log": log}))
+    });
+    if !options.interventions.is_empty() || policy_record.is_some() {
         let seen: usize = session.effects().iter().map(|e| e.positions.len()).sum();
         let mut p = StageProfile {
             duration_ns: session.hook.intervene_ns,
@@ -384,6 +407,15 @@ pub(super) fn run(
                 ArtifactData::Record { value },
                 Some(iv.layer),
                 labels(&[("mode", &iv.mode.to_string())]),
+            );
+        }
+        if let Some((who, value)) = policy_record {
+            b.artifact_with(
+                &span,
+                K::InterventionResult,
+                ArtifactData::Record { value },
+                None,
+                labels(&[("policy", &who)]),
             );
         }
     } else if request.wants(K::InterventionResult) {
