@@ -461,6 +461,7 @@ fn attack(
     attack: &str,
     sandbox: SandboxOptions,
 ) -> (Result<ScoreOutcome, PluginError>, Duration) {
+    let deadline = sandbox.deadline;
     let s = Scorer::new(
         load(host, "vauban-test-evil"),
         &format!(r#"{{"attack": "{attack}"}}"#),
@@ -471,6 +472,8 @@ fn attack(
     let start = Instant::now();
     let r = s.score(&[&t], None);
     let took = start.elapsed();
+    // Every attack ends, one way or another, within twice the deadline.
+    assert!(took < 2 * deadline, "{attack} took {took:?}");
     let good = scorer(host, "vauban-plugin-refusal", "{}")
         .score(&[&t], None)
         .unwrap();
@@ -659,6 +662,13 @@ fn malformed_results_are_typed_errors() {
         assert_eq!(f.kind(), "malformed_result", "{name}");
         assert!(f.to_string().contains(expect), "{name}: {f}");
     }
+}
+
+#[test]
+fn scorers_see_metrics_recorded_in_the_trace() {
+    let host = host();
+    let (r, _) = attack(&host, "echo_metrics", SandboxOptions::default());
+    assert_eq!(value(&r.unwrap(), "t0", "value"), Some(0.25));
 }
 
 #[test]

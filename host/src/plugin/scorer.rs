@@ -457,6 +457,13 @@ fn view(t: &Trace, tensors: Option<&dyn TensorSource>) -> ws::TraceView {
         completion_tokens: ids("completion"),
         completion_logprobs,
         tensors: tensor_infos,
+        metrics: t
+            .artifacts_of(ArtifactKind::Metric)
+            .filter_map(|a| match &a.data {
+                ArtifactData::Scalar { name, value, .. } => Some((name.clone(), *value)),
+                _ => None,
+            })
+            .collect(),
         kinds: t.coverage().into_iter().map(wit::kind_to).collect(),
     }
 }

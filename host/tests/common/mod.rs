@@ -122,7 +122,7 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
         expected_behavior: expected.map(str::to_owned),
         text: Some("A question".into()),
         token_ids: None,
-        observe: vec![K::Text],
+        observe: vec![K::Text, K::Metric],
         layers: vec![],
         raw_tensors: false,
     };
@@ -151,6 +151,16 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
         },
         None,
         role("completion"),
+    );
+    // A metric recorded with the trace (an external judge's score, say).
+    b.artifact(
+        &span,
+        K::Metric,
+        ArtifactData::Scalar {
+            name: "judge_score".into(),
+            value: 0.25,
+            unit: None,
+        },
     );
     b.finish().expect("fixture trace is valid")
 }

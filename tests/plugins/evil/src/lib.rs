@@ -115,6 +115,15 @@ impl Guest for Evil {
                     recurse(0, &mut sink) as f64,
                 )])
             }
+            "echo_metrics" => {
+                let sum: f64 = t
+                    .metrics
+                    .iter()
+                    .filter(|(n, _)| n == "judge_score")
+                    .map(|(_, v)| v)
+                    .sum();
+                Ok(vec![scorer::metric(t, "value", sum)])
+            }
             "nan" => Ok(vec![scorer::metric(t, "value", f64::NAN)]),
             "flood" => Ok((0..100_000)
                 .map(|_| scorer::metric(t, "value", 1.0))
