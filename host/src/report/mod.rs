@@ -1,9 +1,12 @@
 //! What the evidence allows a report to claim.
 //!
 //! - [`access`]: the access level and the strongest claim the traces allow
-//!   (DESIGN.md section 5).
+//!   (DESIGN.md section 5);
+//! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
+//!   bootstrap, KL divergence) for baseline-versus-candidate deltas.
 
 pub mod access;
+pub mod stats;
 
 pub use access::{
     Access, AccessError, AccessLevel, ClaimStrength, Evidence, InterventionRef, KindCoverage, Side,

@@ -1,0 +1,220 @@
+//! Paired statistics for baseline-versus-candidate comparisons: Wilson
+//! intervals for rates, McNemar's exact test for paired binary outcomes, a
+//! seeded paired bootstrap for continuous metrics, and the KL divergence
+//! between next-token distributions.
+
+use rand::{Rng as _, SeedableRng as _};
+use serde::Serialize;
+
+/// The two-sided 95% normal quantile.
+pub const Z95: f64 = 1.959_963_984_540_054;
+
+/// Wilson score interval for `successes` out of `n` at normal quantile `z`.
+/// `None` when `n` is 0 or `successes > n`.
+pub fn wilson(successes: u64, n: u64, z: f64) -> Option<(f64, f64)> {
+    if n == 0 || successes > n {
+        return None;
+    }
+    let (k, n) = (successes as f64, n as f64);
+    let p = k / n;
+    let z2 = z * z;
+    let denom = 1.0 + z2 / n;
+    let center = (p + z2 / (2.0 * n)) / denom;
+    let margin = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    Some(((center - margin).max(0.0), (center + margin).min(1.0)))
+}
+
+/// McNemar's exact test: the two-sided binomial p-value of `b` pairs that
+/// went one way (baseline 1, candidate 0) against `c` that went the other,
+/// under p = 1/2. 1 when there are no discordant pairs.
+pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
+    let n = b + c;
+    if n == 0 {
+        return 1.0;
+    }
+    // Σ_{i ≤ min(b, c)} C(n, i) / 2^n, in log space so large n stays finite.
+    let k = b.min(c);
+    let ln_half_n = -(n as f64) * std::f64::consts::LN_2;
+    let mut ln_c = 0.0; // ln C(n, 0)
+    let mut tail = 0.0;
+    for i in 0..=k {
+        if i > 0 {
+            ln_c += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        tail += (ln_c + ln_half_n).exp();
+    }
+    (2.0 * tail).min(1.0)
+}
+
+/// Paired bootstrap percentile interval of the mean of `candidate − baseline`
+/// at `level` (0.95), from `resamples` resamples drawn with a ChaCha8
+/// stream seeded by `seed` (the same inputs and seed give the same interval).
+/// `None` for unequal or empty inputs.
+pub fn paired_bootstrap(
+    baseline: &[f64],
+    candidate: &[f64],
+    resamples: usize,
+    level: f64,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    if baseline.len() != candidate.len() || baseline.is_empty() || resamples == 0 {
+        return None;
+    }
+    let diffs: Vec<f64> = candidate.iter().zip(baseline).map(|(c, b)| c - b).collect();
+    let n = diffs.len();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut means: Vec<f64> = (0..resamples)
+        .map(|_| (0..n).map(|_| diffs[rng.random_range(0..n)]).sum::<f64>() / n as f64)
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let alpha = (1.0 - level) / 2.0;
+    let at = |q: f64| means[((q * resamples as f64).floor() as usize).min(resamples - 1)];
+    Some((at(alpha), at(1.0 - alpha)))
+}
+
+/// KL(P ‖ Q) in nats between two distributions given as log-probabilities
+/// over the same support. `None` when the lengths differ or a value is NaN.
+pub fn kl_divergence(p_log: &[f32], q_log: &[f32]) -> Option<f64> {
+    if p_log.len() != q_log.len() || p_log.iter().chain(q_log).any(|v| v.is_nan()) {
+        return None;
+    }
+    Some(
+        p_log
+            .iter()
+            .zip(q_log)
+            .filter(|(p, _)| p.is_finite())
+            .map(|(&p, &q)| {
+                let (p, q) = (f64::from(p), f64::from(q));
+                p.exp() * (p - q)
+            })
+            .sum(),
+    )
+}
+
+/// How a change reads, given which direction is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Quality {
+    Improved,
+    Regressed,
+    Unchanged,
+    /// The metric has no better direction.
+    Neutral,
+}
+
+/// The direction of a metric that is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    Higher,
+    Lower,
+    Neither,
+}
+
+/// Labels a delta: unchanged when the interval (if any) contains 0 or the
+/// delta is 0; otherwise improved or regressed by polarity.
+pub fn quality(delta: f64, interval: Option<(f64, f64)>, better: Better) -> Quality {
+    let unchanged = delta == 0.0 || interval.is_some_and(|(lo, hi)| lo <= 0.0 && hi >= 0.0);
+    match (better, unchanged) {
+        (Better::Neither, _) => Quality::Neutral,
+        (_, true) => Quality::Unchanged,
+        (Better::Higher, false) if delta > 0.0 => Quality::Improved,
+        (Better::Lower, false) if delta < 0.0 => Quality::Improved,
+        _ => Quality::Regressed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() < tol
+    }
+
+    #[test]
+    fn wilson_matches_the_hand_computed_interval() {
+        // 8/10: p̂ = 0.8, z² = 3.8415; centre 0.99207/1.38415 = 0.71674,
+        // margin 1.96·√0.0256037/1.38415 = 0.22658 → [0.49016, 0.94332].
+        let (lo, hi) = wilson(8, 10, Z95).unwrap();
+        assert!(
+            close(lo, 0.490_16, 1e-4) && close(hi, 0.943_32, 1e-4),
+            "{lo} {hi}"
+        );
+        // 0/20 keeps a non-zero upper bound: z²/(n + z²) = 0.16113.
+        let (lo, hi) = wilson(0, 20, Z95).unwrap();
+        assert_eq!(lo, 0.0);
+        assert!(close(hi, 0.161_13, 1e-4), "{hi}");
+        assert_eq!(wilson(1, 0, Z95), None);
+        assert_eq!(wilson(3, 2, Z95), None);
+    }
+
+    #[test]
+    fn mcnemar_matches_the_binomial_tail() {
+        // b = 1, c = 9: 2·(C(10,0) + C(10,1))/2^10 = 22/1024.
+        assert!(close(mcnemar_exact(1, 9), 22.0 / 1024.0, 1e-12));
+        assert!(close(mcnemar_exact(9, 1), 22.0 / 1024.0, 1e-12));
+        // b = 0, c = 5: 2/32.
+        assert!(close(mcnemar_exact(0, 5), 0.0625, 1e-12));
+        assert_eq!(mcnemar_exact(4, 4), 1.0);
+        assert_eq!(mcnemar_exact(0, 0), 1.0);
+        // Large n stays finite: b = 400, c = 600 is far in the tail.
+        let p = mcnemar_exact(400, 600);
+        assert!(p > 0.0 && p < 1e-9, "{p}");
+    }
+
+    #[test]
+    fn bootstrap_is_seeded_and_matches_a_case_worked_by_hand() {
+        // Differences [0, 1]: resampled means are 0, 0.5, 1 with
+        // probabilities 1/4, 1/2, 1/4, so the 95% percentile interval is [0, 1].
+        let (lo, hi) = paired_bootstrap(&[0.0, 0.0], &[0.0, 1.0], 4000, 0.95, 7).unwrap();
+        assert_eq!((lo, hi), (0.0, 1.0));
+        // A constant difference gives a point interval at that difference.
+        let b = [1.0, 2.0, 3.0, 4.0];
+        let c = [1.5, 2.5, 3.5, 4.5];
+        assert_eq!(paired_bootstrap(&b, &c, 500, 0.95, 1), Some((0.5, 0.5)));
+        // Same seed, same interval; it brackets the observed mean difference.
+        let b: Vec<f64> = (0..50).map(|i| (i % 7) as f64).collect();
+        let c: Vec<f64> = (0..50)
+            .map(|i| (i % 7) as f64 + ((i * 37) % 101) as f64 / 101.0 - 0.3)
+            .collect();
+        let x = paired_bootstrap(&b, &c, 2000, 0.95, 42).unwrap();
+        assert_eq!(x, paired_bootstrap(&b, &c, 2000, 0.95, 42).unwrap());
+        assert_ne!(x, paired_bootstrap(&b, &c, 2000, 0.95, 43).unwrap());
+        let mean = c.iter().zip(&b).map(|(c, b)| c - b).sum::<f64>() / 50.0;
+        assert!(x.0 < mean && mean < x.1, "{x:?} {mean}");
+        assert_eq!(paired_bootstrap(&b, &c[..3], 10, 0.95, 0), None);
+    }
+
+    #[test]
+    fn kl_matches_the_hand_computed_value() {
+        // P = (0.5, 0.5), Q = (0.9, 0.1): 0.5·ln(0.5/0.9) + 0.5·ln(0.5/0.1) = 0.5108256.
+        let p = [0.5f32.ln(), 0.5f32.ln()];
+        let q = [0.9f32.ln(), 0.1f32.ln()];
+        assert!(close(kl_divergence(&p, &q).unwrap(), 0.510_825_6, 1e-6));
+        assert!(close(kl_divergence(&p, &p).unwrap(), 0.0, 1e-12));
+        // A token P never emits (log 0) contributes nothing.
+        let p0 = [0.0f32, f32::NEG_INFINITY];
+        assert!(close(kl_divergence(&p0, &q).unwrap(), -(0.9f64.ln()), 1e-6));
+        assert_eq!(kl_divergence(&p, &q[..1]), None);
+        assert_eq!(kl_divergence(&[f32::NAN, 0.0], &q), None);
+    }
+
+    #[test]
+    fn quality_follows_polarity_and_the_interval() {
+        assert_eq!(
+            quality(0.2, Some((0.1, 0.3)), Better::Higher),
+            Quality::Improved
+        );
+        assert_eq!(
+            quality(0.2, Some((0.1, 0.3)), Better::Lower),
+            Quality::Regressed
+        );
+        assert_eq!(quality(-0.2, None, Better::Lower), Quality::Improved);
+        assert_eq!(
+            quality(0.2, Some((-0.1, 0.3)), Better::Higher),
+            Quality::Unchanged
+        );
+        assert_eq!(quality(0.0, None, Better::Higher), Quality::Unchanged);
+        assert_eq!(quality(0.2, None, Better::Neither), Quality::Neutral);
+    }
+}
