@@ -420,8 +420,8 @@ fn claims_default_claims_significant_deltas_within_the_cap() {
 
 #[test]
 fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
-    // The claim is structurally valid; the report's epistemic check (issue
-    // #5) downgrades it. Here: the host passes it through unaltered.
+    // The claim is structurally valid, so the mapper passes it through;
+    // the epistemic check then downgrades it.
     let host = host();
     let m = ClaimMapper::new(
         load(&host, "vauban-test-overclaim"),
@@ -432,6 +432,36 @@ fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
     let claims = m.propose(&evidence(0.001)).unwrap();
     assert_eq!(claims[0].strength, ClaimStrength::ModelChangeAudit);
     assert!(claims[0].evidence.contains(&"no-such-evidence".to_owned()));
+    // The host's check narrows it to what text-level evidence allows.
+    let e = evidence(0.001);
+    let checked = vauban::report::claims::check(&claims[0], &e);
+    assert_eq!(
+        checked.status,
+        vauban::report::claims::ClaimStatus::Downgraded
+    );
+    assert_eq!(checked.strength, ClaimStrength::BlackBoxBehavioralDiff);
+    assert_eq!(checked.evidence, ["d-refusal", "d-ppl"]);
+    assert!(
+        checked
+            .reasons
+            .iter()
+            .any(|r| r.contains("`no-such-evidence`")),
+        "{:?}",
+        checked.reasons
+    );
+    // claims-default's claims pass the same check untouched.
+    let good = ClaimMapper::new(
+        load(&host, "vauban-plugin-claims-default"),
+        "{}",
+        SandboxOptions::default(),
+    )
+    .unwrap();
+    for c in good.propose(&e).unwrap() {
+        assert_eq!(
+            vauban::report::claims::check(&c, &e).status,
+            vauban::report::claims::ClaimStatus::Accepted
+        );
+    }
 }
 
 #[test]

@@ -2,10 +2,13 @@
 //!
 //! - [`access`]: the access level and the strongest claim the traces allow
 //!   (DESIGN.md section 5);
+//! - [`claims`]: the epistemic rule enforced on proposed claims: accepted,
+//!   downgraded or rejected, with reasons;
 //! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
 //!   bootstrap, KL divergence) for baseline-versus-candidate deltas.
 
 pub mod access;
+pub mod claims;
 pub mod stats;
 
 pub use access::{
