@@ -4,11 +4,14 @@
 //!   (DESIGN.md section 5);
 //! - [`claims`]: the epistemic rule enforced on proposed claims: accepted,
 //!   downgraded or rejected, with reasons;
+//! - [`deltas`]: one metric's paired comparison (means, delta, bootstrap
+//!   interval, McNemar or sign-flip p-value), as claim mappers see it;
 //! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
 //!   bootstrap, KL divergence) for baseline-versus-candidate deltas.
 
 pub mod access;
 pub mod claims;
+pub mod deltas;
 pub mod stats;
 
 pub use access::{
