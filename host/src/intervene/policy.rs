@@ -125,17 +125,12 @@ pub fn step(
     prefill: bool,
     h: &Tensor,
 ) -> Result<Option<Tensor>, InterveneError> {
-    let watched: Vec<Watch> = policy
+    let mut observations = Vec::new();
+    for w in policy
         .watches()
         .iter()
         .filter(|w| w.layers.contains(&layer))
-        .cloned()
-        .collect();
-    if watched.is_empty() {
-        return Ok(None);
-    }
-    let mut observations = Vec::with_capacity(watched.len());
-    for w in &watched {
+    {
         let probe = Intervention {
             layer,
             mode: Mode::Project,
@@ -153,17 +148,24 @@ pub fn step(
             projections: out.projections.iter().map(|p| p[0]).collect(),
         });
     }
+    if observations.is_empty() {
+        return Ok(None);
+    }
     log.decisions += 1;
     let ops = policy
         .decide(&observations)
         .map_err(|e| InterveneError::Policy(format!("policy {}: {e}", policy.describe())))?;
     let mut current: Option<Tensor> = None;
     for op in &ops {
-        let w = watched
+        let w = policy
+            .watches()
             .iter()
-            .find(|w| w.name == op.direction)
+            .find(|w| w.name == op.direction && w.layers.contains(&layer))
             .ok_or_else(|| {
-                InterveneError::Policy(format!("op names unwatched direction {}", op.direction))
+                InterveneError::Policy(format!(
+                    "op names direction {}, which is not watched at layer {layer}",
+                    op.direction
+                ))
             })?;
         for iv in op.interventions(&w.direction) {
             let out = iv.apply(current.as_ref().unwrap_or(h), offset)?;

@@ -3,7 +3,6 @@
 //! supports them is the report's check (DESIGN.md section 5).
 
 use serde::{Deserialize, Serialize};
-use wasmtime::Store;
 
 use crate::report::access::ClaimStrength;
 use crate::trace::ArtifactKind;
@@ -13,7 +12,7 @@ use super::error::{Failure, PluginError};
 use super::host::Plugin;
 use super::sandbox::{SandboxOptions, SandboxState};
 use super::scorer::PluginInfo;
-use super::{World, call, check_info, guest_failure};
+use super::{Live, World, check_info, provisional_info, typed_pre};
 
 use b::exports::vauban::plugin::claim_mapper as wc;
 
@@ -73,40 +72,28 @@ pub struct ClaimMapper {
 const MAX_CLAIMS: usize = 1000;
 
 impl ClaimMapper {
+    /// Configures and describes the plugin once, so a bad config fails here.
     pub fn new(
         plugin: Plugin,
         config_json: &str,
         sandbox: SandboxOptions,
     ) -> Result<ClaimMapper, PluginError> {
         plugin.expect_world(World::ClaimMapper)?;
-        let pre =
-            b::ClaimMapperPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
-                path: plugin.path.clone(),
-                message: format!("{e:#}"),
-            })?;
+        let pre = typed_pre(&plugin, b::ClaimMapperPluginPre::new)?;
         let mut m = ClaimMapper {
-            info: PluginInfo {
-                name: plugin.path.display().to_string(),
-                version: String::new(),
-                description: String::new(),
-            },
+            info: provisional_info(&plugin),
             plugin,
             pre,
             config_json: config_json.to_owned(),
             sandbox,
         };
-        let (mut store, inst) = m.start()?;
-        m.configure(&mut store, &inst)?;
-        let raw = call(&m.info.name, "describe", &mut store, &m.sandbox, |s| {
-            inst.vauban_plugin_claim_mapper().call_describe(s)
-        })?;
-        let info = PluginInfo {
-            name: raw.name,
-            version: raw.version,
-            description: raw.description,
-        };
-        check_info(&info)
-            .map_err(|msg| fail(&m.info.name, "describe", Failure::Malformed(msg), &store))?;
+        let mut live = m.start()?;
+        let info: PluginInfo = live
+            .call("describe", |s, i| {
+                i.vauban_plugin_claim_mapper().call_describe(s)
+            })?
+            .into();
+        check_info(&info).map_err(|msg| live.fail("describe", Failure::Malformed(msg)))?;
         m.info = info;
         Ok(m)
     }
@@ -121,81 +108,45 @@ impl ClaimMapper {
 
     /// Proposes claims from `evidence` in a fresh instance.
     pub fn propose(&self, evidence: &EvidenceSet) -> Result<Vec<ProposedClaim>, PluginError> {
-        let (mut store, inst) = self.start()?;
-        self.configure(&mut store, &inst)?;
+        let mut live = self.start()?;
         let wire = to_wire(evidence);
-        let r = call(&self.info.name, "propose", &mut store, &self.sandbox, |s| {
-            inst.vauban_plugin_claim_mapper().call_propose(s, &wire)
+        let claims = live.call_checked("propose", |s, i| {
+            i.vauban_plugin_claim_mapper().call_propose(s, &wire)
         })?;
-        let claims =
-            r.map_err(|e| fail(&self.info.name, "propose", guest_failure(e.into()), &store))?;
-        if claims.len() > MAX_CLAIMS {
-            let m = format!("{} claims (at most {MAX_CLAIMS})", claims.len());
-            return Err(fail(
-                &self.info.name,
-                "propose",
-                Failure::Malformed(m),
-                &store,
-            ));
+        let malformed = if claims.len() > MAX_CLAIMS {
+            Some(format!("{} claims (at most {MAX_CLAIMS})", claims.len()))
+        } else if claims
+            .iter()
+            .any(|c| c.statement.trim().is_empty() || c.statement.len() > 2048)
+        {
+            Some("a claim's statement must be 1-2048 bytes".to_owned())
+        } else {
+            None
+        };
+        if let Some(m) = malformed {
+            return Err(live.fail("propose", Failure::Malformed(m)));
         }
-        claims
+        Ok(claims
             .into_iter()
-            .map(|c| {
-                if c.statement.trim().is_empty() || c.statement.len() > 2048 {
-                    let m = "a claim's statement must be 1-2048 bytes".to_owned();
-                    return Err(fail(
-                        &self.info.name,
-                        "propose",
-                        Failure::Malformed(m),
-                        &store,
-                    ));
-                }
-                Ok(ProposedClaim {
-                    statement: c.statement,
-                    strength: strength_from(c.strength),
-                    evidence: c.evidence,
-                    limitations: c.limitations,
-                })
+            .map(|c| ProposedClaim {
+                statement: c.statement,
+                strength: strength_from(c.strength),
+                evidence: c.evidence,
+                limitations: c.limitations,
             })
-            .collect()
+            .collect())
     }
 
-    fn start(&self) -> Result<(Store<SandboxState>, b::ClaimMapperPlugin), PluginError> {
-        let mut store = self.plugin.store(&self.sandbox)?;
-        let inst = call(
-            &self.info.name,
-            "instantiate",
-            &mut store,
-            &self.sandbox,
-            |s| self.pre.instantiate(s),
-        )?;
-        Ok((store, inst))
-    }
-
-    fn configure(
-        &self,
-        store: &mut Store<SandboxState>,
-        inst: &b::ClaimMapperPlugin,
-    ) -> Result<(), PluginError> {
-        let json = &self.config_json;
-        let r = call(&self.info.name, "configure", store, &self.sandbox, |s| {
-            inst.vauban_plugin_claim_mapper().call_configure(s, json)
+    /// A fresh, configured instance.
+    fn start(&self) -> Result<Live<b::ClaimMapperPlugin>, PluginError> {
+        let mut live = Live::start(&self.plugin, &self.info.name, &self.sandbox, |s| {
+            self.pre.instantiate(s)
         })?;
-        r.map_err(|e| fail(&self.info.name, "configure", guest_failure(e.into()), store))
-    }
-}
-
-fn fail(
-    plugin: &str,
-    call: &'static str,
-    failure: Failure,
-    store: &Store<SandboxState>,
-) -> PluginError {
-    PluginError::Call {
-        plugin: plugin.to_owned(),
-        call,
-        failure,
-        stderr: store.data().stderr.contents(),
+        let json = &self.config_json;
+        live.call_checked("configure", |s, i| {
+            i.vauban_plugin_claim_mapper().call_configure(s, json)
+        })?;
+        Ok(live)
     }
 }
 

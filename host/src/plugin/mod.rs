@@ -48,6 +48,100 @@ fn call<T>(
     })
 }
 
+/// One live instance in its own sandboxed store. Every call goes through
+/// [`call`]; after any failure the instance is never entered again.
+struct Live<I> {
+    plugin: String,
+    sandbox: SandboxOptions,
+    store: Store<SandboxState>,
+    instance: I,
+    poisoned: bool,
+}
+
+impl<I> Live<I> {
+    /// A fresh store for `plugin` (named `name` in errors), instantiated.
+    fn start(
+        plugin: &Plugin,
+        name: &str,
+        sandbox: &SandboxOptions,
+        instantiate: impl FnOnce(&mut Store<SandboxState>) -> wasmtime::Result<I>,
+    ) -> Result<Live<I>, PluginError> {
+        let mut store = plugin.store(sandbox)?;
+        let instance = call(name, "instantiate", &mut store, sandbox, instantiate)?;
+        Ok(Live {
+            plugin: name.to_owned(),
+            sandbox: sandbox.clone(),
+            store,
+            instance,
+            poisoned: false,
+        })
+    }
+
+    /// Calls into the guest, unless an earlier call failed.
+    fn call<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce(&mut Store<SandboxState>, &I) -> wasmtime::Result<T>,
+    ) -> Result<T, PluginError> {
+        if self.poisoned {
+            return Err(PluginError::Call {
+                plugin: self.plugin.clone(),
+                call: name,
+                failure: Failure::Poisoned,
+                stderr: String::new(),
+            });
+        }
+        let instance = &self.instance;
+        let r = call(&self.plugin, name, &mut self.store, &self.sandbox, |s| {
+            f(s, instance)
+        });
+        self.poisoned |= r.is_err();
+        r
+    }
+
+    /// [`Live::call`] for entry points returning `result<_, plugin-error>`:
+    /// the plugin's own error becomes a [`Failure::Plugin`].
+    fn call_checked<T, E: Into<GuestError>>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce(&mut Store<SandboxState>, &I) -> wasmtime::Result<Result<T, E>>,
+    ) -> Result<T, PluginError> {
+        let r = self.call(name, f)?;
+        r.map_err(|e| self.fail(name, guest_failure(e.into())))
+    }
+
+    /// The error for a call whose result the host refuses; poisons the instance.
+    fn fail(&mut self, call: &'static str, failure: Failure) -> PluginError {
+        self.poisoned = true;
+        PluginError::Call {
+            plugin: self.plugin.clone(),
+            call,
+            failure,
+            stderr: self.store.data().stderr.contents(),
+        }
+    }
+}
+
+/// A world's typed `InstancePre`, or the compile error naming the plugin.
+fn typed_pre<P>(
+    plugin: &Plugin,
+    make: impl FnOnce(wasmtime::component::InstancePre<SandboxState>) -> wasmtime::Result<P>,
+) -> Result<P, PluginError> {
+    make(plugin.pre.clone()).map_err(|e| PluginError::Compile {
+        path: plugin.path.clone(),
+        message: format!("{e:#}"),
+    })
+}
+
+/// The name a plugin goes by before it has described itself.
+fn provisional_info(plugin: &Plugin) -> scorer::PluginInfo {
+    scorer::PluginInfo {
+        name: plugin.path.display().to_string(),
+        version: String::new(),
+        description: String::new(),
+    }
+}
+
 /// The plugin's own error, whichever world's bindings it came from.
 struct GuestError(GuestErrorKind, String);
 
@@ -74,6 +168,22 @@ macro_rules! guest_error_from {
         }
     )*};
 }
+
+macro_rules! plugin_info_from {
+    ($($path:path),*) => {$(
+        impl From<$path> for scorer::PluginInfo {
+            fn from(i: $path) -> scorer::PluginInfo {
+                scorer::PluginInfo { name: i.name, version: i.version, description: i.description }
+            }
+        }
+    )*};
+}
+
+plugin_info_from!(
+    bindings::scorer::vauban::plugin::types::PluginInfo,
+    bindings::policy::vauban::plugin::types::PluginInfo,
+    bindings::claims::vauban::plugin::types::PluginInfo
+);
 
 guest_error_from!(
     bindings::scorer::vauban::plugin::types::PluginError,

@@ -2,8 +2,6 @@
 //! policy's declared directions, the plugin decides, and the host checks
 //! each op and turns it into the native activation primitive.
 
-use wasmtime::Store;
-
 use std::collections::BTreeMap;
 
 pub use crate::intervene::policy::{Observation, PolicyOp};
@@ -15,7 +13,7 @@ use super::error::{Failure, PluginError};
 use super::host::Plugin;
 use super::sandbox::{SandboxOptions, SandboxState};
 use super::scorer::PluginInfo;
-use super::{World, call, check_info, guest_failure};
+use super::{Live, World, check_info, provisional_info, typed_pre};
 
 use b::exports::vauban::plugin::intervention_policy as wp;
 
@@ -42,25 +40,18 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Configures and describes the plugin once (configure first: the
+    /// directions a policy declares come from its config).
     pub fn new(
         plugin: Plugin,
         config_json: &str,
         sandbox: SandboxOptions,
     ) -> Result<Policy, PluginError> {
         plugin.expect_world(World::InterventionPolicy)?;
-        let pre = b::InterventionPolicyPluginPre::new(plugin.pre.clone()).map_err(|e| {
-            PluginError::Compile {
-                path: plugin.path.clone(),
-                message: format!("{e:#}"),
-            }
-        })?;
+        let pre = typed_pre(&plugin, b::InterventionPolicyPluginPre::new)?;
         let mut policy = Policy {
             info: PolicyInfo {
-                plugin: PluginInfo {
-                    name: plugin.path.display().to_string(),
-                    version: String::new(),
-                    description: String::new(),
-                },
+                plugin: provisional_info(&plugin),
                 directions: Vec::new(),
             },
             plugin,
@@ -68,23 +59,12 @@ impl Policy {
             config_json: config_json.to_owned(),
             sandbox,
         };
-        // Configure first: the directions a policy declares come from its config.
-        let mut s = policy.start()?;
-        let json = policy.config_json.clone();
-        let r = s.guard("configure", |st, i| {
-            i.vauban_plugin_intervention_policy()
-                .call_configure(st, &json)
-        })?;
-        r.map_err(|e| s.fail("configure", guest_failure(e.into())))?;
-        let raw = s.guard("describe", |st, i| {
+        let mut s = policy.session()?;
+        let raw = s.live.call("describe", |st, i| {
             i.vauban_plugin_intervention_policy().call_describe(st)
         })?;
         let info = PolicyInfo {
-            plugin: PluginInfo {
-                name: raw.plugin.name,
-                version: raw.plugin.version,
-                description: raw.plugin.description,
-            },
+            plugin: raw.plugin.into(),
             directions: raw
                 .directions
                 .into_iter()
@@ -94,13 +74,12 @@ impl Policy {
                 })
                 .collect(),
         };
-        check_info(&info.plugin).map_err(|m| s.fail("describe", Failure::Malformed(m)))?;
-        if info.directions.is_empty() || info.directions.len() > 64 {
-            return Err(s.fail(
-                "describe",
-                Failure::Malformed("a policy declares 1 to 64 directions".into()),
-            ));
-        }
+        check_info(&info.plugin)
+            .and_then(|()| match info.directions.len() {
+                1..=64 => Ok(()),
+                _ => Err("a policy declares 1 to 64 directions".into()),
+            })
+            .map_err(|m| s.live.fail("describe", Failure::Malformed(m)))?;
         drop(s);
         policy.info = info;
         Ok(policy)
@@ -116,77 +95,27 @@ impl Policy {
 
     /// One live, configured instance: a generation keeps it for every step.
     pub fn session(&self) -> Result<PolicySession<'_>, PluginError> {
-        let mut s = self.start()?;
-        let json = self.config_json.clone();
-        let r = s.guard("configure", |st, i| {
-            i.vauban_plugin_intervention_policy()
-                .call_configure(st, &json)
+        let mut live = Live::start(&self.plugin, &self.info.plugin.name, &self.sandbox, |s| {
+            self.pre.instantiate(s)
         })?;
-        r.map_err(|e| s.fail("configure", guest_failure(e.into())))?;
-        Ok(s)
-    }
-
-    fn start(&self) -> Result<PolicySession<'_>, PluginError> {
-        let mut store = self.plugin.store(&self.sandbox)?;
-        let instance = call(
-            &self.info.plugin.name,
-            "instantiate",
-            &mut store,
-            &self.sandbox,
-            |s| self.pre.instantiate(s),
-        )?;
-        Ok(PolicySession {
-            policy: self,
-            store,
-            instance,
-            poisoned: false,
-        })
+        let json = &self.config_json;
+        live.call_checked("configure", |st, i| {
+            i.vauban_plugin_intervention_policy()
+                .call_configure(st, json)
+        })?;
+        Ok(PolicySession { policy: self, live })
     }
 }
 
 pub struct PolicySession<'a> {
     policy: &'a Policy,
-    store: Store<SandboxState>,
-    instance: b::InterventionPolicyPlugin,
-    poisoned: bool,
+    live: Live<b::InterventionPolicyPlugin>,
 }
 
 /// Most ops one step may return.
 const MAX_OPS: usize = 1024;
 
 impl PolicySession<'_> {
-    fn guard<T>(
-        &mut self,
-        name: &'static str,
-        f: impl FnOnce(&mut Store<SandboxState>, &b::InterventionPolicyPlugin) -> wasmtime::Result<T>,
-    ) -> Result<T, PluginError> {
-        let plugin = self.policy.info.plugin.name.clone();
-        if self.poisoned {
-            return Err(PluginError::Call {
-                plugin,
-                call: name,
-                failure: Failure::Poisoned,
-                stderr: String::new(),
-            });
-        }
-        let instance = &self.instance;
-        let r = call(&plugin, name, &mut self.store, &self.policy.sandbox, |s| {
-            f(s, instance)
-        });
-        self.poisoned |= r.is_err();
-        r
-    }
-
-    fn fail(&mut self, call: &'static str, failure: Failure) -> PluginError {
-        self.poisoned = true;
-        PluginError::Call {
-            plugin: self.policy.info.plugin.name.clone(),
-            call,
-            failure,
-            stderr: self.store.data().stderr.contents(),
-        }
-    }
-
     /// The ops for one forward step, checked against the observations.
     pub fn decide(&mut self, observations: &[Observation]) -> Result<Vec<PolicyOp>, PluginError> {
         let wire: Vec<wp::Observation> = observations
@@ -198,12 +127,11 @@ impl PolicySession<'_> {
                 projections: o.projections.clone(),
             })
             .collect();
-        let r = self.guard("decide", |s, i| {
+        let ops = self.live.call_checked("decide", |s, i| {
             i.vauban_plugin_intervention_policy().call_decide(s, &wire)
         })?;
-        let ops = r.map_err(|e| self.fail("decide", guest_failure(e.into())))?;
         check_ops(ops, observations, &self.policy.info)
-            .map_err(|m| self.fail("decide", Failure::Malformed(m)))
+            .map_err(|m| self.live.fail("decide", Failure::Malformed(m)))
     }
 }
 
@@ -317,14 +245,13 @@ impl Policy {
                     need.name, d.source
                 )));
             }
-            let unit = d
+            let bad = |e: String| PluginError::Sandbox(format!("direction `{}`: {e}", need.name));
+            let scaled = d
                 .basis
                 .affine(1.0 / f64::from(d.norms[0]), 0.0)
-                .and_then(|t| {
-                    Direction::new(&d.source, &d.tensor, &d.file_sha256, None, &t)
-                        .map_err(|e| candle_core::Error::Msg(e.to_string()))
-                })
-                .map_err(|e| PluginError::Sandbox(format!("direction `{}`: {e}", need.name)))?;
+                .map_err(|e| bad(e.to_string()))?;
+            let unit = Direction::new(&d.source, &d.tensor, &d.file_sha256, None, &scaled)
+                .map_err(|e| bad(e.to_string()))?;
             watches.push(Watch {
                 name: need.name.clone(),
                 layers: need.layers.clone(),

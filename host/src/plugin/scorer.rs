@@ -5,7 +5,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use wasmtime::Store;
 
 use crate::trace::{ArtifactData, ArtifactKind, Trace};
 
@@ -14,7 +13,7 @@ use super::error::{Failure, PluginError};
 use super::host::Plugin;
 use super::sandbox::{SandboxOptions, SandboxState};
 use super::tensors::TensorSource;
-use super::{World, call, check_info, guest_failure, wit};
+use super::{Live, World, check_info, provisional_info, typed_pre, wit};
 
 use b::exports::vauban::plugin::scorer as ws;
 
@@ -94,18 +93,10 @@ impl Scorer {
         sandbox: SandboxOptions,
     ) -> Result<Scorer, PluginError> {
         plugin.expect_world(World::Scorer)?;
-        let pre =
-            b::ScorerPluginPre::new(plugin.pre.clone()).map_err(|e| PluginError::Compile {
-                path: plugin.path.clone(),
-                message: format!("{e:#}"),
-            })?;
+        let pre = typed_pre(&plugin, b::ScorerPluginPre::new)?;
         let mut scorer = Scorer {
             info: ScorerInfo {
-                plugin: PluginInfo {
-                    name: plugin.path.display().to_string(),
-                    version: String::new(),
-                    description: String::new(),
-                },
+                plugin: provisional_info(&plugin),
                 needs: Vec::new(),
                 metrics: Vec::new(),
             },
@@ -147,78 +138,30 @@ impl Scorer {
     pub fn session(&self) -> Result<ScorerSession<'_>, PluginError> {
         let mut s = self.start()?;
         s.configure(&self.config_json)?;
-        s.info = Some(self.info.clone());
         Ok(s)
     }
 
     fn start(&self) -> Result<ScorerSession<'_>, PluginError> {
-        let mut store = self.plugin.store(&self.sandbox)?;
-        let name = self.info.plugin.name.clone();
-        let instance = call(&name, "instantiate", &mut store, &self.sandbox, |s| {
+        let live = Live::start(&self.plugin, &self.info.plugin.name, &self.sandbox, |s| {
             self.pre.instantiate(s)
         })?;
-        Ok(ScorerSession {
-            scorer: self,
-            store,
-            instance,
-            info: None,
-            poisoned: false,
-        })
+        Ok(ScorerSession { scorer: self, live })
     }
 }
 
 /// One live instance of a scorer.
 pub struct ScorerSession<'a> {
     scorer: &'a Scorer,
-    store: Store<SandboxState>,
-    instance: b::ScorerPlugin,
-    info: Option<ScorerInfo>,
-    poisoned: bool,
+    live: Live<b::ScorerPlugin>,
 }
 
 impl ScorerSession<'_> {
-    fn guard<T>(
-        &mut self,
-        name: &'static str,
-        f: impl FnOnce(&mut Store<SandboxState>, &b::ScorerPlugin) -> wasmtime::Result<T>,
-    ) -> Result<T, PluginError> {
-        let plugin = self.scorer.info.plugin.name.clone();
-        if self.poisoned {
-            return Err(PluginError::Call {
-                plugin,
-                call: name,
-                failure: Failure::Poisoned,
-                stderr: String::new(),
-            });
-        }
-        let instance = &self.instance;
-        let r = call(&plugin, name, &mut self.store, &self.scorer.sandbox, |s| {
-            f(s, instance)
-        });
-        if r.is_err() {
-            self.poisoned = true;
-        }
-        r
-    }
-
-    fn fail(&mut self, call: &'static str, failure: Failure) -> PluginError {
-        self.poisoned = true;
-        PluginError::Call {
-            plugin: self.scorer.info.plugin.name.clone(),
-            call,
-            failure,
-            stderr: self.store.data().stderr.contents(),
-        }
-    }
-
     fn describe(&mut self) -> Result<ScorerInfo, PluginError> {
-        let raw = self.guard("describe", |s, i| i.vauban_plugin_scorer().call_describe(s))?;
+        let raw = self
+            .live
+            .call("describe", |s, i| i.vauban_plugin_scorer().call_describe(s))?;
         let info = ScorerInfo {
-            plugin: PluginInfo {
-                name: raw.plugin.name,
-                version: raw.plugin.version,
-                description: raw.plugin.description,
-            },
+            plugin: raw.plugin.into(),
             needs: raw.needs.into_iter().map(wit::kind_from).collect(),
             metrics: raw
                 .metrics
@@ -240,16 +183,16 @@ impl ScorerSession<'_> {
                 })
                 .collect(),
         };
-        check_info(&info.plugin).map_err(|m| self.fail("describe", Failure::Malformed(m)))?;
-        check_specs(&info.metrics).map_err(|m| self.fail("describe", Failure::Malformed(m)))?;
+        check_info(&info.plugin)
+            .and_then(|()| check_specs(&info.metrics))
+            .map_err(|m| self.live.fail("describe", Failure::Malformed(m)))?;
         Ok(info)
     }
 
     fn configure(&mut self, json: &str) -> Result<(), PluginError> {
-        let r = self.guard("configure", |s, i| {
+        self.live.call_checked("configure", |s, i| {
             i.vauban_plugin_scorer().call_configure(s, json)
-        })?;
-        r.map_err(|e| self.fail("configure", guest_failure(e.into())))
+        })
     }
 
     /// Scores one batch on this instance.
@@ -258,10 +201,7 @@ impl ScorerSession<'_> {
         traces: &[&Trace],
         tensors: Option<Arc<dyn TensorSource>>,
     ) -> Result<ScoreOutcome, PluginError> {
-        let info = self
-            .info
-            .clone()
-            .unwrap_or_else(|| self.scorer.info.clone());
+        let info = &self.scorer.info;
         let mut outcome = ScoreOutcome::default();
         let mut views = Vec::with_capacity(traces.len());
         let mut ids = Vec::with_capacity(traces.len());
@@ -274,7 +214,7 @@ impl ScorerSession<'_> {
                 .copied()
                 .collect();
             if missing.is_empty() {
-                views.push(view(t, tensors.as_deref()));
+                views.push(view(t, have, tensors.as_deref()));
                 ids.push(t.id.clone());
             } else {
                 outcome.skipped.push(Skipped {
@@ -286,22 +226,17 @@ impl ScorerSession<'_> {
         if views.is_empty() {
             return Ok(outcome);
         }
-        {
-            let data = self.store.data_mut();
-            data.tensors = tensors;
-            data.open_traces = ids.clone();
-        }
-        let r = self.guard("score", |s, i| {
+        let data = self.live.store.data_mut();
+        data.tensors = tensors;
+        data.open_traces = ids;
+        let r = self.live.call_checked("score", |s, i| {
             i.vauban_plugin_scorer().call_score(s, &views)
         });
-        {
-            let data = self.store.data_mut();
-            data.tensors = None;
-            data.open_traces.clear();
-        }
-        let metrics = r?.map_err(|e| self.fail("score", guest_failure(e.into())))?;
-        outcome.metrics = check_metrics(metrics, &ids, &info.metrics)
-            .map_err(|m| self.fail("score", Failure::Malformed(m)))?;
+        let data = self.live.store.data_mut();
+        data.tensors = None;
+        let ids = std::mem::take(&mut data.open_traces);
+        outcome.metrics = check_metrics(r?, &ids, &info.metrics)
+            .map_err(|m| self.live.fail("score", Failure::Malformed(m)))?;
         Ok(outcome)
     }
 }
@@ -409,7 +344,11 @@ fn by_role<'t>(t: &'t Trace, kind: ArtifactKind, role: &str) -> Option<&'t Artif
 
 /// What the plugin sees of a trace: text, ids, per-token logprobs and
 /// tensor summaries; raw tensors only through `tensors.open`.
-fn view(t: &Trace, tensors: Option<&dyn TensorSource>) -> ws::TraceView {
+fn view(
+    t: &Trace,
+    kinds: BTreeSet<ArtifactKind>,
+    tensors: Option<&dyn TensorSource>,
+) -> ws::TraceView {
     let text = |role| match by_role(t, ArtifactKind::Text, role) {
         Some(ArtifactData::Text { text }) => Some(text.clone()),
         _ => None,
@@ -464,6 +403,6 @@ fn view(t: &Trace, tensors: Option<&dyn TensorSource>) -> ws::TraceView {
                 _ => None,
             })
             .collect(),
-        kinds: t.coverage().into_iter().map(wit::kind_to).collect(),
+        kinds: kinds.into_iter().map(wit::kind_to).collect(),
     }
 }

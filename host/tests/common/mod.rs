@@ -8,6 +8,15 @@ use vauban::trace::{
     SupportLevel, TensorData, Trace, TraceBuilder, TraceRequest,
 };
 
+/// The model every fixture trace names.
+pub fn fixture_model() -> ModelRef {
+    ModelRef {
+        name: "fixture-model".into(),
+        path: None,
+        sha256: Some("0f".repeat(32)),
+    }
+}
+
 pub fn capabilities() -> Capabilities {
     Capabilities::uniform("fixture", &[DeviceKind::Cpu], SupportLevel::Full)
         .with(K::WeightSnapshot, SupportLevel::Unsupported)
@@ -29,11 +38,7 @@ pub fn trace_with_activation(
         layers: vec![1],
         raw_tensors: true,
     };
-    let model = ModelRef {
-        name: "fixture-model".into(),
-        path: None,
-        sha256: Some("0f".repeat(32)),
-    };
+    let model = fixture_model();
     let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
     let profile = |ms: u64, tokens: u64| StageProfile {
         duration_ns: ms * 1_000_000,
@@ -86,11 +91,7 @@ pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
         layers: vec![],
         raw_tensors: false,
     };
-    let model = ModelRef {
-        name: "fixture-model".into(),
-        path: None,
-        sha256: Some("0f".repeat(32)),
-    };
+    let model = fixture_model();
     let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
     let fwd = b.span(
         Stage::Forward,
@@ -126,11 +127,7 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
         layers: vec![],
         raw_tensors: false,
     };
-    let model = ModelRef {
-        name: "fixture-model".into(),
-        path: None,
-        sha256: Some("0f".repeat(32)),
-    };
+    let model = fixture_model();
     let mut b = TraceBuilder::new(id, model, capabilities(), "cpu", request);
     let span = b.span(Stage::Decode, StageProfile::default());
     let role = |r: &str| [("role".to_owned(), r.to_owned())].into_iter().collect();
