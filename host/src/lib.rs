@@ -11,6 +11,7 @@
 pub mod atomic_file;
 pub mod bundle;
 pub mod cli;
+pub mod config;
 pub mod executor;
 pub mod hash;
 pub mod intervene;

@@ -13,7 +13,7 @@ use crate::trace::ArtifactKind;
 use super::access::ClaimStrength;
 
 /// What the host made of a proposed claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimStatus {
     /// As proposed.

@@ -4,6 +4,7 @@
 //!   (DESIGN.md section 5);
 //! - [`claims`]: the epistemic rule enforced on proposed claims: accepted,
 //!   downgraded or rejected, with reasons;
+//! - [`document`]: the report as data (`report.json`), section by section;
 //! - [`deltas`]: one metric's paired comparison (means, delta, bootstrap
 //!   interval, McNemar or sign-flip p-value), as claim mappers see it;
 //! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
@@ -12,6 +13,7 @@
 pub mod access;
 pub mod claims;
 pub mod deltas;
+pub mod document;
 pub mod stats;
 
 pub use access::{

@@ -4,7 +4,7 @@
 //! between next-token distributions.
 
 use rand::{Rng as _, SeedableRng as _};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The two-sided 95% normal quantile.
 pub const Z95: f64 = 1.959_963_984_540_054;
@@ -92,7 +92,7 @@ pub fn kl_divergence(p_log: &[f32], q_log: &[f32]) -> Option<f64> {
 }
 
 /// How a change reads, given which direction is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Quality {
     Improved,
