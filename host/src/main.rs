@@ -22,6 +22,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`vauban trace inspect B | head`) is the reader's choice, not an error.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        // Failed regression gates: the reports are written; exit code 2.
+        Err(err) if err.downcast_ref::<vauban::cli::GatesFailed>().is_some() => {
+            eprintln!("{err}");
+            ExitCode::from(2)
+        }
         Err(err) => {
             eprintln!("error: {}", message(&err));
             ExitCode::FAILURE

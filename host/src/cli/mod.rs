@@ -3,8 +3,12 @@
 //! prints them and exits non-zero.
 
 mod inspect;
+mod measure;
 mod model;
 mod plugin;
+mod run;
+
+pub use run::GatesFailed;
 
 use std::path::PathBuf;
 
@@ -36,6 +40,14 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a config: trace the baseline and the candidate on a prompt
+    /// suite, score, check claims, write report.json/.md/.html. Exit code
+    /// 2 when a regression gate fails (after every report is written).
+    Run(run::RunArgs),
+    /// Build the report from two recorded bundles, with no model (replay).
+    Diff(run::DiffArgs),
+    /// Check a config without running it.
+    Validate(run::ValidateArgs),
     /// Trace a model (`vauban trace --model PATH --prompt … --out BUNDLE`),
     /// or read and check trace bundles (`inspect`, `validate`, `sweep`).
     Trace(TraceArgs),
@@ -45,6 +57,10 @@ pub enum Command {
     /// Change a model's weights and export the result.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Measure a model's refusal direction from a harmful and a harmless
+    /// prompt set (difference of means, layer chosen on held-out prompts)
+    /// and write it as a .safetensors direction file.
+    Measure(measure::MeasureArgs),
     /// Test and inspect WebAssembly plugins (scorers, intervention
     /// policies, claim mappers), offline, in the sandbox.
     #[command(subcommand)]
@@ -141,8 +157,12 @@ impl Cli {
                 Some(TraceCommand::Sweep(args)) => sweep_bundle(args, out),
                 None => model::trace(&t.run, out),
             },
+            Command::Run(args) => run::run(args, out),
+            Command::Diff(args) => run::diff(args, out),
+            Command::Validate(args) => run::validate(args, out),
             Command::Generate(args) => model::generate_text(args, out),
             Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
+            Command::Measure(args) => measure::run(args, out),
             Command::Plugin(command) => plugin::run(command, out),
         }
     }

@@ -44,7 +44,7 @@ fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
 }
 
 impl ModelArgs {
-    fn load(&self) -> anyhow::Result<CandleExecutor> {
+    pub(super) fn load(&self) -> anyhow::Result<CandleExecutor> {
         let Some(path) = &self.model else {
             bail!("--model PATH is required: a .gguf file or an HF model folder");
         };
@@ -402,7 +402,7 @@ fn no_duplicates(layers: &[usize]) -> anyhow::Result<()> {
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal.
-fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+pub(super) fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}]")

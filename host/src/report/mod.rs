@@ -8,12 +8,15 @@
 //! - [`deltas`]: one metric's paired comparison (means, delta, bootstrap
 //!   interval, McNemar or sign-flip p-value), as claim mappers see it;
 //! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
-//!   bootstrap, KL divergence) for baseline-versus-candidate deltas.
+//!   bootstrap, KL divergence) for baseline-versus-candidate deltas;
+//! - [`render`]: the report as Markdown and as self-contained HTML with
+//!   inline SVG plots.
 
 pub mod access;
 pub mod claims;
 pub mod deltas;
 pub mod document;
+pub mod render;
 pub mod stats;
 
 pub use access::{

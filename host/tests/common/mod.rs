@@ -163,6 +163,7 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
 }
 
 pub mod plugins;
+pub mod report_fixture;
 pub mod tiny;
 
 /// The largest absolute value of a tensor.

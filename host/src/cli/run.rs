@@ -1,0 +1,199 @@
+//! `vauban run`, `vauban diff` and `vauban validate`: the report commands.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::pipeline::{self, Plan, Source};
+use crate::report::document::Report;
+
+/// Arguments of `vauban run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The run's config (TOML; see docs/config.md).
+    pub config: PathBuf,
+    /// The output folder (default: the config's `output`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Arguments of `vauban diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline's trace bundle.
+    pub baseline: PathBuf,
+    /// The candidate's trace bundle (same prompts, same ids).
+    pub candidate: PathBuf,
+    /// The config naming the suite, scorers, claim mappers, gates and report settings.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The output folder (default: the config's `output`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Arguments of `vauban validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The config to check.
+    pub config: PathBuf,
+    /// Check the file only: no plugin is loaded.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// Failed regression gates: the reports are written, the exit code is 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{failed} regression gate(s) failed; the reports are written ({files})")]
+pub struct GatesFailed {
+    pub failed: usize,
+    pub files: String,
+}
+
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if a.chars().any(|c| c.is_whitespace() || c == '"') {
+                format!("{a:?}")
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `vauban run CONFIG`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let plan = Plan::from_file(&args.config, args.out.as_deref(), false)?;
+    if let Some(w) = plan.claim_strength_warning() {
+        tracing::warn!("{w}");
+    }
+    finish(pipeline::run(&plan, Source::Live, &command_line())?, out)
+}
+
+/// `vauban diff BASELINE CANDIDATE --config CONFIG`.
+pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let plan = Plan::from_file(&args.config, args.out.as_deref(), true)?;
+    let source = Source::Replay {
+        baseline: args.baseline.clone(),
+        candidate: args.candidate.clone(),
+    };
+    finish(pipeline::run(&plan, source, &command_line())?, out)
+}
+
+fn finish(o: pipeline::Outcome, out: &mut dyn Write) -> anyhow::Result<()> {
+    summary(&o.report, out)?;
+    for f in &o.files {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    if o.failed_gates > 0 {
+        return Err(GatesFailed {
+            failed: o.failed_gates,
+            files: o
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The one-screen summary.
+fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
+    writeln!(out, "{}", r.title)?;
+    writeln!(out, "{}", r.summary.headline)?;
+    writeln!(
+        out,
+        "access     {} (claims up to {}); kinds in both: {}",
+        r.access.level,
+        r.access.claim_strength,
+        r.evidence
+            .kinds_in_both
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    writeln!(out, "deltas")?;
+    for d in r.metric_deltas.iter().filter(|d| d.category.is_none() || d.significant).take(14) {
+        writeln!(
+            out,
+            "  {:<34} {:>9.4} → {:>9.4}  {:+9.4}  p={:<8} {}{}",
+            d.id,
+            d.baseline_mean,
+            d.candidate_mean,
+            d.delta,
+            d.p_value.map_or("–".into(), |p| format!("{p:.3}")),
+            serde_json::to_value(d.quality)?.as_str().unwrap_or_default(),
+            if d.significant { " *" } else { "" }
+        )?;
+    }
+    if let Some(k) = &r.distribution {
+        writeln!(
+            out,
+            "KL         first token {:.4} nats, continuation mean {:.4} nats",
+            k.first_token_kl_mean, k.mean_kl
+        )?;
+    }
+    writeln!(
+        out,
+        "claims     {} accepted, {} downgraded, {} rejected",
+        r.summary.claims_accepted, r.summary.claims_downgraded, r.summary.claims_rejected
+    )?;
+    for c in &r.claims {
+        writeln!(
+            out,
+            "  [{}] {} ({})",
+            serde_json::to_value(c.status)?.as_str().unwrap_or_default(),
+            crate::text::excerpt(&c.statement, 100),
+            c.strength
+        )?;
+    }
+    for g in &r.gates {
+        writeln!(out, "gate       {}: {} ({})", g.name, g.outcome, g.message)?;
+    }
+    for f in &r.evidence.plugin_failures {
+        writeln!(out, "plugin     {} failed at {}: {}", f.plugin, f.stage, f.message)?;
+    }
+    Ok(())
+}
+
+/// `vauban validate CONFIG`.
+pub fn validate(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let plan = Plan::from_file(&args.config, None, false)?;
+    writeln!(
+        out,
+        "{}: {} prompts, {} categories, baseline {}, candidate {}{}",
+        args.config.display(),
+        plan.suite.prompts.len(),
+        plan.suite.categories().len(),
+        plan.baseline.label,
+        plan.candidate.label,
+        plan.candidate
+            .transform
+            .as_ref()
+            .map(|t| format!(" ({})", t.kind.as_str()))
+            .unwrap_or_default()
+    )?;
+    if !args.offline {
+        for line in pipeline::check_plugins(&plan)? {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    writeln!(
+        out,
+        "  expected evidence level at best: {} (claims up to {})",
+        plan.expected_level(),
+        plan.expected_level().strongest_claim()
+    )?;
+    if let Some(w) = plan.claim_strength_warning() {
+        writeln!(out, "  warning: {w}")?;
+    }
+    writeln!(out, "ok")?;
+    Ok(())
+}

@@ -1,0 +1,591 @@
+//! The run config as written (TOML), with errors that point at the file,
+//! line and key, and suggest the nearest valid key for a typo.
+//!
+//! Paths in the file are relative to the file's folder; `~/` and
+//! `${VAR}` / `${VAR:-default}` are expanded (so a config can name
+//! `${VAUBAN_MODELS:-~/.cache/vauban/models}/…`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::suite::Prompt;
+
+/// The whole config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Where reports and traces go (relative to the config file).
+    pub output: PathBuf,
+    /// Seeds the bootstrap, the permutation tests and plugin sandboxes.
+    #[serde(default)]
+    pub seed: u64,
+    pub suite: SuiteSection,
+    #[serde(default)]
+    pub observe: ObserveSection,
+    pub baseline: ModelSection,
+    pub candidate: ModelSection,
+    /// Measures a refusal direction before the run (`vauban measure`).
+    #[serde(default)]
+    pub measure: Option<MeasureSection>,
+    #[serde(default)]
+    pub scorers: Vec<PluginSection>,
+    #[serde(default)]
+    pub claim_mappers: Vec<PluginSection>,
+    #[serde(default)]
+    pub gates: Vec<GateSection>,
+    #[serde(default)]
+    pub report: ReportSection,
+}
+
+/// The prompts: a file, or inline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteSection {
+    /// A `.jsonl` or `.toml` suite file.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    #[serde(default)]
+    pub prompts: Vec<Prompt>,
+}
+
+/// What to record of each run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveSection {
+    /// Record per-token log-probabilities (and logits) of the prompt and the
+    /// completion's tokens; enables the distributional diff and KL.
+    #[serde(default)]
+    pub logprobs: bool,
+    /// Blocks whose residual stream is recorded (activation evidence).
+    #[serde(default)]
+    pub layers: Vec<usize>,
+    /// Keep raw tensors (needed for activation findings), not only summaries.
+    #[serde(default)]
+    pub raw_tensors: bool,
+    /// Record the observed blocks' weights (weight evidence).
+    #[serde(default)]
+    pub weights: bool,
+    /// New tokens per prompt.
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// `chat` (the model's template) or `raw`.
+    #[serde(default)]
+    pub prompt_form: PromptFormName,
+    #[serde(default)]
+    pub system: Option<String>,
+    /// 0 is greedy.
+    #[serde(default)]
+    pub temperature: f32,
+    #[serde(default = "one")]
+    pub top_p: f32,
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// The sampling seed.
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub stop: Vec<String>,
+}
+
+fn default_max_tokens() -> usize {
+    48
+}
+fn one() -> f32 {
+    1.0
+}
+
+impl Default for ObserveSection {
+    fn default() -> Self {
+        ObserveSection {
+            logprobs: false,
+            layers: Vec::new(),
+            raw_tensors: false,
+            weights: false,
+            max_tokens: default_max_tokens(),
+            prompt_form: PromptFormName::Chat,
+            system: None,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: None,
+            seed: 0,
+            stop: Vec::new(),
+        }
+    }
+}
+
+/// How prompt text becomes tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptFormName {
+    #[default]
+    Chat,
+    Raw,
+}
+
+/// One side of the comparison.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// A `.gguf` file or an HF folder.
+    pub model: PathBuf,
+    /// The name the report uses (default: the file name).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// `candle` (the only executor of this build).
+    #[serde(default = "candle")]
+    pub executor: String,
+    /// `cpu`, `cuda`, `cuda:N`, `metal`.
+    #[serde(default = "cpu")]
+    pub device: String,
+    /// `native` or `f32`.
+    #[serde(default = "native")]
+    pub weights: String,
+    /// This side's system message (overrides `observe.system`).
+    #[serde(default)]
+    pub system: Option<String>,
+    /// A change the host applies to the loaded model.
+    #[serde(default)]
+    pub transform: Option<TransformSection>,
+}
+
+fn candle() -> String {
+    "candle".into()
+}
+fn cpu() -> String {
+    "cpu".into()
+}
+fn native() -> String {
+    "native".into()
+}
+
+/// A host-applied transformation of one side's model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformSection {
+    pub kind: TransformKind,
+    /// The direction file (`ablate`, `orthogonalize`); `measured` names the
+    /// `[measure]` section's output.
+    #[serde(default)]
+    pub direction: Option<String>,
+    /// The tensor in the direction file (default: `direction`, or the file's only tensor).
+    #[serde(default)]
+    pub tensor: Option<String>,
+    /// Blocks to act on (default: all).
+    #[serde(default)]
+    pub layers: Vec<usize>,
+    /// Scale of the removal (`ablate`).
+    #[serde(default = "one")]
+    pub alpha: f32,
+    /// Intervention specs (`intervene`), as `--intervene` takes them.
+    #[serde(default)]
+    pub interventions: Vec<String>,
+}
+
+/// What a transformation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransformKind {
+    /// Remove the direction's component from the residual stream after
+    /// every listed block, in prefill and every decode step (activations).
+    Ablate,
+    /// Orthogonalize the weights writing into the residual stream against
+    /// the direction (`W ← W − r̂(r̂ᵀW)`), in memory.
+    Orthogonalize,
+    /// Explicit activation interventions.
+    Intervene,
+}
+
+impl TransformKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransformKind::Ablate => "ablate",
+            TransformKind::Orthogonalize => "orthogonalize",
+            TransformKind::Intervene => "intervene",
+        }
+    }
+}
+
+/// The `[measure]` stage: a refusal direction from two prompt sets.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasureSection {
+    pub harmful: PathBuf,
+    pub harmless: PathBuf,
+    /// Where the direction is saved (relative to the output folder).
+    #[serde(default = "direction_file")]
+    pub out: PathBuf,
+    /// Held-out fraction of each set for layer selection.
+    #[serde(default)]
+    pub holdout: Option<f64>,
+    /// Largest mean KL on held-out harmless prompts a chosen layer may cause.
+    #[serde(default)]
+    pub max_kl: Option<f64>,
+    /// Candidate layers (default: the measure command's default).
+    #[serde(default)]
+    pub layers: Vec<usize>,
+    /// Use this layer's direction, no selection.
+    #[serde(default)]
+    pub layer: Option<usize>,
+}
+
+fn direction_file() -> PathBuf {
+    PathBuf::from("refusal_direction.safetensors")
+}
+
+/// A plugin, by first-party name or by path, with its config and grants.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSection {
+    /// A first-party plugin's name (`refusal`, `behavior`, `logprob`,
+    /// `claims-default`).
+    #[serde(default)]
+    pub plugin: Option<String>,
+    /// A component file.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// The plugin's own config, passed as JSON.
+    #[serde(default)]
+    pub config: Option<toml::Table>,
+    /// A folder the plugin may read, mounted read-only at `/data`.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+    #[serde(default)]
+    pub memory_mib: Option<u64>,
+}
+
+/// A regression gate on one metric's delta.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateSection {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub metric: String,
+    /// One category's delta (default: over all prompts).
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub min_delta: Option<f64>,
+    #[serde(default)]
+    pub max_delta: Option<f64>,
+    #[serde(default)]
+    pub severity: Severity,
+}
+
+/// What a failed gate does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Reported; the run still succeeds.
+    Warn,
+    /// The run exits with code 2 (after writing every report).
+    #[default]
+    Fail,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warn => "warn",
+            Severity::Fail => "fail",
+        }
+    }
+}
+
+/// How the report reads.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSection {
+    #[serde(default = "default_title")]
+    pub title: String,
+    #[serde(default)]
+    pub target_change: Option<String>,
+    #[serde(default)]
+    pub transformation_kind: Option<String>,
+    #[serde(default)]
+    pub transformation_summary: Option<String>,
+    /// The claim strength the user hopes for; the report says whether the
+    /// evidence reaches it.
+    #[serde(default)]
+    pub claim_strength: Option<crate::report::ClaimStrength>,
+    /// Show model outputs in the examples.
+    #[serde(default = "yes")]
+    pub record_outputs: bool,
+    #[serde(default = "default_examples")]
+    pub max_examples: usize,
+    /// Of `json`, `md`, `html`.
+    #[serde(default = "all_formats")]
+    pub formats: Vec<Format>,
+    /// The direction activation findings project onto (default: the
+    /// candidate's transformation direction).
+    #[serde(default)]
+    pub direction: Option<String>,
+    #[serde(default)]
+    pub direction_tensor: Option<String>,
+}
+
+fn default_title() -> String {
+    "Model Behavior Change Report".into()
+}
+fn yes() -> bool {
+    true
+}
+fn default_examples() -> usize {
+    6
+}
+fn all_formats() -> Vec<Format> {
+    vec![Format::Json, Format::Md, Format::Html]
+}
+
+impl Default for ReportSection {
+    fn default() -> Self {
+        ReportSection {
+            title: default_title(),
+            target_change: None,
+            transformation_kind: None,
+            transformation_summary: None,
+            claim_strength: None,
+            record_outputs: true,
+            max_examples: default_examples(),
+            formats: all_formats(),
+            direction: None,
+            direction_tensor: None,
+        }
+    }
+}
+
+/// A report file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    Json,
+    Md,
+    Html,
+}
+
+/// A config file that cannot be read or parsed, pointing at the place.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// `{path}:{line}:{column}: message`, the offending line, and a hint.
+    #[error("{path}:{line}:{column}: {message}\n{snippet}{hint}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+        snippet: String,
+        hint: String,
+    },
+    /// A value that parses but cannot be used.
+    #[error("{path}: {key}: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+/// Parses `text` (read from `path`, used in messages).
+pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
+    toml::from_str::<ConfigFile>(text).map_err(|e| {
+        let (line, column, snippet) = match e.span() {
+            Some(span) => locate(text, span.start),
+            None => (1, 1, String::new()),
+        };
+        let message = e.message().trim().to_owned();
+        ConfigError::Parse {
+            path: path.to_owned(),
+            line,
+            column,
+            hint: hint(&message),
+            message,
+            snippet,
+        }
+    })
+}
+
+/// Reads and parses a config file.
+pub fn read(path: &Path) -> Result<(ConfigFile, String), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok((parse(path, &text)?, text))
+}
+
+/// 1-based line and column of a byte offset, and the line with a caret.
+fn locate(text: &str, offset: usize) -> (usize, usize, String) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[start..].chars().count() + 1;
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let src = &text[start..end];
+    let snippet = format!(
+        "  {line:>4} | {src}\n       | {}^\n",
+        " ".repeat(column.saturating_sub(1))
+    );
+    (line, column, snippet)
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (and the same
+/// for variants): the nearest valid name, when one is close.
+fn hint(message: &str) -> String {
+    let (Some(bad), Some(expected)) = (
+        between(message, "unknown field `", "`")
+            .or_else(|| between(message, "unknown variant `", "`")),
+        message.split("expected ").nth(1),
+    ) else {
+        return String::new();
+    };
+    let names: Vec<&str> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let best = names
+        .iter()
+        .map(|n| (strsim::damerau_levenshtein(bad, n), *n))
+        .min();
+    match best {
+        Some((d, name)) if d <= 2.max(bad.len() / 3) => {
+            format!("help: did you mean `{name}`?")
+        }
+        _ => format!("help: valid names here: {}", names.join(", ")),
+    }
+}
+
+fn between<'a>(s: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let rest = &s[s.find(open)? + open.len()..];
+    Some(&rest[..rest.find(close)?])
+}
+
+/// Expands `~/` and `${VAR}` / `${VAR:-default}` in a path from the config,
+/// then resolves it against the config's folder.
+pub fn resolve(base: &Path, raw: &Path) -> Result<PathBuf, String> {
+    let s = raw.to_string_lossy();
+    let expanded = expand(&s)?;
+    let p = PathBuf::from(expanded);
+    Ok(if p.is_absolute() { p } else { base.join(p) })
+}
+
+fn expand(s: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("`{s}`: `${{` without a closing `}}`"))?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        match (std::env::var(name).ok().filter(|v| !v.is_empty()), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(&expand(d)?),
+            (None, None) => {
+                return Err(format!(
+                    "`{s}`: the environment variable {name} is not set (write ${{{name}:-DEFAULT}} for a default)"
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    if let Some(tail) = out.strip_prefix("~/") {
+        let home = std::env::var("HOME").map_err(|_| format!("`{s}`: HOME is not set"))?;
+        out = format!("{home}/{tail}");
+    }
+    Ok(out)
+}
+
+/// A plugin config table as the JSON string plugins receive.
+pub fn plugin_config_json(table: Option<&toml::Table>) -> String {
+    match table {
+        Some(t) => serde_json::to_string(t).expect("a TOML table is valid JSON"),
+        None => "{}".into(),
+    }
+}
+
+/// Named seeds of a run (the report's reproducibility section).
+pub fn seeds(config: &ConfigFile) -> BTreeMap<String, u64> {
+    BTreeMap::from([
+        ("statistics".to_owned(), config.seed),
+        ("sampling".to_owned(), config.observe.seed),
+        ("plugin_sandbox".to_owned(), config.seed),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"output = "out"
+[suite]
+prompts = [{ id = "a", text = "Hi" }]
+[baseline]
+model = "m.gguf"
+[candidate]
+model = "m.gguf"
+"#;
+
+    #[test]
+    fn a_minimal_config_takes_the_defaults() {
+        let c = parse(Path::new("c.toml"), MINIMAL).unwrap();
+        assert_eq!(c.observe.max_tokens, 48);
+        assert_eq!(c.baseline.executor, "candle");
+        assert_eq!(c.report.formats.len(), 3);
+        assert!(c.gates.is_empty());
+    }
+
+    #[test]
+    fn a_typo_points_at_the_line_and_suggests_the_key() {
+        let text = MINIMAL.replace("[candidate]\nmodel", "[candidate]\nmodle");
+        let e = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(e.starts_with("c.toml:7:1: unknown field `modle`"), "{e}");
+        assert!(e.contains("did you mean `model`?"), "{e}");
+        assert!(e.contains("   7 | modle = \"m.gguf\""), "{e}");
+    }
+
+    #[test]
+    fn a_bad_variant_is_named_with_the_valid_ones() {
+        let text = format!("{MINIMAL}[[gates]]\nmetric = \"x\"\nseverity = \"fatal\"\n");
+        let e = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(e.contains(":10:") && e.contains("`fatal`"), "{e}");
+        assert!(e.contains("warn") && e.contains("fail"), "{e}");
+    }
+
+    #[test]
+    fn paths_expand_variables_and_home() {
+        // SAFETY: tests in this module do not read this variable concurrently.
+        unsafe { std::env::set_var("VAUBAN_TEST_DIR_X", "/models") };
+        let base = Path::new("/cfg");
+        assert_eq!(
+            resolve(base, Path::new("${VAUBAN_TEST_DIR_X}/m.gguf")).unwrap(),
+            PathBuf::from("/models/m.gguf")
+        );
+        assert_eq!(
+            resolve(base, Path::new("${VAUBAN_TEST_UNSET_Y:-/d}/m.gguf")).unwrap(),
+            PathBuf::from("/d/m.gguf")
+        );
+        assert_eq!(
+            resolve(base, Path::new("rel/m.gguf")).unwrap(),
+            PathBuf::from("/cfg/rel/m.gguf")
+        );
+        let e = resolve(base, Path::new("${VAUBAN_TEST_UNSET_Y}/m")).unwrap_err();
+        assert!(e.contains("VAUBAN_TEST_UNSET_Y is not set"), "{e}");
+    }
+}

@@ -1,0 +1,154 @@
+//! The direction file: a `.safetensors` file with the chosen direction,
+//! every layer's direction, and where they came from in its metadata.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use serde::Serialize;
+
+use super::{KIND, METHOD, MeasureError, Measurement};
+use crate::executor::CandleExecutor;
+
+/// What a measurement was made from: the model's weights and the two
+/// prompt files, by sha256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// The model's short name (file or folder name), for readers.
+    pub model: String,
+    /// The weights' sha256; `None` when unknown (weights changed in
+    /// memory), and then no saved file [`matches`](Provenance::matches).
+    pub model_sha256: Option<String>,
+    pub harmful_sha256: String,
+    pub harmless_sha256: String,
+}
+
+impl Provenance {
+    /// The provenance of a measurement of `exec`'s model from the prompt
+    /// files `harmful` and `harmless` (each hashed here).
+    pub fn of_files(
+        exec: &CandleExecutor,
+        harmful: &Path,
+        harmless: &Path,
+    ) -> Result<Provenance, MeasureError> {
+        let hash = |path: &Path| {
+            crate::hash::sha256_file(path)
+                .map(|(h, _)| h)
+                .map_err(|source| MeasureError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        };
+        Ok(Provenance {
+            model: exec.model_ref().name,
+            model_sha256: exec.model_ref().sha256,
+            harmful_sha256: hash(harmful)?,
+            harmless_sha256: hash(harmless)?,
+        })
+    }
+
+    /// Whether a saved file's metadata ([`read_metadata`]) describes a
+    /// refusal direction measured the same way from the same weights and
+    /// prompt files, so it can be reused instead of measured again. The
+    /// measure options (layers, holdout, KL bound) are in `vauban.scores`
+    /// for a caller that also wants those to agree.
+    pub fn matches(&self, metadata: &BTreeMap<String, String>) -> bool {
+        let is = |key: &str, value: &str| metadata.get(key).map(String::as_str) == Some(value);
+        self.model_sha256
+            .as_deref()
+            .is_some_and(|m| is("vauban.model_sha256", m))
+            && is("vauban.kind", KIND)
+            && is("vauban.method", METHOD)
+            && is("vauban.harmful_sha256", &self.harmful_sha256)
+            && is("vauban.harmless_sha256", &self.harmless_sha256)
+    }
+}
+
+impl Measurement {
+    /// The file's `__metadata__`: kind, layer, provenance, method, tool
+    /// version, and the scores as JSON.
+    pub fn metadata(&self, provenance: &Provenance) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        let mut put = |k: &str, v: String| {
+            m.insert(format!("vauban.{k}"), v);
+        };
+        put("kind", KIND.to_owned());
+        put("layer", self.chosen_layer().to_string());
+        put("model", provenance.model.clone());
+        if let Some(sha) = &provenance.model_sha256 {
+            put("model_sha256", sha.clone());
+        }
+        put("harmful_sha256", provenance.harmful_sha256.clone());
+        put("harmless_sha256", provenance.harmless_sha256.clone());
+        put("method", METHOD.to_owned());
+        put("tool_version", env!("CARGO_PKG_VERSION").to_owned());
+        put(
+            "scores",
+            serde_json::to_string(&self.scores).expect("scores serialize"),
+        );
+        m
+    }
+
+    /// Writes `direction` (f32 `[d_model]`, the chosen unit direction) and
+    /// `per_layer` (f32 `[n_layers, d_model]`) with [`Measurement::metadata`]
+    /// to `path`, atomically (a reader never sees half a file).
+    pub fn save(&self, path: &Path, provenance: &Provenance) -> Result<(), MeasureError> {
+        if !path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+        {
+            return Err(MeasureError::Extension {
+                path: path.to_path_buf(),
+            });
+        }
+        let encode = |message: String| MeasureError::Encode {
+            path: path.to_path_buf(),
+            message,
+        };
+        let le = |v: &mut dyn Iterator<Item = &f32>| -> Vec<u8> {
+            v.flat_map(|x| x.to_le_bytes()).collect()
+        };
+        let d_model = self.scores.d_model;
+        let direction = le(&mut self.direction().iter());
+        let per_layer = le(&mut self.per_layer.iter().flatten());
+        let views = [
+            (
+                "direction",
+                TensorView::new(Dtype::F32, vec![d_model], &direction)
+                    .map_err(|e| encode(e.to_string()))?,
+            ),
+            (
+                "per_layer",
+                TensorView::new(Dtype::F32, vec![self.per_layer.len(), d_model], &per_layer)
+                    .map_err(|e| encode(e.to_string()))?,
+            ),
+        ];
+        let metadata: HashMap<String, String> = self.metadata(provenance).into_iter().collect();
+        let bytes =
+            safetensors::serialize(views, Some(metadata)).map_err(|e| encode(e.to_string()))?;
+        crate::atomic_file::write(path, &bytes).map_err(|source| MeasureError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// The `__metadata__` strings of a `.safetensors` file (empty when it has
+/// none), for [`Provenance::matches`] and `vauban.layer`.
+pub fn read_metadata(path: &Path) -> Result<BTreeMap<String, String>, MeasureError> {
+    let bytes = std::fs::read(path).map_err(|source| MeasureError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| MeasureError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Ok(meta
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect())
+}

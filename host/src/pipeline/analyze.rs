@@ -1,0 +1,528 @@
+//! From two sides' metrics and traces to the report's numbers: paired
+//! deltas per metric and category, the next-token distribution shift,
+//! per-layer projections, representative examples and regression gates.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::bundle::Bundle;
+use crate::config::file::{GateSection, Severity};
+use crate::config::{Prompt, Redaction, Suite};
+use crate::plugin::claims::MetricDelta;
+use crate::plugin::scorer::{MetricSpec, Polarity};
+use crate::report::deltas::{Pair, paired_delta};
+use crate::report::document::{
+    ActivationFindings, Example, GateResult, ProjectionSeries, PromptKl, ReportDelta,
+};
+use crate::report::stats::{Better, Z95, quality, wilson};
+use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
+
+/// One side's metric values: (prompt id, metric) → value.
+pub type Values = HashMap<(String, String), f64>;
+
+/// A metric a scorer declared, with the scorer's name.
+#[derive(Debug, Clone)]
+pub struct Declared {
+    pub scorer: String,
+    pub spec: MetricSpec,
+}
+
+fn better(p: Polarity) -> Better {
+    match p {
+        Polarity::HigherIsBetter => Better::Higher,
+        Polarity::LowerIsBetter => Better::Lower,
+        Polarity::Neutral => Better::Neither,
+    }
+}
+
+/// The id claims cite: `metric` overall, `metric@category` in a category.
+pub fn delta_id(metric: &str, category: Option<&str>) -> String {
+    match category {
+        Some(c) => format!("{metric}@{c}"),
+        None => metric.to_owned(),
+    }
+}
+
+/// Paired deltas for every declared metric, overall then per category
+/// (categories with at least one pair), in declaration order.
+pub fn deltas(
+    suite: &Suite,
+    declared: &[Declared],
+    baseline: &Values,
+    candidate: &Values,
+    seed: u64,
+) -> Vec<(ReportDelta, MetricDelta)> {
+    let mut out = Vec::new();
+    let mut groups: Vec<Option<&str>> = vec![None];
+    groups.extend(suite.categories().into_iter().map(Some));
+    for d in declared {
+        let m = &d.spec.name;
+        for &cat in &groups {
+            let pairs: Vec<Pair> = suite
+                .prompts
+                .iter()
+                .filter(|p| cat.is_none() || p.category.as_deref() == cat)
+                .filter_map(|p| {
+                    let k = (p.id.clone(), m.clone());
+                    Some(Pair {
+                        baseline: *baseline.get(&k)?,
+                        candidate: *candidate.get(&k)?,
+                    })
+                })
+                .collect();
+            let id = delta_id(m, cat);
+            let Some(md) = paired_delta(&id, m, cat, d.spec.polarity, &pairs, seed) else {
+                continue;
+            };
+            let binary = pairs.iter().all(|p| {
+                [p.baseline, p.candidate]
+                    .iter()
+                    .all(|v| *v == 0.0 || *v == 1.0)
+            });
+            let n = pairs.len() as u64;
+            let rate_ci = |ones: usize| wilson(ones as u64, n, Z95).map(|(a, b)| [a, b]);
+            let ci = md.ci_low.zip(md.ci_high);
+            let significant = md.p_value.is_some_and(|p| p < 0.05)
+                && ci.is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0);
+            let rd = ReportDelta {
+                id: id.clone(),
+                metric: m.clone(),
+                category: cat.map(str::to_owned),
+                scorer: d.scorer.clone(),
+                unit: d.spec.unit.clone(),
+                polarity: d.spec.polarity,
+                n: pairs.len(),
+                baseline_mean: md.baseline_mean,
+                candidate_mean: md.candidate_mean,
+                delta: md.delta,
+                percent_change: (md.baseline_mean != 0.0)
+                    .then(|| 100.0 * md.delta / md.baseline_mean.abs()),
+                ci_low: md.ci_low,
+                ci_high: md.ci_high,
+                baseline_rate_ci: binary
+                    .then(|| rate_ci(pairs.iter().filter(|p| p.baseline == 1.0).count()))
+                    .flatten(),
+                candidate_rate_ci: binary
+                    .then(|| rate_ci(pairs.iter().filter(|p| p.candidate == 1.0).count()))
+                    .flatten(),
+                test: if binary {
+                    "mcnemar_exact".into()
+                } else {
+                    "sign_flip_permutation".into()
+                },
+                p_value: md.p_value,
+                significant,
+                quality: quality(md.delta, ci, better(d.spec.polarity)),
+            };
+            out.push((rd, md));
+        }
+    }
+    out
+}
+
+/// Each gate's outcome against the deltas.
+pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
+    gates
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let id = delta_id(&g.metric, g.category.as_deref());
+            let name = g.name.clone().unwrap_or_else(|| format!("gate {}: {id}", i + 1));
+            let observed = deltas.iter().find(|d| d.id == id).map(|d| d.delta);
+            let bounds = match (g.min_delta, g.max_delta) {
+                (Some(a), Some(b)) => format!("in [{a}, {b}]"),
+                (Some(a), None) => format!(">= {a}"),
+                (None, Some(b)) => format!("<= {b}"),
+                (None, None) => "unbounded".into(),
+            };
+            let (outcome, message) = match observed {
+                None => (
+                    g.severity.as_str().to_owned(),
+                    format!(
+                        "no data: no scorer produced `{}` on both sides{}; a gate without data counts as {}",
+                        g.metric,
+                        g.category.as_deref().map(|c| format!(" in category `{c}`")).unwrap_or_default(),
+                        g.severity.as_str()
+                    ),
+                ),
+                Some(d) => {
+                    let ok = g.min_delta.is_none_or(|a| d >= a) && g.max_delta.is_none_or(|b| d <= b);
+                    if ok {
+                        ("pass".to_owned(), format!("delta {d:+.4} is {bounds}"))
+                    } else {
+                        (
+                            g.severity.as_str().to_owned(),
+                            format!("delta {d:+.4} is not {bounds}"),
+                        )
+                    }
+                }
+            };
+            GateResult {
+                name,
+                metric: g.metric.clone(),
+                category: g.category.clone(),
+                severity: g.severity.as_str().to_owned(),
+                min_delta: g.min_delta,
+                max_delta: g.max_delta,
+                observed_delta: observed,
+                outcome: if observed.is_none() { "no_data".into() } else { outcome },
+                message,
+            }
+        })
+        .collect()
+}
+
+/// Whether a gate result stops the run (exit code 2).
+pub fn gate_fails(g: &GateResult) -> bool {
+    g.outcome == "fail" || (g.outcome == "no_data" && g.severity == Severity::Fail.as_str())
+}
+
+/// The text of a trace's artifact of `kind` with `role`.
+pub fn text_of(t: &Trace, role: &str) -> Option<String> {
+    t.artifacts_of(K::Text).find_map(|a| match &a.data {
+        ArtifactData::Text { text } if a.labels.get("role").map(String::as_str) == Some(role) => {
+            Some(text.clone())
+        }
+        _ => None,
+    })
+}
+
+/// Token ids of a trace's `tokens` artifact with `role`.
+pub fn tokens_of(t: &Trace, role: &str) -> Option<Vec<u32>> {
+    t.artifacts_of(K::Tokens).find_map(|a| match &a.data {
+        ArtifactData::TokenIds { ids } if a.labels.get("role").map(String::as_str) == Some(role) => {
+            Some(ids.clone())
+        }
+        _ => None,
+    })
+}
+
+/// Representative examples: the prompts whose metrics changed most (by
+/// the number of changed metrics, then the largest change), then the
+/// rest, skipping omitted prompts; redaction honoured.
+pub fn examples(
+    suite: &Suite,
+    baseline: &[Trace],
+    candidate: &[Trace],
+    values: (&Values, &Values),
+    metrics: &[String],
+    max: usize,
+    record_outputs: bool,
+) -> Vec<Example> {
+    let by_id = |ts: &[Trace], id: &str| ts.iter().find(|t| t.request.prompt_id.as_deref() == Some(id)).cloned();
+    let mut scored: Vec<(usize, f64, &Prompt, BTreeMap<String, [f64; 2]>)> = suite
+        .prompts
+        .iter()
+        .filter(|p| p.redaction != Redaction::Omitted)
+        .map(|p| {
+            let mut changed = BTreeMap::new();
+            let mut largest: f64 = 0.0;
+            for m in metrics {
+                let k = (p.id.clone(), m.clone());
+                if let (Some(b), Some(c)) = (values.0.get(&k), values.1.get(&k))
+                    && b != c
+                {
+                    changed.insert(m.clone(), [*b, *c]);
+                    largest = largest.max((c - b).abs() / b.abs().max(1.0));
+                }
+            }
+            (changed.len(), largest, p, changed)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    scored
+        .into_iter()
+        .take(max)
+        .map(|(n, _, p, changed)| {
+            let (bt, ct) = (by_id(baseline, &p.id), by_id(candidate, &p.id));
+            let shown = record_outputs && p.redaction == Redaction::Safe;
+            let out = |t: Option<Trace>| if shown { t.and_then(|t| text_of(&t, "completion")) } else { None };
+            Example {
+                prompt_id: p.id.clone(),
+                category: p.category.clone(),
+                redaction: p.redaction.as_str().into(),
+                prompt: match p.redaction {
+                    Redaction::Safe => Some(p.text.clone()),
+                    _ => Some(format!(
+                        "[redacted {} prompt]",
+                        p.category.as_deref().unwrap_or("uncategorised")
+                    )),
+                },
+                baseline_output: out(bt),
+                candidate_output: out(ct),
+                changed_metrics: changed,
+                why: match (n, shown) {
+                    (0, _) => "no metric changed on this prompt".into(),
+                    (n, true) => format!("{n} metric(s) changed on this prompt"),
+                    (n, false) if !record_outputs => {
+                        format!("{n} metric(s) changed; outputs not recorded (report.record_outputs = false)")
+                    }
+                    (n, false) => format!("{n} metric(s) changed; outputs hidden (redacted prompt)"),
+                },
+            }
+        })
+        .collect()
+}
+
+/// One prompt's KL figures from teacher-forced log-probability rows of
+/// each side (row j predicts completion token j; row 0 is the first
+/// generated token).
+pub fn prompt_kl(p: &Prompt, base_rows: &[Vec<f32>], cand_rows: &[Vec<f32>]) -> Option<(PromptKl, Vec<f64>)> {
+    let per: Vec<f64> = base_rows
+        .iter()
+        .zip(cand_rows)
+        .map(|(b, c)| crate::report::stats::kl_divergence(b, c))
+        .collect::<Option<Vec<f64>>>()?;
+    let first = *per.first()?;
+    Some((
+        PromptKl {
+            prompt_id: p.id.clone(),
+            category: p.category.clone(),
+            first_token_kl: first,
+            mean_kl: per.iter().sum::<f64>() / per.len() as f64,
+            positions: per.len(),
+        },
+        per,
+    ))
+}
+
+/// Mean over prompts, per position (prompts shorter than a position do not count there).
+pub fn by_position(per_prompt: &[Vec<f64>]) -> Vec<f64> {
+    let longest = per_prompt.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest)
+        .map(|i| {
+            let v: Vec<f64> = per_prompt.iter().filter_map(|p| p.get(i).copied()).collect();
+            v.iter().sum::<f64>() / v.len() as f64
+        })
+        .collect()
+}
+
+/// Mean projection of the last prompt token's residual onto the unit
+/// `direction`, per observed layer, per side and category, from raw
+/// activations. `None` when a side lacks raw activations.
+pub fn projections(
+    suite: &Suite,
+    sides: [(&str, &Bundle); 2],
+    direction: &[f32],
+) -> Option<(Vec<usize>, Vec<ProjectionSeries>)> {
+    let norm = direction.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+    if norm == 0.0 {
+        return None;
+    }
+    let mut layers: Vec<usize> = Vec::new();
+    let mut series = Vec::new();
+    for (side, bundle) in sides {
+        // category → layer → (sum, n)
+        let mut acc: BTreeMap<String, BTreeMap<usize, (f64, usize)>> = BTreeMap::new();
+        for t in bundle.traces() {
+            let cat = t.request.category.clone().unwrap_or_else(|| "all".into());
+            for a in t.artifacts_of(K::Activation) {
+                if a.labels.get("site").is_some_and(|s| s != "resid_post") {
+                    continue;
+                }
+                let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data) else {
+                    continue;
+                };
+                let r = bundle.tensor(&t.id, &a.id).ok()?;
+                let width = *r.shape.last()?;
+                if width != direction.len() {
+                    return None;
+                }
+                let v = r.to_f32_vec();
+                let last = &v[v.len() - width..];
+                let p: f64 = last
+                    .iter()
+                    .zip(direction)
+                    .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                    .sum::<f64>()
+                    / norm;
+                let e = acc.entry(cat.clone()).or_default().entry(layer).or_insert((0.0, 0));
+                e.0 += p;
+                e.1 += 1;
+                if !layers.contains(&layer) {
+                    layers.push(layer);
+                }
+            }
+        }
+        for (cat, per_layer) in acc {
+            let prompts = suite
+                .prompts
+                .iter()
+                .filter(|p| p.category.as_deref().unwrap_or("all") == cat)
+                .count();
+            series.push((side.to_owned(), cat, prompts, per_layer));
+        }
+    }
+    if layers.is_empty() {
+        return None;
+    }
+    layers.sort_unstable();
+    let series = series
+        .into_iter()
+        .map(|(side, category, prompts, per_layer)| ProjectionSeries {
+            side,
+            category,
+            prompts,
+            mean_projection: layers
+                .iter()
+                .map(|l| per_layer.get(l).map_or(0.0, |(s, n)| s / *n as f64))
+                .collect(),
+        })
+        .collect();
+    Some((layers, series))
+}
+
+/// Sentences about the projections: where the categories separate most
+/// (baseline) and where the candidate moved most from the baseline.
+pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec<String> {
+    let mut out = Vec::new();
+    let get = |side: &str| series.iter().filter(move |s| s.side == side).collect::<Vec<_>>();
+    let base = get("baseline");
+    if base.len() >= 2 {
+        let (a, b) = (base[0], base[1]);
+        if let Some((i, gap)) = a
+            .mean_projection
+            .iter()
+            .zip(&b.mean_projection)
+            .map(|(x, y)| x - y)
+            .enumerate()
+            .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
+        {
+            out.push(format!(
+                "On the baseline, `{}` and `{}` prompts separate most along the direction at layer {} (mean projection {:+.3} vs {:+.3}, gap {:+.3}).",
+                a.category, b.category, layers[i], a.mean_projection[i], b.mean_projection[i], gap
+            ));
+        }
+    }
+    for c in get("candidate") {
+        if let Some(b) = base.iter().find(|b| b.category == c.category)
+            && let Some((i, shift)) = c
+                .mean_projection
+                .iter()
+                .zip(&b.mean_projection)
+                .map(|(x, y)| x - y)
+                .enumerate()
+                .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
+        {
+            out.push(format!(
+                "On `{}` prompts the candidate's mean projection moved most at layer {}: {:+.3} → {:+.3} ({:+.3}).",
+                c.category, layers[i], b.mean_projection[i], c.mean_projection[i], shift
+            ));
+        }
+    }
+    out
+}
+
+/// The findings section, when projections exist.
+pub fn activation_findings(
+    direction_label: String,
+    direction_sha256: String,
+    found: Option<(Vec<usize>, Vec<ProjectionSeries>)>,
+) -> Option<ActivationFindings> {
+    let (layers, series) = found?;
+    Some(ActivationFindings {
+        findings: projection_findings(&layers, &series),
+        direction: direction_label,
+        direction_sha256,
+        layers,
+        series,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite() -> Suite {
+        let p = |id: &str, cat: &str| Prompt {
+            id: id.into(),
+            text: format!("text {id}"),
+            category: Some(cat.into()),
+            expected_behavior: None,
+            redaction: Redaction::Safe,
+            tags: vec![],
+        };
+        Suite::new(vec![p("a", "x"), p("b", "x"), p("c", "y"), p("d", "y")], "t").unwrap()
+    }
+
+    fn values(v: &[(&str, f64)]) -> Values {
+        v.iter().map(|(id, x)| ((id.to_string(), "m".to_string()), *x)).collect()
+    }
+
+    fn declared(polarity: Polarity) -> Vec<Declared> {
+        vec![Declared {
+            scorer: "s".into(),
+            spec: MetricSpec {
+                name: "m".into(),
+                unit: "rate".into(),
+                polarity,
+                family: "f".into(),
+                description: "d".into(),
+            },
+        }]
+    }
+
+    #[test]
+    fn deltas_are_overall_then_per_category_with_rate_intervals() {
+        let b = values(&[("a", 1.0), ("b", 1.0), ("c", 0.0), ("d", 0.0)]);
+        let c = values(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 1.0)]);
+        let d = deltas(&suite(), &declared(Polarity::LowerIsBetter), &b, &c, 7);
+        let ids: Vec<&str> = d.iter().map(|x| x.0.id.as_str()).collect();
+        assert_eq!(ids, ["m", "m@x", "m@y"]);
+        let overall = &d[0].0;
+        assert_eq!((overall.baseline_mean, overall.candidate_mean), (0.5, 0.25));
+        assert_eq!(overall.test, "mcnemar_exact");
+        // b = 2 discordant down, c = 1 up: p = 1 (two-sided exact, n = 3)
+        assert_eq!(overall.p_value, Some(1.0));
+        assert_eq!(overall.percent_change, Some(-50.0));
+        let w = overall.baseline_rate_ci.unwrap();
+        let (lo, hi) = wilson(2, 4, Z95).unwrap();
+        assert_eq!(w, [lo, hi]);
+        assert!(!overall.significant);
+        let x = &d[1].0;
+        assert_eq!((x.delta, x.n), (-1.0, 2));
+    }
+
+    #[test]
+    fn gates_pass_fail_and_count_missing_data() {
+        let b = values(&[("a", 1.0), ("b", 1.0), ("c", 0.0), ("d", 0.0)]);
+        let c = values(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]);
+        let d: Vec<ReportDelta> = deltas(&suite(), &declared(Polarity::Neutral), &b, &c, 7)
+            .into_iter()
+            .map(|x| x.0)
+            .collect();
+        let g = |metric: &str, cat: Option<&str>, min: Option<f64>, max: Option<f64>, severity| GateSection {
+            name: None,
+            metric: metric.into(),
+            category: cat.map(Into::into),
+            min_delta: min,
+            max_delta: max,
+            severity,
+        };
+        let r = gates(
+            &[
+                g("m", Some("x"), None, Some(-0.5), Severity::Fail),
+                g("m", None, Some(0.0), None, Severity::Warn),
+                g("m", None, Some(0.0), None, Severity::Fail),
+                g("nope", None, Some(0.0), None, Severity::Fail),
+            ],
+            &d,
+        );
+        let outcomes: Vec<&str> = r.iter().map(|g| g.outcome.as_str()).collect();
+        assert_eq!(outcomes, ["pass", "warn", "fail", "no_data"]);
+        let fails: Vec<bool> = r.iter().map(gate_fails).collect();
+        assert_eq!(fails, [false, false, true, true]);
+        assert!(r[2].message.contains("-0.5000 is not >= 0"), "{}", r[2].message);
+    }
+
+    #[test]
+    fn kl_by_position_averages_the_prompts_present() {
+        assert_eq!(by_position(&[vec![1.0, 3.0], vec![3.0]]), vec![2.0, 3.0]);
+        let p = &suite().prompts[0];
+        let same = vec![vec![(0.5f32).ln(), (0.5f32).ln()]];
+        let other = vec![vec![(0.9f32).ln(), (0.1f32).ln()]];
+        let (k, per) = prompt_kl(p, &same, &other).unwrap();
+        assert!((k.first_token_kl - 0.510_825_6).abs() < 1e-5, "{k:?}");
+        assert_eq!(per.len(), 1);
+        assert_eq!(prompt_kl(p, &same, &same).unwrap().0.mean_kl, 0.0);
+    }
+}

@@ -1,0 +1,519 @@
+//! The main job (DESIGN.md section 2): plan → trace both models (reusing
+//! recorded traces) → score with plugins → paired statistics → evidence
+//! set → claim mappers → the host's check of every claim → render →
+//! regression gates. Each stage is timed; the report's reproducibility
+//! section lists them.
+//!
+//! This is orchestration at the edge of the binary: its errors are
+//! `anyhow` with the stage as context; the pieces it calls have typed ones.
+
+pub mod analyze;
+pub mod plan;
+pub mod record;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+use crate::bundle::Bundle;
+use crate::config::Suite;
+use crate::plugin::claims::{ClaimMapper, EvidenceSet};
+use crate::plugin::scorer::Scorer;
+use crate::plugin::{HostOptions, PluginHost, SandboxOptions};
+use crate::report::document::{
+    BundleRecord, DistributionShift, PluginFailure, PluginRecord, Report, ReportClaim, StageRecord,
+};
+use crate::report::{Evidence, access_from_evidence};
+
+pub use plan::{Plan, SideName};
+
+/// Where the traces come from.
+pub enum Source {
+    /// Load both models and trace them (`vauban run`).
+    Live,
+    /// Recorded bundles, no model (`vauban diff`: the replay executor).
+    Replay { baseline: PathBuf, candidate: PathBuf },
+}
+
+/// What a finished run produced.
+pub struct Outcome {
+    pub report: Report,
+    /// The files written, in order.
+    pub files: Vec<PathBuf>,
+    /// Gates whose failure sets exit code 2.
+    pub failed_gates: usize,
+}
+
+/// Times the stages of a run.
+#[derive(Default)]
+struct Stages(Vec<StageRecord>);
+
+impl Stages {
+    fn run<T>(&mut self, stage: &str, f: impl FnOnce(&mut String) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let start = Instant::now();
+        let _span = tracing::info_span!("stage", stage).entered();
+        let mut note = String::new();
+        let out = f(&mut note).with_context(|| format!("stage `{stage}`"))?;
+        let seconds = start.elapsed().as_secs_f64();
+        tracing::info!("{stage}: {seconds:.2} s {note}");
+        self.0.push(StageRecord {
+            stage: stage.to_owned(),
+            seconds,
+            note,
+        });
+        Ok(out)
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+fn bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>10} {bar:30} {pos}/{len} [{elapsed}]")
+            .expect("a valid template"),
+    );
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Everything the report is built from.
+pub(crate) struct Gathered {
+    pub baseline: Bundle,
+    pub candidate: Bundle,
+    pub reused: [usize; 2],
+    pub sides: Option<[record::LoadedSide; 2]>,
+    pub measured: Option<PathBuf>,
+}
+
+/// Runs the plan and writes the report files into the plan's output folder.
+pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome> {
+    let mut stages = Stages::default();
+    std::fs::create_dir_all(&plan.output)
+        .with_context(|| format!("cannot create the output folder {}", plan.output.display()))?;
+    let gathered = match source {
+        Source::Live => live(plan, &mut stages)?,
+        Source::Replay { baseline, candidate } => stages.run("open bundles", |note| {
+            let b = Bundle::open(&baseline)?;
+            let c = Bundle::open(&candidate)?;
+            *note = format!("{} + {} traces", b.traces().len(), c.traces().len());
+            Ok(Gathered {
+                baseline: b,
+                candidate: c,
+                reused: [0, 0],
+                sides: None,
+                measured: None,
+            })
+        })?,
+    };
+    let baseline_bundle = Arc::new(gathered.baseline);
+    let candidate_bundle = Arc::new(gathered.candidate);
+    let base_traces = order(&plan.suite, baseline_bundle.traces(), "baseline")?;
+    let cand_traces = order(&plan.suite, candidate_bundle.traces(), "candidate")?;
+
+    // score
+    let host = PluginHost::new(HostOptions {
+        cache_dir: HostOptions::default_cache_dir(),
+        fuel_metering: false,
+    })?;
+    let mut failures: Vec<PluginFailure> = Vec::new();
+    let mut scorer_records = Vec::new();
+    let scored = stages.run("score", |note| {
+        let mut declared = Vec::new();
+        let mut values = [analyze::Values::new(), analyze::Values::new()];
+        for p in &plan.scorers {
+            let scorer = match host
+                .load(&p.path)
+                .and_then(|plugin| Scorer::new(plugin, &p.config_json, sandbox(plan, p)))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    failures.push(failure(&p.name, "load", &e));
+                    continue;
+                }
+            };
+            scorer_records.push(record_of(scorer.plugin(), &scorer.info().plugin, "scorer"));
+            let mut ok = true;
+            for (i, (traces, bundle)) in [(&base_traces, &baseline_bundle), (&cand_traces, &candidate_bundle)]
+                .into_iter()
+                .enumerate()
+            {
+                let src: Arc<dyn crate::plugin::tensors::TensorSource> = bundle.clone();
+                match scorer.score(traces, Some(src)) {
+                    Ok(outcome) => {
+                        for m in outcome.metrics {
+                            let id = traces
+                                .iter()
+                                .find(|t| t.id == m.trace)
+                                .and_then(|t| t.request.prompt_id.clone())
+                                .unwrap_or(m.trace);
+                            values[i].insert((id, m.name), m.value);
+                        }
+                        if !outcome.skipped.is_empty() {
+                            failures.push(PluginFailure {
+                                plugin: p.name.clone(),
+                                stage: format!("score {}", ["baseline", "candidate"][i]),
+                                failure: Some("missing_artifacts".into()),
+                                message: format!(
+                                    "{} trace(s) skipped for lack of {}",
+                                    outcome.skipped.len(),
+                                    outcome.skipped[0]
+                                        .missing
+                                        .iter()
+                                        .map(|k| k.as_str())
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
+                                ),
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        ok = false;
+                        failures.push(failure(&p.name, &format!("score {}", ["baseline", "candidate"][i]), &e));
+                    }
+                }
+            }
+            if ok {
+                declared.extend(scorer.info().metrics.iter().map(|m| analyze::Declared {
+                    scorer: scorer.info().plugin.name.clone(),
+                    spec: m.clone(),
+                }));
+            }
+        }
+        *note = format!("{} metric(s) from {} scorer(s)", declared.len(), scorer_records.len());
+        Ok((declared, values))
+    })?;
+    let (declared, values) = scored;
+
+    // statistics
+    let access = stages.run("access", |note| {
+        let a = access_from_evidence(Evidence::Paired {
+            baseline: &base_traces.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+            candidate: &cand_traces.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+        })?;
+        *note = format!("level {}", a.level);
+        Ok(a)
+    })?;
+    let deltas = stages.run("statistics", |note| {
+        let d = analyze::deltas(&plan.suite, &declared, &values[0], &values[1], plan.config.seed);
+        *note = format!("{} paired deltas", d.len());
+        Ok(d)
+    })?;
+    let distribution: Option<DistributionShift> = match &gathered.sides {
+        Some(sides) if plan.config.observe.logprobs => {
+            stages.run("distribution", |note| {
+                let d = report::distribution(plan, sides, &base_traces)?;
+                *note = format!("KL over {} prompts (teacher-forced)", d.per_prompt.len());
+                Ok(Some(d))
+            })?
+        }
+        _ => None,
+    };
+
+    // claims
+    let kinds_in_both = report::kinds_in_both(&access);
+    let evidence = EvidenceSet {
+        access_level: access.level.as_str().to_owned(),
+        claim_strength: access.claim_strength,
+        kinds_in_both: kinds_in_both.clone(),
+        deltas: deltas.iter().map(|d| d.1.clone()).collect(),
+        interventions: access
+            .interventions
+            .iter()
+            .map(|i| format!("{}:{}:{}", i.side.as_str(), i.trace, i.artifact))
+            .collect(),
+    };
+    let mut mapper_records = Vec::new();
+    let claims: Vec<ReportClaim> = stages.run("claims", |note| {
+        let mut out = Vec::new();
+        for p in &plan.claim_mappers {
+            let mapper = match host
+                .load(&p.path)
+                .and_then(|plugin| ClaimMapper::new(plugin, &p.config_json, sandbox(plan, p)))
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    failures.push(failure(&p.name, "load", &e));
+                    continue;
+                }
+            };
+            mapper_records.push(record_of(mapper.plugin(), mapper.info(), "claim-mapper"));
+            match mapper.propose(&evidence) {
+                Ok(proposed) => {
+                    for c in &proposed {
+                        let checked = crate::report::claims::check(c, &evidence);
+                        out.push(ReportClaim {
+                            statement: checked.statement,
+                            strength: checked.strength,
+                            proposed_strength: checked.proposed_strength,
+                            status: checked.status,
+                            evidence: checked.evidence,
+                            limitations: checked.limitations,
+                            reasons: checked.reasons,
+                            mapper: mapper.info().name.clone(),
+                        });
+                    }
+                }
+                Err(e) => failures.push(failure(&p.name, "propose", &e)),
+            }
+        }
+        *note = format!("{} claim(s) checked", out.len());
+        Ok(out)
+    })?;
+
+    let bundles = BTreeMap::from([
+        ("baseline".to_owned(), bundle_record(&baseline_bundle, gathered.reused[0])?),
+        ("candidate".to_owned(), bundle_record(&candidate_bundle, gathered.reused[1])?),
+    ]);
+    let inputs = report::Inputs {
+        plan,
+        command,
+        base_traces: &base_traces,
+        cand_traces: &cand_traces,
+        baseline: &baseline_bundle,
+        candidate: &candidate_bundle,
+        sides: gathered.sides.as_ref(),
+        measured: gathered.measured.as_deref(),
+        access,
+        kinds_in_both,
+        declared: &declared,
+        values: &values,
+        deltas: deltas.into_iter().map(|d| d.0).collect(),
+        distribution,
+        claims,
+        scorers: scorer_records,
+        mappers: mapper_records,
+        failures,
+        bundles,
+    };
+    let mut report = report::build(inputs, &mut stages.0)?;
+    let files = stages.run("render", |note| {
+        let files = report::write(plan, &mut report)?;
+        *note = format!("{} file(s)", files.len());
+        Ok(files)
+    })?;
+    let failed_gates = report.gates.iter().filter(|g| analyze::gate_fails(g)).count();
+    Ok(Outcome {
+        report,
+        files,
+        failed_gates,
+    })
+}
+
+/// The live stages: measure (when configured), load, trace.
+fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
+    let baseline = stages.run("load baseline", |note| {
+        let s = record::load_side(&plan.baseline, None)?;
+        *note = s.exec.model_ref().name;
+        Ok(s)
+    })?;
+    let measured = match &plan.measure {
+        Some(m) => Some(stages.run("measure", |note| measure_stage(m, &baseline, note))?),
+        None => None,
+    };
+    let candidate = stages.run("load candidate", |note| {
+        let s = record::load_side(&plan.candidate, measured.as_deref())?;
+        *note = s.describe.clone().unwrap_or_else(|| s.exec.model_ref().name);
+        Ok(s)
+    })?;
+    let n = plan.suite.prompts.len();
+    let cache = plan.output.join("traces").join("cache");
+    let mut recorded = Vec::new();
+    for (side, plan_side) in [(&baseline, &plan.baseline), (&candidate, &plan.candidate)] {
+        let name = plan_side.name.as_str();
+        let r = stages.run(&format!("trace {name}"), |note| {
+            let settings = record::RunSettings::from_plan(plan, side)?;
+            let progress = bar(n as u64, name);
+            let r = record::record_side(
+                side,
+                plan_side.system.as_deref(),
+                &settings,
+                &plan.suite.prompts,
+                &cache,
+                &plan.output.join("traces").join(name),
+                &progress,
+            )?;
+            progress.finish_and_clear();
+            *note = format!("{n} traces, {} reused", r.reused);
+            Ok(r)
+        })?;
+        recorded.push(r);
+    }
+    let c = recorded.pop().expect("two sides");
+    let b = recorded.pop().expect("two sides");
+    Ok(Gathered {
+        baseline: b.bundle,
+        candidate: c.bundle,
+        reused: [b.reused, c.reused],
+        sides: Some([baseline, candidate]),
+        measured,
+    })
+}
+
+/// Measures the refusal direction, or reuses a saved one measured from the
+/// same weights and prompt files.
+fn measure_stage(
+    m: &plan::MeasurePlan,
+    side: &record::LoadedSide,
+    note: &mut String,
+) -> anyhow::Result<PathBuf> {
+    use crate::measure::{MeasureOptions, Provenance, measure, read_metadata};
+    let provenance = Provenance::of_files(&side.exec, &m.harmful, &m.harmless)?;
+    if m.out.is_file()
+        && let Ok(meta) = read_metadata(&m.out)
+        && provenance.matches(&meta)
+        && m.layer.is_none_or(|l| meta.get("vauban.layer") == Some(&l.to_string()))
+    {
+        *note = format!("reused {}", m.out.display());
+        return Ok(m.out.clone());
+    }
+    let harmful = Suite::load(&m.harmful)?;
+    let harmless = Suite::load(&m.harmless)?;
+    let mut options = MeasureOptions {
+        candidates: m.layers.clone(),
+        layer: m.layer,
+        ..MeasureOptions::default()
+    };
+    if let Some(h) = m.holdout {
+        options.holdout = h;
+    }
+    if let Some(k) = m.max_kl {
+        options.max_kl = k;
+    }
+    let progress = bar(0, "measure");
+    let measurement = measure(&side.exec, &harmful, &harmless, &options, &|p| {
+        progress.set_length(p.total as u64);
+        progress.set_position(p.done as u64);
+    })?;
+    progress.finish_and_clear();
+    if let Some(parent) = m.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    measurement.save(&m.out, &provenance)?;
+    *note = format!("layer {} → {}", measurement.chosen_layer(), m.out.display());
+    Ok(m.out.clone())
+}
+
+/// The sides' traces in suite order, one per prompt.
+fn order<'a>(suite: &Suite, traces: &'a [crate::trace::Trace], side: &str) -> anyhow::Result<Vec<&'a crate::trace::Trace>> {
+    suite
+        .prompts
+        .iter()
+        .map(|p| {
+            traces
+                .iter()
+                .find(|t| t.request.prompt_id.as_deref() == Some(p.id.as_str()))
+                .with_context(|| {
+                    format!(
+                        "the {side} bundle has no trace of prompt `{}`; record both sides on the config's suite",
+                        p.id
+                    )
+                })
+        })
+        .collect()
+}
+
+fn sandbox(plan: &Plan, p: &plan::PluginPlan) -> SandboxOptions {
+    let mut s = SandboxOptions {
+        data_dir: p.data_dir.clone(),
+        seed: plan.config.seed,
+        ..SandboxOptions::default()
+    };
+    if let Some(ms) = p.deadline_ms {
+        s.deadline = std::time::Duration::from_millis(ms);
+    }
+    if let Some(mib) = p.memory_mib {
+        s.memory_bytes = mib << 20;
+    }
+    s
+}
+
+fn failure(name: &str, stage: &str, e: &crate::plugin::PluginError) -> PluginFailure {
+    PluginFailure {
+        plugin: name.to_owned(),
+        stage: stage.to_owned(),
+        failure: match e {
+            crate::plugin::PluginError::Call { failure, .. } => Some(failure.kind().to_owned()),
+            _ => None,
+        },
+        message: e.to_string(),
+    }
+}
+
+fn record_of(
+    plugin: &crate::plugin::Plugin,
+    info: &crate::plugin::scorer::PluginInfo,
+    world: &str,
+) -> PluginRecord {
+    PluginRecord {
+        name: info.name.clone(),
+        version: info.version.clone(),
+        wit_version: plugin.facts.wit_version.clone(),
+        sha256: plugin.sha256.clone(),
+        world: world.to_owned(),
+        path: plugin.path.display().to_string(),
+    }
+}
+
+fn bundle_record(b: &Bundle, reused: usize) -> anyhow::Result<BundleRecord> {
+    let manifest = b.root().join("manifest.json");
+    let (sha, _) = crate::hash::sha256_file(&manifest)
+        .with_context(|| format!("cannot hash {}", manifest.display()))?;
+    Ok(BundleRecord {
+        path: b.root().display().to_string(),
+        manifest_sha256: sha,
+        traces: b.traces().len(),
+        reused,
+    })
+}
+
+/// Refuses to run without a reason to: used by `validate` to load every
+/// plugin once and check that gate metrics are declared.
+pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
+    let host = PluginHost::new(HostOptions {
+        cache_dir: HostOptions::default_cache_dir(),
+        fuel_metering: false,
+    })?;
+    let mut metrics = Vec::new();
+    let mut lines = Vec::new();
+    for p in &plan.scorers {
+        let s = Scorer::new(host.load(&p.path)?, &p.config_json, sandbox(plan, p))
+            .with_context(|| format!("scorer `{}` ({})", p.name, p.path.display()))?;
+        lines.push(format!(
+            "scorer {} {}: {}",
+            s.info().plugin.name,
+            s.info().plugin.version,
+            s.info().metrics.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+        metrics.extend(s.info().metrics.iter().map(|m| m.name.clone()));
+    }
+    for p in &plan.claim_mappers {
+        let m = ClaimMapper::new(host.load(&p.path)?, &p.config_json, sandbox(plan, p))
+            .with_context(|| format!("claim mapper `{}` ({})", p.name, p.path.display()))?;
+        lines.push(format!("claim mapper {} {}", m.info().name, m.info().version));
+    }
+    for (i, g) in plan.config.gates.iter().enumerate() {
+        if !metrics.contains(&g.metric) {
+            let near = metrics
+                .iter()
+                .min_by_key(|m| strsim::damerau_levenshtein(&g.metric, m))
+                .map(|m| format!("; did you mean `{m}`?"))
+                .unwrap_or_default();
+            bail!(
+                "{}: gates[{i}].metric: no scorer declares `{}` (declared: {}){near}",
+                plan.config_path.display(),
+                g.metric,
+                metrics.join(", ")
+            );
+        }
+    }
+    Ok(lines)
+}
+
+/// The output folder's report file for a format.
+pub fn report_path(out: &Path, ext: &str) -> PathBuf {
+    out.join(format!("report.{ext}"))
+}

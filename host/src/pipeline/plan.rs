@@ -1,0 +1,589 @@
+//! From a config file to a checked plan: every path resolved against the
+//! config's folder, the suite loaded and checked, every plugin found, and
+//! every cross-reference (gate metrics, directions, layers) checked before
+//! a model loads.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+use crate::config::file::{
+    self, ConfigFile, ModelSection, PluginSection, TransformKind, TransformSection,
+};
+use crate::config::{Redaction, Suite};
+use crate::executor::DeviceSpec;
+use crate::model::llama::WeightMode;
+use crate::report::{AccessLevel, ClaimStrength};
+
+/// Which side of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideName {
+    Baseline,
+    Candidate,
+}
+
+impl SideName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SideName::Baseline => "baseline",
+            SideName::Candidate => "candidate",
+        }
+    }
+}
+
+/// A checked config, ready to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config_path: PathBuf,
+    pub config_text: String,
+    pub config: ConfigFile,
+    /// The output folder (resolved).
+    pub output: PathBuf,
+    pub suite: Suite,
+    /// sha256 of the suite as the run sees it (the file, or the inline prompts as JSON).
+    pub suite_sha256: String,
+    pub baseline: SidePlan,
+    pub candidate: SidePlan,
+    pub measure: Option<MeasurePlan>,
+    pub scorers: Vec<PluginPlan>,
+    pub claim_mappers: Vec<PluginPlan>,
+    /// Where activation findings' direction comes from, when any.
+    pub report_direction: Option<(DirectionRef, Option<String>)>,
+}
+
+/// One side's model and transformation.
+#[derive(Debug, Clone)]
+pub struct SidePlan {
+    pub name: SideName,
+    pub model: PathBuf,
+    pub label: String,
+    pub device: DeviceSpec,
+    pub weights: WeightMode,
+    pub system: Option<String>,
+    pub transform: Option<TransformPlan>,
+}
+
+/// A direction file, or the `[measure]` stage's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirectionRef {
+    File(PathBuf),
+    Measured,
+}
+
+/// A checked transformation.
+#[derive(Debug, Clone)]
+pub struct TransformPlan {
+    pub kind: TransformKind,
+    pub direction: Option<DirectionRef>,
+    pub tensor: Option<String>,
+    pub layers: Vec<usize>,
+    pub alpha: f32,
+    pub interventions: Vec<crate::intervene::InterventionSpec>,
+}
+
+/// The `[measure]` stage, resolved.
+#[derive(Debug, Clone)]
+pub struct MeasurePlan {
+    pub harmful: PathBuf,
+    pub harmless: PathBuf,
+    pub out: PathBuf,
+    pub holdout: Option<f64>,
+    pub max_kl: Option<f64>,
+    pub layers: Vec<usize>,
+    pub layer: Option<usize>,
+}
+
+/// A plugin found on disk, with its config and sandbox grants.
+#[derive(Debug, Clone)]
+pub struct PluginPlan {
+    /// The first-party name or the file stem.
+    pub name: String,
+    pub path: PathBuf,
+    pub config_json: String,
+    pub data_dir: Option<PathBuf>,
+    pub deadline_ms: Option<u64>,
+    pub memory_mib: Option<u64>,
+}
+
+/// First-party plugins, by the name a config uses, with their crate.
+pub const FIRST_PARTY: [(&str, &str); 5] = [
+    ("refusal", "vauban-plugin-refusal"),
+    ("behavior", "vauban-plugin-behavior"),
+    ("logprob", "vauban-plugin-logprob"),
+    ("steer-gate", "vauban-plugin-steer-gate"),
+    ("claims-default", "vauban-plugin-claims-default"),
+];
+
+/// Folders searched for first-party components, in order:
+/// `$VAUBAN_PLUGIN_DIR`, then the cargo target folders beside this binary
+/// (`target/plugins/wasm32-wasip2/plugin`, where `scripts/setup.sh` and the
+/// tests build them, and `target/wasm32-wasip2/plugin`).
+pub fn plugin_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("VAUBAN_PLUGIN_DIR").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        // target/{debug,release}/vauban (or target/debug/deps/… in tests)
+        for target in exe.ancestors().skip(1).take(3) {
+            dirs.push(target.join("plugins/wasm32-wasip2/plugin"));
+            dirs.push(target.join("wasm32-wasip2/plugin"));
+        }
+    }
+    dirs
+}
+
+/// The component file of a first-party plugin.
+pub fn first_party(name: &str) -> anyhow::Result<PathBuf> {
+    let Some((_, krate)) = FIRST_PARTY.iter().find(|(n, _)| *n == name) else {
+        let names: Vec<&str> = FIRST_PARTY.iter().map(|(n, _)| *n).collect();
+        let near = names
+            .iter()
+            .min_by_key(|n| strsim::damerau_levenshtein(name, n))
+            .filter(|n| strsim::damerau_levenshtein(name, n) <= 2)
+            .map(|n| format!(" (did you mean `{n}`?)"))
+            .unwrap_or_default();
+        bail!(
+            "`{name}` is not a first-party plugin{near}; first-party plugins: {}; or give `path = \"….wasm\"`",
+            names.join(", ")
+        );
+    };
+    let file = format!("{}.wasm", krate.replace('-', "_"));
+    let dirs = plugin_dirs();
+    for d in &dirs {
+        let p = d.join(&file);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "the first-party plugin `{name}` is not built (looked for {file} in {}); build them with \
+         `bash scripts/build-plugins.sh`, or set VAUBAN_PLUGIN_DIR to the folder holding {file}",
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+impl Plan {
+    /// Reads and checks the config at `path`; `out` overrides its output
+    /// folder. `replay`: the traces come from bundles, so the models and
+    /// directions need not exist here.
+    pub fn from_file(path: &Path, out: Option<&Path>, replay: bool) -> anyhow::Result<Plan> {
+        let (config, text) = file::read(path)?;
+        let base = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let base = if base.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            base
+        };
+        let at = |key: &str, e: String| anyhow::anyhow!("{}: {key}: {e}", path.display());
+        let resolve = |key: &str, p: &Path| file::resolve(&base, p).map_err(|e| at(key, e));
+
+        let output = match out {
+            Some(o) => o.to_path_buf(),
+            None => resolve("output", &config.output)?,
+        };
+
+        let (suite, suite_sha256) = match (&config.suite.file, config.suite.prompts.is_empty()) {
+            (Some(f), true) => {
+                let p = resolve("suite.file", f)?;
+                let suite = Suite::load(&p)?;
+                let (sha, _) = crate::hash::sha256_file(&p)
+                    .with_context(|| format!("cannot hash {}", p.display()))?;
+                (suite, sha)
+            }
+            (None, false) => {
+                let suite = Suite::new(
+                    config.suite.prompts.clone(),
+                    &format!("{}: suite.prompts", path.display()),
+                )?;
+                let json = serde_json::to_vec(&suite.prompts)?;
+                (suite, crate::hash::sha256_hex(&json))
+            }
+            (Some(_), false) => {
+                return Err(at(
+                    "suite",
+                    "give either `file` or `prompts`, not both".into(),
+                ));
+            }
+            (None, true) => {
+                return Err(at(
+                    "suite",
+                    "no prompts: set `file = \"prompts.jsonl\"` or add `[[suite.prompts]]` tables"
+                        .into(),
+                ));
+            }
+        };
+        for p in &suite.prompts {
+            if !p
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(at(
+                    "suite",
+                    format!(
+                        "prompt id `{}`: use letters, digits, `-`, `_` and `.` only (ids name trace files)",
+                        p.id
+                    ),
+                ));
+            }
+        }
+
+        let measure = match &config.measure {
+            None => None,
+            Some(m) => Some(MeasurePlan {
+                harmful: resolve("measure.harmful", &m.harmful)?,
+                harmless: resolve("measure.harmless", &m.harmless)?,
+                out: if m.out.is_absolute() {
+                    m.out.clone()
+                } else {
+                    output.join(&m.out)
+                },
+                holdout: m.holdout,
+                max_kl: m.max_kl,
+                layers: m.layers.clone(),
+                layer: m.layer,
+            }),
+        };
+        if let Some(m) = measure.as_ref().filter(|_| !replay) {
+            for (key, p) in [("measure.harmful", &m.harmful), ("measure.harmless", &m.harmless)] {
+                Suite::load(p).with_context(|| format!("{}: {key}", path.display()))?;
+            }
+        }
+
+        let side = |name: SideName, s: &ModelSection| -> anyhow::Result<SidePlan> {
+            let key = name.as_str();
+            if s.executor != "candle" {
+                return Err(at(
+                    &format!("{key}.executor"),
+                    format!(
+                        "`{}` is not an executor of this build; this build has `candle` \
+                         (torch, mlx and http executors are not written yet)",
+                        s.executor
+                    ),
+                ));
+            }
+            let model = resolve(&format!("{key}.model"), &s.model)?;
+            if !replay && !model.exists() {
+                return Err(at(
+                    &format!("{key}.model"),
+                    format!(
+                        "{} does not exist (a .gguf file or an HF folder; `bash scripts/fetch-model.sh` fetches the demo model)",
+                        model.display()
+                    ),
+                ));
+            }
+            let device: DeviceSpec = s
+                .device
+                .parse()
+                .map_err(|e: String| at(&format!("{key}.device"), e))?;
+            let weights = match s.weights.as_str() {
+                "native" => WeightMode::Native,
+                "f32" => WeightMode::F32,
+                w => {
+                    return Err(at(
+                        &format!("{key}.weights"),
+                        format!("`{w}`: expected native or f32"),
+                    ));
+                }
+            };
+            let transform = match &s.transform {
+                None => None,
+                Some(t) => Some(transform(
+                    t,
+                    &format!("{key}.transform"),
+                    &resolve,
+                    &at,
+                    measure.is_some(),
+                    replay,
+                )?),
+            };
+            let label = s.label.clone().unwrap_or_else(|| {
+                model
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| key.to_owned())
+            });
+            Ok(SidePlan {
+                name,
+                model,
+                label,
+                device,
+                weights,
+                system: s.system.clone().or_else(|| config.observe.system.clone()),
+                transform,
+            })
+        };
+        let baseline = side(SideName::Baseline, &config.baseline)?;
+        let candidate = side(SideName::Candidate, &config.candidate)?;
+
+        let plugin = |key: &str, s: &PluginSection| -> anyhow::Result<PluginPlan> {
+            let (name, file) = match (&s.plugin, &s.path) {
+                (Some(n), None) => (n.clone(), first_party(n).map_err(|e| at(key, e.to_string()))?),
+                (None, Some(p)) => {
+                    let p = resolve(key, p)?;
+                    if !p.is_file() {
+                        return Err(at(key, format!("{} does not exist", p.display())));
+                    }
+                    let stem = p
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    (stem, p)
+                }
+                _ => {
+                    return Err(at(
+                        key,
+                        "give either `plugin = \"NAME\"` (first-party) or `path = \"FILE.wasm\"`"
+                            .into(),
+                    ));
+                }
+            };
+            let data_dir = match &s.data_dir {
+                Some(d) => {
+                    let d = resolve(&format!("{key}.data_dir"), d)?;
+                    if !d.is_dir() {
+                        return Err(at(
+                            &format!("{key}.data_dir"),
+                            format!("{} is not a folder", d.display()),
+                        ));
+                    }
+                    Some(d)
+                }
+                None => None,
+            };
+            Ok(PluginPlan {
+                name,
+                path: file,
+                config_json: file::plugin_config_json(s.config.as_ref()),
+                data_dir,
+                deadline_ms: s.deadline_ms,
+                memory_mib: s.memory_mib,
+            })
+        };
+        let scorers = config
+            .scorers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| plugin(&format!("scorers[{i}]"), s))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let claim_mappers = config
+            .claim_mappers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| plugin(&format!("claim_mappers[{i}]"), s))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if scorers.is_empty() {
+            return Err(at(
+                "scorers",
+                "no scorers: add at least one `[[scorers]]` (e.g. `plugin = \"refusal\"`)".into(),
+            ));
+        }
+        if config.report.formats.is_empty() {
+            return Err(at(
+                "report.formats",
+                "empty; list at least one of \"json\", \"md\", \"html\"".into(),
+            ));
+        }
+
+        for (i, g) in config.gates.iter().enumerate() {
+            if g.min_delta.is_none() && g.max_delta.is_none() {
+                return Err(at(
+                    &format!("gates[{i}]"),
+                    "a gate needs `min_delta`, `max_delta` or both".into(),
+                ));
+            }
+            if let Some(c) = &g.category
+                && !suite.categories().contains(c.as_str())
+            {
+                return Err(at(
+                    &format!("gates[{i}].category"),
+                    format!(
+                        "no prompt of the suite has category `{c}` (categories: {})",
+                        suite.categories().into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+
+        let report_direction = match &config.report.direction {
+            Some(d) => Some((
+                direction_ref(d, "report.direction", &resolve, &at, measure.is_some(), replay)?,
+                config.report.direction_tensor.clone(),
+            )),
+            None => candidate
+                .transform
+                .as_ref()
+                .and_then(|t| t.direction.clone().map(|d| (d, t.tensor.clone()))),
+        };
+        let redacted = suite
+            .prompts
+            .iter()
+            .filter(|p| p.redaction != Redaction::Safe)
+            .count();
+        tracing::debug!("{redacted} prompts are redacted or omitted in examples");
+
+        Ok(Plan {
+            config_path: path.to_path_buf(),
+            config_text: text,
+            config,
+            output,
+            suite,
+            suite_sha256,
+            baseline,
+            candidate,
+            measure,
+            scorers,
+            claim_mappers,
+            report_direction,
+        })
+    }
+
+    /// The access level the observe settings can reach at best (the run's
+    /// traces decide the real one).
+    pub fn expected_level(&self) -> AccessLevel {
+        let o = &self.config.observe;
+        if o.weights && !o.layers.is_empty() {
+            // weights of both plus activations of both
+            return AccessLevel::BaseAndTransformed;
+        }
+        if !o.layers.is_empty() {
+            AccessLevel::Activations
+        } else if o.logprobs {
+            AccessLevel::Logprobs
+        } else {
+            AccessLevel::BlackBox
+        }
+    }
+
+    /// A warning when `report.claim_strength` asks for more than the
+    /// observe settings can give.
+    pub fn claim_strength_warning(&self) -> Option<String> {
+        let wanted = self.config.report.claim_strength?;
+        let best = self.expected_level().strongest_claim();
+        (wanted > best).then(|| claim_gap(wanted, best, "the `[observe]` settings can reach at most"))
+    }
+}
+
+/// The sentence for a requested strength above what the evidence allows.
+pub fn claim_gap(wanted: ClaimStrength, best: ClaimStrength, what: &str) -> String {
+    format!(
+        "report.claim_strength asks for `{wanted}`, but {what} `{best}`; `{wanted}` needs {}",
+        wanted.needs()
+    )
+}
+
+type Resolve<'a> = dyn Fn(&str, &Path) -> anyhow::Result<PathBuf> + 'a;
+type At<'a> = dyn Fn(&str, String) -> anyhow::Error + 'a;
+
+fn direction_ref(
+    raw: &str,
+    key: &str,
+    resolve: &Resolve<'_>,
+    at: &At<'_>,
+    has_measure: bool,
+    replay: bool,
+) -> anyhow::Result<DirectionRef> {
+    if raw == "measured" {
+        if !has_measure {
+            return Err(at(
+                key,
+                "`measured` names the `[measure]` section's output, but the config has no `[measure]`"
+                    .into(),
+            ));
+        }
+        return Ok(DirectionRef::Measured);
+    }
+    let p = resolve(key, Path::new(raw))?;
+    if !replay && !p.is_file() {
+        return Err(at(
+            key,
+            format!(
+                "{} does not exist (compute one with `vauban measure`, or write `measured` with a `[measure]` section)",
+                p.display()
+            ),
+        ));
+    }
+    Ok(DirectionRef::File(p))
+}
+
+fn transform(
+    t: &TransformSection,
+    key: &str,
+    resolve: &Resolve<'_>,
+    at: &At<'_>,
+    has_measure: bool,
+    replay: bool,
+) -> anyhow::Result<TransformPlan> {
+    let direction = match (&t.direction, t.kind) {
+        (Some(d), TransformKind::Ablate | TransformKind::Orthogonalize) => Some(direction_ref(
+            d,
+            &format!("{key}.direction"),
+            resolve,
+            at,
+            has_measure,
+            replay,
+        )?),
+        (None, TransformKind::Ablate | TransformKind::Orthogonalize) => {
+            return Err(at(
+                key,
+                format!("kind `{}` needs `direction` (a file, or `measured`)", t.kind.as_str()),
+            ));
+        }
+        (Some(_), TransformKind::Intervene) => {
+            return Err(at(
+                &format!("{key}.direction"),
+                "kind `intervene` takes its directions inside `interventions`".into(),
+            ));
+        }
+        (None, TransformKind::Intervene) => None,
+    };
+    if !t.alpha.is_finite() {
+        return Err(at(&format!("{key}.alpha"), "must be finite".into()));
+    }
+    let interventions = match t.kind {
+        TransformKind::Intervene => {
+            if t.interventions.is_empty() {
+                return Err(at(
+                    key,
+                    "kind `intervene` needs `interventions = [\"layer=L,mode=MODE,direction=FILE\"]`"
+                        .into(),
+                ));
+            }
+            t.interventions
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let mut spec: crate::intervene::InterventionSpec = s
+                        .parse()
+                        .map_err(|e| at(&format!("{key}.interventions[{i}]"), format!("{e}")))?;
+                    spec.direction = resolve(&format!("{key}.interventions[{i}]"), &spec.direction)?;
+                    Ok(spec)
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?
+        }
+        _ => {
+            if !t.interventions.is_empty() {
+                return Err(at(
+                    &format!("{key}.interventions"),
+                    format!("only kind `intervene` takes interventions, not `{}`", t.kind.as_str()),
+                ));
+            }
+            Vec::new()
+        }
+    };
+    Ok(TransformPlan {
+        kind: t.kind,
+        direction,
+        tensor: t.tensor.clone(),
+        layers: t.layers.clone(),
+        alpha: t.alpha,
+        interventions,
+    })
+}

@@ -1,0 +1,385 @@
+//! The trace stage: load a side's model, apply its transformation, and
+//! record one trace per prompt, reusing traces already recorded for the
+//! same model, transformation, prompt and settings (found by content hash),
+//! so an interrupted run resumes where it stopped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+
+use crate::bundle::{Bundle, BundleWriter, WriteMode};
+use crate::config::Prompt;
+use crate::config::file::{PromptFormName, TransformKind};
+use crate::executor::{CandleExecutor, GenerateOptions, ModelSpec, PromptForm, RunOptions};
+use crate::intervene::{Direction, Intervention, Mode, Positions, load_direction};
+use crate::model::llama::Matrix;
+use crate::model::sample::Sampling;
+use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
+
+use super::plan::{DirectionRef, Plan, SidePlan};
+
+/// A loaded model with its transformation applied.
+pub struct LoadedSide {
+    pub exec: CandleExecutor,
+    /// Applied in prefill and every decode step.
+    pub interventions: Vec<Intervention>,
+    /// What identifies this side's runs in the trace cache.
+    pub fingerprint: serde_json::Value,
+    /// The transformation, in words (none: the model as loaded).
+    pub describe: Option<String>,
+    /// sha256 of the weights file(s) as loaded, before any transformation.
+    pub model_sha256: Option<String>,
+}
+
+/// Loads `side`'s model and applies its transformation; `measured` is the
+/// `[measure]` stage's direction file, when the config has one.
+pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<LoadedSide> {
+    let spec = ModelSpec {
+        path: side.model.clone(),
+        device: side.device,
+        weights: side.weights,
+    };
+    let mut exec = CandleExecutor::load(&spec)
+        .with_context(|| format!("{}: cannot load the model {}", side.name.as_str(), side.model.display()))?;
+    let model_sha256 = exec.weights_sha256();
+    let dims = exec.dims();
+    let mut interventions = Vec::new();
+    let mut describe = None;
+    let mut transform_fp = serde_json::Value::Null;
+    if let Some(t) = &side.transform {
+        let layers: Vec<usize> = match t.layers.is_empty() {
+            true => (0..dims.layers).collect(),
+            false => t.layers.clone(),
+        };
+        exec.model
+            .model
+            .check_layers(&layers)
+            .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
+        match t.kind {
+            TransformKind::Ablate | TransformKind::Orthogonalize => {
+                let (path, tensor) = direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
+                let mut sha = String::new();
+                let mut norm = 0.0;
+                for &layer in &layers {
+                    let d = load_direction(&path, tensor.as_deref(), None, layer, &exec.device)
+                        .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
+                    if d.width() != dims.hidden {
+                        bail!(
+                            "{}.transform.direction: {} has width {} but the model's hidden size is {}",
+                            side.name.as_str(),
+                            path.display(),
+                            d.width(),
+                            dims.hidden
+                        );
+                    }
+                    let unit = unit(&d)?;
+                    norm = d.norms[0];
+                    sha = d.file_sha256.clone();
+                    match t.kind {
+                        TransformKind::Ablate => interventions.push(Intervention {
+                            layer,
+                            mode: Mode::Subtract,
+                            direction: unit,
+                            alpha: t.alpha,
+                            value: None,
+                            positions: Positions::All,
+                            condition: None,
+                        }),
+                        _ => {
+                            exec.model
+                                .model
+                                .orthogonalize(&unit.basis, &[layer], &[Matrix::AttnOutput, Matrix::FfnDown])
+                                .map_err(crate::executor::ExecutorError::from)?;
+                        }
+                    }
+                }
+                let what = match t.kind {
+                    TransformKind::Ablate => format!(
+                        "directional ablation (subtract, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} blocks",
+                        t.alpha,
+                        path.display(),
+                        tensor.as_deref().unwrap_or("(the only one)"),
+                        layers.len()
+                    ),
+                    _ => format!(
+                        "weights orthogonalized against {} (tensor {}) in {} blocks (attn_output, ffn_down)",
+                        path.display(),
+                        tensor.as_deref().unwrap_or("(the only one)"),
+                        layers.len()
+                    ),
+                };
+                if t.kind == TransformKind::Orthogonalize {
+                    exec.modified = Some("orthogonalized".into());
+                }
+                transform_fp = json!({
+                    "kind": t.kind.as_str(), "direction_sha256": sha, "tensor": tensor,
+                    "layers": layers, "alpha": t.alpha,
+                });
+                describe = Some(what);
+            }
+            TransformKind::Intervene => {
+                for spec in &t.interventions {
+                    interventions.push(
+                        spec.resolve(dims.hidden, dims.layers, &exec.device)
+                            .with_context(|| format!("{}.transform.interventions", side.name.as_str()))?,
+                    );
+                }
+                transform_fp = json!({
+                    "kind": "intervene",
+                    "interventions": interventions.iter().map(Intervention::record).collect::<Vec<_>>(),
+                });
+                describe = Some(format!(
+                    "{} activation intervention(s): {}",
+                    interventions.len(),
+                    interventions
+                        .iter()
+                        .map(|i| format!("{} at layer {} (alpha {})", i.mode.as_str(), i.layer, i.alpha))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+        }
+    }
+    let fingerprint = json!({
+        "model_sha256": model_sha256,
+        "model": side.model.display().to_string(),
+        "weights": format!("{:?}", side.weights),
+        "device": exec.device_name,
+        "transform": transform_fp,
+        "system": side.system,
+    });
+    Ok(LoadedSide {
+        exec,
+        interventions,
+        fingerprint,
+        describe,
+        model_sha256,
+    })
+}
+
+/// The direction file and tensor a transformation names.
+fn direction_file(
+    d: Option<&DirectionRef>,
+    tensor: Option<&str>,
+    measured: Option<&Path>,
+) -> anyhow::Result<(PathBuf, Option<String>)> {
+    match d {
+        Some(DirectionRef::File(p)) => Ok((p.clone(), tensor.map(str::to_owned))),
+        Some(DirectionRef::Measured) => match measured {
+            Some(p) => Ok((p.to_path_buf(), Some(tensor.unwrap_or("direction").to_owned()))),
+            None => bail!("`measured` direction, but no `[measure]` stage ran"),
+        },
+        None => bail!("the transformation has no direction"),
+    }
+}
+
+/// `d` scaled to unit length (one row, non-zero).
+pub fn unit(d: &Direction) -> anyhow::Result<Direction> {
+    if d.norms.len() != 1 || d.norms[0] <= 0.0 {
+        bail!("{}: the direction must be one non-zero vector", d.source);
+    }
+    let scaled = d
+        .basis
+        .affine(1.0 / f64::from(d.norms[0]), 0.0)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", d.source))?;
+    Ok(Direction::new(&d.source, &d.tensor, &d.file_sha256, d.row, &scaled)?)
+}
+
+/// What both sides run each prompt with.
+pub struct RunSettings {
+    pub form: PromptFormName,
+    pub generate: GenerateOptions,
+    pub observe: Vec<K>,
+    pub layers: Vec<usize>,
+    pub raw_activations: bool,
+}
+
+impl RunSettings {
+    pub fn from_plan(plan: &Plan, side: &LoadedSide) -> anyhow::Result<RunSettings> {
+        let o = &plan.config.observe;
+        let mut observe = vec![K::Text, K::Tokens, K::Profile];
+        if o.logprobs {
+            observe.extend([K::Logits, K::Logprobs]);
+        }
+        if !o.layers.is_empty() {
+            side.exec
+                .model
+                .model
+                .check_layers(&o.layers)
+                .context("observe.layers")?;
+            observe.push(K::Activation);
+        }
+        if o.weights {
+            if o.layers.is_empty() {
+                bail!("observe.weights needs observe.layers (the blocks whose weights to record)");
+            }
+            observe.push(K::WeightSnapshot);
+        }
+        if !side.interventions.is_empty() {
+            observe.push(K::InterventionResult);
+        }
+        if let Some(i) = o.stop.iter().position(String::is_empty) {
+            bail!("observe.stop[{i}] is empty; it would end every generation at once");
+        }
+        let sampling = match o.temperature {
+            0.0 => None,
+            t => Some(Sampling {
+                temperature: t,
+                top_p: o.top_p,
+                top_k: o.top_k,
+                seed: o.seed,
+            }),
+        };
+        if let Some(s) = &sampling {
+            crate::model::sample::Sampler::new(s.clone()).context("observe")?;
+        }
+        Ok(RunSettings {
+            form: o.prompt_form,
+            generate: GenerateOptions {
+                max_tokens: o.max_tokens,
+                sampling,
+                stop: o.stop.clone(),
+            },
+            observe,
+            layers: o.layers.clone(),
+            raw_activations: o.raw_tensors,
+        })
+    }
+
+    fn request(&self, p: &Prompt) -> TraceRequest {
+        TraceRequest {
+            prompt_id: Some(p.id.clone()),
+            category: p.category.clone(),
+            expected_behavior: p.expected_behavior.clone(),
+            text: Some(p.text.clone()),
+            token_ids: None,
+            observe: self.observe.clone(),
+            layers: self.layers.clone(),
+            raw_tensors: self.raw_activations,
+        }
+    }
+
+    fn form(&self, system: Option<&str>) -> PromptForm {
+        match self.form {
+            PromptFormName::Raw => PromptForm::Raw,
+            PromptFormName::Chat => PromptForm::Chat {
+                system: system.map(str::to_owned),
+            },
+        }
+    }
+}
+
+/// What the trace stage did for one side.
+pub struct Recorded {
+    pub bundle: Bundle,
+    pub reused: usize,
+}
+
+/// Records (or reuses) one trace per prompt and writes the side's bundle
+/// at `bundle_path`; per-trace results are kept under `cache` as they are
+/// made, so an interrupted run loses at most the prompt in flight.
+pub fn record_side(
+    side: &LoadedSide,
+    system: Option<&str>,
+    settings: &RunSettings,
+    prompts: &[Prompt],
+    cache: &Path,
+    bundle_path: &Path,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Recorded> {
+    std::fs::create_dir_all(cache).with_context(|| format!("cannot create {}", cache.display()))?;
+    let mut parts: Vec<(Trace, HashMap<String, TensorData>)> = Vec::new();
+    let mut reused = 0;
+    for p in prompts {
+        let request = settings.request(p);
+        let options = RunOptions {
+            trace_id: p.id.clone(),
+            prompt: settings.form(system),
+            interventions: side.interventions.clone(),
+            block_outputs: false,
+            generate: settings.generate.clone(),
+        };
+        let key = crate::hash::sha256_hex(
+            json!({
+                "tool": env!("CARGO_PKG_VERSION"),
+                "side": side.fingerprint,
+                "request": request,
+                "form": format!("{:?}", options.prompt),
+                "generate": {
+                    "max_tokens": options.generate.max_tokens,
+                    "sampling": options.generate.sampling.as_ref().map(|s| format!("{s:?}")),
+                    "stop": options.generate.stop,
+                },
+            })
+            .to_string()
+            .as_bytes(),
+        );
+        let dir = cache.join(&key);
+        if dir.exists() {
+            match read_cached(&dir) {
+                Ok(part) => {
+                    tracing::debug!("reusing {} for prompt {}", dir.display(), p.id);
+                    parts.push(part);
+                    reused += 1;
+                    progress.inc(1);
+                    continue;
+                }
+                Err(e) => tracing::warn!("re-recording prompt {}: cached trace unusable ({e:#})", p.id),
+            }
+        }
+        let mut out = side
+            .exec
+            .trace(&request, &options)
+            .with_context(|| format!("tracing prompt `{}`", p.id))?;
+        keep_raw_activations_only(&mut out.trace, &mut out.tensors);
+        let mut w = BundleWriter::create(&dir, WriteMode::Replace)?;
+        w.add_trace(&out.trace, &out.tensors)?;
+        w.finish()?;
+        parts.push((out.trace, out.tensors));
+        progress.inc(1);
+    }
+    let mut w = BundleWriter::create(bundle_path, WriteMode::Replace)
+        .with_context(|| format!("cannot write {}", bundle_path.display()))?;
+    for (t, tensors) in &parts {
+        w.add_trace(t, tensors)?;
+    }
+    w.finish()?;
+    let bundle = Bundle::open(bundle_path)?;
+    Ok(Recorded { bundle, reused })
+}
+
+/// A cached single-trace bundle, verified, with its raw tensors.
+fn read_cached(dir: &Path) -> anyhow::Result<(Trace, HashMap<String, TensorData>)> {
+    let b = Bundle::open(dir)?;
+    b.verify_all()?;
+    let [t] = b.traces() else {
+        bail!("{} holds {} traces, not one", dir.display(), b.traces().len());
+    };
+    let mut tensors = HashMap::new();
+    for a in &t.artifacts {
+        if let ArtifactData::Tensor { raw: true, .. } = a.data {
+            let r = b.tensor(&t.id, &a.id)?;
+            tensors.insert(
+                a.id.clone(),
+                TensorData::new(r.dtype, r.shape.to_vec(), r.bytes.to_vec())?,
+            );
+        }
+    }
+    Ok((t.clone(), tensors))
+}
+
+/// Raw tensors are kept for activations only: logits, logprobs and weight
+/// snapshots are vocabulary- or matrix-sized, and their summaries stay.
+fn keep_raw_activations_only(trace: &mut Trace, tensors: &mut HashMap<String, TensorData>) {
+    for a in &mut trace.artifacts {
+        if a.kind != K::Activation
+            && let ArtifactData::Tensor { raw, .. } = &mut a.data
+            && *raw
+        {
+            *raw = false;
+            tensors.remove(&a.id);
+        }
+    }
+}

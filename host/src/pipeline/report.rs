@@ -1,0 +1,492 @@
+//! Assembles the report from the run's results, and writes its files.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::bundle::Bundle;
+use crate::config::Redaction;
+use crate::config::file::Format;
+use crate::executor::{PromptForm, RunOptions};
+use crate::report::document::{
+    self, BundleRecord, DistributionShift, EvidenceSection, InterventionSummary, ModelSide,
+    PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta, Reproducibility, StageRecord,
+    Summary, TargetChange,
+};
+use crate::report::Access;
+use crate::report::claims::ClaimStatus;
+use crate::trace::{ArtifactKind as K, Trace, TraceRequest};
+
+use super::analyze::{self, Declared, Values};
+use super::plan::{DirectionRef, Plan, claim_gap};
+use super::record::LoadedSide;
+
+/// Everything [`build`] needs.
+pub(super) struct Inputs<'a> {
+    pub plan: &'a Plan,
+    pub command: &'a str,
+    pub base_traces: &'a [&'a Trace],
+    pub cand_traces: &'a [&'a Trace],
+    pub baseline: &'a Bundle,
+    pub candidate: &'a Bundle,
+    pub sides: Option<&'a [LoadedSide; 2]>,
+    pub measured: Option<&'a Path>,
+    pub access: Access,
+    pub kinds_in_both: Vec<K>,
+    pub declared: &'a [Declared],
+    pub values: &'a [Values; 2],
+    pub deltas: Vec<ReportDelta>,
+    pub distribution: Option<DistributionShift>,
+    pub claims: Vec<ReportClaim>,
+    pub scorers: Vec<PluginRecord>,
+    pub mappers: Vec<PluginRecord>,
+    pub failures: Vec<PluginFailure>,
+    pub bundles: BTreeMap<String, BundleRecord>,
+}
+
+/// Kinds every trace of both sides holds.
+pub(super) fn kinds_in_both(access: &Access) -> Vec<K> {
+    access
+        .coverage
+        .iter()
+        .filter(|c| c.baseline == c.of_baseline && c.baseline > 0)
+        .filter(|c| c.candidate == c.of_candidate && c.candidate.unwrap_or(0) > 0)
+        .map(|c| c.kind)
+        .collect()
+}
+
+/// KL(baseline ‖ candidate) of the next-token distributions along the
+/// baseline's own completion (teacher-forced), from fresh forward passes
+/// of both models with their transformations.
+pub(super) fn distribution(
+    plan: &Plan,
+    sides: &[LoadedSide; 2],
+    base_traces: &[&Trace],
+) -> anyhow::Result<DistributionShift> {
+    let mut per_prompt = Vec::new();
+    let mut rows_by_prompt = Vec::new();
+    for (p, t) in plan.suite.prompts.iter().zip(base_traces) {
+        let Some(prompt_ids) = analyze::tokens_of(t, "prompt") else {
+            continue;
+        };
+        let completion = analyze::tokens_of(t, "completion").unwrap_or_default();
+        let mut ids = prompt_ids.clone();
+        ids.extend(&completion);
+        let first = prompt_ids.len() - 1;
+        let count = completion.len().max(1);
+        let rows: Vec<Vec<Vec<f32>>> = sides
+            .iter()
+            .map(|s| teacher_forced(s, &ids, first, count, &p.id))
+            .collect::<anyhow::Result<_>>()?;
+        if let Some((kl, per)) = analyze::prompt_kl(p, &rows[0], &rows[1]) {
+            per_prompt.push(kl);
+            rows_by_prompt.push(per);
+        }
+    }
+    anyhow::ensure!(!per_prompt.is_empty(), "no prompt had tokens to compare");
+    let mean = |v: &mut dyn Iterator<Item = f64>| {
+        let v: Vec<f64> = v.collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let mut by_category: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for k in &per_prompt {
+        if let Some(c) = &k.category {
+            by_category.entry(c.clone()).or_default().push(k.first_token_kl);
+        }
+    }
+    Ok(DistributionShift {
+        support: "full".into(),
+        first_token_kl_mean: mean(&mut per_prompt.iter().map(|k| k.first_token_kl)),
+        mean_kl: mean(&mut per_prompt.iter().map(|k| k.mean_kl)),
+        by_position: analyze::by_position(&rows_by_prompt),
+        by_category: by_category
+            .into_iter()
+            .map(|(c, v)| (c, v.iter().sum::<f64>() / v.len() as f64))
+            .collect(),
+        per_prompt,
+    })
+}
+
+/// Log-probability rows `first..first + count` of one forward pass over `ids`.
+fn teacher_forced(
+    side: &LoadedSide,
+    ids: &[u32],
+    first: usize,
+    count: usize,
+    prompt: &str,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let request = TraceRequest {
+        prompt_id: Some(prompt.to_owned()),
+        token_ids: Some(ids.to_vec()),
+        // logprobs are derived from logits, so a trace asks for both
+        observe: vec![K::Logits, K::Logprobs],
+        raw_tensors: true,
+        ..TraceRequest::default()
+    };
+    let options = RunOptions {
+        trace_id: format!("kl-{prompt}"),
+        prompt: PromptForm::Raw,
+        interventions: side.interventions.clone(),
+        block_outputs: false,
+        generate: crate::executor::GenerateOptions {
+            max_tokens: 0,
+            sampling: None,
+            stop: Vec::new(),
+        },
+    };
+    let out = side
+        .exec
+        .trace(&request, &options)
+        .with_context(|| format!("teacher-forced pass on prompt `{prompt}`"))?;
+    let a = out
+        .trace
+        .artifacts_of(K::Logprobs)
+        .next()
+        .context("the teacher-forced pass recorded no logprobs")?;
+    let data = out.tensors.get(&a.id).context("no raw logprobs")?;
+    let vocab = *data.shape.last().context("a scalar logprobs tensor")?;
+    let values = data.as_ref().to_f32_vec();
+    let positions = values.len() / vocab;
+    anyhow::ensure!(
+        first + count <= positions,
+        "prompt `{prompt}`: {positions} positions, wanted rows {first}..{}",
+        first + count
+    );
+    Ok((first..first + count)
+        .map(|i| values[i * vocab..(i + 1) * vocab].to_vec())
+        .collect())
+}
+
+fn side_of(t: &Trace, label: &str, describe: Option<String>) -> ModelSide {
+    ModelSide {
+        label: label.to_owned(),
+        model_name: t.model.name.clone(),
+        model_sha256: t.model.sha256.clone(),
+        executor: t.capabilities.executor.clone(),
+        device: t.device.clone(),
+        transformation: describe,
+    }
+}
+
+/// The unit direction for activation findings, with its label and sha256.
+fn report_direction(i: &Inputs<'_>) -> Option<(Vec<f32>, String, String)> {
+    let (d, tensor) = i.plan.report_direction.as_ref()?;
+    let (path, tensor) = match d {
+        DirectionRef::File(p) => (p.clone(), tensor.clone()),
+        DirectionRef::Measured => (
+            i.measured
+                .map(Path::to_path_buf)
+                .or_else(|| i.plan.measure.as_ref().map(|m| m.out.clone()))?,
+            Some(tensor.clone().unwrap_or_else(|| "direction".into())),
+        ),
+    };
+    let dir = crate::intervene::load_direction(
+        &path,
+        tensor.as_deref(),
+        None,
+        0,
+        &candle_core::Device::Cpu,
+    )
+    .ok()?;
+    let v: Vec<f32> = dir.basis.flatten_all().ok()?.to_vec1().ok()?;
+    Some((
+        v,
+        format!("{} (tensor {})", path.display(), dir.tensor),
+        dir.file_sha256,
+    ))
+}
+
+/// Builds the report.
+pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Result<Report> {
+    let plan = i.plan;
+    let cfg = &plan.config;
+    let describe = |k: usize| i.sides.and_then(|s| s[k].describe.clone());
+    let baseline = side_of(i.base_traces[0], "baseline", describe(0));
+    let candidate = side_of(i.cand_traces[0], "candidate", describe(1));
+
+    let mut categories = BTreeMap::new();
+    for p in &plan.suite.prompts {
+        *categories
+            .entry(p.category.clone().unwrap_or_else(|| "uncategorised".into()))
+            .or_insert(0) += 1;
+    }
+
+    // activation findings
+    let start = std::time::Instant::now();
+    let activation_findings = report_direction(&i).and_then(|(v, label, sha)| {
+        analyze::activation_findings(
+            label,
+            sha,
+            analyze::projections(&plan.suite, [("baseline", i.baseline), ("candidate", i.candidate)], &v),
+        )
+    });
+    stages.push(StageRecord {
+        stage: "activation findings".into(),
+        seconds: start.elapsed().as_secs_f64(),
+        note: match &activation_findings {
+            Some(a) => format!("{} layers", a.layers.len()),
+            None => "none".into(),
+        },
+    });
+
+    // interventions
+    let mut interventions: BTreeMap<(String, String), InterventionSummary> = BTreeMap::new();
+    for r in &i.access.interventions {
+        let mode = r
+            .labels
+            .get("mode")
+            .or_else(|| r.labels.get("policy"))
+            .cloned()
+            .unwrap_or_else(|| "intervention".into());
+        let e = interventions
+            .entry((r.side.as_str().to_owned(), mode.clone()))
+            .or_insert_with(|| InterventionSummary {
+                side: r.side.as_str().to_owned(),
+                description: match r.side.as_str() {
+                    "baseline" => baseline.transformation.clone(),
+                    _ => candidate.transformation.clone(),
+                }
+                .unwrap_or_else(|| format!("{mode} intervention")),
+                traces: 0,
+                layers: Vec::new(),
+                labels: r.labels.clone(),
+            });
+        if let Some(l) = r.layer
+            && !e.layers.contains(&l)
+        {
+            e.layers.push(l);
+        }
+        e.traces += 1;
+    }
+    let mut interventions: Vec<InterventionSummary> = interventions.into_values().collect();
+    for s in &mut interventions {
+        s.layers.sort_unstable();
+        // each trace holds one record per layer
+        s.traces /= s.layers.len().max(1);
+    }
+    for (k, side) in [(0, &baseline), (1, &candidate)] {
+        if let Some(t) = plan_side_transform(plan, k)
+            && t == crate::config::file::TransformKind::Orthogonalize
+        {
+            interventions.push(InterventionSummary {
+                side: side.label.clone(),
+                description: side.transformation.clone().unwrap_or_default(),
+                traces: 0,
+                layers: Vec::new(),
+                labels: BTreeMap::from([("kind".into(), "weight_orthogonalization".into())]),
+            });
+        }
+    }
+
+    let metric_names: Vec<String> = i.declared.iter().map(|d| d.spec.name.clone()).collect();
+    let examples = analyze::examples(
+        &plan.suite,
+        &i.base_traces.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+        &i.cand_traces.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+        (&i.values[0], &i.values[1]),
+        &metric_names,
+        cfg.report.max_examples,
+        cfg.report.record_outputs,
+    );
+    let gates = analyze::gates(&cfg.gates, &i.deltas);
+
+    // limitations
+    let mut limitations = Vec::new();
+    if let Some(wanted) = cfg.report.claim_strength
+        && wanted > i.access.claim_strength
+    {
+        limitations.push(claim_gap(wanted, i.access.claim_strength, "the traces allow at most"));
+    }
+    let n = plan.suite.prompts.len();
+    if n < 30 {
+        limitations.push(format!(
+            "{n} paired prompts: intervals are wide and only large changes can reach significance; the p-values are not corrected for the {} comparisons made",
+            i.deltas.len()
+        ));
+    }
+    if cfg.observe.temperature == 0.0 {
+        limitations.push("greedy decoding: one completion per prompt and model, so sampling variability is not measured".into());
+    } else {
+        limitations.push(format!(
+            "sampled decoding (temperature {}, seed {}): one sample per prompt and model",
+            cfg.observe.temperature, cfg.observe.seed
+        ));
+    }
+    if i.distribution.is_some() {
+        limitations.push("KL divergences come from teacher-forced forward passes of both models run by the host at report time (on the baseline's completions); they are not stored in the bundles, and `vauban diff` cannot recompute them".into());
+    } else if cfg.observe.logprobs && i.sides.is_none() {
+        limitations.push("no KL divergence: replayed bundles keep logprob summaries, not full distributions, and replay has no model to run teacher-forced passes".into());
+    }
+    for m in &i.access.missing_evidence {
+        limitations.push(format!("missing evidence: {m}"));
+    }
+    if !i.failures.is_empty() {
+        limitations.push(format!(
+            "{} plugin failure(s): the metrics or claims of those plugins are absent from this report (see Evidence)",
+            i.failures.len()
+        ));
+    }
+    let redacted = plan.suite.prompts.iter().filter(|p| p.redaction != Redaction::Safe).count();
+    if redacted > 0 {
+        limitations.push(format!(
+            "{redacted} prompt(s) are redacted or omitted: their text and outputs are not shown in examples"
+        ));
+    }
+    limitations.push("metrics are only as good as the scorers: phrase-based refusal detection misses refusals without the listed phrases and counts quoted phrases".into());
+
+    let claims_by = |s: ClaimStatus| i.claims.iter().filter(|c| c.status == s).count();
+    let significant: Vec<&ReportDelta> = i.deltas.iter().filter(|d| d.significant).collect();
+    let mut lines = Vec::new();
+    for d in significant.iter().take(5) {
+        lines.push(format!(
+            "{}: {:.3} → {:.3} ({:+.3}, 95% CI [{}, {}], p = {}; {})",
+            d.id,
+            d.baseline_mean,
+            d.candidate_mean,
+            d.delta,
+            d.ci_low.map_or("–".into(), |v| format!("{v:+.3}")),
+            d.ci_high.map_or("–".into(), |v| format!("{v:+.3}")),
+            d.p_value.map_or("–".into(), fmt_p),
+            serde_json::to_value(d.quality)?.as_str().unwrap_or_default()
+        ));
+    }
+    if let Some(k) = &i.distribution {
+        lines.push(format!(
+            "next-token KL(baseline ‖ candidate): first token {:.4} nats, mean over the continuation {:.4} nats",
+            k.first_token_kl_mean, k.mean_kl
+        ));
+    }
+    for f in activation_findings.iter().flat_map(|a| a.findings.iter()).take(2) {
+        lines.push(f.clone());
+    }
+    let gates_failed = gates.iter().filter(|g| analyze::gate_fails(g)).count();
+    let gates_warned = gates.iter().filter(|g| g.outcome == "warn" || (g.outcome == "no_data" && g.severity == "warn")).count();
+    let headline = format!(
+        "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured; evidence level `{}`, claims up to `{}`; {} gate(s) failed.",
+        candidate.model_name,
+        baseline.model_name,
+        significant.len(),
+        i.deltas.len(),
+        i.access.level,
+        i.access.claim_strength,
+        gates_failed
+    );
+
+    let mut plugins = i.scorers.clone();
+    plugins.extend(i.mappers.iter().cloned());
+    let models = [("baseline", &baseline), ("candidate", &candidate)]
+        .into_iter()
+        .map(|(k, s)| {
+            (
+                k.to_owned(),
+                i.sides
+                    .and_then(|x| x[usize::from(k == "candidate")].model_sha256.clone())
+                    .or_else(|| s.model_sha256.clone())
+                    .unwrap_or_else(|| "unknown".into()),
+            )
+        })
+        .collect();
+    let (config_sha256, _) = crate::hash::sha256_file(&plan.config_path)
+        .with_context(|| format!("cannot hash {}", plan.config_path.display()))?;
+
+    Ok(Report {
+        schema: document::REPORT_SCHEMA.into(),
+        title: cfg.report.title.clone(),
+        created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        summary: Summary {
+            headline,
+            lines,
+            prompts: n,
+            claims_accepted: claims_by(ClaimStatus::Accepted),
+            claims_downgraded: claims_by(ClaimStatus::Downgraded),
+            claims_rejected: claims_by(ClaimStatus::Rejected),
+            gates_failed,
+            gates_warned,
+            plugin_failures: i.failures.len(),
+        },
+        target_change: TargetChange {
+            description: cfg.report.target_change.clone(),
+            transformation_kind: cfg.report.transformation_kind.clone(),
+            transformation_summary: cfg
+                .report
+                .transformation_summary
+                .clone()
+                .or_else(|| candidate.transformation.clone()),
+            baseline,
+            candidate,
+        },
+        evidence: EvidenceSection {
+            prompts: n,
+            categories,
+            kinds_in_both: i.kinds_in_both,
+            scorers: i.scorers,
+            claim_mappers: i.mappers,
+            plugin_failures: i.failures,
+        },
+        access: i.access,
+        claims: i.claims,
+        metric_deltas: i.deltas,
+        distribution: i.distribution,
+        activation_findings,
+        interventions,
+        examples,
+        gates,
+        limitations,
+        reproducibility: Reproducibility {
+            command: i.command.to_owned(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            config_path: plan.config_path.display().to_string(),
+            config_sha256,
+            config_text: config_text(plan),
+            suite_sha256: plan.suite_sha256.clone(),
+            models,
+            plugins,
+            bundles: i.bundles,
+            seeds: crate::config::file::seeds(cfg),
+            stages: stages.clone(),
+        },
+    })
+}
+
+fn plan_side_transform(plan: &Plan, k: usize) -> Option<crate::config::file::TransformKind> {
+    [&plan.baseline, &plan.candidate][k].transform.as_ref().map(|t| t.kind)
+}
+
+/// Writes the configured formats atomically; the reproducibility section
+/// gets the render stage's own timing only in the files written after it.
+pub(super) fn write(plan: &Plan, report: &mut Report) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for f in &plan.config.report.formats {
+        let (ext, text) = match f {
+            Format::Json => ("json", serde_json::to_string_pretty(&report)? + "\n"),
+            Format::Md => ("md", crate::report::render::markdown(report)),
+            Format::Html => ("html", crate::report::render::html(report)),
+        };
+        let path = super::report_path(&plan.output, ext);
+        crate::atomic_file::write(&path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+/// A p-value for a sentence: 3 significant digits, scientific when tiny.
+fn fmt_p(p: f64) -> String {
+    if p < 1e-3 { format!("{p:.2e}") } else { format!("{p:.3}") }
+}
+
+/// The config as the report shows it: withheld when it holds redacted or
+/// omitted prompts inline (its sha256 still identifies it).
+fn config_text(plan: &Plan) -> String {
+    let inline_hidden = plan
+        .config
+        .suite
+        .prompts
+        .iter()
+        .any(|p| p.redaction != Redaction::Safe);
+    match inline_hidden {
+        true => "(withheld: the config holds redacted or omitted prompts inline; move them to a suite file to show the config)".into(),
+        false => plan.config_text.clone(),
+    }
+}

@@ -1,0 +1,601 @@
+//! The report's plots as inline SVG, written by hand: a forest plot of the
+//! metric deltas, per-layer mean projections, and KL by position.
+//!
+//! Every coordinate goes through [`P`], which never prints a non-finite
+//! number, and every scale widens a degenerate domain (one point, identical
+//! values) so nothing divides by zero. Text from the report is escaped.
+//! Colours are presentation attributes, which the page's CSS may override
+//! (dark mode); qualities are also written out in words, not colour alone.
+
+use std::fmt::{self, Write as _};
+
+use super::super::document::{ActivationFindings, ReportDelta};
+use super::super::stats::Quality;
+use super::{category_label, deltas_by_metric, num, signed};
+
+/// Escapes text for XML and HTML (text and attribute values).
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+/// A coordinate: one decimal, and 0 instead of a non-finite value (the
+/// scales never produce one; this is the last guard).
+#[derive(Clone, Copy)]
+struct P(f64);
+
+impl fmt::Display for P {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = if self.0.is_finite() { self.0 } else { 0.0 };
+        let v = (v * 10.0).round() / 10.0;
+        // `-0` reads oddly in the markup.
+        write!(f, "{}", if v == 0.0 { 0.0 } else { v })
+    }
+}
+
+/// The colour a quality is drawn in.
+pub fn quality_colour(q: Quality) -> &'static str {
+    match q {
+        Quality::Improved => "#1a7f37",
+        Quality::Regressed => "#cf222e",
+        Quality::Unchanged => "#6e7781",
+        Quality::Neutral => "#0969da",
+    }
+}
+
+/// The word for a quality.
+pub fn quality_name(q: Quality) -> &'static str {
+    match q {
+        Quality::Improved => "improved",
+        Quality::Regressed => "regressed",
+        Quality::Unchanged => "unchanged",
+        Quality::Neutral => "neutral",
+    }
+}
+
+/// Colours for categories, distinguishable for common colour blindness
+/// (Okabe-Ito).
+const PALETTE: [&str; 8] = [
+    "#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6000", "#000000",
+];
+
+/// The smallest and largest finite values, or `None` when there are none.
+fn extent(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+    values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold(None, |acc, v| match acc {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+        })
+}
+
+/// A linear map from a data domain to a pixel range.
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    d0: f64,
+    d1: f64,
+    r0: f64,
+    r1: f64,
+}
+
+impl Scale {
+    /// Maps `[lo, hi]` onto `[r0, r1]`; an empty or non-finite domain is
+    /// widened around its value (or becomes `[0, 1]`).
+    fn new((lo, hi): (f64, f64), r0: f64, r1: f64) -> Scale {
+        let (d0, d1) = if lo.is_finite() && hi.is_finite() && hi > lo {
+            (lo, hi)
+        } else if lo.is_finite() {
+            let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
+            (lo - pad, lo + pad)
+        } else {
+            (0.0, 1.0)
+        };
+        Scale { d0, d1, r0, r1 }
+    }
+
+    /// The domain widened by `fraction` of its width on each side.
+    fn padded(self, fraction: f64) -> Scale {
+        let pad = (self.d1 - self.d0) * fraction;
+        Scale {
+            d0: self.d0 - pad,
+            d1: self.d1 + pad,
+            ..self
+        }
+    }
+
+    fn at(&self, v: f64) -> f64 {
+        let t = (v - self.d0) / (self.d1 - self.d0);
+        self.r0 + t.clamp(-0.05, 1.05) * (self.r1 - self.r0)
+    }
+
+    fn domain(&self) -> (f64, f64) {
+        (self.d0, self.d1)
+    }
+}
+
+/// About `target` round tick values inside `[lo, hi]`.
+fn ticks((lo, hi): (f64, f64), target: usize) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite() && hi > lo) {
+        return if lo.is_finite() { vec![lo] } else { vec![] };
+    }
+    let rough = (hi - lo) / target.max(1) as f64;
+    let mag = 10f64.powf(rough.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= rough)
+        .unwrap_or(10.0 * mag);
+    let first = (lo / step).ceil();
+    // Round to one digit below the step, so 3 × 0.2 prints as 0.6.
+    let digits = 10f64.powi((-step.log10().floor()).max(0.0) as i32 + 1);
+    (0..=100)
+        .map(|i| (first + i as f64) * step)
+        .take_while(|v| *v <= hi + step * 1e-9)
+        .map(|v| {
+            let v = (v * digits).round() / digits;
+            if v.abs() < step * 1e-9 { 0.0 } else { v }
+        })
+        .collect()
+}
+
+/// Opens an `<svg>` with a title, sized by its view box so it scales.
+fn open(out: &mut String, width: f64, height: f64, class: &str, title: &str) {
+    let _ = write!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot {class}\" viewBox=\"0 0 {} {}\" \
+         width=\"{}\" role=\"img\" aria-label=\"{t}\" font-family=\"system-ui, sans-serif\" \
+         font-size=\"12\"><title>{t}</title>",
+        P(width),
+        P(height),
+        P(width),
+        t = escape(title),
+    );
+}
+
+/// Text at a point; `anchor` is `start`, `middle` or `end`.
+fn text(out: &mut String, x: f64, y: f64, anchor: &str, class: &str, s: &str) {
+    let _ = write!(
+        out,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"{anchor}\" class=\"{class}\" fill=\"#24292f\">{}</text>",
+        P(x),
+        P(y),
+        escape(s)
+    );
+}
+
+fn line(out: &mut String, (x1, y1): (f64, f64), (x2, y2): (f64, f64), class: &str, stroke: &str) {
+    let _ = write!(
+        out,
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"{class}\" stroke=\"{stroke}\"/>",
+        P(x1),
+        P(y1),
+        P(x2),
+        P(y2)
+    );
+}
+
+/// `s` cut to `max` characters with an ellipsis (labels in a fixed column).
+fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+        None => s.to_owned(),
+    }
+}
+
+/// A horizontal axis at `y` with ticks and labels.
+fn x_axis(out: &mut String, x: &Scale, y: f64, tick_values: &[f64]) {
+    line(out, (x.r0, y), (x.r1, y), "axis", "#57606a");
+    for &t in tick_values {
+        let px = x.at(t);
+        line(out, (px, y), (px, y + 4.0), "axis", "#57606a");
+        text(out, px, y + 16.0, "middle", "tick", &num(t));
+    }
+}
+
+/// A vertical axis at `x` with ticks, labels and light grid lines to `x_end`.
+fn y_axis(out: &mut String, y: &Scale, x: f64, x_end: f64, tick_values: &[f64]) {
+    line(out, (x, y.r0), (x, y.r1), "axis", "#57606a");
+    for &t in tick_values {
+        let py = y.at(t);
+        line(out, (x, py), (x_end, py), "grid", "#d0d7de");
+        line(out, (x - 4.0, py), (x, py), "axis", "#57606a");
+        text(out, x - 7.0, py + 4.0, "end", "tick", &num(t));
+    }
+}
+
+/// Forest plot of the metric deltas: one panel per metric (each with its
+/// own axis, since metrics have different units), one row per delta with
+/// its 95% interval as a whisker, a dashed zero line, the marker coloured
+/// by quality and the numbers and quality in words on the right. A delta
+/// without an interval is drawn as a hollow marker. `None` without deltas.
+pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
+    if deltas.is_empty() {
+        return None;
+    }
+    const WIDTH: f64 = 820.0;
+    const LABEL_END: f64 = 200.0;
+    const PLOT: (f64, f64) = (215.0, 560.0);
+    const ROW: f64 = 22.0;
+    let groups = deltas_by_metric(deltas);
+    let legend_h = 26.0;
+    let height = legend_h
+        + groups
+            .iter()
+            .map(|(_, rows)| 24.0 + ROW * rows.len() as f64 + 34.0)
+            .sum::<f64>();
+    let mut out = String::new();
+    open(
+        &mut out,
+        WIDTH,
+        height,
+        "forest",
+        "Metric deltas (candidate − baseline) with 95% paired bootstrap intervals",
+    );
+    // Legend: colour and word for each quality.
+    let mut lx = PLOT.0;
+    for q in [
+        Quality::Improved,
+        Quality::Regressed,
+        Quality::Unchanged,
+        Quality::Neutral,
+    ] {
+        let _ = write!(
+            out,
+            "<circle cx=\"{}\" cy=\"12\" r=\"5\" fill=\"{}\"/>",
+            P(lx),
+            quality_colour(q)
+        );
+        text(&mut out, lx + 9.0, 16.0, "start", "legend", quality_name(q));
+        lx += 95.0;
+    }
+    let mut y = legend_h;
+    for (metric, rows) in groups {
+        let first = rows[0];
+        let header = format!("{metric} ({}, {})", first.unit, polarity_words(first));
+        text(&mut out, 8.0, y + 16.0, "start", "panel-title", &header);
+        y += 24.0;
+        let values = rows
+            .iter()
+            .flat_map(|d| [Some(d.delta), d.ci_low, d.ci_high])
+            .flatten()
+            .chain([0.0]);
+        let x = Scale::new(extent(values).unwrap_or((0.0, 0.0)), PLOT.0, PLOT.1).padded(0.05);
+        let top = y;
+        let bottom = y + ROW * rows.len() as f64;
+        // Zero line first so the markers sit on top of it.
+        let zx = x.at(0.0);
+        let _ = write!(
+            out,
+            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"zero\" stroke=\"#57606a\" \
+             stroke-dasharray=\"4 3\"/>",
+            P(zx),
+            P(top),
+            P(zx),
+            P(bottom)
+        );
+        for d in &rows {
+            let cy = y + ROW / 2.0;
+            let colour = quality_colour(d.quality);
+            let _ = write!(out, "<g class=\"row\"><title>{}</title>", escape(&d.id));
+            text(
+                &mut out,
+                LABEL_END,
+                cy + 4.0,
+                "end",
+                "label",
+                &clip(category_label(d.category.as_deref()), 28),
+            );
+            let ci = match (d.ci_low, d.ci_high) {
+                (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() => Some((lo, hi)),
+                _ => None,
+            };
+            if let Some((lo, hi)) = ci {
+                let (x0, x1) = (x.at(lo), x.at(hi));
+                let _ = write!(
+                    out,
+                    "<path d=\"M{} {}H{}M{} {}V{}M{} {}V{}\" stroke=\"{colour}\" \
+                     stroke-width=\"1.6\" fill=\"none\"/>",
+                    P(x0),
+                    P(cy),
+                    P(x1),
+                    P(x0),
+                    P(cy - 5.0),
+                    P(cy + 5.0),
+                    P(x1),
+                    P(cy - 5.0),
+                    P(cy + 5.0)
+                );
+            }
+            if d.delta.is_finite() {
+                let (fill, class) = if ci.is_some() {
+                    (colour, "marker")
+                } else {
+                    ("#ffffff", "marker hollow")
+                };
+                let _ = write!(
+                    out,
+                    "<circle cx=\"{}\" cy=\"{}\" r=\"4.5\" class=\"{class}\" fill=\"{fill}\" \
+                     stroke=\"{colour}\" stroke-width=\"1.6\"/>",
+                    P(x.at(d.delta)),
+                    P(cy)
+                );
+            }
+            let ci_words = match ci {
+                Some((lo, hi)) => format!("[{}, {}]", num(lo), num(hi)),
+                None => "no interval".into(),
+            };
+            let words = format!(
+                "{} {ci_words} · {}{}",
+                signed(d.delta),
+                quality_name(d.quality),
+                if d.significant { " *" } else { "" }
+            );
+            text(&mut out, PLOT.1 + 12.0, cy + 4.0, "start", "value", &words);
+            out.push_str("</g>");
+            y += ROW;
+        }
+        x_axis(&mut out, &x, bottom + 4.0, &ticks(x.domain(), 5));
+        y = bottom + 34.0;
+    }
+    out.push_str("</svg>");
+    Some(out)
+}
+
+fn polarity_words(d: &ReportDelta) -> &'static str {
+    use crate::plugin::scorer::Polarity;
+    match d.polarity {
+        Polarity::HigherIsBetter => "higher is better",
+        Polarity::LowerIsBetter => "lower is better",
+        Polarity::Neutral => "no better direction",
+    }
+}
+
+/// Per-layer mean projection, one line per (side, category) series:
+/// colour by category, solid for the baseline and dashed for the
+/// candidate, with axes, ticks and a legend. `None` without layers or
+/// series.
+pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
+    if findings.layers.is_empty() || findings.series.is_empty() {
+        return None;
+    }
+    const WIDTH: f64 = 820.0;
+    const HEIGHT: f64 = 380.0;
+    let (left, right, top, bottom) = (70.0, 590.0, 20.0, HEIGHT - 55.0);
+    let layers: Vec<f64> = findings.layers.iter().map(|&l| l as f64).collect();
+    let x = Scale::new(
+        extent(layers.iter().copied()).unwrap_or((0.0, 0.0)),
+        left,
+        right,
+    )
+    .padded(0.03);
+    let values = findings
+        .series
+        .iter()
+        .flat_map(|s| s.mean_projection.iter().take(layers.len()).copied());
+    let y = Scale::new(extent(values).unwrap_or((0.0, 0.0)), bottom, top).padded(0.05);
+    let mut out = String::new();
+    open(
+        &mut out,
+        WIDTH,
+        HEIGHT,
+        "projection",
+        "Mean projection onto the direction, per layer",
+    );
+    y_axis(&mut out, &y, left, right, &ticks(y.domain(), 6));
+    // Layer ticks: every layer when few, round values otherwise.
+    let x_ticks: Vec<f64> = if layers.len() <= 16 {
+        layers.clone()
+    } else {
+        let mut t: Vec<f64> = ticks(x.domain(), 10).into_iter().map(f64::round).collect();
+        t.dedup();
+        t
+    };
+    x_axis(&mut out, &x, bottom, &x_ticks);
+    text(
+        &mut out,
+        (left + right) / 2.0,
+        HEIGHT - 14.0,
+        "middle",
+        "axis-label",
+        "layer",
+    );
+    let _ = write!(
+        out,
+        "<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\" \
+         class=\"axis-label\" fill=\"#24292f\">mean projection</text>",
+        P((top + bottom) / 2.0),
+        P((top + bottom) / 2.0)
+    );
+    let mut categories: Vec<&str> = Vec::new();
+    for s in &findings.series {
+        if !categories.contains(&s.category.as_str()) {
+            categories.push(&s.category);
+        }
+    }
+    for (i, s) in findings.series.iter().enumerate() {
+        let colour = PALETTE[categories
+            .iter()
+            .position(|c| *c == s.category)
+            .unwrap_or(0)
+            % PALETTE.len()];
+        let dash = if s.side == "baseline" {
+            ""
+        } else {
+            " stroke-dasharray=\"7 4\""
+        };
+        let points: Vec<(f64, f64)> = layers
+            .iter()
+            .zip(&s.mean_projection)
+            .filter(|(_, v)| v.is_finite())
+            .map(|(&l, &v)| (x.at(l), y.at(v)))
+            .collect();
+        let label = format!("{} · {} (n={})", s.side, s.category, s.prompts);
+        let _ = write!(out, "<g class=\"series\"><title>{}</title>", escape(&label));
+        if points.len() > 1 {
+            let path: String = points
+                .iter()
+                .enumerate()
+                .map(|(j, (px, py))| {
+                    format!("{}{} {}", if j == 0 { "M" } else { "L" }, P(*px), P(*py))
+                })
+                .collect();
+            let _ = write!(
+                out,
+                "<path d=\"{path}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/>"
+            );
+        }
+        for (px, py) in &points {
+            let _ = write!(
+                out,
+                "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{colour}\"/>",
+                P(*px),
+                P(*py)
+            );
+        }
+        out.push_str("</g>");
+        // Legend entry: a line sample in the series' style, and its name.
+        let ly = top + 8.0 + 20.0 * i as f64;
+        let _ = write!(
+            out,
+            "<line x1=\"605\" y1=\"{}\" x2=\"635\" y2=\"{}\" stroke=\"{colour}\" \
+             stroke-width=\"2\"{dash}/>",
+            P(ly),
+            P(ly)
+        );
+        text(
+            &mut out,
+            642.0,
+            ly + 4.0,
+            "start",
+            "legend",
+            &clip(&label, 26),
+        );
+    }
+    out.push_str("</svg>");
+    Some(out)
+}
+
+/// Mean KL(baseline ‖ candidate) by generated position, as bars from zero.
+/// `None` without positions.
+pub fn kl_by_position_plot(by_position: &[f64]) -> Option<String> {
+    if by_position.is_empty() {
+        return None;
+    }
+    const WIDTH: f64 = 820.0;
+    const HEIGHT: f64 = 260.0;
+    let (left, right, top, bottom) = (70.0, 800.0, 16.0, HEIGHT - 50.0);
+    let n = by_position.len();
+    let (lo, hi) = extent(by_position.iter().copied()).unwrap_or((0.0, 0.0));
+    let y = Scale::new((lo.min(0.0), hi.max(0.0)), bottom, top).padded(0.04);
+    let band = (right - left) / n as f64;
+    let mut out = String::new();
+    open(
+        &mut out,
+        WIDTH,
+        HEIGHT,
+        "kl",
+        "Mean KL(baseline ‖ candidate) by generated position, in nats",
+    );
+    y_axis(&mut out, &y, left, right, &ticks(y.domain(), 5));
+    let zero = y.at(0.0);
+    line(&mut out, (left, zero), (right, zero), "axis", "#57606a");
+    for (i, v) in by_position.iter().enumerate() {
+        let px = left + band * i as f64 + band * 0.1;
+        let w = (band * 0.8).max(0.5);
+        let _ = write!(out, "<rect x=\"{}\" width=\"{}\" ", P(px), P(w));
+        if v.is_finite() {
+            let py = y.at(*v);
+            let _ = write!(
+                out,
+                "y=\"{}\" height=\"{}\" fill=\"#0969da\"><title>position {i}: {} nats</title></rect>",
+                P(py.min(zero)),
+                P((py - zero).abs()),
+                escape(&num(*v))
+            );
+        } else {
+            // A missing value is shown as missing, not as zero.
+            let _ = write!(
+                out,
+                "y=\"{}\" height=\"0\" fill=\"none\"><title>position {i}: no value</title></rect>",
+                P(zero)
+            );
+        }
+    }
+    // Position ticks: integers, about 10 of them, centred on their bars.
+    let mut positions: Vec<f64> = ticks((0.0, (n - 1) as f64), 10)
+        .into_iter()
+        .map(f64::round)
+        .collect();
+    positions.dedup();
+    line(&mut out, (left, bottom), (right, bottom), "axis", "#57606a");
+    for p in positions {
+        let px = left + band * (p + 0.5);
+        line(
+            &mut out,
+            (px, bottom),
+            (px, bottom + 4.0),
+            "axis",
+            "#57606a",
+        );
+        text(&mut out, px, bottom + 16.0, "middle", "tick", &num(p));
+    }
+    text(
+        &mut out,
+        (left + right) / 2.0,
+        HEIGHT - 12.0,
+        "middle",
+        "axis-label",
+        "generated position (0 = first generated token)",
+    );
+    let _ = write!(
+        out,
+        "<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\" \
+         class=\"axis-label\" fill=\"#24292f\">KL (nats)</text>",
+        P((top + bottom) / 2.0),
+        P((top + bottom) / 2.0)
+    );
+    out.push_str("</svg>");
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn degenerate_domains_are_widened() {
+        let s = Scale::new((3.0, 3.0), 0.0, 100.0);
+        assert_eq!(s.at(3.0), 50.0);
+        let s = Scale::new((0.0, 0.0), 0.0, 100.0);
+        assert_eq!(s.domain(), (-1.0, 1.0));
+        let s = Scale::new((f64::NAN, f64::NAN), 0.0, 100.0);
+        assert!(s.at(0.5).is_finite());
+    }
+
+    #[test]
+    fn ticks_are_round_and_inside() {
+        assert_eq!(ticks((0.0, 1.0), 5), vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
+        assert_eq!(ticks((-0.3, 0.3), 3), vec![-0.2, 0.0, 0.2]);
+        assert_eq!(ticks((2.0, 2.0), 5), vec![2.0]);
+        assert!(ticks((0.0, 1e9), 5).len() <= 11);
+    }
+
+    #[test]
+    fn coordinates_never_print_non_finite_values() {
+        assert_eq!(P(f64::NAN).to_string(), "0");
+        assert_eq!(P(f64::INFINITY).to_string(), "0");
+        assert_eq!(P(-0.04).to_string(), "0");
+        assert_eq!(P(12.345).to_string(), "12.3");
+    }
+}

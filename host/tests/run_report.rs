@@ -1,0 +1,317 @@
+//! `vauban run`, `diff` and `validate` end to end, through the binary, on
+//! the tiny llama the tests build and the workspace's plugins built from
+//! source: the three report files, the schema, the claim cap, gates and
+//! exit codes, resuming from recorded traces, and replay.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use candle_core::quantized::GgmlDType;
+use common::{plugins, report_fixture, tiny};
+use serde_json::Value;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn vauban(args: &[&str]) -> Output {
+    let plugin_dir = plugins::wasm("vauban-plugin-refusal")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(args)
+        .env("VAUBAN_PLUGIN_DIR", plugin_dir)
+        .env("XDG_CACHE_HOME", std::env::temp_dir().join("vauban-run-report-cache"))
+        .output()
+        .expect("run vauban")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A config on the tiny model: 4 prompts in 2 categories, the candidate
+/// ablating a fixed direction after every block; `observe` and the extra
+/// TOML are the test's.
+fn setup(observe: &str, extra: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
+    // A direction along the first two hidden units.
+    let mut v = vec![0f32; tiny::HIDDEN];
+    v[0] = 3.0;
+    v[1] = 4.0;
+    let t = candle_core::Tensor::from_vec(v, tiny::HIDDEN, &candle_core::Device::Cpu).unwrap();
+    candle_core::safetensors::save(
+        &std::collections::HashMap::from([("direction".to_string(), t)]),
+        dir.path().join("d.safetensors"),
+    )
+    .unwrap();
+    let overclaim = plugins::wasm("vauban-test-overclaim");
+    let config = dir.path().join("run.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"output = "out"
+seed = 3
+
+[suite]
+prompts = [
+  {{ id = "a1", text = "the cat", category = "animals", expected_behavior = "comply" }},
+  {{ id = "a2", text = "a hat", category = "animals", redaction = "redacted" }},
+  {{ id = "t1", text = "then in", category = "things" }},
+  {{ id = "t2", text = "the mat", category = "things", redaction = "omitted" }},
+]
+
+[observe]
+max_tokens = 5
+prompt_form = "raw"
+{observe}
+
+[baseline]
+model = "{model}"
+
+[candidate]
+model = "{model}"
+[candidate.transform]
+kind = "ablate"
+direction = "d.safetensors"
+
+[[scorers]]
+plugin = "refusal"
+[[scorers]]
+plugin = "behavior"
+
+[[claim_mappers]]
+plugin = "claims-default"
+[[claim_mappers]]
+path = "{overclaim}"
+
+{extra}
+"#,
+            model = model.display(),
+            overclaim = overclaim.display(),
+        ),
+    )
+    .unwrap();
+    Setup { dir, config }
+}
+
+fn report(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn strength_rank(s: &str) -> usize {
+    [
+        "behavioral_profile",
+        "black_box_behavioral_diff",
+        "distributional_diff",
+        "weight_diff",
+        "activation_diagnostic",
+        "model_change_audit",
+    ]
+    .iter()
+    .position(|x| *x == s)
+    .unwrap_or_else(|| panic!("unknown strength {s}"))
+}
+
+/// Every claim within the access level's cap, the overclaiming mapper's
+/// claim downgraded with its reasons.
+fn claims_within_cap(r: &Value) {
+    let cap = strength_rank(r["access"]["claim_strength"].as_str().unwrap());
+    let claims = r["claims"].as_array().unwrap();
+    assert!(!claims.is_empty(), "no claims: {r:#}");
+    for c in claims {
+        if c["status"] != "rejected" {
+            assert!(
+                strength_rank(c["strength"].as_str().unwrap()) <= cap,
+                "claim above the cap: {c:#}"
+            );
+        }
+    }
+    let over = claims
+        .iter()
+        .find(|c| c["proposed_strength"] == "model_change_audit")
+        .expect("the overclaiming mapper's claim");
+    assert_ne!(over["status"], "accepted", "{over:#}");
+    assert!(
+        !over["reasons"].as_array().unwrap().is_empty(),
+        "a downgrade without reasons: {over:#}"
+    );
+}
+
+#[test]
+fn a_run_writes_three_reports_within_the_evidence_and_resumes_from_its_traces() {
+    let s = setup(
+        "logprobs = true\nlayers = [0, 2]\nraw_tensors = true",
+        r#"[[gates]]
+name = "impossible"
+metric = "output_length_chars"
+max_delta = -1000.0
+severity = "fail"
+
+[[gates]]
+metric = "refusal_rate"
+max_delta = 0.5
+severity = "warn"
+
+[report]
+claim_strength = "model_change_audit"
+"#,
+    );
+    let o = vauban(&["run", s.config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "a failed gate exits 2: {}", text(&o));
+    let out = s.dir.path().join("out");
+    for f in ["report.json", "report.md", "report.html"] {
+        assert!(out.join(f).is_file(), "{f} missing: {}", text(&o));
+    }
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("gate       impossible: fail"), "{}", text(&o));
+
+    let r = report(&out);
+    report_fixture::validate_against_schema(&r);
+    assert_eq!(r["access"]["level"], "activations", "{:#}", r["access"]);
+    claims_within_cap(&r);
+    // asked for more than the evidence reaches: said so
+    assert!(
+        r["limitations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("asks for `model_change_audit`")),
+        "{:#}",
+        r["limitations"]
+    );
+    let gates: Vec<&str> = r["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(gates, ["fail", "pass"]);
+    // deltas: overall and per category, with the test named
+    let ids: Vec<&str> = r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    for id in ["refusal_rate", "refusal_rate@animals", "refusal_rate@things", "output_length_chars"] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    // the ablation changes activations: projections for both sides, and KL > 0
+    let af = &r["activation_findings"];
+    assert_eq!(af["layers"], serde_json::json!([0, 2]), "{af:#}");
+    assert_eq!(af["series"].as_array().unwrap().len(), 4, "{af:#}");
+    let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
+    assert!(kl > 0.0 && kl.is_finite(), "{kl}");
+    // redaction: no redacted or omitted prompt text, no redacted outputs
+    let json = std::fs::read_to_string(out.join("report.json")).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for ex in r["examples"].as_array().unwrap() {
+        assert_ne!(ex["prompt_id"], "t2", "an omitted prompt is an example");
+        if ex["prompt_id"] == "a2" {
+            assert_eq!(ex["prompt"], "[redacted animals prompt]");
+            assert!(ex["baseline_output"].is_null() && ex["candidate_output"].is_null());
+        }
+    }
+    assert!(!html.contains("a hat") && !html.contains(">the mat<"));
+    // interventions recorded on the candidate: one record per block
+    assert_eq!(r["interventions"][0]["side"], "candidate");
+    assert_eq!(r["interventions"][0]["layers"], serde_json::json!([0, 1, 2]));
+
+    // Resume: lose one finished trace (as an interrupted run would) and the
+    // side bundles; the rerun reuses the rest and gives the same report.
+    let cache = out.join("traces/cache");
+    let first = std::fs::read_dir(&cache).unwrap().next().unwrap().unwrap().path();
+    std::fs::remove_dir_all(&first).unwrap();
+    std::fs::remove_dir_all(out.join("traces/baseline")).unwrap();
+    let o2 = vauban(&["run", s.config.to_str().unwrap()]);
+    assert_eq!(o2.status.code(), Some(2), "{}", text(&o2));
+    let r2 = report(&out);
+    let reused = r2["reproducibility"]["bundles"]["baseline"]["reused"].as_u64().unwrap()
+        + r2["reproducibility"]["bundles"]["candidate"]["reused"].as_u64().unwrap();
+    assert_eq!(reused, 7, "8 traces, one lost: {:#}", r2["reproducibility"]["bundles"]);
+    for key in ["metric_deltas", "claims", "examples", "gates", "distribution", "activation_findings", "access"] {
+        assert_eq!(r[key], r2[key], "{key} differs after resuming");
+    }
+    let _ = json;
+
+    // Replay: the same deltas and claims from the bundles, with no model.
+    let replay_out = s.dir.path().join("replay");
+    let o3 = vauban(&[
+        "diff",
+        out.join("traces/baseline").to_str().unwrap(),
+        out.join("traces/candidate").to_str().unwrap(),
+        "--config",
+        s.config.to_str().unwrap(),
+        "--out",
+        replay_out.to_str().unwrap(),
+    ]);
+    assert_eq!(o3.status.code(), Some(2), "{}", text(&o3));
+    let r3 = report(&replay_out);
+    report_fixture::validate_against_schema(&r3);
+    assert_eq!(r["metric_deltas"], r3["metric_deltas"]);
+    assert_eq!(r["claims"], r3["claims"]);
+    assert!(r3["distribution"].is_null(), "replay has no model for KL");
+}
+
+#[test]
+fn text_only_traces_never_claim_more_than_a_black_box_diff() {
+    let s = setup("", "");
+    let o = vauban(&["run", s.config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r = report(&s.dir.path().join("out"));
+    report_fixture::validate_against_schema(&r);
+    assert_eq!(r["access"]["level"], "black_box");
+    assert_eq!(r["access"]["claim_strength"], "black_box_behavioral_diff");
+    claims_within_cap(&r);
+    for c in r["claims"].as_array().unwrap() {
+        assert!(
+            strength_rank(c["strength"].as_str().unwrap()) <= 1,
+            "{c:#}"
+        );
+    }
+    assert!(r["activation_findings"].is_null());
+    assert!(r["distribution"].is_null());
+}
+
+#[test]
+fn validate_points_at_typos_and_unknown_gate_metrics() {
+    let s = setup("", "");
+    let text0 = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(&s.config, text0.replace("max_tokens = 5", "max_tokns = 5")).unwrap();
+    let o = vauban(&["validate", s.config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("run.toml:13:1: unknown field `max_tokns`"), "{err}");
+    assert!(err.contains("did you mean `max_tokens`?"), "{err}");
+
+    std::fs::write(
+        &s.config,
+        format!("{text0}\n[[gates]]\nmetric = \"refusal_rat\"\nmax_delta = 0.1\n"),
+    )
+    .unwrap();
+    let o = vauban(&["validate", s.config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("gates[0].metric: no scorer declares `refusal_rat`")
+            && err.contains("did you mean `refusal_rate`?"),
+        "{err}"
+    );
+
+    std::fs::write(&s.config, &text0).unwrap();
+    let o = vauban(&["validate", s.config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("scorer vauban-plugin-refusal"));
+}
