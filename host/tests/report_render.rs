@@ -498,6 +498,10 @@ fn sample_report_validates_against_the_schema() {
     let back: Report = serde_json::from_value(json).unwrap();
     assert_eq!(back, report);
     validate_against_schema(&serde_json::to_value(bare_report()).unwrap());
+    // A model whose weights were not hashed is written as `unknown`.
+    let mut json = serde_json::to_value(sample_report()).unwrap();
+    json["reproducibility"]["models"]["baseline"] = json!("unknown");
+    validate_against_schema(&json);
 }
 
 /// Applies `mutate` to the sample's JSON and returns the schema violations.

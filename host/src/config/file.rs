@@ -476,7 +476,27 @@ pub fn resolve(base: &Path, raw: &Path) -> Result<PathBuf, String> {
     let s = raw.to_string_lossy();
     let expanded = expand(&s)?;
     let p = PathBuf::from(expanded);
-    Ok(if p.is_absolute() { p } else { base.join(p) })
+    Ok(normalize(&if p.is_absolute() { p } else { base.join(p) }))
+}
+
+/// Removes `.` and `name/..` pairs without touching the file system, so
+/// messages and reports show `out/x`, not `examples/../out/x`.
+fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() {
+        return PathBuf::from(".");
+    }
+    out.iter().collect()
 }
 
 fn expand(s: &str) -> Result<String, String> {
@@ -584,6 +604,14 @@ model = "m.gguf"
         assert_eq!(
             resolve(base, Path::new("rel/m.gguf")).unwrap(),
             PathBuf::from("/cfg/rel/m.gguf")
+        );
+        assert_eq!(
+            resolve(Path::new("examples"), Path::new("../out/./q")).unwrap(),
+            PathBuf::from("out/q")
+        );
+        assert_eq!(
+            resolve(Path::new("."), Path::new("../x")).unwrap(),
+            PathBuf::from("../x")
         );
         let e = resolve(base, Path::new("${VAUBAN_TEST_UNSET_Y}/m")).unwrap_err();
         assert!(e.contains("VAUBAN_TEST_UNSET_Y is not set"), "{e}");

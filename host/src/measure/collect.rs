@@ -116,7 +116,7 @@ impl Set {
                     MeasureError::Prompt {
                         set: name,
                         id: p.id.clone(),
-                        source,
+                        source: Box::new(source),
                     }
                 })?;
                 Ok(Prompt {
@@ -209,7 +209,7 @@ fn run_set(
         let (acts, logits) = forward_last(exec, &p.ids).map_err(|e| MeasureError::Prompt {
             set: set.name,
             id: p.id.clone(),
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
         if p.holdout {
             sums.holdout_logprobs.push(log_softmax(&logits));

@@ -254,7 +254,7 @@ pub enum MeasureError {
         set: &'static str,
         id: String,
         #[source]
-        source: ExecutorError,
+        source: Box<ExecutorError>,
     },
     #[error(
         "the harmful and harmless means coincide at layer {layer} (difference norm {norm}), so there is no direction to normalise; use prompt sets that differ"
@@ -292,9 +292,15 @@ pub enum MeasureError {
     #[error("cannot encode the direction file {path}: {message}")]
     Encode { path: PathBuf, message: String },
     #[error(transparent)]
-    Executor(#[from] ExecutorError),
+    Executor(Box<ExecutorError>),
     #[error("tensor computation failed: {0}")]
     Compute(#[from] candle_core::Error),
+}
+
+impl From<ExecutorError> for MeasureError {
+    fn from(e: ExecutorError) -> Self {
+        MeasureError::Executor(Box::new(e))
+    }
 }
 
 impl MeasureOptions {

@@ -97,7 +97,7 @@ pub(super) fn score_candidates(
             let lp = ablated(exec, &ablate, &p.ids).map_err(|source| MeasureError::Prompt {
                 set: harmful.name,
                 id: p.id.clone(),
-                source,
+                source: Box::new(source),
             })?;
             refusal += refusal_score(&lp, refusal_ids);
             tick();
@@ -110,7 +110,7 @@ pub(super) fn score_candidates(
             let lp = ablated(exec, &ablate, &p.ids).map_err(|source| MeasureError::Prompt {
                 set: harmless.name,
                 id: p.id.clone(),
-                source,
+                source: Box::new(source),
             })?;
             kl += kl_divergence(base, &lp).ok_or(MeasureError::NotFinite {
                 what: "the ablated next-token distribution",

@@ -377,21 +377,27 @@ pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec
     let mut out = Vec::new();
     let get = |side: &str| series.iter().filter(move |s| s.side == side).collect::<Vec<_>>();
     let base = get("baseline");
-    if base.len() >= 2 {
-        let (a, b) = (base[0], base[1]);
-        if let Some((i, gap)) = a
-            .mean_projection
-            .iter()
-            .zip(&b.mean_projection)
-            .map(|(x, y)| x - y)
-            .enumerate()
-            .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
-        {
-            out.push(format!(
-                "On the baseline, `{}` and `{}` prompts separate most along the direction at layer {} (mean projection {:+.3} vs {:+.3}, gap {:+.3}).",
-                a.category, b.category, layers[i], a.mean_projection[i], b.mean_projection[i], gap
-            ));
+    // the pair of categories and the layer with the largest gap
+    let mut best: Option<(f64, usize, &ProjectionSeries, &ProjectionSeries)> = None;
+    for (i, a) in base.iter().enumerate() {
+        for b in &base[i + 1..] {
+            for (l, (x, y)) in a.mean_projection.iter().zip(&b.mean_projection).enumerate() {
+                if best.is_none_or(|(g, ..)| (x - y).abs() > g) {
+                    best = Some(((x - y).abs(), l, a, b));
+                }
+            }
         }
+    }
+    if let Some((_, i, a, b)) = best {
+        out.push(format!(
+            "On the baseline, `{}` and `{}` prompts separate most along the direction at layer {} (mean projection {:+.3} vs {:+.3}, gap {:+.3}).",
+            a.category,
+            b.category,
+            layers[i],
+            a.mean_projection[i],
+            b.mean_projection[i],
+            a.mean_projection[i] - b.mean_projection[i]
+        ));
     }
     for c in get("candidate") {
         if let Some(b) = base.iter().find(|b| b.category == c.category)

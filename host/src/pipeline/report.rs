@@ -364,8 +364,8 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
     let gates_warned = gates.iter().filter(|g| g.outcome == "warn" || (g.outcome == "no_data" && g.severity == "warn")).count();
     let headline = format!(
         "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured; evidence level `{}`, claims up to `{}`; {} gate(s) failed.",
-        candidate.model_name,
-        baseline.model_name,
+        plan.candidate.label,
+        plan.baseline.label,
         significant.len(),
         i.deltas.len(),
         i.access.level,

@@ -48,6 +48,10 @@ pub fn markdown(report: &Report) -> String {
     for (i, ((_, title), section)) in SECTIONS.iter().zip(sections).enumerate() {
         let _ = writeln!(out, "## {}. {title}\n", i + 1);
         section(&mut out, report);
+        // Exactly one blank line between sections, whatever the last block was.
+        while out.ends_with("\n\n") {
+            out.pop();
+        }
         out.push('\n');
     }
     out
@@ -70,8 +74,14 @@ fn slug(heading: &str) -> String {
 /// come from it, and it stays on one line.
 fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    // Leading digits then `.` or `)` would start an ordered list.
+    let digits = s.chars().take_while(char::is_ascii_digit).count();
     for (i, ch) in s.chars().enumerate() {
         match ch {
+            '.' | ')' if i == digits && i > 0 => {
+                out.push('\\');
+                out.push(ch);
+            }
             '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '~' => {
                 out.push('\\');
                 out.push(ch);
@@ -944,6 +954,7 @@ mod tests {
         assert_eq!(text("<b>a</b> & *x*"), "&lt;b&gt;a&lt;/b&gt; &amp; \\*x\\*");
         assert_eq!(text("# h\nnext"), "\\# h next");
         assert_eq!(text("- item"), "\\- item");
+        assert_eq!(text("12. twelve 1."), "12\\. twelve 1.");
         assert_eq!(text("[link](http://x)"), "\\[link\\](http://x)");
     }
 
