@@ -13,6 +13,7 @@ use crate::model::llama::{BlockHook, BlockView, LogitsAt};
 /// A token whose probability counts as refusing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusalToken {
+    /// The token id.
     pub id: u32,
     /// The tokenizer's name for it (`ĠI` for " I" in byte-level BPE).
     pub token: String,

@@ -20,7 +20,9 @@ pub struct Provenance {
     /// The weights' sha256; `None` when unknown (weights changed in
     /// memory), and then no saved file [`matches`](Provenance::matches).
     pub model_sha256: Option<String>,
+    /// sha256 of the harmful prompt file.
     pub harmful_sha256: String,
+    /// sha256 of the harmless prompt file.
     pub harmless_sha256: String,
 }
 

@@ -118,14 +118,18 @@ pub enum Phase {
 /// How far a phase has come: `done` forward passes of `total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
+    /// The phase this report is about.
     pub phase: Phase,
+    /// Forward passes finished in this phase.
     pub done: usize,
+    /// Forward passes this phase will run.
     pub total: usize,
 }
 
 /// One candidate layer's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerScore {
+    /// The layer the direction was measured at (0-based block index).
     pub layer: usize,
     /// `‖mean(harmful) − mean(harmless)‖` at this layer, before normalising.
     pub norm: f64,
@@ -150,18 +154,26 @@ pub enum Selection {
 /// How many prompts each part of each set had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
+    /// Harmful prompts the direction was computed from.
     pub harmful_train: usize,
+    /// Harmful prompts the refusal score was measured on.
     pub harmful_holdout: usize,
+    /// Harmless prompts the direction was computed from.
     pub harmless_train: usize,
+    /// Harmless prompts the KL divergence was measured on.
     pub harmless_holdout: usize,
 }
 
 /// Which prompts (by id) went where.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Split {
+    /// Ids of the harmful prompts the direction was computed from.
     pub harmful_train: Vec<String>,
+    /// Ids of the held-out harmful prompts.
     pub harmful_holdout: Vec<String>,
+    /// Ids of the harmless prompts the direction was computed from.
     pub harmless_train: Vec<String>,
+    /// Ids of the held-out harmless prompts.
     pub harmless_holdout: Vec<String>,
 }
 
@@ -171,9 +183,11 @@ pub struct Split {
 pub struct Scores {
     /// The layer whose direction is the file's `direction` tensor.
     pub chosen_layer: usize,
+    /// How the layer was picked.
     pub selection: Selection,
-    /// The model's depth and width.
+    /// The model's depth (blocks).
     pub n_layers: usize,
+    /// The model's width (the residual stream's size).
     pub d_model: usize,
     /// Mean refusal log-odds on the held-out harmful prompts, no ablation.
     pub baseline_refusal_score: f64,
@@ -185,7 +199,9 @@ pub struct Scores {
     pub max_kl: f64,
     /// The held-out share asked for.
     pub holdout: f64,
+    /// How many prompts each part had.
     pub counts: Counts,
+    /// Which prompts went where.
     pub split: Split,
     /// The tokens whose total probability is the refusal probability.
     pub refusal_tokens: Vec<RefusalToken>,
@@ -207,6 +223,7 @@ impl Scores {
 pub struct Measurement {
     /// `[n_layers][d_model]`: every layer's unit difference-of-means direction.
     pub per_layer: Vec<Vec<f32>>,
+    /// The figures behind the choice.
     pub scores: Scores,
 }
 
