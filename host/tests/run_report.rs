@@ -315,3 +315,22 @@ fn validate_points_at_typos_and_unknown_gate_metrics() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("scorer vauban-plugin-refusal"));
 }
+
+#[test]
+fn the_quickstart_config_is_valid() {
+    let models = std::env::var_os("VAUBAN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
+        });
+    if !models.join("SmolLM2-135M-Instruct.Q4_1.gguf").exists() {
+        eprintln!("skipping: the SmolLM2 model is absent; run `bash scripts/fetch-model.sh`");
+        return;
+    }
+    let config = plugins::root().join("examples/quickstart.toml");
+    let o = vauban(&["validate", config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("16 prompts, 3 categories"), "{stdout}");
+    assert!(stdout.contains("claims up to activation_diagnostic"), "{stdout}");
+}

@@ -66,6 +66,7 @@ article.example h3{margin-top:.6rem}
 .sides{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1rem}
 .hidden-text{color:var(--muted);font-style:italic;border:1px dashed var(--border);border-radius:6px;padding:.6rem .8rem;margin:.3rem 0 .8rem}
 details{margin:.5rem 0 1rem}summary{cursor:pointer;font-weight:600}
+details.cites{margin:0;font-size:.85em}details.cites summary{font-weight:400}
 footer{color:var(--muted);font-size:.8rem;text-align:center;padding:1.5rem}
 @media (max-width:60rem){.layout{grid-template-columns:1fr;padding:0 1rem}nav.toc{position:static;max-height:none;border-bottom:1px solid var(--border)}.sides{grid-template-columns:1fr}}
 @media print{nav.toc{display:none}.layout{display:block}}
@@ -592,10 +593,10 @@ fn claims(out: &mut String, r: &Report) {
             vec![
                 badge(class, label),
                 format!(
-                    "<div class=\"wide\">{}</div><small>evidence: {} · mapper: {}</small>",
+                    "<div class=\"wide\">{}</div><small>mapper: {}</small><br>{}",
                     e(&c.statement),
-                    codes(&c.evidence),
-                    code(&c.mapper)
+                    code(&c.mapper),
+                    evidence_list(&c.evidence)
                 ),
                 strength,
                 format!("<div class=\"wide\">{why}</div>"),
@@ -609,6 +610,19 @@ fn claims(out: &mut String, r: &Report) {
         &rows,
         &classes,
     );
+}
+
+/// A claim's cited evidence; a long list folds away so the claim stays readable.
+fn evidence_list(ids: &[String]) -> String {
+    if ids.len() > 6 {
+        format!(
+            "<details class=\"cites\"><summary>evidence: {} ids</summary>{}</details>",
+            ids.len(),
+            codes(ids)
+        )
+    } else {
+        format!("<small>evidence: {}</small>", codes(ids))
+    }
 }
 
 fn deltas(out: &mut String, r: &Report) {

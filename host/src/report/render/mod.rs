@@ -60,7 +60,9 @@ fn num(x: f64) -> String {
     if !x.is_finite() {
         return format!("{x}");
     }
-    if x == 0.0 {
+    // Below 1e-12 is rounding noise (a Wilson bound of 2.8e-17 is 0); the
+    // JSON keeps the exact value.
+    if x.abs() < 1e-12 {
         return "0".into();
     }
     let a = x.abs();
@@ -169,6 +171,8 @@ mod tests {
         assert_eq!(num(0.125), "0.125");
         assert_eq!(num(41.5), "41.5");
         assert_eq!(num(-0.0), "0");
+        assert_eq!(num(2.78e-17), "0");
+        assert_eq!(num(3e-9), "3.00e-9");
         assert_eq!(num(-0.000_04), "-4.00e-5");
         assert_eq!(num(123_456.0), "1.23e5");
         assert_eq!(num(2.0 / 3.0), "0.6667");
