@@ -56,6 +56,7 @@ fn setup(observe: &str, extra: &str) -> Setup {
     )
     .unwrap();
     let overclaim = plugins::wasm("vauban-test-overclaim");
+    let evil = plugins::wasm("vauban-test-evil");
     let config = dir.path().join("run.toml");
     std::fs::write(
         &config,
@@ -89,6 +90,9 @@ direction = "d.safetensors"
 plugin = "refusal"
 [[scorers]]
 plugin = "behavior"
+[[scorers]]
+path = "{evil}"
+config = {{ attack = "panic" }}
 
 [[claim_mappers]]
 plugin = "claims-default"
@@ -99,6 +103,7 @@ path = "{overclaim}"
 "#,
             model = model.display(),
             overclaim = overclaim.display(),
+            evil = evil.display(),
         ),
     )
     .unwrap();
@@ -181,6 +186,12 @@ claim_strength = "model_change_audit"
     report_fixture::validate_against_schema(&r);
     assert_eq!(r["access"]["level"], "activations", "{:#}", r["access"]);
     claims_within_cap(&r);
+    // an untrusted scorer that traps is reported; the run carried on
+    let failures = r["evidence"]["plugin_failures"].as_array().unwrap();
+    assert!(
+        failures.iter().any(|f| f["failure"] == "trap" && f["plugin"] == "vauban_test_evil"),
+        "{failures:#?}"
+    );
     // asked for more than the evidence reaches: said so
     assert!(
         r["limitations"]
