@@ -25,7 +25,10 @@ fn vauban(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vauban"))
         .args(args)
         .env("VAUBAN_PLUGIN_DIR", plugin_dir)
-        .env("XDG_CACHE_HOME", std::env::temp_dir().join("vauban-run-report-cache"))
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("vauban-run-report-cache"),
+        )
         .output()
         .expect("run vauban")
 }
@@ -174,13 +177,22 @@ claim_strength = "model_change_audit"
 "#,
     );
     let o = vauban(&["run", s.config.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(2), "a failed gate exits 2: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a failed gate exits 2: {}",
+        text(&o)
+    );
     let out = s.dir.path().join("out");
     for f in ["report.json", "report.md", "report.html"] {
         assert!(out.join(f).is_file(), "{f} missing: {}", text(&o));
     }
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("gate       impossible: fail"), "{}", text(&o));
+    assert!(
+        stdout.contains("gate       impossible: fail"),
+        "{}",
+        text(&o)
+    );
 
     let r = report(&out);
     report_fixture::validate_against_schema(&r);
@@ -189,16 +201,17 @@ claim_strength = "model_change_audit"
     // an untrusted scorer that traps is reported; the run carried on
     let failures = r["evidence"]["plugin_failures"].as_array().unwrap();
     assert!(
-        failures.iter().any(|f| f["failure"] == "trap" && f["plugin"] == "vauban_test_evil"),
+        failures
+            .iter()
+            .any(|f| f["failure"] == "trap" && f["plugin"] == "vauban_test_evil"),
         "{failures:#?}"
     );
     // asked for more than the evidence reaches: said so
     assert!(
-        r["limitations"]
-            .as_array()
+        r["limitations"].as_array().unwrap().iter().any(|l| l
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|l| l.as_str().unwrap().contains("asks for `model_change_audit`")),
+            .contains("asks for `model_change_audit`")),
         "{:#}",
         r["limitations"]
     );
@@ -216,7 +229,12 @@ claim_strength = "model_change_audit"
         .iter()
         .map(|d| d["id"].as_str().unwrap())
         .collect();
-    for id in ["refusal_rate", "refusal_rate@animals", "refusal_rate@things", "output_length_chars"] {
+    for id in [
+        "refusal_rate",
+        "refusal_rate@animals",
+        "refusal_rate@things",
+        "output_length_chars",
+    ] {
         assert!(ids.contains(&id), "{id} missing from {ids:?}");
     }
     // the ablation changes activations: projections for both sides, and KL > 0
@@ -238,21 +256,45 @@ claim_strength = "model_change_audit"
     assert!(!html.contains("a hat") && !html.contains(">the mat<"));
     // interventions recorded on the candidate: one record per block
     assert_eq!(r["interventions"][0]["side"], "candidate");
-    assert_eq!(r["interventions"][0]["layers"], serde_json::json!([0, 1, 2]));
+    assert_eq!(
+        r["interventions"][0]["layers"],
+        serde_json::json!([0, 1, 2])
+    );
 
     // Resume: lose one finished trace (as an interrupted run would) and the
     // side bundles; the rerun reuses the rest and gives the same report.
     let cache = out.join("traces/cache");
-    let first = std::fs::read_dir(&cache).unwrap().next().unwrap().unwrap().path();
+    let first = std::fs::read_dir(&cache)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     std::fs::remove_dir_all(&first).unwrap();
     std::fs::remove_dir_all(out.join("traces/baseline")).unwrap();
     let o2 = vauban(&["run", s.config.to_str().unwrap()]);
     assert_eq!(o2.status.code(), Some(2), "{}", text(&o2));
     let r2 = report(&out);
-    let reused = r2["reproducibility"]["bundles"]["baseline"]["reused"].as_u64().unwrap()
-        + r2["reproducibility"]["bundles"]["candidate"]["reused"].as_u64().unwrap();
-    assert_eq!(reused, 7, "8 traces, one lost: {:#}", r2["reproducibility"]["bundles"]);
-    for key in ["metric_deltas", "claims", "examples", "gates", "distribution", "activation_findings", "access"] {
+    let reused = r2["reproducibility"]["bundles"]["baseline"]["reused"]
+        .as_u64()
+        .unwrap()
+        + r2["reproducibility"]["bundles"]["candidate"]["reused"]
+            .as_u64()
+            .unwrap();
+    assert_eq!(
+        reused, 7,
+        "8 traces, one lost: {:#}",
+        r2["reproducibility"]["bundles"]
+    );
+    for key in [
+        "metric_deltas",
+        "claims",
+        "examples",
+        "gates",
+        "distribution",
+        "activation_findings",
+        "access",
+    ] {
         assert_eq!(r[key], r2[key], "{key} differs after resuming");
     }
     let _ = json;
@@ -287,10 +329,7 @@ fn text_only_traces_never_claim_more_than_a_black_box_diff() {
     assert_eq!(r["access"]["claim_strength"], "black_box_behavioral_diff");
     claims_within_cap(&r);
     for c in r["claims"].as_array().unwrap() {
-        assert!(
-            strength_rank(c["strength"].as_str().unwrap()) <= 1,
-            "{c:#}"
-        );
+        assert!(strength_rank(c["strength"].as_str().unwrap()) <= 1, "{c:#}");
     }
     assert!(r["activation_findings"].is_null());
     assert!(r["distribution"].is_null());
@@ -304,7 +343,10 @@ fn validate_points_at_typos_and_unknown_gate_metrics() {
     let o = vauban(&["validate", s.config.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("run.toml:13:1: unknown field `max_tokns`"), "{err}");
+    assert!(
+        err.contains("run.toml:13:1: unknown field `max_tokns`"),
+        "{err}"
+    );
     assert!(err.contains("did you mean `max_tokens`?"), "{err}");
 
     std::fs::write(
@@ -343,5 +385,8 @@ fn the_quickstart_config_is_valid() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("16 prompts, 3 categories"), "{stdout}");
-    assert!(stdout.contains("claims up to activation_diagnostic"), "{stdout}");
+    assert!(
+        stdout.contains("claims up to activation_diagnostic"),
+        "{stdout}"
+    );
 }

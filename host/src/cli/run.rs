@@ -120,7 +120,12 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
             .join(", ")
     )?;
     writeln!(out, "deltas")?;
-    for d in r.metric_deltas.iter().filter(|d| d.category.is_none() || d.significant).take(14) {
+    for d in r
+        .metric_deltas
+        .iter()
+        .filter(|d| d.category.is_none() || d.significant)
+        .take(14)
+    {
         writeln!(
             out,
             "  {:<34} {:>9.4} → {:>9.4}  {:+9.4}  p={:<8} {}{}",
@@ -129,7 +134,9 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
             d.candidate_mean,
             d.delta,
             d.p_value.map_or("–".into(), |p| format!("{p:.3}")),
-            serde_json::to_value(d.quality)?.as_str().unwrap_or_default(),
+            serde_json::to_value(d.quality)?
+                .as_str()
+                .unwrap_or_default(),
             if d.significant { " *" } else { "" }
         )?;
     }
@@ -158,7 +165,11 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "gate       {}: {} ({})", g.name, g.outcome, g.message)?;
     }
     for f in &r.evidence.plugin_failures {
-        writeln!(out, "plugin     {} failed at {}: {}", f.plugin, f.stage, f.message)?;
+        writeln!(
+            out,
+            "plugin     {} failed at {}: {}",
+            f.plugin, f.stage, f.message
+        )?;
     }
     Ok(())
 }

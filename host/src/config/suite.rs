@@ -221,7 +221,10 @@ mod tests {
 
     #[test]
     fn a_bad_line_is_named() {
-        let (_d, p) = write("s.jsonl", "{\"id\":\"a\",\"text\":\"Hi\"}\n{\"id\":\"b\"}\n");
+        let (_d, p) = write(
+            "s.jsonl",
+            "{\"id\":\"a\",\"text\":\"Hi\"}\n{\"id\":\"b\"}\n",
+        );
         let e = Suite::load(&p).unwrap_err().to_string();
         assert!(e.contains("s.jsonl:2:") && e.contains("text"), "{e}");
     }

@@ -189,7 +189,9 @@ pub fn text_of(t: &Trace, role: &str) -> Option<String> {
 /// Token ids of a trace's `tokens` artifact with `role`.
 pub fn tokens_of(t: &Trace, role: &str) -> Option<Vec<u32>> {
     t.artifacts_of(K::Tokens).find_map(|a| match &a.data {
-        ArtifactData::TokenIds { ids } if a.labels.get("role").map(String::as_str) == Some(role) => {
+        ArtifactData::TokenIds { ids }
+            if a.labels.get("role").map(String::as_str) == Some(role) =>
+        {
             Some(ids.clone())
         }
         _ => None,
@@ -208,8 +210,14 @@ pub fn examples(
     max: usize,
     record_outputs: bool,
 ) -> Vec<Example> {
-    let by_id = |ts: &[Trace], id: &str| ts.iter().find(|t| t.request.prompt_id.as_deref() == Some(id)).cloned();
-    let mut scored: Vec<(usize, f64, &Prompt, BTreeMap<String, [f64; 2]>)> = suite
+    let by_id = |ts: &[Trace], id: &str| {
+        ts.iter()
+            .find(|t| t.request.prompt_id.as_deref() == Some(id))
+            .cloned()
+    };
+    // (changed metrics, largest relative change, prompt, the changes)
+    type Ranked<'a> = (usize, f64, &'a Prompt, BTreeMap<String, [f64; 2]>);
+    let mut scored: Vec<Ranked<'_>> = suite
         .prompts
         .iter()
         .filter(|p| p.redaction != Redaction::Omitted)
@@ -266,7 +274,11 @@ pub fn examples(
 /// One prompt's KL figures from teacher-forced log-probability rows of
 /// each side (row j predicts completion token j; row 0 is the first
 /// generated token).
-pub fn prompt_kl(p: &Prompt, base_rows: &[Vec<f32>], cand_rows: &[Vec<f32>]) -> Option<(PromptKl, Vec<f64>)> {
+pub fn prompt_kl(
+    p: &Prompt,
+    base_rows: &[Vec<f32>],
+    cand_rows: &[Vec<f32>],
+) -> Option<(PromptKl, Vec<f64>)> {
     let per: Vec<f64> = base_rows
         .iter()
         .zip(cand_rows)
@@ -290,7 +302,10 @@ pub fn by_position(per_prompt: &[Vec<f64>]) -> Vec<f64> {
     let longest = per_prompt.iter().map(Vec::len).max().unwrap_or(0);
     (0..longest)
         .map(|i| {
-            let v: Vec<f64> = per_prompt.iter().filter_map(|p| p.get(i).copied()).collect();
+            let v: Vec<f64> = per_prompt
+                .iter()
+                .filter_map(|p| p.get(i).copied())
+                .collect();
             v.iter().sum::<f64>() / v.len() as f64
         })
         .collect()
@@ -304,7 +319,11 @@ pub fn projections(
     sides: [(&str, &Bundle); 2],
     direction: &[f32],
 ) -> Option<(Vec<usize>, Vec<ProjectionSeries>)> {
-    let norm = direction.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+    let norm = direction
+        .iter()
+        .map(|v| f64::from(*v).powi(2))
+        .sum::<f64>()
+        .sqrt();
     if norm == 0.0 {
         return None;
     }
@@ -319,7 +338,8 @@ pub fn projections(
                 if a.labels.get("site").is_some_and(|s| s != "resid_post") {
                     continue;
                 }
-                let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data) else {
+                let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data)
+                else {
                     continue;
                 };
                 let r = bundle.tensor(&t.id, &a.id).ok()?;
@@ -335,7 +355,11 @@ pub fn projections(
                     .map(|(a, b)| f64::from(*a) * f64::from(*b))
                     .sum::<f64>()
                     / norm;
-                let e = acc.entry(cat.clone()).or_default().entry(layer).or_insert((0.0, 0));
+                let e = acc
+                    .entry(cat.clone())
+                    .or_default()
+                    .entry(layer)
+                    .or_insert((0.0, 0));
                 e.0 += p;
                 e.1 += 1;
                 if !layers.contains(&layer) {
@@ -375,7 +399,12 @@ pub fn projections(
 /// (baseline) and where the candidate moved most from the baseline.
 pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec<String> {
     let mut out = Vec::new();
-    let get = |side: &str| series.iter().filter(move |s| s.side == side).collect::<Vec<_>>();
+    let get = |side: &str| {
+        series
+            .iter()
+            .filter(move |s| s.side == side)
+            .collect::<Vec<_>>()
+    };
     let base = get("baseline");
     // the pair of categories and the layer with the largest gap
     let mut best: Option<(f64, usize, &ProjectionSeries, &ProjectionSeries)> = None;
@@ -447,11 +476,17 @@ mod tests {
             redaction: Redaction::Safe,
             tags: vec![],
         };
-        Suite::new(vec![p("a", "x"), p("b", "x"), p("c", "y"), p("d", "y")], "t").unwrap()
+        Suite::new(
+            vec![p("a", "x"), p("b", "x"), p("c", "y"), p("d", "y")],
+            "t",
+        )
+        .unwrap()
     }
 
     fn values(v: &[(&str, f64)]) -> Values {
-        v.iter().map(|(id, x)| ((id.to_string(), "m".to_string()), *x)).collect()
+        v.iter()
+            .map(|(id, x)| ((id.to_string(), "m".to_string()), *x))
+            .collect()
     }
 
     fn declared(polarity: Polarity) -> Vec<Declared> {
@@ -496,13 +531,15 @@ mod tests {
             .into_iter()
             .map(|x| x.0)
             .collect();
-        let g = |metric: &str, cat: Option<&str>, min: Option<f64>, max: Option<f64>, severity| GateSection {
-            name: None,
-            metric: metric.into(),
-            category: cat.map(Into::into),
-            min_delta: min,
-            max_delta: max,
-            severity,
+        let g = |metric: &str, cat: Option<&str>, min: Option<f64>, max: Option<f64>, severity| {
+            GateSection {
+                name: None,
+                metric: metric.into(),
+                category: cat.map(Into::into),
+                min_delta: min,
+                max_delta: max,
+                severity,
+            }
         };
         let r = gates(
             &[
@@ -517,7 +554,11 @@ mod tests {
         assert_eq!(outcomes, ["pass", "warn", "fail", "no_data"]);
         let fails: Vec<bool> = r.iter().map(gate_fails).collect();
         assert_eq!(fails, [false, false, true, true]);
-        assert!(r[2].message.contains("-0.5000 is not >= 0"), "{}", r[2].message);
+        assert!(
+            r[2].message.contains("-0.5000 is not >= 0"),
+            "{}",
+            r[2].message
+        );
     }
 
     #[test]

@@ -36,7 +36,10 @@ pub enum Source {
     /// Load both models and trace them (`vauban run`).
     Live,
     /// Recorded bundles, no model (`vauban diff`: the replay executor).
-    Replay { baseline: PathBuf, candidate: PathBuf },
+    Replay {
+        baseline: PathBuf,
+        candidate: PathBuf,
+    },
 }
 
 /// What a finished run produced.
@@ -53,7 +56,11 @@ pub struct Outcome {
 struct Stages(Vec<StageRecord>);
 
 impl Stages {
-    fn run<T>(&mut self, stage: &str, f: impl FnOnce(&mut String) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    fn run<T>(
+        &mut self,
+        stage: &str,
+        f: impl FnOnce(&mut String) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let start = Instant::now();
         let _span = tracing::info_span!("stage", stage).entered();
         let mut note = String::new();
@@ -96,7 +103,10 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         .with_context(|| format!("cannot create the output folder {}", plan.output.display()))?;
     let gathered = match source {
         Source::Live => live(plan, &mut stages)?,
-        Source::Replay { baseline, candidate } => stages.run("open bundles", |note| {
+        Source::Replay {
+            baseline,
+            candidate,
+        } => stages.run("open bundles", |note| {
             let b = Bundle::open(&baseline)?;
             let c = Bundle::open(&candidate)?;
             *note = format!("{} + {} traces", b.traces().len(), c.traces().len());
@@ -137,9 +147,12 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
             };
             scorer_records.push(record_of(scorer.plugin(), &scorer.info().plugin, "scorer"));
             let mut ok = true;
-            for (i, (traces, bundle)) in [(&base_traces, &baseline_bundle), (&cand_traces, &candidate_bundle)]
-                .into_iter()
-                .enumerate()
+            for (i, (traces, bundle)) in [
+                (&base_traces, &baseline_bundle),
+                (&cand_traces, &candidate_bundle),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 let src: Arc<dyn crate::plugin::tensors::TensorSource> = bundle.clone();
                 match scorer.score(traces, Some(src)) {
@@ -172,7 +185,11 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
                     }
                     Err(e) => {
                         ok = false;
-                        failures.push(failure(&p.name, &format!("score {}", ["baseline", "candidate"][i]), &e));
+                        failures.push(failure(
+                            &p.name,
+                            &format!("score {}", ["baseline", "candidate"][i]),
+                            &e,
+                        ));
                     }
                 }
             }
@@ -183,7 +200,11 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
                 }));
             }
         }
-        *note = format!("{} metric(s) from {} scorer(s)", declared.len(), scorer_records.len());
+        *note = format!(
+            "{} metric(s) from {} scorer(s)",
+            declared.len(),
+            scorer_records.len()
+        );
         Ok((declared, values))
     })?;
     let (declared, values) = scored;
@@ -198,18 +219,22 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         Ok(a)
     })?;
     let deltas = stages.run("statistics", |note| {
-        let d = analyze::deltas(&plan.suite, &declared, &values[0], &values[1], plan.config.seed);
+        let d = analyze::deltas(
+            &plan.suite,
+            &declared,
+            &values[0],
+            &values[1],
+            plan.config.seed,
+        );
         *note = format!("{} paired deltas", d.len());
         Ok(d)
     })?;
     let distribution: Option<DistributionShift> = match &gathered.sides {
-        Some(sides) if plan.config.observe.logprobs => {
-            stages.run("distribution", |note| {
-                let d = report::distribution(plan, sides, &base_traces)?;
-                *note = format!("KL over {} prompts (teacher-forced)", d.per_prompt.len());
-                Ok(Some(d))
-            })?
-        }
+        Some(sides) if plan.config.observe.logprobs => stages.run("distribution", |note| {
+            let d = report::distribution(plan, sides, &base_traces)?;
+            *note = format!("KL over {} prompts (teacher-forced)", d.per_prompt.len());
+            Ok(Some(d))
+        })?,
         _ => None,
     };
 
@@ -265,8 +290,14 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
     })?;
 
     let bundles = BTreeMap::from([
-        ("baseline".to_owned(), bundle_record(&baseline_bundle, gathered.reused[0])?),
-        ("candidate".to_owned(), bundle_record(&candidate_bundle, gathered.reused[1])?),
+        (
+            "baseline".to_owned(),
+            bundle_record(&baseline_bundle, gathered.reused[0])?,
+        ),
+        (
+            "candidate".to_owned(),
+            bundle_record(&candidate_bundle, gathered.reused[1])?,
+        ),
     ]);
     let inputs = report::Inputs {
         plan,
@@ -295,7 +326,11 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         *note = format!("{} file(s)", files.len());
         Ok(files)
     })?;
-    let failed_gates = report.gates.iter().filter(|g| analyze::gate_fails(g)).count();
+    let failed_gates = report
+        .gates
+        .iter()
+        .filter(|g| analyze::gate_fails(g))
+        .count();
     Ok(Outcome {
         report,
         files,
@@ -316,7 +351,10 @@ fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     };
     let candidate = stages.run("load candidate", |note| {
         let s = record::load_side(&plan.candidate, measured.as_deref())?;
-        *note = s.describe.clone().unwrap_or_else(|| s.exec.model_ref().name);
+        *note = s
+            .describe
+            .clone()
+            .unwrap_or_else(|| s.exec.model_ref().name);
         Ok(s)
     })?;
     let n = plan.suite.prompts.len();
@@ -365,7 +403,8 @@ fn measure_stage(
     if m.out.is_file()
         && let Ok(meta) = read_metadata(&m.out)
         && provenance.matches(&meta)
-        && m.layer.is_none_or(|l| meta.get("vauban.layer") == Some(&l.to_string()))
+        && m.layer
+            .is_none_or(|l| meta.get("vauban.layer") == Some(&l.to_string()))
     {
         *note = format!("reused {}", m.out.display());
         return Ok(m.out.clone());
@@ -398,7 +437,11 @@ fn measure_stage(
 }
 
 /// The sides' traces in suite order, one per prompt.
-fn order<'a>(suite: &Suite, traces: &'a [crate::trace::Trace], side: &str) -> anyhow::Result<Vec<&'a crate::trace::Trace>> {
+fn order<'a>(
+    suite: &Suite,
+    traces: &'a [crate::trace::Trace],
+    side: &str,
+) -> anyhow::Result<Vec<&'a crate::trace::Trace>> {
     suite
         .prompts
         .iter()
@@ -486,14 +529,23 @@ pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
             "scorer {} {}: {}",
             s.info().plugin.name,
             s.info().plugin.version,
-            s.info().metrics.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+            s.info()
+                .metrics
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         metrics.extend(s.info().metrics.iter().map(|m| m.name.clone()));
     }
     for p in &plan.claim_mappers {
         let m = ClaimMapper::new(host.load(&p.path)?, &p.config_json, sandbox(plan, p))
             .with_context(|| format!("claim mapper `{}` ({})", p.name, p.path.display()))?;
-        lines.push(format!("claim mapper {} {}", m.info().name, m.info().version));
+        lines.push(format!(
+            "claim mapper {} {}",
+            m.info().name,
+            m.info().version
+        ));
     }
     for (i, g) in plan.config.gates.iter().enumerate() {
         if !metrics.contains(&g.metric) {

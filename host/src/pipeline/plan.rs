@@ -252,7 +252,10 @@ impl Plan {
             }),
         };
         if let Some(m) = measure.as_ref().filter(|_| !replay) {
-            for (key, p) in [("measure.harmful", &m.harmful), ("measure.harmless", &m.harmless)] {
+            for (key, p) in [
+                ("measure.harmful", &m.harmful),
+                ("measure.harmless", &m.harmless),
+            ] {
                 Suite::load(p).with_context(|| format!("{}: {key}", path.display()))?;
             }
         }
@@ -325,7 +328,10 @@ impl Plan {
 
         let plugin = |key: &str, s: &PluginSection| -> anyhow::Result<PluginPlan> {
             let (name, file) = match (&s.plugin, &s.path) {
-                (Some(n), None) => (n.clone(), first_party(n).map_err(|e| at(key, e.to_string()))?),
+                (Some(n), None) => (
+                    n.clone(),
+                    first_party(n).map_err(|e| at(key, e.to_string()))?,
+                ),
                 (None, Some(p)) => {
                     let p = resolve(key, p)?;
                     if !p.is_file() {
@@ -406,7 +412,11 @@ impl Plan {
                     &format!("gates[{i}].category"),
                     format!(
                         "no prompt of the suite has category `{c}` (categories: {})",
-                        suite.categories().into_iter().collect::<Vec<_>>().join(", ")
+                        suite
+                            .categories()
+                            .into_iter()
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }
@@ -414,7 +424,14 @@ impl Plan {
 
         let report_direction = match &config.report.direction {
             Some(d) => Some((
-                direction_ref(d, "report.direction", &resolve, &at, measure.is_some(), replay)?,
+                direction_ref(
+                    d,
+                    "report.direction",
+                    &resolve,
+                    &at,
+                    measure.is_some(),
+                    replay,
+                )?,
                 config.report.direction_tensor.clone(),
             )),
             None => candidate
@@ -467,7 +484,8 @@ impl Plan {
     pub fn claim_strength_warning(&self) -> Option<String> {
         let wanted = self.config.report.claim_strength?;
         let best = self.expected_level().strongest_claim();
-        (wanted > best).then(|| claim_gap(wanted, best, "the `[observe]` settings can reach at most"))
+        (wanted > best)
+            .then(|| claim_gap(wanted, best, "the `[observe]` settings can reach at most"))
     }
 }
 
@@ -533,7 +551,10 @@ fn transform(
         (None, TransformKind::Ablate | TransformKind::Orthogonalize) => {
             return Err(at(
                 key,
-                format!("kind `{}` needs `direction` (a file, or `measured`)", t.kind.as_str()),
+                format!(
+                    "kind `{}` needs `direction` (a file, or `measured`)",
+                    t.kind.as_str()
+                ),
             ));
         }
         (Some(_), TransformKind::Intervene) => {
@@ -563,7 +584,8 @@ fn transform(
                     let mut spec: crate::intervene::InterventionSpec = s
                         .parse()
                         .map_err(|e| at(&format!("{key}.interventions[{i}]"), format!("{e}")))?;
-                    spec.direction = resolve(&format!("{key}.interventions[{i}]"), &spec.direction)?;
+                    spec.direction =
+                        resolve(&format!("{key}.interventions[{i}]"), &spec.direction)?;
                     Ok(spec)
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?
@@ -572,7 +594,10 @@ fn transform(
             if !t.interventions.is_empty() {
                 return Err(at(
                     &format!("{key}.interventions"),
-                    format!("only kind `intervene` takes interventions, not `{}`", t.kind.as_str()),
+                    format!(
+                        "only kind `intervene` takes interventions, not `{}`",
+                        t.kind.as_str()
+                    ),
                 ));
             }
             Vec::new()

@@ -41,8 +41,13 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
         device: side.device,
         weights: side.weights,
     };
-    let mut exec = CandleExecutor::load(&spec)
-        .with_context(|| format!("{}: cannot load the model {}", side.name.as_str(), side.model.display()))?;
+    let mut exec = CandleExecutor::load(&spec).with_context(|| {
+        format!(
+            "{}: cannot load the model {}",
+            side.name.as_str(),
+            side.model.display()
+        )
+    })?;
     let model_sha256 = exec.weights_sha256();
     let dims = exec.dims();
     let mut interventions = Vec::new();
@@ -59,7 +64,8 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
             .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
         match t.kind {
             TransformKind::Ablate | TransformKind::Orthogonalize => {
-                let (path, tensor) = direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
+                let (path, tensor) =
+                    direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
                 let mut sha = String::new();
                 let mut norm = 0.0;
                 for &layer in &layers {
@@ -90,7 +96,11 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                         _ => {
                             exec.model
                                 .model
-                                .orthogonalize(&unit.basis, &[layer], &[Matrix::AttnOutput, Matrix::FfnDown])
+                                .orthogonalize(
+                                    &unit.basis,
+                                    &[layer],
+                                    &[Matrix::AttnOutput, Matrix::FfnDown],
+                                )
                                 .map_err(crate::executor::ExecutorError::from)?;
                         }
                     }
@@ -123,7 +133,9 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                 for spec in &t.interventions {
                     interventions.push(
                         spec.resolve(dims.hidden, dims.layers, &exec.device)
-                            .with_context(|| format!("{}.transform.interventions", side.name.as_str()))?,
+                            .with_context(|| {
+                                format!("{}.transform.interventions", side.name.as_str())
+                            })?,
                     );
                 }
                 transform_fp = json!({
@@ -135,7 +147,12 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                     interventions.len(),
                     interventions
                         .iter()
-                        .map(|i| format!("{} at layer {} (alpha {})", i.mode.as_str(), i.layer, i.alpha))
+                        .map(|i| format!(
+                            "{} at layer {} (alpha {})",
+                            i.mode.as_str(),
+                            i.layer,
+                            i.alpha
+                        ))
                         .collect::<Vec<_>>()
                         .join("; ")
                 ));
@@ -168,7 +185,10 @@ fn direction_file(
     match d {
         Some(DirectionRef::File(p)) => Ok((p.clone(), tensor.map(str::to_owned))),
         Some(DirectionRef::Measured) => match measured {
-            Some(p) => Ok((p.to_path_buf(), Some(tensor.unwrap_or("direction").to_owned()))),
+            Some(p) => Ok((
+                p.to_path_buf(),
+                Some(tensor.unwrap_or("direction").to_owned()),
+            )),
             None => bail!("`measured` direction, but no `[measure]` stage ran"),
         },
         None => bail!("the transformation has no direction"),
@@ -184,7 +204,13 @@ pub fn unit(d: &Direction) -> anyhow::Result<Direction> {
         .basis
         .affine(1.0 / f64::from(d.norms[0]), 0.0)
         .map_err(|e| anyhow::anyhow!("{}: {e}", d.source))?;
-    Ok(Direction::new(&d.source, &d.tensor, &d.file_sha256, d.row, &scaled)?)
+    Ok(Direction::new(
+        &d.source,
+        &d.tensor,
+        &d.file_sha256,
+        d.row,
+        &scaled,
+    )?)
 }
 
 /// What both sides run each prompt with.
@@ -326,7 +352,10 @@ pub fn record_side(
                     progress.inc(1);
                     continue;
                 }
-                Err(e) => tracing::warn!("re-recording prompt {}: cached trace unusable ({e:#})", p.id),
+                Err(e) => tracing::warn!(
+                    "re-recording prompt {}: cached trace unusable ({e:#})",
+                    p.id
+                ),
             }
         }
         let mut out = side
@@ -355,7 +384,11 @@ fn read_cached(dir: &Path) -> anyhow::Result<(Trace, HashMap<String, TensorData>
     let b = Bundle::open(dir)?;
     b.verify_all()?;
     let [t] = b.traces() else {
-        bail!("{} holds {} traces, not one", dir.display(), b.traces().len());
+        bail!(
+            "{} holds {} traces, not one",
+            dir.display(),
+            b.traces().len()
+        );
     };
     let mut tensors = HashMap::new();
     for a in &t.artifacts {

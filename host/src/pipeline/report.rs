@@ -9,13 +9,13 @@ use crate::bundle::Bundle;
 use crate::config::Redaction;
 use crate::config::file::Format;
 use crate::executor::{PromptForm, RunOptions};
+use crate::report::Access;
+use crate::report::claims::ClaimStatus;
 use crate::report::document::{
     self, BundleRecord, DistributionShift, EvidenceSection, InterventionSummary, ModelSide,
     PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta, Reproducibility, StageRecord,
     Summary, TargetChange,
 };
-use crate::report::Access;
-use crate::report::claims::ClaimStatus;
 use crate::trace::{ArtifactKind as K, Trace, TraceRequest};
 
 use super::analyze::{self, Declared, Values};
@@ -92,7 +92,10 @@ pub(super) fn distribution(
     let mut by_category: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for k in &per_prompt {
         if let Some(c) = &k.category {
-            by_category.entry(c.clone()).or_default().push(k.first_token_kl);
+            by_category
+                .entry(c.clone())
+                .or_default()
+                .push(k.first_token_kl);
         }
     }
     Ok(DistributionShift {
@@ -218,7 +221,11 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
         analyze::activation_findings(
             label,
             sha,
-            analyze::projections(&plan.suite, [("baseline", i.baseline), ("candidate", i.candidate)], &v),
+            analyze::projections(
+                &plan.suite,
+                [("baseline", i.baseline), ("candidate", i.candidate)],
+                &v,
+            ),
         )
     });
     stages.push(StageRecord {
@@ -282,8 +289,14 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
     let metric_names: Vec<String> = i.declared.iter().map(|d| d.spec.name.clone()).collect();
     let examples = analyze::examples(
         &plan.suite,
-        &i.base_traces.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
-        &i.cand_traces.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+        &i.base_traces
+            .iter()
+            .map(|t| (*t).clone())
+            .collect::<Vec<_>>(),
+        &i.cand_traces
+            .iter()
+            .map(|t| (*t).clone())
+            .collect::<Vec<_>>(),
         (&i.values[0], &i.values[1]),
         &metric_names,
         cfg.report.max_examples,
@@ -296,7 +309,11 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
     if let Some(wanted) = cfg.report.claim_strength
         && wanted > i.access.claim_strength
     {
-        limitations.push(claim_gap(wanted, i.access.claim_strength, "the traces allow at most"));
+        limitations.push(claim_gap(
+            wanted,
+            i.access.claim_strength,
+            "the traces allow at most",
+        ));
     }
     let n = plan.suite.prompts.len();
     if n < 30 {
@@ -327,7 +344,12 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
             i.failures.len()
         ));
     }
-    let redacted = plan.suite.prompts.iter().filter(|p| p.redaction != Redaction::Safe).count();
+    let redacted = plan
+        .suite
+        .prompts
+        .iter()
+        .filter(|p| p.redaction != Redaction::Safe)
+        .count();
     if redacted > 0 {
         limitations.push(format!(
             "{redacted} prompt(s) are redacted or omitted: their text and outputs are not shown in examples"
@@ -348,7 +370,9 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
             d.ci_low.map_or("–".into(), |v| format!("{v:+.3}")),
             d.ci_high.map_or("–".into(), |v| format!("{v:+.3}")),
             d.p_value.map_or("–".into(), fmt_p),
-            serde_json::to_value(d.quality)?.as_str().unwrap_or_default()
+            serde_json::to_value(d.quality)?
+                .as_str()
+                .unwrap_or_default()
         ));
     }
     if let Some(k) = &i.distribution {
@@ -357,11 +381,18 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
             k.first_token_kl_mean, k.mean_kl
         ));
     }
-    for f in activation_findings.iter().flat_map(|a| a.findings.iter()).take(2) {
+    for f in activation_findings
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .take(2)
+    {
         lines.push(f.clone());
     }
     let gates_failed = gates.iter().filter(|g| analyze::gate_fails(g)).count();
-    let gates_warned = gates.iter().filter(|g| g.outcome == "warn" || (g.outcome == "no_data" && g.severity == "warn")).count();
+    let gates_warned = gates
+        .iter()
+        .filter(|g| g.outcome == "warn" || (g.outcome == "no_data" && g.severity == "warn"))
+        .count();
     let headline = format!(
         "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured; evidence level `{}`, claims up to `{}`; {} gate(s) failed.",
         plan.candidate.label,
@@ -450,7 +481,10 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
 }
 
 fn plan_side_transform(plan: &Plan, k: usize) -> Option<crate::config::file::TransformKind> {
-    [&plan.baseline, &plan.candidate][k].transform.as_ref().map(|t| t.kind)
+    [&plan.baseline, &plan.candidate][k]
+        .transform
+        .as_ref()
+        .map(|t| t.kind)
 }
 
 /// Writes the configured formats atomically; the reproducibility section
@@ -473,7 +507,11 @@ pub(super) fn write(plan: &Plan, report: &mut Report) -> anyhow::Result<Vec<Path
 
 /// A p-value for a sentence: 3 significant digits, scientific when tiny.
 fn fmt_p(p: f64) -> String {
-    if p < 1e-3 { format!("{p:.2e}") } else { format!("{p:.3}") }
+    if p < 1e-3 {
+        format!("{p:.2e}")
+    } else {
+        format!("{p:.3}")
+    }
 }
 
 /// The config as the report shows it: withheld when it holds redacted or

@@ -21,7 +21,19 @@ pub fn wilson(successes: u64, n: u64, z: f64) -> Option<(f64, f64)> {
     let denom = 1.0 + z2 / n;
     let center = (p + z2 / (2.0 * n)) / denom;
     let margin = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
-    Some(((center - margin).max(0.0), (center + margin).min(1.0)))
+    // At 0 or n successes the bound is exactly 0 or 1; the formula leaves
+    // rounding residue (2.8e-17) there.
+    let low = if successes == 0 {
+        0.0
+    } else {
+        (center - margin).max(0.0)
+    };
+    let high = if k == n {
+        1.0
+    } else {
+        (center + margin).min(1.0)
+    };
+    Some((low, high))
 }
 
 /// McNemar's exact test: the two-sided binomial p-value of `b` pairs that
@@ -144,6 +156,10 @@ mod tests {
         let (lo, hi) = wilson(0, 20, Z95).unwrap();
         assert_eq!(lo, 0.0);
         assert!(close(hi, 0.161_13, 1e-4), "{hi}");
+        // all successes: the upper bound is exactly 1, the lower symmetric
+        let (lo, hi) = wilson(20, 20, Z95).unwrap();
+        assert_eq!(hi, 1.0);
+        assert!(close(lo, 1.0 - 0.161_13, 1e-4), "{lo}");
         assert_eq!(wilson(1, 0, Z95), None);
         assert_eq!(wilson(3, 2, Z95), None);
     }
