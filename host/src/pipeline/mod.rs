@@ -513,8 +513,9 @@ fn bundle_record(b: &Bundle, reused: usize) -> anyhow::Result<BundleRecord> {
     })
 }
 
-/// Refuses to run without a reason to: used by `validate` to load every
-/// plugin once and check that gate metrics are declared.
+/// Loads every plugin of the plan once (configured, described) and checks
+/// that each gate's metric is declared by a scorer; `vauban validate` uses
+/// it. Returns one line per plugin.
 pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
     let host = PluginHost::new(HostOptions {
         cache_dir: HostOptions::default_cache_dir(),
