@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use super::model::{ModelArgs, progress_bar};
+use super::model::ModelArgs;
 use crate::config::Suite;
 use crate::measure::{
     DEFAULT_HOLDOUT, DEFAULT_MAX_KL, LayerScore, MeasureError, MeasureOptions, Phase, Progress,
     Provenance, holdout_split, measure,
 };
+use crate::pipeline::progress_bar;
 
 /// Arguments of `vauban measure`.
 #[derive(Debug, Args)]

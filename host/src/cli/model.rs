@@ -16,6 +16,7 @@ use crate::executor::{
 use crate::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use crate::model::llama::{Matrix, WeightMode};
 use crate::model::sample::Sampling;
+use crate::pipeline::progress_bar;
 use crate::plugin::policy::PolicyRun;
 use crate::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
 use crate::trace::{ArtifactKind as K, TraceRequest};
@@ -399,17 +400,6 @@ fn no_duplicates(layers: &[usize]) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A progress bar on stderr, hidden when stderr is not a terminal.
-pub(super) fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}]")
-            .expect("a valid template"),
-    );
-    bar.set_message(what.to_owned());
-    bar
 }
 
 /// Arguments of `vauban generate`.

@@ -344,6 +344,26 @@ impl Direction {
     pub fn width(&self) -> usize {
         self.basis.dims().get(1).copied().unwrap_or(0)
     }
+
+    /// This direction scaled to unit length, for callers that want one (the
+    /// primitive itself uses directions as given). One non-zero row only;
+    /// the provenance is kept and `norms` becomes `[1]`.
+    pub fn unit(&self) -> Result<Direction, InterveneError> {
+        if self.norms.len() != 1 || self.norms[0] <= 0.0 {
+            return Err(InterveneError::Policy(format!(
+                "{} (tensor {}) must be one non-zero vector to be made unit length",
+                self.source, self.tensor
+            )));
+        }
+        let scaled = self.basis.affine(1.0 / f64::from(self.norms[0]), 0.0)?;
+        Direction::new(
+            &self.source,
+            &self.tensor,
+            &self.file_sha256,
+            self.row,
+            &scaled,
+        )
+    }
 }
 
 /// One intervention at one layer.

@@ -203,17 +203,17 @@ pub fn tokens_of(t: &Trace, role: &str) -> Option<Vec<u32>> {
 /// rest, skipping omitted prompts; redaction honoured.
 pub fn examples(
     suite: &Suite,
-    baseline: &[Trace],
-    candidate: &[Trace],
+    baseline: &[&Trace],
+    candidate: &[&Trace],
     values: (&Values, &Values),
     metrics: &[String],
     max: usize,
     record_outputs: bool,
 ) -> Vec<Example> {
-    let by_id = |ts: &[Trace], id: &str| {
+    let completion = |ts: &[&Trace], id: &str| {
         ts.iter()
             .find(|t| t.request.prompt_id.as_deref() == Some(id))
-            .cloned()
+            .and_then(|t| text_of(t, "completion"))
     };
     // (changed metrics, largest relative change, prompt, the changes)
     type Ranked<'a> = (usize, f64, &'a Prompt, BTreeMap<String, [f64; 2]>);
@@ -241,9 +241,9 @@ pub fn examples(
         .into_iter()
         .take(max)
         .map(|(n, _, p, changed)| {
-            let (bt, ct) = (by_id(baseline, &p.id), by_id(candidate, &p.id));
+            let (bt, ct) = (completion(baseline, &p.id), completion(candidate, &p.id));
             let shown = record_outputs && p.redaction == Redaction::Safe;
-            let out = |t: Option<Trace>| if shown { t.and_then(|t| text_of(&t, "completion")) } else { None };
+            let out = |text: Option<String>| text.filter(|_| shown);
             Example {
                 prompt_id: p.id.clone(),
                 category: p.category.clone(),

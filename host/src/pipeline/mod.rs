@@ -76,8 +76,9 @@ impl Stages {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-fn bar(len: u64, what: &str) -> indicatif::ProgressBar {
+/// A progress bar on stderr (hidden when stderr is not a terminal), the
+/// one every long command shows.
+pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg:>10} {bar:30} {pos}/{len} [{elapsed}]")
@@ -364,7 +365,7 @@ fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
         let name = plan_side.name.as_str();
         let r = stages.run(&format!("trace {name}"), |note| {
             let settings = record::RunSettings::from_plan(plan, side)?;
-            let progress = bar(n as u64, name);
+            let progress = progress_bar(n as u64, name);
             let r = record::record_side(
                 side,
                 plan_side.system.as_deref(),
@@ -422,7 +423,7 @@ fn measure_stage(
     if let Some(k) = m.max_kl {
         options.max_kl = k;
     }
-    let progress = bar(0, "measure");
+    let progress = progress_bar(0, "measure");
     let measurement = measure(&side.exec, &harmful, &harmless, &options, &|p| {
         progress.set_length(p.total as u64);
         progress.set_position(p.done as u64);

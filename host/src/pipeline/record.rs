@@ -13,7 +13,7 @@ use crate::bundle::{Bundle, BundleWriter, WriteMode};
 use crate::config::Prompt;
 use crate::config::file::{PromptFormName, TransformKind};
 use crate::executor::{CandleExecutor, GenerateOptions, ModelSpec, PromptForm, RunOptions};
-use crate::intervene::{Direction, Intervention, Mode, Positions, load_direction};
+use crate::intervene::{Intervention, Mode, Positions, load_direction};
 use crate::model::llama::Matrix;
 use crate::model::sample::Sampling;
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
@@ -80,7 +80,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                             dims.hidden
                         );
                     }
-                    let unit = unit(&d)?;
+                    let unit = d.unit()?;
                     norm = d.norms[0];
                     sha = d.file_sha256.clone();
                     match t.kind {
@@ -193,24 +193,6 @@ fn direction_file(
         },
         None => bail!("the transformation has no direction"),
     }
-}
-
-/// `d` scaled to unit length (one row, non-zero).
-pub fn unit(d: &Direction) -> anyhow::Result<Direction> {
-    if d.norms.len() != 1 || d.norms[0] <= 0.0 {
-        bail!("{}: the direction must be one non-zero vector", d.source);
-    }
-    let scaled = d
-        .basis
-        .affine(1.0 / f64::from(d.norms[0]), 0.0)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", d.source))?;
-    Ok(Direction::new(
-        &d.source,
-        &d.tensor,
-        &d.file_sha256,
-        d.row,
-        &scaled,
-    )?)
 }
 
 /// What both sides run each prompt with.

@@ -289,14 +289,8 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
     let metric_names: Vec<String> = i.declared.iter().map(|d| d.spec.name.clone()).collect();
     let examples = analyze::examples(
         &plan.suite,
-        &i.base_traces
-            .iter()
-            .map(|t| (*t).clone())
-            .collect::<Vec<_>>(),
-        &i.cand_traces
-            .iter()
-            .map(|t| (*t).clone())
-            .collect::<Vec<_>>(),
+        i.base_traces,
+        i.cand_traces,
         (&i.values[0], &i.values[1]),
         &metric_names,
         cfg.report.max_examples,

@@ -239,19 +239,9 @@ impl Policy {
                     self.info.plugin.name, need.name, need.name
                 ))
             })?;
-            if d.norms.len() != 1 || d.norms[0] <= 0.0 {
-                return Err(PluginError::Sandbox(format!(
-                    "direction `{}` ({}) must be one non-zero vector for a policy",
-                    need.name, d.source
-                )));
-            }
-            let bad = |e: String| PluginError::Sandbox(format!("direction `{}`: {e}", need.name));
-            let scaled = d
-                .basis
-                .affine(1.0 / f64::from(d.norms[0]), 0.0)
-                .map_err(|e| bad(e.to_string()))?;
-            let unit = Direction::new(&d.source, &d.tensor, &d.file_sha256, None, &scaled)
-                .map_err(|e| bad(e.to_string()))?;
+            let unit = d.unit().map_err(|e| {
+                PluginError::Sandbox(format!("direction `{}` for a policy: {e}", need.name))
+            })?;
             watches.push(Watch {
                 name: need.name.clone(),
                 layers: need.layers.clone(),
