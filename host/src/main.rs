@@ -17,18 +17,20 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
-    let stdout = std::io::stdout();
-    match cli.run(&mut stdout.lock()) {
+    // Everything printed passes through `printable`: plugins, models and
+    // bundles supply text, and none of it may drive the terminal.
+    let mut stdout = vauban::text::PrintableWriter::new(std::io::stdout().lock());
+    match cli.run(&mut stdout) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`vauban trace inspect B | head`) is the reader's choice, not an error.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         // Failed regression gates: the reports are written; exit code 2.
         Err(err) if err.downcast_ref::<vauban::cli::GatesFailed>().is_some() => {
-            eprintln!("{err}");
+            eprintln!("{}", vauban::text::printable(&err.to_string()));
             ExitCode::from(2)
         }
         Err(err) => {
-            eprintln!("error: {}", message(&err));
+            eprintln!("error: {}", vauban::text::printable(&message(&err)));
             ExitCode::FAILURE
         }
     }

@@ -272,6 +272,68 @@ fn sandbox_failures_exit_non_zero_with_the_typed_error() {
     );
 }
 
+/// `vauban plugin test` with the evil scorer doing `attack`, timed.
+fn evil_test(attack: &str, deadline_ms: &str) -> (Output, std::time::Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("evil.json");
+    std::fs::write(&config, format!(r#"{{"attack": "{attack}"}}"#)).unwrap();
+    let start = std::time::Instant::now();
+    let o = vauban(&[
+        "plugin",
+        "test",
+        s(&wasm("vauban-test-evil")),
+        "--traces",
+        &fixture(),
+        "--config",
+        s(&config),
+        "--deadline-ms",
+        deadline_ms,
+    ]);
+    (o, start.elapsed())
+}
+
+#[test]
+fn a_plugin_that_sleeps_does_not_hold_plugin_test() {
+    // The scorer sleeps 30 s per call (on the sandbox's virtual clock), and
+    // the fixture has several traces. Process start and the compile cache
+    // are outside the deadline, so the bound here is generous but far
+    // below one real sleep.
+    let (o, took) = evil_test("sleep", "100");
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(took.as_secs() < 30, "plugin test took {took:?}");
+    assert!(text(&o).0.contains("value"), "{:?}", text(&o));
+    let (o, took) = evil_test("sleep_in_configure", "100");
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(took.as_secs() < 30, "plugin test took {took:?}");
+}
+
+#[test]
+fn control_characters_from_a_plugin_never_reach_the_terminal() {
+    let (o, _) = evil_test("ansi", "1000");
+    assert_eq!(o.status.code(), Some(1));
+    for (name, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        let bad: Vec<u8> = bytes
+            .iter()
+            .copied()
+            .filter(|b| b.is_ascii_control() && !matches!(b, b'\n' | b'\t'))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{name} holds control bytes {bad:?}: {:?}",
+            text(&o)
+        );
+    }
+    let err = text(&o).1;
+    // Shown, escaped, rather than acted on.
+    assert!(err.contains("\\u{1b}]0;pwned\\u{7}"), "{err}");
+    assert!(err.contains("\\u{1b}]52;c;"), "{err}");
+    // `plugin inspect` prints the plugin's own description, escaped too.
+    let o = vauban(&["plugin", "inspect", s(&wasm("vauban-test-evil"))]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(!o.stdout.contains(&0x1b), "{:?}", text(&o));
+    assert!(text(&o).0.contains("\\u{1b}[8m"), "{:?}", text(&o));
+}
+
 #[test]
 fn the_example_third_party_scorer_runs_as_documented() {
     let o = vauban(&[

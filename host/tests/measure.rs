@@ -242,6 +242,17 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
     let provenance = Provenance::of_files(exec, &harmful, &harmless).unwrap();
     let out = dir.path().join("sub/refusal.safetensors");
     m.save(&out, &provenance).unwrap();
+    // The same measurement gives the same bytes: the file's sha256 keys the
+    // candidate's trace cache and provenance (its metadata is a map).
+    for again in ["again-1.safetensors", "again-2.safetensors"] {
+        let other = dir.path().join(again);
+        m.save(&other, &provenance).unwrap();
+        assert_eq!(
+            std::fs::read(&other).unwrap(),
+            std::fs::read(&out).unwrap(),
+            "two saves of one measurement differ"
+        );
+    }
 
     // What `--intervene …,direction=FILE,tensor=direction` reads.
     let layer = m.chosen_layer();

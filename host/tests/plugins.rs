@@ -371,6 +371,7 @@ fn evidence(p: f64) -> EvidenceSet {
                 p_value: Some(p),
                 n: 20,
                 polarity: Polarity::Neutral,
+                rests_on: vec![ArtifactKind::Text],
             },
             MetricDelta {
                 id: "d-ppl".into(),
@@ -384,8 +385,12 @@ fn evidence(p: f64) -> EvidenceSet {
                 p_value: Some(0.5),
                 n: 20,
                 polarity: Polarity::Neutral,
+                rests_on: vec![ArtifactKind::Text],
             },
         ],
+        distribution: vec![],
+        activations: vec![],
+        weights: vec![],
         interventions: vec![],
     }
 }
@@ -439,7 +444,10 @@ fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
         checked.status,
         vauban::report::claims::ClaimStatus::Downgraded
     );
-    assert_eq!(checked.strength, ClaimStrength::BlackBoxBehavioralDiff);
+    assert_eq!(
+        checked.strength,
+        Some(ClaimStrength::BlackBoxBehavioralDiff)
+    );
     assert_eq!(checked.evidence, ["d-refusal", "d-ppl"]);
     assert!(
         checked
@@ -661,6 +669,116 @@ fn a_granted_data_directory_is_readable_and_nothing_else() {
     // Without the grant, /data does not exist.
     let (r, _) = attack(&host, "read_data", SandboxOptions::default());
     assert!(matches!(failure(r).0, Failure::Plugin { .. }));
+}
+
+// The deadline bounds time spent for the plugin in the host too, whatever
+// WASI call it makes: one test per route that used to hold the host.
+
+#[test]
+fn a_sleeping_plugin_is_answered_on_virtual_time_within_the_deadline() {
+    let host = host();
+    let deadline = Duration::from_millis(300);
+    let (r, took) = attack(
+        &host,
+        "sleep",
+        SandboxOptions {
+            deadline,
+            ..Default::default()
+        },
+    );
+    // The plugin slept 30 s on its own clock, in no host time.
+    assert_eq!(value(&r.unwrap(), "t0", "value"), Some(30.0));
+    eprintln!("sleep(30 s): returned after {took:?} (deadline {deadline:?})");
+}
+
+#[test]
+fn a_plugin_sleeping_in_configure_does_not_hold_the_host() {
+    let host = host();
+    let deadline = Duration::from_millis(300);
+    let start = Instant::now();
+    let s = Scorer::new(
+        load(&host, "vauban-test-evil"),
+        r#"{"attack": "sleep_in_configure"}"#,
+        SandboxOptions {
+            deadline,
+            ..Default::default()
+        },
+    );
+    let took = start.elapsed();
+    assert!(s.is_ok(), "{:?}", s.err());
+    assert!(took < 2 * deadline, "configure took {took:?}");
+}
+
+#[test]
+fn one_huge_random_request_is_refused_within_the_deadline() {
+    let host = host();
+    let deadline = Duration::from_millis(300);
+    let (r, _) = attack(
+        &host,
+        "random_huge",
+        SandboxOptions {
+            deadline,
+            ..Default::default()
+        },
+    );
+    let (f, _) = failure(r);
+    assert!(
+        matches!(f, Failure::Trap { ref message } if message.contains("exceeds limit 1048576")),
+        "{f:?}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_data_directory_holding_a_fifo_is_not_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("input.txt"), b"twelve bytes").unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let fifo = dir.path().join("sub").join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let host = host();
+    let deadline = Duration::from_millis(300);
+    let start = Instant::now();
+    let e = Scorer::new(
+        load(&host, "vauban-test-evil"),
+        r#"{"attack": "read_fifo"}"#,
+        SandboxOptions {
+            deadline,
+            data_dir: Some(dir.path().to_owned()),
+            ..Default::default()
+        },
+    )
+    .err()
+    .expect("a FIFO in the data directory is refused");
+    assert!(start.elapsed() < 2 * deadline);
+    let message = e.to_string();
+    assert!(
+        message.contains("is a FIFO, not a regular file") && message.contains("sub/fifo"),
+        "{message}"
+    );
+    // A symlink to a FIFO is refused the same way (links are followed).
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::rename(&fifo, elsewhere.path().join("fifo")).unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("fifo"),
+        dir.path().join("sub").join("link"),
+    )
+    .unwrap();
+    let e = Scorer::new(
+        load(&host, "vauban-test-evil"),
+        r#"{"attack": "none"}"#,
+        SandboxOptions {
+            data_dir: Some(dir.path().to_owned()),
+            ..Default::default()
+        },
+    )
+    .err()
+    .expect("a link to a FIFO is refused");
+    assert!(e.to_string().contains("sub/link is a FIFO"), "{e}");
 }
 
 #[test]

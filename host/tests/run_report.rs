@@ -155,6 +155,38 @@ fn claims_within_cap(r: &Value) {
         !over["reasons"].as_array().unwrap().is_empty(),
         "a downgrade without reasons: {over:#}"
     );
+    // It cites metric deltas (and an intervention record when the run has
+    // one): whatever the traces hold, that supports no more than a
+    // distributional diff.
+    assert!(
+        strength_rank(over["strength"].as_str().unwrap()) <= strength_rank("distributional_diff"),
+        "{over:#}"
+    );
+    if let Some(iv) = r["access"]["interventions"]
+        .as_array()
+        .and_then(|a| a.first())
+    {
+        // Where the traces alone would allow more, the citations are why not.
+        assert!(
+            cap <= strength_rank("distributional_diff")
+                || over["reasons"].as_array().unwrap().iter().any(|x| x
+                    .as_str()
+                    .unwrap()
+                    .contains("the strongest level its evidence supports")),
+            "{over:#}"
+        );
+        let layer = iv["layer"].as_u64().unwrap();
+        assert_eq!(
+            over["scope"]["layers"],
+            serde_json::json!([layer]),
+            "{over:#}"
+        );
+        assert_eq!(
+            over["scope"]["sides"],
+            serde_json::json!(["candidate"]),
+            "{over:#}"
+        );
+    }
 }
 
 #[test]

@@ -158,7 +158,7 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
             "  [{}] {} ({})",
             serde_json::to_value(c.status)?.as_str().unwrap_or_default(),
             crate::text::excerpt(&c.statement, 100),
-            c.strength
+            c.strength.map_or("no strength", |s| s.as_str())
         )?;
     }
     for g in &r.gates {

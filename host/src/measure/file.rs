@@ -129,11 +129,42 @@ impl Measurement {
         let metadata: HashMap<String, String> = self.metadata(provenance).into_iter().collect();
         let bytes =
             safetensors::serialize(views, Some(metadata)).map_err(|e| encode(e.to_string()))?;
+        let bytes = with_sorted_metadata(bytes).map_err(encode)?;
         crate::atomic_file::write(path, &bytes).map_err(|source| MeasureError::Io {
             path: path.to_path_buf(),
             source,
         })
     }
+}
+
+/// The same safetensors bytes with the `__metadata__` keys in sorted order.
+/// `safetensors::serialize` writes them in a `HashMap`'s order, which
+/// changes from run to run; the file's sha256 is part of cache keys and
+/// provenance, so identical measurements must give identical bytes.
+fn with_sorted_metadata(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    let bad = || "safetensors wrote a header it cannot read back".to_owned();
+    let n = bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(bad)?;
+    let header = bytes.get(8..8 + n).ok_or_else(bad)?;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header).map_err(|e| format!("{}: {e}", bad()))?;
+    if let Some(serde_json::Value::Object(meta)) = header.get_mut("__metadata__") {
+        let sorted: BTreeMap<String, serde_json::Value> =
+            std::mem::take(meta).into_iter().collect();
+        meta.extend(sorted);
+    }
+    let mut json = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
+    // The data that follows starts 8-byte aligned, as safetensors writes it.
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + json.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&bytes[8 + n..]);
+    Ok(out)
 }
 
 /// The `__metadata__` strings of a `.safetensors` file (empty when it has

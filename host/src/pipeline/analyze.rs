@@ -24,6 +24,8 @@ pub type Values = HashMap<(String, String), f64>;
 pub struct Declared {
     pub scorer: String,
     pub spec: MetricSpec,
+    /// The artifact kinds the scorer reads: what its metrics rest on.
+    pub needs: Vec<K>,
 }
 
 fn better(p: Polarity) -> Better {
@@ -70,9 +72,10 @@ pub fn deltas(
                 })
                 .collect();
             let id = delta_id(m, cat);
-            let Some(md) = paired_delta(&id, m, cat, d.spec.polarity, &pairs, seed) else {
+            let Some(mut md) = paired_delta(&id, m, cat, d.spec.polarity, &pairs, seed) else {
                 continue;
             };
+            md.rests_on = d.needs.clone();
             let binary = pairs.iter().all(|p| {
                 [p.baseline, p.candidate]
                     .iter()
@@ -499,6 +502,7 @@ mod tests {
                 family: "f".into(),
                 description: "d".into(),
             },
+            needs: vec![K::Text, K::Logprobs],
         }]
     }
 
@@ -509,6 +513,8 @@ mod tests {
         let d = deltas(&suite(), &declared(Polarity::LowerIsBetter), &b, &c, 7);
         let ids: Vec<&str> = d.iter().map(|x| x.0.id.as_str()).collect();
         assert_eq!(ids, ["m", "m@x", "m@y"]);
+        // Each delta rests on what its scorer reads (claims are checked on it).
+        assert!(d.iter().all(|x| x.1.rests_on == [K::Text, K::Logprobs]));
         let overall = &d[0].0;
         assert_eq!((overall.baseline_mean, overall.candidate_mean), (0.5, 0.25));
         assert_eq!(overall.test, "mcnemar_exact");

@@ -8,6 +8,7 @@
 //! `anyhow` with the stage as context; the pieces it calls have typed ones.
 
 pub mod analyze;
+mod evidence;
 pub mod plan;
 pub mod record;
 mod report;
@@ -21,7 +22,7 @@ use anyhow::{Context, bail};
 
 use crate::bundle::Bundle;
 use crate::config::Suite;
-use crate::plugin::claims::{ClaimMapper, EvidenceSet};
+use crate::plugin::claims::ClaimMapper;
 use crate::plugin::scorer::Scorer;
 use crate::plugin::{HostOptions, PluginHost, SandboxOptions};
 use crate::report::document::{
@@ -198,6 +199,7 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
                 declared.extend(scorer.info().metrics.iter().map(|m| analyze::Declared {
                     scorer: scorer.info().plugin.name.clone(),
                     spec: m.clone(),
+                    needs: scorer.info().needs.clone(),
                 }));
             }
         }
@@ -239,19 +241,31 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         _ => None,
     };
 
+    let activation_findings = stages.run("activation findings", |note| {
+        let a = report::activation_findings(
+            plan,
+            gathered.measured.as_deref(),
+            &baseline_bundle,
+            &candidate_bundle,
+        );
+        *note = match &a {
+            Some(a) => format!("{} layers", a.layers.len()),
+            None => "none".into(),
+        };
+        Ok(a)
+    })?;
+
     // claims
     let kinds_in_both = report::kinds_in_both(&access);
-    let evidence = EvidenceSet {
-        access_level: access.level.as_str().to_owned(),
-        claim_strength: access.claim_strength,
-        kinds_in_both: kinds_in_both.clone(),
+    let evidence = evidence::evidence_set(evidence::Findings {
+        access: &access,
+        kinds_in_both: &kinds_in_both,
         deltas: deltas.iter().map(|d| d.1.clone()).collect(),
-        interventions: access
-            .interventions
-            .iter()
-            .map(|i| format!("{}:{}:{}", i.side.as_str(), i.trace, i.artifact))
-            .collect(),
-    };
+        distribution: distribution.as_ref(),
+        activations: activation_findings.as_ref(),
+        baseline: &base_traces,
+        candidate: &cand_traces,
+    });
     let mut mapper_records = Vec::new();
     let claims: Vec<ReportClaim> = stages.run("claims", |note| {
         let mut out = Vec::new();
@@ -279,6 +293,7 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
                             evidence: checked.evidence,
                             limitations: checked.limitations,
                             reasons: checked.reasons,
+                            scope: checked.scope,
                             mapper: mapper.info().name.clone(),
                         });
                     }
@@ -305,23 +320,21 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         command,
         base_traces: &base_traces,
         cand_traces: &cand_traces,
-        baseline: &baseline_bundle,
-        candidate: &candidate_bundle,
         sides: gathered.sides.as_ref(),
-        measured: gathered.measured.as_deref(),
         access,
         kinds_in_both,
         declared: &declared,
         values: &values,
         deltas: deltas.into_iter().map(|d| d.0).collect(),
         distribution,
+        activation_findings,
         claims,
         scorers: scorer_records,
         mappers: mapper_records,
         failures,
         bundles,
     };
-    let mut report = report::build(inputs, &mut stages.0)?;
+    let mut report = report::build(inputs, &stages.0)?;
     let files = stages.run("render", |note| {
         let files = report::write(plan, &mut report)?;
         *note = format!("{} file(s)", files.len());

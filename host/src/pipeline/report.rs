@@ -12,9 +12,9 @@ use crate::executor::{PromptForm, RunOptions};
 use crate::report::Access;
 use crate::report::claims::ClaimStatus;
 use crate::report::document::{
-    self, BundleRecord, DistributionShift, EvidenceSection, InterventionSummary, ModelSide,
-    PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta, Reproducibility, StageRecord,
-    Summary, TargetChange,
+    self, ActivationFindings, BundleRecord, DistributionShift, EvidenceSection,
+    InterventionSummary, ModelSide, PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta,
+    Reproducibility, StageRecord, Summary, TargetChange,
 };
 use crate::trace::{ArtifactKind as K, Trace, TraceRequest};
 
@@ -28,16 +28,14 @@ pub(super) struct Inputs<'a> {
     pub command: &'a str,
     pub base_traces: &'a [&'a Trace],
     pub cand_traces: &'a [&'a Trace],
-    pub baseline: &'a Bundle,
-    pub candidate: &'a Bundle,
     pub sides: Option<&'a [LoadedSide; 2]>,
-    pub measured: Option<&'a Path>,
     pub access: Access,
     pub kinds_in_both: Vec<K>,
     pub declared: &'a [Declared],
     pub values: &'a [Values; 2],
     pub deltas: Vec<ReportDelta>,
     pub distribution: Option<DistributionShift>,
+    pub activation_findings: Option<ActivationFindings>,
     pub claims: Vec<ReportClaim>,
     pub scorers: Vec<PluginRecord>,
     pub mappers: Vec<PluginRecord>,
@@ -172,15 +170,35 @@ fn side_of(t: &Trace, label: &str, describe: Option<String>) -> ModelSide {
     }
 }
 
+/// Per-layer projections of both sides onto the report's direction, when
+/// there is one and the traces hold activations.
+pub(super) fn activation_findings(
+    plan: &Plan,
+    measured: Option<&Path>,
+    baseline: &Bundle,
+    candidate: &Bundle,
+) -> Option<ActivationFindings> {
+    let (v, label, sha) = report_direction(plan, measured)?;
+    analyze::activation_findings(
+        label,
+        sha,
+        analyze::projections(
+            &plan.suite,
+            [("baseline", baseline), ("candidate", candidate)],
+            &v,
+        ),
+    )
+}
+
 /// The unit direction for activation findings, with its label and sha256.
-fn report_direction(i: &Inputs<'_>) -> Option<(Vec<f32>, String, String)> {
-    let (d, tensor) = i.plan.report_direction.as_ref()?;
+fn report_direction(plan: &Plan, measured: Option<&Path>) -> Option<(Vec<f32>, String, String)> {
+    let (d, tensor) = plan.report_direction.as_ref()?;
     let (path, tensor) = match d {
         DirectionRef::File(p) => (p.clone(), tensor.clone()),
         DirectionRef::Measured => (
-            i.measured
+            measured
                 .map(Path::to_path_buf)
-                .or_else(|| i.plan.measure.as_ref().map(|m| m.out.clone()))?,
+                .or_else(|| plan.measure.as_ref().map(|m| m.out.clone()))?,
             Some(tensor.clone().unwrap_or_else(|| "direction".into())),
         ),
     };
@@ -201,7 +219,7 @@ fn report_direction(i: &Inputs<'_>) -> Option<(Vec<f32>, String, String)> {
 }
 
 /// Builds the report.
-pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Result<Report> {
+pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Report> {
     let plan = i.plan;
     let cfg = &plan.config;
     let describe = |k: usize| i.sides.and_then(|s| s[k].describe.clone());
@@ -214,28 +232,6 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
             .entry(p.category.clone().unwrap_or_else(|| "uncategorised".into()))
             .or_insert(0) += 1;
     }
-
-    // activation findings
-    let start = std::time::Instant::now();
-    let activation_findings = report_direction(&i).and_then(|(v, label, sha)| {
-        analyze::activation_findings(
-            label,
-            sha,
-            analyze::projections(
-                &plan.suite,
-                [("baseline", i.baseline), ("candidate", i.candidate)],
-                &v,
-            ),
-        )
-    });
-    stages.push(StageRecord {
-        stage: "activation findings".into(),
-        seconds: start.elapsed().as_secs_f64(),
-        note: match &activation_findings {
-            Some(a) => format!("{} layers", a.layers.len()),
-            None => "none".into(),
-        },
-    });
 
     // interventions
     let mut interventions: BTreeMap<(String, String), InterventionSummary> = BTreeMap::new();
@@ -375,7 +371,8 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
             k.first_token_kl_mean, k.mean_kl
         ));
     }
-    for f in activation_findings
+    for f in i
+        .activation_findings
         .iter()
         .flat_map(|a| a.findings.iter())
         .take(2)
@@ -453,7 +450,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
         claims: i.claims,
         metric_deltas: i.deltas,
         distribution: i.distribution,
-        activation_findings,
+        activation_findings: i.activation_findings,
         interventions,
         examples,
         gates,
@@ -469,7 +466,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &mut Vec<StageRecord>) -> anyhow::Res
             plugins,
             bundles: i.bundles,
             seeds: crate::config::file::seeds(cfg),
-            stages: stages.clone(),
+            stages: stages.to_vec(),
         },
     })
 }

@@ -36,9 +36,80 @@ pub struct MetricDelta {
     pub n: u32,
     /// `higher_is_better`, `lower_is_better` or `neutral`.
     pub polarity: super::scorer::Polarity,
+    /// The artifact kinds the scorer that made the metric read (its
+    /// declared needs): what the delta rests on. Empty: text only.
+    #[serde(default)]
+    pub rests_on: Vec<ArtifactKind>,
 }
 
-/// What a claim mapper is shown.
+/// A next-token distribution shift between the two models (KL divergence).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistributionEvidence {
+    /// `kl.first_token` or `kl.continuation`.
+    pub id: String,
+    /// What was measured, in words.
+    pub measure: String,
+    /// Mean KL(baseline ‖ candidate) in nats.
+    pub value: f64,
+    /// Prompts it is a mean over.
+    pub prompts: u32,
+}
+
+/// The mean projection of the last prompt token's residual onto a
+/// direction at one layer, per side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivationEvidence {
+    /// `projection@layer{N}`.
+    pub id: String,
+    pub layer: u32,
+    /// The direction (file and tensor).
+    pub direction: String,
+    pub baseline_mean: f64,
+    pub candidate_mean: f64,
+    pub prompts: u32,
+}
+
+/// One weight matrix both models' traces recorded, compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightEvidence {
+    /// `weights@layer{N}.{matrix}`.
+    pub id: String,
+    pub layer: u32,
+    /// The matrix (`attn_output`, `ffn_down`).
+    pub matrix: String,
+    pub baseline_l2_norm: f64,
+    pub candidate_l2_norm: f64,
+    /// Whether the two recorded summaries (norm, mean, spread, range)
+    /// differ: a change, when true; equal summaries do not prove equal weights.
+    pub summaries_differ: bool,
+}
+
+/// One recorded intervention: the scope a causal statement citing it has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterventionEvidence {
+    /// `side:trace:artifact`.
+    pub id: String,
+    /// `baseline` or `candidate`.
+    pub side: String,
+    /// The prompt (suite id, or the trace id when the prompt has none).
+    pub prompt: String,
+    /// `subtract`, `project`, ... or the policy's name.
+    pub mode: String,
+    #[serde(default)]
+    pub layer: Option<u32>,
+    /// The direction's source and tensor, when recorded.
+    #[serde(default)]
+    pub direction: Option<String>,
+    #[serde(default)]
+    pub alpha: Option<f64>,
+}
+
+/// What a claim mapper is shown: every piece of evidence with the id claims
+/// cite, grouped by what it can support.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceSet {
@@ -47,7 +118,95 @@ pub struct EvidenceSet {
     pub kinds_in_both: Vec<ArtifactKind>,
     pub deltas: Vec<MetricDelta>,
     #[serde(default)]
-    pub interventions: Vec<String>,
+    pub distribution: Vec<DistributionEvidence>,
+    #[serde(default)]
+    pub activations: Vec<ActivationEvidence>,
+    #[serde(default)]
+    pub weights: Vec<WeightEvidence>,
+    #[serde(default)]
+    pub interventions: Vec<InterventionEvidence>,
+}
+
+/// What one piece of evidence can support by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Support {
+    /// A paired metric computed from text (and tokens).
+    Behavioral,
+    /// A distribution shift, or a metric computed from logprobs or logits.
+    Distributional,
+    /// Weights of both models compared.
+    Weight,
+    /// Activations of both models compared.
+    Activation,
+    /// A recorded intervention: grounds a causal statement, within its scope.
+    Intervention,
+}
+
+impl Support {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Support::Behavioral => "behavioural",
+            Support::Distributional => "distributional",
+            Support::Weight => "weight",
+            Support::Activation => "activation",
+            Support::Intervention => "intervention",
+        }
+    }
+}
+
+impl MetricDelta {
+    /// The strongest kind of evidence the metric rests on.
+    pub fn support(&self) -> Support {
+        use ArtifactKind as K;
+        if self.rests_on.contains(&K::Activation) {
+            Support::Activation
+        } else if self.rests_on.contains(&K::WeightSnapshot) {
+            Support::Weight
+        } else if self
+            .rests_on
+            .iter()
+            .any(|k| matches!(k, K::Logprobs | K::Logits))
+        {
+            Support::Distributional
+        } else {
+            Support::Behavioral
+        }
+    }
+}
+
+impl EvidenceSet {
+    /// What the evidence with `id` supports, if the set holds it.
+    pub fn support_of(&self, id: &str) -> Option<Support> {
+        if let Some(d) = self.deltas.iter().find(|d| d.id == id) {
+            return Some(d.support());
+        }
+        if self.distribution.iter().any(|d| d.id == id) {
+            return Some(Support::Distributional);
+        }
+        if self.activations.iter().any(|a| a.id == id) {
+            return Some(Support::Activation);
+        }
+        if self.weights.iter().any(|w| w.id == id) {
+            return Some(Support::Weight);
+        }
+        if self.interventions.iter().any(|i| i.id == id) {
+            return Some(Support::Intervention);
+        }
+        None
+    }
+
+    /// How many pieces of evidence the set holds.
+    pub fn len(&self) -> usize {
+        self.deltas.len()
+            + self.distribution.len()
+            + self.activations.len()
+            + self.weights.len()
+            + self.interventions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A claim as the plugin proposed it.
@@ -213,6 +372,6 @@ fn to_wire(e: &EvidenceSet) -> wc::EvidenceSet {
                 polarity: polarity(d.polarity).to_owned(),
             })
             .collect(),
-        interventions: e.interventions.clone(),
+        interventions: e.interventions.iter().map(|i| i.id.clone()).collect(),
     }
 }

@@ -83,6 +83,15 @@ impl PluginHost {
         let mut plain_linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut plain_linker)
             .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
+        // Clock waits on the sandbox's virtual clock, not by sleeping: the
+        // epoch deadline cannot stop time spent in the host (sandbox.rs).
+        plain_linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<
+            _,
+            super::sandbox::VirtualClocks,
+        >(&mut plain_linker, SandboxState::virtual_clock)
+        .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
+        plain_linker.allow_shadowing(false);
         let mut scorer_linker = plain_linker.clone();
         bindings::scorer::vauban::plugin::tensors::add_to_linker::<
             _,

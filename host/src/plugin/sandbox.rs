@@ -6,21 +6,35 @@
 //! a fixed wall clock and a seeded random source, so a plugin's output is
 //! reproducible; stdout and stderr go to bounded buffers; memory is capped by
 //! [`MemoryCap`], which names the limit when it refuses.
+//!
+//! The call deadline is an epoch deadline: it stops wasm code, not time the
+//! host spends serving a WASI call. So no host call a plugin can make may
+//! wait on the outside world:
+//! - clock waits (`subscribe-duration`/`-instant`, which `std::thread::sleep`
+//!   becomes) are served on the sandbox's own [`VirtualClock`]: the wait
+//!   returns at once and the plugin's monotonic time jumps to its end;
+//! - a granted data directory may hold only regular files and directories
+//!   ([`check_data_dir`]): a FIFO, device or socket would block a read;
+//! - one random request is at most [`MAX_RANDOM_BYTES`];
+//! - stdout/stderr are in-memory sinks that are always ready, stdin is closed,
+//!   file reads are bounded per call by WASI, and sockets are not linked;
+//! - the `tensors` import computes over data of bounded size.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
 use wasmtime::ResourceLimiter;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
+use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{
-    Deterministic, FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder,
-    WasiCtxView, WasiView,
+    Deterministic, FsPerms, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
 
 use super::tensors::TensorSource;
@@ -59,6 +73,15 @@ impl Default for SandboxOptions {
 /// The fixed time a plugin sees: 2025-01-01T00:00:00Z.
 pub const FIXED_WALL_CLOCK_SECS: u64 = 1_735_689_600;
 
+/// The most bytes one `wasi:random` request may ask for. Rust's standard
+/// library asks for 16 (hash map keys); WASI's own default limit, 64 MiB,
+/// took the host a fraction of a second to fill, outside the deadline.
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
+/// The most entries a granted data directory may hold (it is checked
+/// entry by entry for every job).
+pub const MAX_DATA_DIR_ENTRIES: usize = 10_000;
+
 /// Store data of one job.
 pub struct SandboxState {
     pub(crate) wasi: WasiCtx,
@@ -69,6 +92,8 @@ pub struct SandboxState {
     pub(crate) tensors: Option<Arc<dyn TensorSource>>,
     /// The trace ids of the current batch: `open` refuses any other.
     pub(crate) open_traces: Vec<String>,
+    /// The plugin's monotonic time, which only its own waits advance.
+    pub(crate) clock: VirtualClock,
 }
 
 impl SandboxState {
@@ -82,11 +107,12 @@ impl SandboxState {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .wall_clock(FixedWallClock)
-            .monotonic_clock(FixedMonotonicClock)
             .secure_random(seeded_bytes(options.seed))
             .insecure_random(seeded_bytes(options.seed ^ 0x5eed))
-            .insecure_random_seed(u128::from(options.seed));
+            .insecure_random_seed(u128::from(options.seed))
+            .max_random_size(MAX_RANDOM_BYTES);
         if let Some(dir) = &options.data_dir {
+            check_data_dir(dir)?;
             b.preopened_dir(dir, "/data", FsPerms::ReadOnly)
                 .map_err(|e| format!("cannot grant the data directory {}: {e}", dir.display()))?;
         }
@@ -97,7 +123,169 @@ impl SandboxState {
             stderr,
             tensors: None,
             open_traces: Vec::new(),
+            clock: VirtualClock::default(),
         })
+    }
+}
+
+/// Refuses a data directory that holds anything but regular files and
+/// directories (followed through symlinks): reading a FIFO, a character
+/// device or a socket would block the host outside the call's deadline.
+pub fn check_data_dir(dir: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| format!("cannot grant the data directory {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "cannot grant the data directory {}: it is not a directory",
+            dir.display()
+        ));
+    }
+    let mut pending = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(d) = pending.pop() {
+        let entries = std::fs::read_dir(&d)
+            .map_err(|e| format!("cannot grant the data directory {}: {e}", d.display()))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| format!("cannot grant the data directory {}: {e}", d.display()))?
+                .path();
+            seen += 1;
+            if seen > MAX_DATA_DIR_ENTRIES {
+                return Err(format!(
+                    "cannot grant the data directory {}: it holds more than {MAX_DATA_DIR_ENTRIES} entries; grant a directory with only the files the plugin reads",
+                    dir.display()
+                ));
+            }
+            // Symlinks are followed: the target's type is what a read meets.
+            // A dangling link is refused too, rather than guessed at.
+            let meta = std::fs::metadata(&path).map_err(|e| {
+                format!(
+                    "cannot grant the data directory {}: {}: {e}",
+                    dir.display(),
+                    path.display()
+                )
+            })?;
+            let file_type = meta.file_type();
+            if file_type.is_dir() {
+                // A symlinked directory is not walked again (no cycles); the
+                // sandbox refuses links that leave the granted directory.
+                if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    pending.push(path);
+                }
+            } else if !file_type.is_file() {
+                return Err(format!(
+                    "cannot grant the data directory {}: {} is {}, not a regular file; a plugin reading it could block the host past its deadline. Move it out of the directory",
+                    dir.display(),
+                    path.display(),
+                    describe_special(&file_type)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe_special(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+    }
+    let _ = t;
+    "a special file"
+}
+
+/// The sandbox's monotonic clock, in nanoseconds from 0. A wait is served
+/// at once and moves the clock to the wait's end, so a plugin that sleeps
+/// sees time pass as it asked without holding the host; wasm that loops
+/// around its sleeps still meets the epoch deadline.
+#[derive(Clone, Default)]
+pub struct VirtualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl VirtualClock {
+    pub fn now(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+}
+
+/// A wait on the virtual clock: ready at once; reaching it moves the clock
+/// to its end.
+struct VirtualWait {
+    clock: VirtualClock,
+    until: u64,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for VirtualWait {
+    async fn ready(&mut self) {
+        self.clock.now.fetch_max(self.until, Ordering::Relaxed);
+    }
+}
+
+/// Links `wasi:clocks/monotonic-clock` to the virtual clock, in place of
+/// WASI's (which serves waits by sleeping).
+pub(crate) struct VirtualClocks;
+
+impl wasmtime::component::HasData for VirtualClocks {
+    type Data<'a> = VirtualClockView<'a>;
+}
+
+pub(crate) struct VirtualClockView<'a> {
+    clock: &'a VirtualClock,
+    table: &'a mut ResourceTable,
+}
+
+impl SandboxState {
+    pub(crate) fn virtual_clock(&mut self) -> VirtualClockView<'_> {
+        VirtualClockView {
+            clock: &self.clock,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl VirtualClockView<'_> {
+    fn wait_until(&mut self, until: u64) -> wasmtime::Result<Resource<DynPollable>> {
+        let wait = self.table.push(VirtualWait {
+            clock: self.clock.clone(),
+            until,
+        })?;
+        wasmtime_wasi::p2::subscribe(self.table, wait)
+    }
+}
+
+impl monotonic_clock::Host for VirtualClockView<'_> {
+    fn now(&mut self) -> wasmtime::Result<monotonic_clock::Instant> {
+        Ok(self.clock.now())
+    }
+    fn resolution(&mut self) -> wasmtime::Result<monotonic_clock::Duration> {
+        Ok(1)
+    }
+    fn subscribe_instant(
+        &mut self,
+        when: monotonic_clock::Instant,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        self.wait_until(when)
+    }
+    fn subscribe_duration(
+        &mut self,
+        duration: monotonic_clock::Duration,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        let until = self.clock.now().saturating_add(duration);
+        self.wait_until(until)
     }
 }
 
@@ -137,18 +325,6 @@ impl HostWallClock for FixedWallClock {
     }
     fn now(&self) -> Duration {
         Duration::from_secs(FIXED_WALL_CLOCK_SECS)
-    }
-}
-
-/// Monotonic time that does not move: a plugin cannot time the host.
-struct FixedMonotonicClock;
-
-impl HostMonotonicClock for FixedMonotonicClock {
-    fn resolution(&self) -> u64 {
-        1_000_000_000
-    }
-    fn now(&self) -> u64 {
-        0
     }
 }
 

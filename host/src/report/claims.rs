@@ -1,13 +1,19 @@
 //! The epistemic rule, enforced (DESIGN.md section 5): every claim a claim
 //! mapper proposes is checked against the evidence set it was shown. Cited
 //! evidence must exist; a claim's strength must be within what the traces
-//! allow and what its kinds of evidence support; a causal claim must cite
-//! an intervention record. A failing claim is narrowed (downgraded, with
-//! each reason) or rejected; it never passes silently.
+//! allow (the access cap and the kinds in both models' traces) *and* within
+//! what the evidence it cites supports: a distributional claim cites
+//! distributional evidence, an activation claim activation evidence, a
+//! weight claim weight evidence, and a causal claim (model_change_audit)
+//! cites intervention records and is scoped to exactly what they record. A
+//! failing claim is narrowed (downgraded, with each reason) or rejected; it
+//! never passes silently.
+
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::plugin::claims::{EvidenceSet, ProposedClaim};
+use crate::plugin::claims::{EvidenceSet, ProposedClaim, Support};
 use crate::trace::ArtifactKind;
 
 use super::access::ClaimStrength;
@@ -24,12 +30,47 @@ pub enum ClaimStatus {
     Rejected,
 }
 
+/// What the intervention records a claim cites cover: a causal statement
+/// holds for this and nothing wider.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CausalScope {
+    pub sides: Vec<String>,
+    pub modes: Vec<String>,
+    pub layers: Vec<u32>,
+    pub directions: Vec<String>,
+    pub prompts: Vec<String>,
+}
+
+impl CausalScope {
+    /// The scope in one sentence.
+    pub fn describe(&self) -> String {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "unrecorded".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        let layers: Vec<String> = self.layers.iter().map(u32::to_string).collect();
+        format!(
+            "causal only within the cited interventions: {} on the {} side at layer(s) {} along {}, on {} prompt(s)",
+            list(&self.modes),
+            list(&self.sides),
+            list(&layers),
+            list(&self.directions),
+            self.prompts.len()
+        )
+    }
+}
+
 /// A claim after the host's check.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckedClaim {
     pub statement: String,
-    /// The strength the host allows (the proposed one when accepted).
-    pub strength: ClaimStrength,
+    /// The strength the host allows (the proposed one when accepted); none
+    /// when the claim is rejected.
+    pub strength: Option<ClaimStrength>,
     pub proposed_strength: ClaimStrength,
     pub status: ClaimStatus,
     /// The cited evidence that exists.
@@ -37,6 +78,8 @@ pub struct CheckedClaim {
     pub limitations: Vec<String>,
     /// Why the claim was downgraded or rejected, one line each.
     pub reasons: Vec<String>,
+    /// When the claim cites intervention records: what they cover.
+    pub scope: Option<CausalScope>,
 }
 
 /// The artifact kinds (in both models' traces) a strength needs, beyond the
@@ -58,32 +101,82 @@ fn kinds_met(s: ClaimStrength, have: &[ArtifactKind]) -> bool {
         .all(|any| any.iter().any(|k| have.contains(k)))
 }
 
+/// The cited evidence a strength rests on: every inner list needs one of
+/// its kinds among the claim's citations.
+fn support_needed(s: ClaimStrength) -> &'static [&'static [Support]] {
+    use Support as S;
+    match s {
+        ClaimStrength::BehavioralProfile => &[],
+        ClaimStrength::BlackBoxBehavioralDiff => {
+            &[&[S::Behavioral, S::Distributional, S::Weight, S::Activation]]
+        }
+        ClaimStrength::DistributionalDiff => &[&[S::Distributional]],
+        ClaimStrength::WeightDiff => &[&[S::Weight]],
+        ClaimStrength::ActivationDiagnostic => &[&[S::Activation]],
+        ClaimStrength::ModelChangeAudit => &[&[S::Weight], &[S::Activation], &[S::Intervention]],
+    }
+}
+
+/// What [`support_needed`] asks for, in words.
+fn support_words(s: ClaimStrength) -> &'static str {
+    match s {
+        ClaimStrength::BehavioralProfile => "any evidence",
+        ClaimStrength::BlackBoxBehavioralDiff => {
+            "a paired comparison (a metric delta, a distribution shift, an activation or weight finding)"
+        }
+        ClaimStrength::DistributionalDiff => {
+            "distributional evidence (a KL finding, or a metric computed from logprobs or logits)"
+        }
+        ClaimStrength::WeightDiff => {
+            "weight evidence (a weight finding, or a metric computed from weight snapshots)"
+        }
+        ClaimStrength::ActivationDiagnostic => {
+            "activation evidence (an activation finding, or a metric computed from activations)"
+        }
+        ClaimStrength::ModelChangeAudit => {
+            "weight evidence, activation evidence and an intervention record (a causal claim)"
+        }
+    }
+}
+
+fn supported(s: ClaimStrength, cited: &BTreeSet<Support>) -> bool {
+    support_needed(s)
+        .iter()
+        .all(|any| any.iter().any(|k| cited.contains(k)))
+}
+
+fn weaker(s: ClaimStrength) -> ClaimStrength {
+    let i = ClaimStrength::ALL.iter().position(|x| *x == s).unwrap_or(0);
+    ClaimStrength::ALL[i.saturating_sub(1)]
+}
+
 /// Checks one proposed claim against the evidence set it was made from.
 pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
     let mut reasons = Vec::new();
-    let known = |id: &str| {
-        evidence.deltas.iter().any(|d| d.id == id) || evidence.interventions.iter().any(|i| i == id)
-    };
     let mut cited = Vec::new();
+    let mut supports = BTreeSet::new();
     for id in &claim.evidence {
-        if known(id) {
-            if !cited.contains(id) {
-                cited.push(id.clone());
+        match evidence.support_of(id) {
+            Some(s) => {
+                supports.insert(s);
+                if !cited.contains(id) {
+                    cited.push(id.clone());
+                }
             }
-        } else {
-            reasons.push(format!(
+            None => reasons.push(format!(
                 "cites `{id}`, which the evidence set does not contain"
-            ));
+            )),
         }
     }
     let rejected = |reasons: Vec<String>| CheckedClaim {
         statement: claim.statement.clone(),
-        strength: claim.strength,
+        strength: None,
         proposed_strength: claim.strength,
         status: ClaimStatus::Rejected,
         evidence: Vec::new(),
         limitations: claim.limitations.clone(),
         reasons,
+        scope: None,
     };
     if claim.statement.trim().is_empty() {
         reasons.push("the statement is empty".into());
@@ -112,29 +205,34 @@ pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
             .filter(|any| !any.iter().any(|k| evidence.kinds_in_both.contains(k)))
             .map(|any| any[0].as_str())
             .collect();
-        let weaker = ClaimStrength::ALL[ClaimStrength::ALL
-            .iter()
-            .position(|s| *s == strength)
-            .unwrap_or(1)
-            - 1];
+        let lower = weaker(strength);
         reasons.push(format!(
-            "{strength} needs {} in both models' traces, which they lack; lowered to {weaker}",
+            "{strength} needs {} in both models' traces, which they lack; lowered to {lower}",
             missing.join(" and ")
         ));
-        strength = weaker;
+        strength = lower;
     }
-    if strength == ClaimStrength::ModelChangeAudit
-        && !cited.iter().any(|id| evidence.interventions.contains(id))
-    {
-        reasons.push(
-            "a causal claim (model_change_audit) needs an intervention record among its evidence; lowered to activation_diagnostic"
-                .into(),
-        );
-        strength = ClaimStrength::ActivationDiagnostic;
+    // What the claim itself cites: the strongest level its evidence supports.
+    if !supported(strength, &supports) {
+        let from = strength;
+        while !supported(strength, &supports) {
+            strength = weaker(strength);
+        }
+        let kinds: Vec<&str> = supports.iter().map(|s| s.as_str()).collect();
+        reasons.push(format!(
+            "{from} needs cited {}; the claim cites only {} evidence; lowered to {strength}, the strongest level its evidence supports",
+            support_words(from),
+            kinds.join(" and ")
+        ));
+    }
+    let scope = causal_scope(&cited, evidence);
+    let mut limitations = claim.limitations.clone();
+    if let Some(s) = &scope {
+        limitations.push(s.describe());
     }
     CheckedClaim {
         statement: claim.statement.clone(),
-        strength,
+        strength: Some(strength),
         proposed_strength: claim.strength,
         status: if reasons.is_empty() {
             ClaimStatus::Accepted
@@ -142,36 +240,119 @@ pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
             ClaimStatus::Downgraded
         },
         evidence: cited,
-        limitations: claim.limitations.clone(),
+        limitations,
         reasons,
+        scope,
     }
+}
+
+/// The union of what the cited intervention records cover, if any are cited.
+fn causal_scope(cited: &[String], evidence: &EvidenceSet) -> Option<CausalScope> {
+    let records: Vec<_> = evidence
+        .interventions
+        .iter()
+        .filter(|i| cited.contains(&i.id))
+        .collect();
+    if records.is_empty() {
+        return None;
+    }
+    let mut sides = BTreeSet::new();
+    let mut modes = BTreeSet::new();
+    let mut layers = BTreeSet::new();
+    let mut directions = BTreeSet::new();
+    let mut prompts = BTreeSet::new();
+    for r in records {
+        sides.insert(r.side.clone());
+        modes.insert(r.mode.clone());
+        layers.extend(r.layer);
+        directions.extend(r.direction.clone());
+        prompts.insert(r.prompt.clone());
+    }
+    Some(CausalScope {
+        sides: sides.into_iter().collect(),
+        modes: modes.into_iter().collect(),
+        layers: layers.into_iter().collect(),
+        directions: directions.into_iter().collect(),
+        prompts: prompts.into_iter().collect(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::claims::MetricDelta;
+    use crate::plugin::claims::{
+        ActivationEvidence, DistributionEvidence, InterventionEvidence, MetricDelta, WeightEvidence,
+    };
     use crate::plugin::scorer::Polarity;
 
+    fn delta(id: &str, rests_on: &[ArtifactKind]) -> MetricDelta {
+        MetricDelta {
+            id: id.into(),
+            metric: id.into(),
+            category: None,
+            baseline_mean: 0.9,
+            candidate_mean: 0.1,
+            delta: -0.8,
+            ci_low: None,
+            ci_high: None,
+            p_value: Some(0.001),
+            n: 20,
+            polarity: Polarity::Neutral,
+            rests_on: rests_on.to_vec(),
+        }
+    }
+
+    fn intervention(id: &str, layer: u32, prompt: &str) -> InterventionEvidence {
+        InterventionEvidence {
+            id: id.into(),
+            side: "candidate".into(),
+            prompt: prompt.into(),
+            mode: "subtract".into(),
+            layer: Some(layer),
+            direction: Some("d.safetensors:direction".into()),
+            alpha: Some(1.0),
+        }
+    }
+
+    /// A set with a behavioural delta `d1`, a logprob delta `lp`, KL `kl`,
+    /// an activation finding `act`, a weight finding `w` and intervention
+    /// records named by `interventions`.
     fn evidence(cap: ClaimStrength, kinds: &[ArtifactKind], interventions: &[&str]) -> EvidenceSet {
         EvidenceSet {
             access_level: "test".into(),
             claim_strength: cap,
             kinds_in_both: kinds.to_vec(),
-            deltas: vec![MetricDelta {
-                id: "d1".into(),
-                metric: "refusal_rate".into(),
-                category: None,
-                baseline_mean: 0.9,
-                candidate_mean: 0.1,
-                delta: -0.8,
-                ci_low: None,
-                ci_high: None,
-                p_value: Some(0.001),
-                n: 20,
-                polarity: Polarity::Neutral,
+            deltas: vec![
+                delta("d1", &[ArtifactKind::Text]),
+                delta("lp", &[ArtifactKind::Logprobs]),
+            ],
+            distribution: vec![DistributionEvidence {
+                id: "kl".into(),
+                measure: "first token".into(),
+                value: 0.1,
+                prompts: 20,
             }],
-            interventions: interventions.iter().map(|s| s.to_string()).collect(),
+            activations: vec![ActivationEvidence {
+                id: "act".into(),
+                layer: 3,
+                direction: "d".into(),
+                baseline_mean: 1.0,
+                candidate_mean: 0.0,
+                prompts: 20,
+            }],
+            weights: vec![WeightEvidence {
+                id: "w".into(),
+                layer: 3,
+                matrix: "ffn_down".into(),
+                baseline_l2_norm: 2.0,
+                candidate_l2_norm: 1.9,
+                summaries_differ: true,
+            }],
+            interventions: interventions
+                .iter()
+                .enumerate()
+                .map(|(k, id)| intervention(id, 3 + k as u32, &format!("p{k}")))
+                .collect(),
         }
     }
 
@@ -184,6 +365,13 @@ mod tests {
         }
     }
 
+    const ALL_KINDS: [ArtifactKind; 4] = [
+        ArtifactKind::Text,
+        ArtifactKind::Logprobs,
+        ArtifactKind::WeightSnapshot,
+        ArtifactKind::Activation,
+    ];
+
     #[test]
     fn a_claim_within_the_evidence_is_accepted() {
         let e = evidence(
@@ -194,6 +382,7 @@ mod tests {
         let c = check(&claim(ClaimStrength::BlackBoxBehavioralDiff, &["d1"]), &e);
         assert_eq!(c.status, ClaimStatus::Accepted);
         assert!(c.reasons.is_empty());
+        assert_eq!(c.scope, None);
     }
 
     #[test]
@@ -204,9 +393,9 @@ mod tests {
             &["iv1"],
         );
         for s in ClaimStrength::ALL {
-            let c = check(&claim(s, &["d1", "iv1"]), &e);
+            let c = check(&claim(s, &["d1", "iv1", "act", "w", "kl"]), &e);
             assert!(
-                c.strength <= ClaimStrength::BlackBoxBehavioralDiff,
+                c.strength <= Some(ClaimStrength::BlackBoxBehavioralDiff),
                 "{s}: {c:?}"
             );
             assert_eq!(
@@ -228,7 +417,8 @@ mod tests {
             &e,
         );
         assert_eq!(c.status, ClaimStatus::Downgraded);
-        assert_eq!(c.strength, ClaimStrength::BlackBoxBehavioralDiff);
+        assert_eq!(c.strength, Some(ClaimStrength::BlackBoxBehavioralDiff));
+        assert_eq!(c.proposed_strength, ClaimStrength::ModelChangeAudit);
         assert_eq!(c.evidence, ["d1"]);
         assert!(
             c.reasons[0].contains("`no-such-evidence`"),
@@ -242,33 +432,105 @@ mod tests {
         );
     }
 
+    /// The review's cases: on a run whose traces hold everything, a claim is
+    /// bounded by the kind of evidence it cites.
     #[test]
-    fn kinds_and_interventions_bound_strong_claims() {
-        use ArtifactKind as K;
-        // The cap allows an audit, but without an intervention record cited
-        // the causal claim is lowered.
-        let all = [K::Text, K::Logprobs, K::WeightSnapshot, K::Activation];
-        let e = evidence(ClaimStrength::ModelChangeAudit, &all, &["iv1"]);
-        let c = check(&claim(ClaimStrength::ModelChangeAudit, &["d1"]), &e);
-        assert_eq!(c.strength, ClaimStrength::ActivationDiagnostic);
-        let c = check(&claim(ClaimStrength::ModelChangeAudit, &["d1", "iv1"]), &e);
-        assert_eq!(
-            (c.status, c.strength),
-            (ClaimStatus::Accepted, ClaimStrength::ModelChangeAudit)
+    fn a_claim_is_bounded_by_the_kind_of_evidence_it_cites() {
+        use ClaimStrength as S;
+        let e = evidence(S::ModelChangeAudit, &ALL_KINDS, &["iv1"]);
+        let cases: [(S, &[&str], S); 9] = [
+            // A behavioural metric and one intervention record are no audit.
+            (
+                S::ModelChangeAudit,
+                &["d1", "iv1"],
+                S::BlackBoxBehavioralDiff,
+            ),
+            // A refusal rate is no activation diagnostic.
+            (S::ActivationDiagnostic, &["d1"], S::BlackBoxBehavioralDiff),
+            // An output-length metric is no distributional diff.
+            (S::DistributionalDiff, &["d1"], S::BlackBoxBehavioralDiff),
+            (S::DistributionalDiff, &["lp"], S::DistributionalDiff),
+            (S::DistributionalDiff, &["kl"], S::DistributionalDiff),
+            (S::ActivationDiagnostic, &["w"], S::WeightDiff),
+            (S::ActivationDiagnostic, &["act"], S::ActivationDiagnostic),
+            // Without an intervention record, weights and activations make
+            // an activation diagnostic, not a causal audit.
+            (S::ModelChangeAudit, &["act", "w"], S::ActivationDiagnostic),
+            (
+                S::ModelChangeAudit,
+                &["act", "w", "iv1"],
+                S::ModelChangeAudit,
+            ),
+        ];
+        for (proposed, cites, allowed) in cases {
+            let c = check(&claim(proposed, cites), &e);
+            assert_eq!(
+                c.strength,
+                Some(allowed),
+                "{proposed} citing {cites:?}: {c:?}"
+            );
+            assert_eq!(
+                c.status == ClaimStatus::Accepted,
+                proposed == allowed,
+                "{c:?}"
+            );
+            if proposed != allowed {
+                assert!(
+                    c.reasons
+                        .iter()
+                        .any(|r| r.contains("the strongest level its evidence supports")),
+                    "{:?}",
+                    c.reasons
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_causal_claim_is_scoped_to_the_records_it_cites() {
+        let e = evidence(
+            ClaimStrength::ModelChangeAudit,
+            &ALL_KINDS,
+            &["iv1", "iv2", "iv3"],
         );
+        let c = check(
+            &claim(ClaimStrength::ModelChangeAudit, &["act", "w", "iv1", "iv3"]),
+            &e,
+        );
+        assert_eq!(c.status, ClaimStatus::Accepted);
+        let scope = c.scope.expect("a scope");
+        assert_eq!(scope.layers, [3, 5]);
+        assert_eq!(scope.prompts, ["p0", "p2"]);
+        assert_eq!(scope.modes, ["subtract"]);
+        assert_eq!(scope.sides, ["candidate"]);
+        assert!(
+            c.limitations
+                .iter()
+                .any(|l| l.contains("at layer(s) 3, 5") && l.contains("on 2 prompt(s)")),
+            "{:?}",
+            c.limitations
+        );
+    }
+
+    #[test]
+    fn the_traces_kinds_still_bound_a_claim_whatever_it_cites() {
+        use ArtifactKind as K;
         // A cap that claims activations while the kinds lack them is not trusted.
         let e = evidence(
             ClaimStrength::ActivationDiagnostic,
             &[K::Text, K::Logprobs],
             &[],
         );
-        let c = check(&claim(ClaimStrength::ActivationDiagnostic, &["d1"]), &e);
-        assert_eq!(c.strength, ClaimStrength::DistributionalDiff);
+        let c = check(
+            &claim(ClaimStrength::ActivationDiagnostic, &["act", "lp"]),
+            &e,
+        );
+        assert_eq!(c.strength, Some(ClaimStrength::DistributionalDiff));
         assert!(c.reasons[0].contains("needs activation"), "{:?}", c.reasons);
     }
 
     #[test]
-    fn claims_without_existing_evidence_or_text_are_rejected() {
+    fn claims_without_existing_evidence_or_text_are_rejected_with_no_strength() {
         let e = evidence(
             ClaimStrength::BlackBoxBehavioralDiff,
             &[ArtifactKind::Text],
@@ -276,6 +538,8 @@ mod tests {
         );
         let c = check(&claim(ClaimStrength::BehavioralProfile, &["ghost"]), &e);
         assert_eq!(c.status, ClaimStatus::Rejected);
+        assert_eq!(c.strength, None);
+        assert_eq!(c.proposed_strength, ClaimStrength::BehavioralProfile);
         assert!(
             c.reasons
                 .iter()

@@ -81,6 +81,7 @@ pub fn paired_delta(
         sign_flip_p(pairs, RESAMPLES, seed)
     };
     Some(MetricDelta {
+        rests_on: Vec::new(),
         id: id.to_owned(),
         metric: metric.to_owned(),
         category: category.map(str::to_owned),

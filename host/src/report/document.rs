@@ -142,16 +142,21 @@ pub struct PluginFailure {
 #[serde(deny_unknown_fields)]
 pub struct ReportClaim {
     pub statement: String,
-    /// The strength the host allows.
-    pub strength: ClaimStrength,
+    /// The strength the host allows; null when the claim is rejected. Read
+    /// this, not `proposed_strength`, for what the evidence supports.
+    pub strength: Option<ClaimStrength>,
+    /// What the claim mapper proposed.
     pub proposed_strength: ClaimStrength,
     pub status: ClaimStatus,
-    /// Ids of the evidence the claim cites that exists (metric delta ids,
-    /// intervention records).
+    /// Ids of the evidence the claim cites that exists (metric deltas,
+    /// distribution, activation and weight findings, intervention records).
     pub evidence: Vec<String>,
     pub limitations: Vec<String>,
     /// Why the host downgraded or rejected it.
     pub reasons: Vec<String>,
+    /// When the claim cites intervention records: the sides, modes, layers,
+    /// directions and prompts they cover, beyond which it says nothing causal.
+    pub scope: Option<crate::report::claims::CausalScope>,
     /// The claim mapper's name.
     pub mapper: String,
 }

@@ -341,18 +341,19 @@ pub fn sample_report() -> Report {
             ReportClaim {
                 statement: "The candidate refuses harmful prompts less often than the baseline."
                     .into(),
-                strength: ClaimStrength::BlackBoxBehavioralDiff,
+                strength: Some(ClaimStrength::BlackBoxBehavioralDiff),
                 proposed_strength: ClaimStrength::BlackBoxBehavioralDiff,
                 status: ClaimStatus::Accepted,
                 evidence: vec!["refusal_rate@harmful".into()],
                 limitations: vec!["4 paired prompts".into()],
                 reasons: vec![],
+                scope: None,
                 mapper: "refusal-claims".into(),
             },
             ReportClaim {
                 statement: "The abliteration removed the refusal <mechanism> & nothing else."
                     .into(),
-                strength: ClaimStrength::ActivationDiagnostic,
+                strength: Some(ClaimStrength::ActivationDiagnostic),
                 proposed_strength: ClaimStrength::ModelChangeAudit,
                 status: ClaimStatus::Downgraded,
                 evidence: vec!["refusal_rate".into()],
@@ -361,11 +362,12 @@ pub fn sample_report() -> Report {
                     "proposed model_change_audit, but the traces allow at most activation_diagnostic"
                         .into(),
                 ],
+                scope: None,
                 mapper: "overclaimer".into(),
             },
             ReportClaim {
                 statement: "Weights at layer 12 changed the most.".into(),
-                strength: ClaimStrength::WeightDiff,
+                strength: None,
                 proposed_strength: ClaimStrength::WeightDiff,
                 status: ClaimStatus::Rejected,
                 evidence: vec![],
@@ -374,6 +376,7 @@ pub fn sample_report() -> Report {
                     "cites `weights@12`, which the evidence set does not contain".into(),
                     "weight_diff needs weight snapshots of both models".into(),
                 ],
+                scope: None,
                 mapper: "overclaimer".into(),
             },
         ],

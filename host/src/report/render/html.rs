@@ -561,14 +561,17 @@ fn claims(out: &mut String, r: &Report) {
                 "warn" => "row-warn",
                 _ => "row-bad",
             });
-            let strength = if c.strength == c.proposed_strength {
-                code(c.strength.as_str())
-            } else {
-                format!(
+            let strength = match c.strength {
+                Some(s) if s == c.proposed_strength => code(s.as_str()),
+                Some(s) => format!(
                     "{}<br><small>proposed {}</small>",
-                    code(c.strength.as_str()),
+                    code(s.as_str()),
                     code(c.proposed_strength.as_str())
-                )
+                ),
+                None => format!(
+                    "none<br><small>proposed {}</small>",
+                    code(c.proposed_strength.as_str())
+                ),
             };
             let mut why = String::new();
             if !c.reasons.is_empty() {

@@ -73,6 +73,7 @@ fn slug(heading: &str) -> String {
 /// Inline text, escaped: no emphasis, links, code, headings or HTML can
 /// come from it, and it stays on one line.
 fn text(s: &str) -> String {
+    let s = &*crate::text::printable(s);
     let mut out = String::with_capacity(s.len());
     // Leading digits then `.` or `)` would start an ordered list.
     let digits = s.chars().take_while(char::is_ascii_digit).count();
@@ -103,7 +104,7 @@ fn text(s: &str) -> String {
 
 /// An inline code span holding `s` verbatim (on one line).
 fn code(s: &str) -> String {
-    let s = s.replace(['\n', '\r'], " ");
+    let s = crate::text::printable(s).replace(['\n', '\r'], " ");
     let fence = "`".repeat(longest_run(&s, '`') + 1);
     let pad = if s.starts_with('`') || s.ends_with('`') || s.is_empty() {
         " "
@@ -115,6 +116,8 @@ fn code(s: &str) -> String {
 
 /// A fenced block holding `s` verbatim.
 fn fenced(out: &mut String, s: &str, lang: &str) {
+    // Model outputs and plugin stderr: no control character reaches the file.
+    let s = &*crate::text::printable(s);
     let fence = "`".repeat(longest_run(s, '`').max(2) + 1);
     let _ = writeln!(out, "{fence}{lang}");
     out.push_str(s);
@@ -449,14 +452,14 @@ fn claims(out: &mut String, r: &Report) {
         );
         // Sub-items are indented to the item's text, whatever the number's width.
         let pad = " ".repeat(marker.len());
-        let strength = if c.strength == c.proposed_strength {
-            code(c.strength.as_str())
-        } else {
-            format!(
+        let strength = match c.strength {
+            Some(s) if s == c.proposed_strength => code(s.as_str()),
+            Some(s) => format!(
                 "{} (proposed {})",
-                code(c.strength.as_str()),
+                code(s.as_str()),
                 code(c.proposed_strength.as_str())
-            )
+            ),
+            None => format!("none (proposed {})", code(c.proposed_strength.as_str())),
         };
         let _ = writeln!(out, "{pad}- strength: {strength}");
         let _ = writeln!(out, "{pad}- evidence: {}", codes(&c.evidence));

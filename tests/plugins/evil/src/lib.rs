@@ -1,7 +1,8 @@
 //! A scorer that misbehaves in the way its config names, for the sandbox
 //! tests: `{"attack": "loop" | "memory" | "huge_result" | "read_file" |
 //! "read_data" | "env" | "panic" | "stack" | "nan" | "flood" | "unknown_metric" |
-//! "chatty" | "clock" | "none"}`.
+//! "chatty" | "clock" | "sleep" | "sleep_in_configure" | "random_huge" |
+//! "read_fifo" | "ansi" | "none"}`.
 
 use std::sync::OnceLock;
 
@@ -13,6 +14,8 @@ use vauban_plugin_sdk::scorer::{
 
 #[derive(Deserialize)]
 struct Config {
+    /// `none` when not given (so `plugin inspect` can describe it).
+    #[serde(default)]
     attack: String,
 }
 
@@ -32,7 +35,9 @@ struct Evil;
 impl Guest for Evil {
     fn describe() -> ScorerInfo {
         ScorerInfo {
-            plugin: vauban_plugin_sdk::plugin_info!("Adversarial: misbehaves on purpose"),
+            plugin: vauban_plugin_sdk::plugin_info!(
+                "Adversarial: misbehaves on purpose\x1b[8m (and hides the rest of the line)"
+            ),
             needs: vec![ArtifactKind::Text],
             metrics: vec![scorer::spec(
                 "value",
@@ -46,6 +51,9 @@ impl Guest for Evil {
 
     fn configure(config_json: String) -> Result<(), PluginError> {
         let c: Config = config::parse(&config_json).map_err(PluginError::BadConfig)?;
+        if c.attack == "sleep_in_configure" {
+            std::thread::sleep(std::time::Duration::from_secs(30));
+        }
         ATTACK
             .set(c.attack)
             .map_err(|_| PluginError::BadConfig("twice".into()))
@@ -105,6 +113,34 @@ impl Guest for Evil {
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
                 Ok(vec![scorer::metric(t, "value", now as f64)])
+            }
+            "sleep" => {
+                // A WASI monotonic-clock wait: the host must not serve it by
+                // sleeping. Reports the seconds the plugin saw pass.
+                let start = std::time::Instant::now();
+                std::thread::sleep(std::time::Duration::from_secs(30));
+                let seen = start.elapsed().as_secs_f64();
+                Ok(vec![scorer::metric(t, "value", seen)])
+            }
+            #[cfg(target_arch = "wasm32")]
+            "random_huge" => {
+                // One request for 512 MiB of random bytes.
+                let bytes = wasip2::random::random::get_random_bytes(512 << 20);
+                Ok(vec![scorer::metric(t, "value", bytes.len() as f64)])
+            }
+            "read_fifo" => {
+                let n = std::fs::read("/data/fifo")
+                    .map_err(|e| PluginError::Failed(format!("could not read /data/fifo: {e}")))?
+                    .len();
+                Ok(vec![scorer::metric(t, "value", n as f64)])
+            }
+            "ansi" => {
+                // Terminal control sequences: write the clipboard (OSC 52),
+                // set the title, clear the screen, overwrite the line.
+                eprintln!("\x1b]52;c;ZXZpbA==\x07 from stderr");
+                Err(PluginError::Failed(
+                    "\x1b[2J\x1b]0;pwned\x07\rOVERWRITTEN\0".into(),
+                ))
             }
             "panic" => panic!("evil plugin panics on purpose"),
             "stack" => {

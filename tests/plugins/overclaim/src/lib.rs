@@ -1,5 +1,7 @@
-//! A claim mapper that claims a full model-change audit from any evidence,
-//! citing an id that does not exist: the report must downgrade or reject it.
+//! A claim mapper that claims a full model-change audit from any evidence:
+//! every behavioural delta, one intervention record when there is one, and
+//! an id that does not exist. The host must downgrade it to what the cited
+//! evidence supports, and scope it to the record it cites.
 
 use vauban_plugin_sdk::claims::{Claim, EvidenceSet, Guest, PluginError, PluginInfo, Strength};
 
@@ -18,6 +20,7 @@ impl Guest for Overclaim {
     }
     fn propose(evidence: EvidenceSet) -> Result<Vec<Claim>, PluginError> {
         let mut cited: Vec<String> = evidence.deltas.iter().map(|d| d.id.clone()).collect();
+        cited.extend(evidence.interventions.first().cloned());
         cited.push("no-such-evidence".into());
         Ok(vec![Claim {
             statement: "The fine-tune removed the model's refusal circuit".into(),

@@ -1,0 +1,179 @@
+//! The evidence set claim mappers are shown and claims are checked against:
+//! every finding of the run with the id a claim cites, grouped by what it
+//! can support (DESIGN.md section 5). Built once, from what the traces and
+//! the analysis actually hold; what is absent is simply not offered.
+
+use std::collections::BTreeMap;
+
+use crate::plugin::claims::{
+    ActivationEvidence, DistributionEvidence, EvidenceSet, InterventionEvidence, MetricDelta,
+    WeightEvidence,
+};
+use crate::report::Access;
+use crate::report::document::{ActivationFindings, DistributionShift};
+use crate::trace::{ArtifactData, ArtifactKind as K, TensorSummary, Trace};
+
+/// What the run found, by kind.
+pub(super) struct Findings<'a> {
+    pub access: &'a Access,
+    pub kinds_in_both: &'a [K],
+    pub deltas: Vec<MetricDelta>,
+    pub distribution: Option<&'a DistributionShift>,
+    pub activations: Option<&'a ActivationFindings>,
+    pub baseline: &'a [&'a Trace],
+    pub candidate: &'a [&'a Trace],
+}
+
+pub(super) fn evidence_set(f: Findings<'_>) -> EvidenceSet {
+    EvidenceSet {
+        access_level: f.access.level.as_str().to_owned(),
+        claim_strength: f.access.claim_strength,
+        kinds_in_both: f.kinds_in_both.to_vec(),
+        deltas: f.deltas,
+        distribution: f.distribution.map(distribution).unwrap_or_default(),
+        activations: f.activations.map(activations).unwrap_or_default(),
+        weights: weights(f.baseline, f.candidate),
+        interventions: interventions(f.access, f.baseline, f.candidate),
+    }
+}
+
+fn distribution(d: &DistributionShift) -> Vec<DistributionEvidence> {
+    let prompts = d.per_prompt.len() as u32;
+    vec![
+        DistributionEvidence {
+            id: "kl.first_token".into(),
+            measure: "mean KL(baseline ‖ candidate) of the first generated token's distribution"
+                .into(),
+            value: d.first_token_kl_mean,
+            prompts,
+        },
+        DistributionEvidence {
+            id: "kl.continuation".into(),
+            measure: "mean KL(baseline ‖ candidate) over the baseline's continuation".into(),
+            value: d.mean_kl,
+            prompts,
+        },
+    ]
+}
+
+/// One item per layer: the mean projection over every prompt, per side.
+fn activations(a: &ActivationFindings) -> Vec<ActivationEvidence> {
+    let side_mean = |side: &str, k: usize| -> Option<(f64, usize)> {
+        let (sum, n) = a
+            .series
+            .iter()
+            .filter(|s| s.side == side)
+            .filter_map(|s| Some((s.mean_projection.get(k)? * s.prompts as f64, s.prompts)))
+            .fold((0.0, 0), |(a, b), (x, n)| (a + x, b + n));
+        (n > 0).then(|| (sum / n as f64, n))
+    };
+    a.layers
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &layer)| {
+            let (baseline_mean, n) = side_mean("baseline", k)?;
+            let (candidate_mean, _) = side_mean("candidate", k)?;
+            Some(ActivationEvidence {
+                id: format!("projection@layer{layer}"),
+                layer: layer as u32,
+                direction: a.direction.clone(),
+                baseline_mean,
+                candidate_mean,
+                prompts: n as u32,
+            })
+        })
+        .collect()
+}
+
+/// Weight matrices recorded by both sides (from each side's first trace
+/// that holds any: weights do not change between prompts).
+fn weights(baseline: &[&Trace], candidate: &[&Trace]) -> Vec<WeightEvidence> {
+    let snapshots = |traces: &[&Trace]| -> BTreeMap<(usize, String), TensorSummary> {
+        traces
+            .iter()
+            .map(|t| {
+                t.artifacts_of(K::WeightSnapshot)
+                    .filter_map(|a| match (&a.data, a.layer) {
+                        (ArtifactData::Tensor { summary, .. }, Some(layer)) => Some((
+                            (
+                                layer,
+                                a.labels
+                                    .get("matrix")
+                                    .cloned()
+                                    .unwrap_or_else(|| a.id.clone()),
+                            ),
+                            summary.clone(),
+                        )),
+                        _ => None,
+                    })
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .find(|m| !m.is_empty())
+            .unwrap_or_default()
+    };
+    let base = snapshots(baseline);
+    let cand = snapshots(candidate);
+    base.iter()
+        .filter_map(|((layer, matrix), b)| {
+            let c = cand.get(&(*layer, matrix.clone()))?;
+            Some(WeightEvidence {
+                id: format!("weights@layer{layer}.{matrix}"),
+                layer: *layer as u32,
+                matrix: matrix.clone(),
+                baseline_l2_norm: b.l2_norm?,
+                candidate_l2_norm: c.l2_norm?,
+                summaries_differ: (b.l2_norm, b.mean, b.std, b.min, b.max)
+                    != (c.l2_norm, c.mean, c.std, c.min, c.max),
+            })
+        })
+        .collect()
+}
+
+/// Every intervention record in the traces, with the scope it covers.
+fn interventions(
+    access: &Access,
+    baseline: &[&Trace],
+    candidate: &[&Trace],
+) -> Vec<InterventionEvidence> {
+    access
+        .interventions
+        .iter()
+        .map(|r| {
+            let side = r.side.as_str();
+            let trace = if side == "baseline" {
+                baseline
+            } else {
+                candidate
+            }
+            .iter()
+            .find(|t| t.id == r.trace);
+            let record = trace
+                .and_then(|t| t.artifact(&r.artifact))
+                .and_then(|a| match &a.data {
+                    ArtifactData::Record { value } => Some(value),
+                    _ => None,
+                });
+            let iv = record.and_then(|v| v.get("intervention"));
+            let direction = iv.and_then(|iv| iv.get("direction")).map(|d| {
+                let field = |k: &str| d.get(k).and_then(|v| v.as_str()).unwrap_or("?");
+                format!("{}:{}", field("source"), field("tensor"))
+            });
+            InterventionEvidence {
+                id: format!("{side}:{}:{}", r.trace, r.artifact),
+                side: side.to_owned(),
+                prompt: trace
+                    .and_then(|t| t.request.prompt_id.clone())
+                    .unwrap_or_else(|| r.trace.clone()),
+                mode: r
+                    .labels
+                    .get("mode")
+                    .or_else(|| r.labels.get("policy"))
+                    .cloned()
+                    .unwrap_or_else(|| "intervention".into()),
+                layer: r.layer.map(|l| l as u32),
+                direction,
+                alpha: iv.and_then(|iv| iv.get("alpha")).and_then(|a| a.as_f64()),
+            }
+        })
+        .collect()
+}
