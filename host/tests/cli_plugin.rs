@@ -144,13 +144,29 @@ fn a_malformed_golden_file_is_named_with_its_place() {
 }
 
 #[test]
+fn inspect_names_the_older_wit_a_plugin_was_built_against() {
+    let o = vauban(&[
+        "plugin",
+        "inspect",
+        s(&wasm("vauban-test-v0-1-scorer")),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["wit"], "vauban:plugin@0.1.0");
+    assert_eq!(j["host_wit"], "vauban:plugin@0.2.0");
+    assert_eq!(j["describe"]["plugin"]["name"], "v0-1-scorer");
+}
+
+#[test]
 fn inspect_names_world_version_needs_metrics_imports_and_sha256() {
     let plugin = wasm("vauban-plugin-logprob");
     let o = vauban(&["plugin", "inspect", s(&plugin), "--json"]);
     assert!(o.status.success(), "{:?}", text(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["world"], "scorer");
-    assert_eq!(j["wit"], "vauban:plugin@0.1.0");
+    assert_eq!(j["wit"], "vauban:plugin@0.2.0");
+    assert_eq!(j["host_wit"], "vauban:plugin@0.2.0");
     assert_eq!(j["describe"]["plugin"]["name"], "vauban-plugin-logprob");
     assert_eq!(j["describe"]["needs"], serde_json::json!(["logprobs"]));
     let metrics: Vec<&str> = j["describe"]["metrics"]

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use common::plugins::{root, wasm};
 use common::trace_completion;
 use vauban::bundle::Bundle;
-use vauban::plugin::claims::{EvidenceSet, MetricDelta};
+use vauban::plugin::claims::{
+    ActivationEvidence, DistributionEvidence, EvidenceSet, InterventionEvidence, MetricDelta,
+    WeightEvidence,
+};
 use vauban::plugin::policy::Observation;
 use vauban::plugin::scorer::{Polarity, ScoreOutcome};
 use vauban::plugin::{
@@ -299,6 +302,18 @@ fn the_tensors_import_reads_and_reduces_host_tensors() {
     assert_eq!(value(&r, &t.id, "top1_index_last"), Some(top_i as f64));
     assert_eq!(value(&r, &t.id, "top1_value_last"), Some(f64::from(top_v)));
 
+    // A scorer built against WIT 0.1 reads the same tensor through 0.1's
+    // `tensors` import (the version dispatch).
+    let legacy = load(&host, "vauban-test-v0-1-scorer");
+    assert_eq!(legacy.facts.wit_version, "0.1.0");
+    let legacy = Scorer::new(legacy, "{}", SandboxOptions::default()).unwrap();
+    assert_eq!(legacy.info().plugin.name, "v0-1-scorer");
+    let lr = legacy.score(&[t], Some(bundle.clone())).unwrap();
+    assert_eq!(
+        value(&lr, &t.id, "logit_rows"),
+        Some((v.len() / width) as f64)
+    );
+
     let act_id = &t.artifacts_of(ArtifactKind::Activation).next().unwrap().id;
     let act = bundle.tensor(&t.id, act_id).unwrap();
     let w = *act.shape.last().unwrap();
@@ -351,6 +366,29 @@ fn steer_gate_subtracts_only_above_the_threshold() {
     .err()
     .unwrap();
     assert!(e.to_string().contains("`layers` is empty"), "{e}");
+}
+
+#[test]
+fn a_policy_built_against_wit_0_1_still_decides() {
+    let host = host();
+    let plugin = load(&host, "vauban-test-v0-1-policy");
+    assert_eq!(plugin.facts.wit_version, "0.1.0");
+    let policy = Policy::new(plugin, "{}", SandboxOptions::default()).unwrap();
+    assert_eq!(policy.info().directions[0].name, "refusal");
+    assert_eq!(policy.info().directions[0].layers, [1]);
+    let ops = policy
+        .session()
+        .unwrap()
+        .decide(&[Observation {
+            layer: 1,
+            direction: "refusal".into(),
+            offset: 4,
+            projections: vec![0.5, -1.0, 2.0],
+        }])
+        .unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].mode, vauban::intervene::primitive::Mode::Subtract);
+    assert_eq!(ops[0].positions, [4, 6]);
 }
 
 fn evidence(p: f64) -> EvidenceSet {
@@ -470,6 +508,153 @@ fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
             vauban::report::claims::ClaimStatus::Accepted
         );
     }
+}
+
+/// Evidence of every kind: a behavioural and a logprob delta, KL, two
+/// layers' projections, a changed weight matrix and an intervention record.
+fn full_evidence() -> EvidenceSet {
+    let mut e = evidence(0.001);
+    e.access_level = "base_and_transformed".into();
+    e.claim_strength = ClaimStrength::ModelChangeAudit;
+    e.kinds_in_both = vec![
+        ArtifactKind::Text,
+        ArtifactKind::Logprobs,
+        ArtifactKind::Activation,
+        ArtifactKind::WeightSnapshot,
+    ];
+    e.deltas[1].rests_on = vec![ArtifactKind::Text, ArtifactKind::Logprobs];
+    e.deltas[1].p_value = Some(0.001);
+    e.deltas[1].ci_low = Some(0.05);
+    e.distribution = vec![
+        DistributionEvidence {
+            id: "kl.first_token".into(),
+            measure: "first token".into(),
+            value: 0.2,
+            prompts: 20,
+        },
+        DistributionEvidence {
+            id: "kl.continuation".into(),
+            measure: "continuation".into(),
+            value: 0.1,
+            prompts: 20,
+        },
+    ];
+    e.activations = [(3, 2.0, 0.1), (5, 1.0, 0.9)]
+        .into_iter()
+        .map(|(layer, b, c)| ActivationEvidence {
+            id: format!("projection@layer{layer}"),
+            layer,
+            direction: "d.safetensors (tensor direction)".into(),
+            baseline_mean: b,
+            candidate_mean: c,
+            prompts: 20,
+        })
+        .collect();
+    e.weights = vec![WeightEvidence {
+        id: "weights@layer3.ffn_down".into(),
+        layer: 3,
+        matrix: "ffn_down".into(),
+        baseline_l2_norm: 10.0,
+        candidate_l2_norm: 9.5,
+        summaries_differ: true,
+    }];
+    e.interventions = vec![InterventionEvidence {
+        id: "candidate:p1:a7".into(),
+        side: "candidate".into(),
+        prompt: "p1".into(),
+        mode: "subtract".into(),
+        layer: Some(3),
+        direction: Some("d.safetensors:direction".into()),
+        alpha: Some(1.0),
+    }];
+    e
+}
+
+#[test]
+fn claims_default_claims_each_kind_of_evidence_at_its_level_and_passes_the_check() {
+    use vauban::report::claims::{ClaimStatus, check};
+    let host = host();
+    let m = ClaimMapper::new(
+        load(&host, "vauban-plugin-claims-default"),
+        "{}",
+        SandboxOptions::default(),
+    )
+    .unwrap();
+    let e = full_evidence();
+    let claims = m.propose(&e).unwrap();
+    let by_cite = |id: &str| {
+        claims
+            .iter()
+            .find(|c| c.evidence.iter().any(|x| x == id))
+            .unwrap_or_else(|| panic!("no claim cites {id}: {claims:#?}"))
+    };
+    assert_eq!(
+        by_cite("d-refusal").strength,
+        ClaimStrength::BlackBoxBehavioralDiff
+    );
+    // A metric its scorer read from logprobs is a distributional claim.
+    assert_eq!(by_cite("d-ppl").strength, ClaimStrength::DistributionalDiff);
+    let kl = by_cite("kl.first_token");
+    assert_eq!(kl.strength, ClaimStrength::DistributionalDiff);
+    assert!(kl.statement.contains("0.2000 nats"), "{}", kl.statement);
+    // The layer that moved most, not every layer.
+    let act = by_cite("projection@layer3");
+    assert_eq!(act.strength, ClaimStrength::ActivationDiagnostic);
+    assert!(
+        !claims
+            .iter()
+            .any(|c| c.evidence.iter().any(|x| x == "projection@layer5"))
+    );
+    assert_eq!(
+        by_cite("weights@layer3.ffn_down").strength,
+        ClaimStrength::WeightDiff
+    );
+    for c in &claims {
+        let checked = check(c, &e);
+        assert_eq!(checked.status, ClaimStatus::Accepted, "{checked:#?}");
+    }
+    // Below the thresholds, no finding claims.
+    let quiet = ClaimMapper::new(
+        load(&host, "vauban-plugin-claims-default"),
+        r#"{"min_kl": 1.0, "min_relative_shift": 2.0}"#,
+        SandboxOptions::default(),
+    )
+    .unwrap();
+    let claims = quiet.propose(&e).unwrap();
+    assert!(claims.iter().all(|c| {
+        !c.evidence
+            .iter()
+            .any(|x| x.starts_with("kl.") || x.starts_with("projection@"))
+    }));
+}
+
+#[test]
+fn a_claim_mapper_built_against_wit_0_1_sees_what_0_1_carried_and_is_checked() {
+    use vauban::report::claims::{ClaimStatus, check};
+    let host = host();
+    let plugin = load(&host, "vauban-test-v0-1-claims");
+    assert_eq!(plugin.facts.wit_version, "0.1.0");
+    let m = ClaimMapper::new(plugin, "{}", SandboxOptions::default()).unwrap();
+    assert_eq!(m.info().name, "v0-1-claims");
+    let e = full_evidence();
+    let claims = m.propose(&e).unwrap();
+    assert_eq!(claims.len(), 1);
+    // 0.1's evidence set: the deltas, polarity as a string, and the ids of
+    // the intervention records.
+    assert_eq!(
+        claims[0].statement,
+        "2 deltas (neutral, neutral) and 1 intervention record(s) seen"
+    );
+    assert_eq!(
+        claims[0].evidence,
+        ["d-refusal", "d-ppl", "candidate:p1:a7"]
+    );
+    // It claims an activation diagnostic but cites deltas (one read from
+    // logprobs) and a record: the host keeps a distributional diff, scoped.
+    let checked = check(&claims[0], &e);
+    assert_eq!(checked.status, ClaimStatus::Downgraded);
+    assert_eq!(checked.strength, Some(ClaimStrength::DistributionalDiff));
+    assert_eq!(checked.scope.unwrap().layers, [3]);
 }
 
 #[test]
@@ -876,7 +1061,7 @@ fn a_plugin_built_for_another_wit_version_is_refused_naming_both() {
     let text = e.to_string();
     assert!(matches!(e, PluginError::Refused { .. }));
     assert!(
-        text.contains("vauban:plugin@0.2.0") && text.contains("vauban:plugin@0.1.0"),
+        text.contains("vauban:plugin@0.9.0") && text.contains("vauban:plugin@0.2.0"),
         "{text}"
     );
 }

@@ -153,6 +153,25 @@ fn markdown_keeps_untrusted_text_inert() {
 }
 
 #[test]
+fn markdown_holds_no_control_character_from_models_or_plugins() {
+    let mut r = sample_report();
+    // A model output and a claim that would drive a terminal `cat`ting the file.
+    r.examples[0].candidate_output = Some("ok\x1b]52;c;ZXZpbA==\x07\rnew\x1b[2J\u{202e}".into());
+    r.claims[0].statement = "claim\x1b]0;title\x07".into();
+    r.evidence.plugin_failures[0].message = "trap\x00\x1b[1A".into();
+    let md = render::markdown(&r);
+    let bad: Vec<char> = md
+        .chars()
+        .filter(|c| (c.is_control() && !matches!(c, '\n' | '\t')) || *c == '\u{202e}')
+        .collect();
+    assert!(bad.is_empty(), "control characters {bad:?} in report.md");
+    assert!(
+        md.contains("ok\\u{1b}]52;c;ZXZpbA==\\u{7}\\u{d}new"),
+        "{md}"
+    );
+}
+
+#[test]
 fn html_is_self_contained() {
     let html = render::html(&sample_report());
     let lower = html.to_lowercase();

@@ -49,6 +49,15 @@ pub enum BundleError {
         "the manifest of {bundle} refers to `{file}` but does not list it under `files`, so it cannot be verified"
     )]
     Unlisted { bundle: PathBuf, file: String },
+    #[error(
+        "{path} is {bytes} bytes, over the {limit}-byte limit for {what}; a bundle this large is damaged or was not written by vauban"
+    )]
+    TooLarge {
+        path: PathBuf,
+        what: &'static str,
+        bytes: u64,
+        limit: u64,
+    },
     #[error("{0} is listed in the manifest but missing from the bundle")]
     FileMissing(PathBuf),
     #[error(

@@ -4,7 +4,7 @@
 //! milliseconds. A raw tensor is hashed when it is first read;
 //! [`Bundle::verify_all`] hashes everything.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
@@ -25,6 +25,10 @@ pub struct Bundle {
     traces: Vec<Trace>,
     /// Per trace (same order), its memory-mapped tensor file, if any.
     tensor_files: Vec<Option<TensorFile>>,
+    /// Trace id → index, and per trace artifact id → index: a tensor read
+    /// is a lookup, not a scan (reading every tensor stays linear).
+    trace_index: HashMap<String, usize>,
+    artifact_index: Vec<HashMap<String, usize>>,
 }
 
 /// What [`Bundle::verify_all`] checked.
@@ -61,6 +65,7 @@ impl Bundle {
             return Err(BundleError::NotFound(root));
         }
         let manifest = read_manifest(&root)?;
+        let listed = Listed::of(&manifest);
         let mut traces = Vec::with_capacity(manifest.traces.len());
         let mut tensor_files = Vec::with_capacity(manifest.traces.len());
         let mut ids = HashSet::new();
@@ -69,7 +74,7 @@ impl Bundle {
                 return Err(BundleError::DuplicateTrace(entry.id.clone()));
             }
             let trace = read_trace(&root, &manifest, &entry.file, &entry.id)?;
-            check_manifest_lists(&root, &manifest, &trace)?;
+            check_manifest_lists(&root, &listed, &trace)?;
             let tensors = match &entry.tensors {
                 Some(t) => Some(open_tensor_file(&root, &manifest, t, &trace)?),
                 None => None,
@@ -80,11 +85,28 @@ impl Bundle {
         }
         check_manifest_entries_used(&root, &manifest, &traces)?;
         tracing::debug!(bundle = %root.display(), traces = traces.len(), "bundle opened");
+        let trace_index = traces
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
+        let artifact_index = traces
+            .iter()
+            .map(|t| {
+                t.artifacts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (a.id.clone(), i))
+                    .collect()
+            })
+            .collect();
         Ok(Bundle {
             root,
             manifest,
             traces,
             tensor_files,
+            trace_index,
+            artifact_index,
         })
     }
 
@@ -112,17 +134,19 @@ impl Bundle {
     /// pages of this tensor are touched) and checked against its hash the
     /// first time it is read.
     pub fn tensor(&self, trace: &str, artifact: &str) -> Result<TensorRef<'_>, BundleError> {
-        let index = self
-            .traces
-            .iter()
-            .position(|t| t.id == trace)
+        let index = *self
+            .trace_index
+            .get(trace)
             .ok_or_else(|| BundleError::NoSuchTrace(trace.to_owned()))?;
         let t = &self.traces[index];
         let no_raw = || BundleError::NoRawTensor {
             trace: trace.to_owned(),
             artifact: artifact.to_owned(),
         };
-        match t.artifact(artifact) {
+        match self.artifact_index[index]
+            .get(artifact)
+            .map(|&i| &t.artifacts[i])
+        {
             None => {
                 return Err(BundleError::NoSuchArtifact {
                     trace: trace.to_owned(),
@@ -214,12 +238,46 @@ impl Bundle {
     }
 }
 
+/// The largest manifest read: one entry is a few hundred bytes, so this is
+/// room for about a hundred thousand traces.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// The largest trace file read (its tensors are in separate files).
+pub const MAX_TRACE_FILE_BYTES: u64 = 256 << 20;
+
+/// Reads a file of at most `limit` bytes, refusing a larger one before
+/// reading any of it.
+fn read_bounded(path: &Path, what: &'static str, limit: u64) -> Result<Vec<u8>, BundleError> {
+    let file = File::open(path).map_err(BundleError::io(path))?;
+    let bytes = file.metadata().map_err(BundleError::io(path))?.len();
+    if bytes > limit {
+        return Err(BundleError::TooLarge {
+            path: path.to_path_buf(),
+            what,
+            bytes,
+            limit,
+        });
+    }
+    let mut out = Vec::with_capacity(bytes as usize);
+    // `take`: a file that grows while it is read is still bounded.
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut out)
+        .map_err(BundleError::io(path))?;
+    if out.len() as u64 > limit {
+        return Err(BundleError::TooLarge {
+            path: path.to_path_buf(),
+            what,
+            bytes: out.len() as u64,
+            limit,
+        });
+    }
+    Ok(out)
+}
+
 fn read_manifest(root: &Path) -> Result<Manifest, BundleError> {
     let path = root.join(MANIFEST_FILE);
     if !path.is_file() {
         return Err(BundleError::NoManifest(root.to_path_buf()));
     }
-    let bytes = std::fs::read(&path).map_err(BundleError::io(&path))?;
+    let bytes = read_bounded(&path, "a bundle manifest", MAX_MANIFEST_BYTES)?;
     let json_error = |message: String| BundleError::Json {
         path: path.clone(),
         what: "bundle manifest",
@@ -268,7 +326,7 @@ fn read_trace(
 ) -> Result<Trace, BundleError> {
     let (path, entry) = listed_file(root, manifest, relative)?;
     check_size(&path, entry)?;
-    let bytes = std::fs::read(&path).map_err(BundleError::io(&path))?;
+    let bytes = read_bounded(&path, "a trace file", MAX_TRACE_FILE_BYTES)?;
     check_hash(&path, &entry.sha256, sha256_hex(&bytes))?;
     let trace: Trace = parse_json(&bytes).map_err(|message| BundleError::Json {
         path: path.clone(),
@@ -288,24 +346,40 @@ fn read_trace(
     Ok(trace)
 }
 
+/// A value's JSON, to compare values without `Hash` through a set.
+fn json_key<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// The executors and models a manifest lists, as [`json_key`]s.
+struct Listed {
+    executors: HashSet<String>,
+    models: HashSet<String>,
+}
+
+impl Listed {
+    fn of(manifest: &Manifest) -> Listed {
+        Listed {
+            executors: manifest.executors.iter().map(json_key).collect(),
+            models: manifest.models.iter().map(json_key).collect(),
+        }
+    }
+}
+
 /// The manifest lists the trace's executor (with the same declaration) and model.
-fn check_manifest_lists(
-    root: &Path,
-    manifest: &Manifest,
-    trace: &Trace,
-) -> Result<(), BundleError> {
+fn check_manifest_lists(root: &Path, listed: &Listed, trace: &Trace) -> Result<(), BundleError> {
     let disagrees = |what: String| BundleError::ManifestDisagrees {
         bundle: root.to_path_buf(),
         trace: trace.id.clone(),
         what,
     };
-    if !manifest.executors.contains(&trace.capabilities) {
+    if !listed.executors.contains(&json_key(&trace.capabilities)) {
         return Err(disagrees(format!(
             "the capabilities of executor `{}`",
             trace.capabilities.executor
         )));
     }
-    if !manifest.models.contains(&trace.model) {
+    if !listed.models.contains(&json_key(&trace.model)) {
         return Err(disagrees(format!("model `{}`", trace.model.name)));
     }
     Ok(())
@@ -321,17 +395,21 @@ fn check_manifest_entries_used(
         bundle: root.to_path_buf(),
         what,
     };
+    // Compared by their JSON, through a set: linear in the bundle's size.
+    let used_executors: HashSet<String> =
+        traces.iter().map(|t| json_key(&t.capabilities)).collect();
     if let Some(e) = manifest
         .executors
         .iter()
-        .find(|e| !traces.iter().any(|t| &t.capabilities == *e))
+        .find(|e| !used_executors.contains(&json_key(*e)))
     {
         return Err(unused(format!("executor `{}`", e.executor)));
     }
+    let used_models: HashSet<String> = traces.iter().map(|t| json_key(&t.model)).collect();
     if let Some(m) = manifest
         .models
         .iter()
-        .find(|m| !traces.iter().any(|t| &t.model == *m))
+        .find(|m| !used_models.contains(&json_key(*m)))
     {
         return Err(unused(format!("model `{}`", m.name)));
     }

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use anyhow::Context;
+
 use crate::bundle::Bundle;
 use crate::config::file::{GateSection, Severity};
 use crate::config::{Prompt, Redaction, Suite};
@@ -317,18 +319,21 @@ pub fn by_position(per_prompt: &[Vec<f64>]) -> Vec<f64> {
 /// Mean projection of the last prompt token's residual onto the unit
 /// `direction`, per observed layer, per side and category, from raw
 /// activations. `None` when a side lacks raw activations.
+/// None when no trace holds a raw residual activation (or the direction is
+/// zero); an error naming the tensor when one cannot be read or has no row
+/// to project: damaged evidence is never dropped in silence.
 pub fn projections(
     suite: &Suite,
     sides: [(&str, &Bundle); 2],
     direction: &[f32],
-) -> Option<(Vec<usize>, Vec<ProjectionSeries>)> {
+) -> anyhow::Result<Option<(Vec<usize>, Vec<ProjectionSeries>)>> {
     let norm = direction
         .iter()
         .map(|v| f64::from(*v).powi(2))
         .sum::<f64>()
         .sqrt();
     if norm == 0.0 {
-        return None;
+        return Ok(None);
     }
     let mut layers: Vec<usize> = Vec::new();
     let mut series = Vec::new();
@@ -345,13 +350,34 @@ pub fn projections(
                 else {
                     continue;
                 };
-                let r = bundle.tensor(&t.id, &a.id).ok()?;
-                let width = *r.shape.last()?;
+                let what = || {
+                    format!(
+                        "activation `{}` of trace `{}` in the {side} bundle {}",
+                        a.id,
+                        t.id,
+                        bundle.root().display()
+                    )
+                };
+                let r = bundle
+                    .tensor(&t.id, &a.id)
+                    .with_context(|| format!("cannot read {}", what()))?;
+                let width = r.shape.last().copied().unwrap_or(0);
                 if width != direction.len() {
-                    return None;
+                    anyhow::bail!(
+                        "{} has rows of {width} values; the report's direction has {}: they are not from the same model",
+                        what(),
+                        direction.len()
+                    );
                 }
                 let v = r.to_f32_vec();
-                let last = &v[v.len() - width..];
+                let Some(start) = v.len().checked_sub(width).filter(|_| !v.is_empty()) else {
+                    anyhow::bail!(
+                        "{} has shape {:?}: no token row to project",
+                        what(),
+                        r.shape
+                    );
+                };
+                let last = &v[start..];
                 let p: f64 = last
                     .iter()
                     .zip(direction)
@@ -380,7 +406,7 @@ pub fn projections(
         }
     }
     if layers.is_empty() {
-        return None;
+        return Ok(None);
     }
     layers.sort_unstable();
     let series = series
@@ -395,7 +421,7 @@ pub fn projections(
                 .collect(),
         })
         .collect();
-    Some((layers, series))
+    Ok(Some((layers, series)))
 }
 
 /// Sentences about the projections: where the categories separate most

@@ -109,8 +109,15 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
             baseline,
             candidate,
         } => stages.run("open bundles", |note| {
+            // Every file and tensor is hashed before anything is read from
+            // it: a damaged bundle is an error naming the file, not evidence
+            // that silently goes missing later.
             let b = Bundle::open(&baseline)?;
+            b.verify_all()
+                .with_context(|| format!("the baseline bundle {}", baseline.display()))?;
             let c = Bundle::open(&candidate)?;
+            c.verify_all()
+                .with_context(|| format!("the candidate bundle {}", candidate.display()))?;
             *note = format!("{} + {} traces", b.traces().len(), c.traces().len());
             Ok(Gathered {
                 baseline: b,
@@ -247,7 +254,7 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
             gathered.measured.as_deref(),
             &baseline_bundle,
             &candidate_bundle,
-        );
+        )?;
         *note = match &a {
             Some(a) => format!("{} layers", a.layers.len()),
             None => "none".into(),

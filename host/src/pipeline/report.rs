@@ -177,17 +177,16 @@ pub(super) fn activation_findings(
     measured: Option<&Path>,
     baseline: &Bundle,
     candidate: &Bundle,
-) -> Option<ActivationFindings> {
-    let (v, label, sha) = report_direction(plan, measured)?;
-    analyze::activation_findings(
-        label,
-        sha,
-        analyze::projections(
-            &plan.suite,
-            [("baseline", baseline), ("candidate", candidate)],
-            &v,
-        ),
-    )
+) -> anyhow::Result<Option<ActivationFindings>> {
+    let Some((v, label, sha)) = report_direction(plan, measured) else {
+        return Ok(None);
+    };
+    let projections = analyze::projections(
+        &plan.suite,
+        [("baseline", baseline), ("candidate", candidate)],
+        &v,
+    )?;
+    Ok(analyze::activation_findings(label, sha, projections))
 }
 
 /// The unit direction for activation findings, with its label and sha256.

@@ -7,11 +7,14 @@ use std::fmt;
 use serde::Serialize;
 use wasmparser::{Encoding, Parser, Payload};
 
+use super::wit::WitVersion;
+
 /// The WIT package the host implements (`wit/plugin.wit`).
 pub const WIT_PACKAGE: &str = "vauban:plugin";
-/// Its version. For 0.x the minor version is the breaking one: a component
-/// built against 0.1.y loads in a host of 0.1.z.
-pub const WIT_VERSION: &str = "0.1.0";
+/// Its current version. For 0.x the minor version is the breaking one: a
+/// component built against 0.2.y loads in a host of 0.2.z; the host also
+/// runs the earlier versions [`WitVersion::ALL`] lists.
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// The three plugin worlds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,7 +59,7 @@ pub enum ComponentProblem {
     )]
     NotAComponent(String),
     #[error(
-        "built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION}; rebuild the plugin against the host's wit/plugin.wit (vauban-plugin-sdk {WIT_VERSION})"
+        "built against {WIT_PACKAGE}@{found}, but this host runs {WIT_PACKAGE}@{WIT_VERSION} (and the earlier 0.1.x); rebuild the plugin against the host's wit/plugin.wit (vauban-plugin-sdk {WIT_VERSION})"
     )]
     WitVersion { found: String },
     #[error(
@@ -75,6 +78,9 @@ pub struct ComponentFacts {
     pub world: World,
     /// The `vauban:plugin` version it was built against.
     pub wit_version: String,
+    /// That version, as the host dispatches on it.
+    #[serde(skip)]
+    pub wit: WitVersion,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
 }
@@ -99,9 +105,19 @@ pub fn inspect(bytes: &[u8]) -> Result<ComponentFacts, ComponentProblem> {
     }
     // The version first: a plugin of another version may name its world
     // differently, and the version is the actionable fact.
-    if let Some(found) = versions.iter().find(|v| !compatible(v)) {
+    if let Some(found) = versions.iter().find(|v| WitVersion::of(v).is_none()) {
         return Err(ComponentProblem::WitVersion {
             found: found.clone(),
+        });
+    }
+    let wit = versions
+        .first()
+        .and_then(|v| WitVersion::of(v))
+        .unwrap_or(WitVersion::CURRENT);
+    // One component, one version: mixing them would link half of it wrong.
+    if let Some(other) = versions.iter().find(|v| WitVersion::of(v) != Some(wit)) {
+        return Err(ComponentProblem::WitVersion {
+            found: format!("{} and {other}", versions[0]),
         });
     }
     let world = match worlds.as_slice() {
@@ -118,6 +134,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ComponentFacts, ComponentProblem> {
     Ok(ComponentFacts {
         world,
         wit_version: versions.first().cloned().unwrap_or_default(),
+        wit,
         imports,
         exports,
     })
@@ -135,19 +152,6 @@ fn list_or_nothing(names: &[String]) -> String {
 fn vauban_interface(name: &str) -> Option<(&str, &str)> {
     let rest = name.strip_prefix(WIT_PACKAGE)?.strip_prefix('/')?;
     Some(rest.split_once('@').unwrap_or((rest, "")))
-}
-
-/// Same major version, and for 0.x the same minor version (semver for WIT).
-fn compatible(version: &str) -> bool {
-    let parse = |v: &str| -> Option<(u64, u64)> {
-        let mut it = v.split('.');
-        Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-    };
-    match (parse(version), parse(WIT_VERSION)) {
-        (Some((0, a)), Some((0, b))) => a == b,
-        (Some((a, _)), Some((b, _))) => a == b,
-        _ => false,
-    }
 }
 
 /// The WASI interfaces a sandboxed plugin may import: what Rust's standard
@@ -235,15 +239,6 @@ fn names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), ComponentProblem> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versions_follow_wit_semver() {
-        assert!(compatible("0.1.0"));
-        assert!(compatible("0.1.7"));
-        assert!(!compatible("0.2.0"));
-        assert!(!compatible("0.0.9"));
-        assert!(!compatible(""));
-    }
 
     #[test]
     fn imports_are_checked_against_the_world() {

@@ -14,10 +14,10 @@ use wasmtime::{Config, Engine, Store, Trap};
 
 use crate::hash::sha256_hex;
 
-use super::bindings;
 use super::component::{self, ComponentFacts, World};
 use super::error::{Failure, PluginError};
 use super::sandbox::{MemoryLimitHit, SandboxOptions, SandboxState};
+use super::wit;
 
 /// How often the epoch advances: the resolution of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -93,7 +93,13 @@ impl PluginHost {
         .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
         plain_linker.allow_shadowing(false);
         let mut scorer_linker = plain_linker.clone();
-        bindings::scorer::vauban::plugin::tensors::add_to_linker::<
+        // The `tensors` import of every WIT version the host runs.
+        wit::current::scorer::vauban::plugin::tensors::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut scorer_linker, |s| s)
+        .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
+        wit::since_v0_1_0::scorer::vauban::plugin::tensors::add_to_linker::<
             _,
             wasmtime::component::HasSelf<_>,
         >(&mut scorer_linker, |s| s)

@@ -7,7 +7,6 @@
 //! anything a plugin does wrong becomes a [`PluginError`] and the host goes
 //! on.
 
-mod bindings;
 pub mod claims;
 pub mod component;
 mod error;
@@ -16,6 +15,7 @@ pub mod policy;
 pub mod sandbox;
 pub mod scorer;
 pub mod tensors;
+mod wit;
 
 pub use claims::ClaimMapper;
 pub use component::{ComponentFacts, WIT_PACKAGE, WIT_VERSION, World};
@@ -180,15 +180,15 @@ macro_rules! plugin_info_from {
 }
 
 plugin_info_from!(
-    bindings::scorer::vauban::plugin::types::PluginInfo,
-    bindings::policy::vauban::plugin::types::PluginInfo,
-    bindings::claims::vauban::plugin::types::PluginInfo
+    wit::current::scorer::vauban::plugin::types::PluginInfo,
+    wit::current::policy::vauban::plugin::types::PluginInfo,
+    wit::current::claims::vauban::plugin::types::PluginInfo
 );
 
 guest_error_from!(
-    bindings::scorer::vauban::plugin::types::PluginError,
-    bindings::policy::vauban::plugin::types::PluginError,
-    bindings::claims::vauban::plugin::types::PluginError
+    wit::current::scorer::vauban::plugin::types::PluginError,
+    wit::current::policy::vauban::plugin::types::PluginError,
+    wit::current::claims::vauban::plugin::types::PluginError
 );
 
 /// Bounds on what a plugin says about itself.
@@ -212,55 +212,4 @@ fn check_info(info: &scorer::PluginInfo) -> Result<(), String> {
         return Err("plugin description is over 2048 bytes".into());
     }
     Ok(())
-}
-
-/// Conversions between the trace's types and the WIT's.
-mod wit {
-    use super::bindings::scorer::vauban::plugin::types as t;
-    use crate::trace::ArtifactKind as K;
-    use crate::trace::TensorSummary;
-
-    pub fn kind_to(k: K) -> t::ArtifactKind {
-        match k {
-            K::Text => t::ArtifactKind::Text,
-            K::Tokens => t::ArtifactKind::Tokens,
-            K::Logits => t::ArtifactKind::Logits,
-            K::Logprobs => t::ArtifactKind::Logprobs,
-            K::Activation => t::ArtifactKind::Activation,
-            K::InterventionResult => t::ArtifactKind::InterventionResult,
-            K::WeightSnapshot => t::ArtifactKind::WeightSnapshot,
-            K::Metric => t::ArtifactKind::Metric,
-            K::ReportEvidence => t::ArtifactKind::ReportEvidence,
-            K::Profile => t::ArtifactKind::Profile,
-        }
-    }
-
-    pub fn kind_from(k: t::ArtifactKind) -> K {
-        match k {
-            t::ArtifactKind::Text => K::Text,
-            t::ArtifactKind::Tokens => K::Tokens,
-            t::ArtifactKind::Logits => K::Logits,
-            t::ArtifactKind::Logprobs => K::Logprobs,
-            t::ArtifactKind::Activation => K::Activation,
-            t::ArtifactKind::InterventionResult => K::InterventionResult,
-            t::ArtifactKind::WeightSnapshot => K::WeightSnapshot,
-            t::ArtifactKind::Metric => K::Metric,
-            t::ArtifactKind::ReportEvidence => K::ReportEvidence,
-            t::ArtifactKind::Profile => K::Profile,
-        }
-    }
-
-    pub fn summary_to(s: &TensorSummary) -> t::TensorSummary {
-        t::TensorSummary {
-            shape: s.shape.iter().map(|&d| d as u64).collect(),
-            dtype: s.dtype.to_string(),
-            numel: s.numel,
-            non_finite: s.non_finite,
-            mean: s.mean,
-            std: s.std,
-            min: s.min,
-            max: s.max,
-            l2_norm: s.l2_norm,
-        }
-    }
 }

@@ -8,11 +8,12 @@ pub use crate::intervene::policy::{Observation, PolicyOp};
 use crate::intervene::policy::{StepPolicy, Watch};
 use crate::intervene::primitive::{Direction, Mode};
 
-use super::bindings::policy as b;
 use super::error::{Failure, PluginError};
 use super::host::Plugin;
-use super::sandbox::{SandboxOptions, SandboxState};
+use super::sandbox::SandboxOptions;
 use super::scorer::PluginInfo;
+use super::wit::current::policy as b;
+use super::wit::{PolicyInstance, PolicyPre};
 use super::{Live, World, check_info, provisional_info, typed_pre};
 
 use b::exports::vauban::plugin::intervention_policy as wp;
@@ -33,7 +34,7 @@ pub struct PolicyInfo {
 /// A loaded, configured intervention policy.
 pub struct Policy {
     plugin: Plugin,
-    pre: b::InterventionPolicyPluginPre<SandboxState>,
+    pre: PolicyPre,
     info: PolicyInfo,
     config_json: String,
     sandbox: SandboxOptions,
@@ -48,7 +49,8 @@ impl Policy {
         sandbox: SandboxOptions,
     ) -> Result<Policy, PluginError> {
         plugin.expect_world(World::InterventionPolicy)?;
-        let pre = typed_pre(&plugin, b::InterventionPolicyPluginPre::new)?;
+        let version = plugin.facts.wit;
+        let pre = typed_pre(&plugin, |p| PolicyPre::new(p, version))?;
         let mut policy = Policy {
             info: PolicyInfo {
                 plugin: provisional_info(&plugin),
@@ -60,9 +62,7 @@ impl Policy {
             sandbox,
         };
         let mut s = policy.session()?;
-        let raw = s.live.call("describe", |st, i| {
-            i.vauban_plugin_intervention_policy().call_describe(st)
-        })?;
+        let raw = s.live.call("describe", |st, i| i.describe(st))?;
         let info = PolicyInfo {
             plugin: raw.plugin.into(),
             directions: raw
@@ -99,17 +99,14 @@ impl Policy {
             self.pre.instantiate(s)
         })?;
         let json = &self.config_json;
-        live.call_checked("configure", |st, i| {
-            i.vauban_plugin_intervention_policy()
-                .call_configure(st, json)
-        })?;
+        live.call_checked("configure", |st, i| i.configure(st, json))?;
         Ok(PolicySession { policy: self, live })
     }
 }
 
 pub struct PolicySession<'a> {
     policy: &'a Policy,
-    live: Live<b::InterventionPolicyPlugin>,
+    live: Live<PolicyInstance>,
 }
 
 /// Most ops one step may return.
@@ -127,9 +124,9 @@ impl PolicySession<'_> {
                 projections: o.projections.clone(),
             })
             .collect();
-        let ops = self.live.call_checked("decide", |s, i| {
-            i.vauban_plugin_intervention_policy().call_decide(s, &wire)
-        })?;
+        let ops = self
+            .live
+            .call_checked("decide", |s, i| i.decide(s, &wire))?;
         check_ops(ops, observations, &self.policy.info)
             .map_err(|m| self.live.fail("decide", Failure::Malformed(m)))
     }

@@ -92,6 +92,8 @@ pub struct SandboxState {
     pub(crate) tensors: Option<Arc<dyn TensorSource>>,
     /// The trace ids of the current batch: `open` refuses any other.
     pub(crate) open_traces: Vec<String>,
+    /// Tensors the plugin opened in the current call, charged to it.
+    pub(crate) opened: super::tensors::Opened,
     /// The plugin's monotonic time, which only its own waits advance.
     pub(crate) clock: VirtualClock,
 }
@@ -123,6 +125,7 @@ impl SandboxState {
             stderr,
             tensors: None,
             open_traces: Vec::new(),
+            opened: super::tensors::Opened::new(options.memory_bytes),
             clock: VirtualClock::default(),
         })
     }

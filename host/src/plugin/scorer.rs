@@ -8,12 +8,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::trace::{ArtifactData, ArtifactKind, Trace};
 
-use super::bindings::scorer as b;
 use super::error::{Failure, PluginError};
 use super::host::Plugin;
-use super::sandbox::{SandboxOptions, SandboxState};
+use super::sandbox::SandboxOptions;
 use super::tensors::TensorSource;
-use super::{Live, World, check_info, provisional_info, typed_pre, wit};
+use super::wit::current::convert as wit;
+use super::wit::current::scorer as b;
+use super::wit::{ScorerInstance, ScorerPre};
+use super::{Live, World, check_info, provisional_info, typed_pre};
 
 use b::exports::vauban::plugin::scorer as ws;
 
@@ -78,7 +80,7 @@ pub struct ScoreOutcome {
 /// A loaded, configured scorer.
 pub struct Scorer {
     plugin: Plugin,
-    pre: b::ScorerPluginPre<SandboxState>,
+    pre: ScorerPre,
     info: ScorerInfo,
     config_json: String,
     sandbox: SandboxOptions,
@@ -93,7 +95,8 @@ impl Scorer {
         sandbox: SandboxOptions,
     ) -> Result<Scorer, PluginError> {
         plugin.expect_world(World::Scorer)?;
-        let pre = typed_pre(&plugin, b::ScorerPluginPre::new)?;
+        let version = plugin.facts.wit;
+        let pre = typed_pre(&plugin, |p| ScorerPre::new(p, version))?;
         let mut scorer = Scorer {
             info: ScorerInfo {
                 plugin: provisional_info(&plugin),
@@ -152,14 +155,12 @@ impl Scorer {
 /// One live instance of a scorer.
 pub struct ScorerSession<'a> {
     scorer: &'a Scorer,
-    live: Live<b::ScorerPlugin>,
+    live: Live<ScorerInstance>,
 }
 
 impl ScorerSession<'_> {
     fn describe(&mut self) -> Result<ScorerInfo, PluginError> {
-        let raw = self
-            .live
-            .call("describe", |s, i| i.vauban_plugin_scorer().call_describe(s))?;
+        let raw = self.live.call("describe", |s, i| i.describe(s))?;
         let info = ScorerInfo {
             plugin: raw.plugin.into(),
             needs: raw.needs.into_iter().map(wit::kind_from).collect(),
@@ -190,9 +191,8 @@ impl ScorerSession<'_> {
     }
 
     fn configure(&mut self, json: &str) -> Result<(), PluginError> {
-        self.live.call_checked("configure", |s, i| {
-            i.vauban_plugin_scorer().call_configure(s, json)
-        })
+        self.live
+            .call_checked("configure", |s, i| i.configure(s, json))
     }
 
     /// Scores one batch on this instance.
@@ -229,11 +229,10 @@ impl ScorerSession<'_> {
         let data = self.live.store.data_mut();
         data.tensors = tensors;
         data.open_traces = ids;
-        let r = self.live.call_checked("score", |s, i| {
-            i.vauban_plugin_scorer().call_score(s, &views)
-        });
+        let r = self.live.call_checked("score", |s, i| i.score(s, &views));
         let data = self.live.store.data_mut();
         data.tensors = None;
+        data.opened.clear();
         let ids = std::mem::take(&mut data.open_traces);
         outcome.metrics = check_metrics(r?, &ids, &info.metrics)
             .map_err(|m| self.live.fail("score", Failure::Malformed(m)))?;

@@ -1,14 +1,15 @@
 //! The `tensors` import: raw tensors stay in the host; a plugin opens a
 //! handle and reads rows in chunks or asks for native reductions.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use wasmtime::component::Resource;
 
 use crate::bundle::Bundle;
 
-use super::bindings::scorer::vauban::plugin::tensors::{Host, HostTensor};
 use super::sandbox::SandboxState;
+use super::wit::current::scorer::vauban::plugin::tensors::{Host, HostTensor};
 
 /// Most f32 values one `read-rows` returns (4 MiB), so one call cannot make
 /// the host copy a whole logits tensor into the guest.
@@ -35,10 +36,48 @@ pub struct TensorHandle {
     width: u64,
 }
 
+/// A decoded tensor: its shape and values, shared by every handle to it.
+type Decoded = (Vec<usize>, Arc<[f32]>);
+
+/// Most tensor handles a plugin may hold open at once.
+pub const MAX_OPEN_HANDLES: usize = 4096;
+
+/// The tensors opened in the current call. Each is decoded once and shared
+/// by every handle to it, and its bytes count against a host-side budget
+/// (the sandbox's memory limit): host memory a plugin causes is charged to
+/// it, however often it opens the same tensor.
+#[derive(Default)]
+pub struct Opened {
+    tensors: HashMap<(String, String), Decoded>,
+    bytes: u64,
+    handles: usize,
+    budget: u64,
+}
+
+impl Opened {
+    pub fn new(budget: u64) -> Opened {
+        Opened {
+            budget,
+            ..Default::default()
+        }
+    }
+
+    /// Forgets the call's tensors (their handles went with the call).
+    pub fn clear(&mut self) {
+        self.tensors.clear();
+        self.bytes = 0;
+        self.handles = 0;
+    }
+
+    /// Host bytes held for the plugin.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
 impl TensorHandle {
-    fn new(shape: &[usize], values: Vec<f32>) -> TensorHandle {
+    fn new(shape: &[usize], values: Arc<[f32]>) -> TensorHandle {
         let width = shape.last().copied().unwrap_or(1).max(1) as u64;
-        let values: Arc<[f32]> = values.into();
         let rows = values.len() as u64 / width;
         TensorHandle {
             values,
@@ -139,6 +178,7 @@ impl HostTensor for SandboxState {
 
     fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
         self.table.delete(this)?;
+        self.opened.handles = self.opened.handles.saturating_sub(1);
         Ok(())
     }
 }
@@ -153,10 +193,37 @@ impl Host for SandboxState {
                 "trace {trace_id:?} is not in the current batch"
             )));
         }
-        match source.tensor(&trace_id, &artifact_id) {
-            Ok((shape, values)) => Ok(Ok(self.table.push(TensorHandle::new(&shape, values))?)),
-            Err(e) => Ok(Err(e)),
+        if self.opened.handles >= MAX_OPEN_HANDLES {
+            return Ok(Err(format!(
+                "{MAX_OPEN_HANDLES} tensor handles are open; drop one before opening another"
+            )));
         }
+        let key = (trace_id, artifact_id);
+        let (shape, values) = match self.opened.tensors.get(&key) {
+            Some((shape, values)) => (shape.clone(), values.clone()),
+            None => {
+                let (shape, values) = match source.tensor(&key.0, &key.1) {
+                    Ok(t) => t,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let bytes = (values.len() * std::mem::size_of::<f32>()) as u64;
+                if self.opened.bytes.saturating_add(bytes) > self.opened.budget {
+                    return Ok(Err(format!(
+                        "opening {}/{} would hold {bytes} more bytes in the host for this plugin, past its budget of {} (the sandbox's memory limit); {} are held",
+                        key.0, key.1, self.opened.budget, self.opened.bytes
+                    )));
+                }
+                self.opened.bytes += bytes;
+                let values: Arc<[f32]> = values.into();
+                self.opened
+                    .tensors
+                    .insert(key, (shape.clone(), values.clone()));
+                (shape, values)
+            }
+        };
+        let handle = self.table.push(TensorHandle::new(&shape, values))?;
+        self.opened.handles += 1;
+        Ok(Ok(handle))
     }
 }
 
@@ -172,7 +239,69 @@ pub fn logsumexp(row: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::plugin::sandbox::SandboxOptions;
+
+    /// A 1000 x 256 tensor (1 MB of f32), counting how often it is decoded.
+    struct Counting(AtomicUsize);
+
+    impl TensorSource for Counting {
+        fn tensor(&self, _: &str, _: &str) -> Result<(Vec<usize>, Vec<f32>), String> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok((vec![1000, 256], vec![0.5; 256_000]))
+        }
+    }
+
+    fn state(memory_bytes: u64) -> (SandboxState, Arc<Counting>) {
+        let mut s = SandboxState::new(&SandboxOptions {
+            memory_bytes,
+            ..Default::default()
+        })
+        .unwrap();
+        let source = Arc::new(Counting(AtomicUsize::new(0)));
+        s.tensors = Some(source.clone());
+        s.open_traces = vec!["t".into()];
+        (s, source)
+    }
+
+    #[test]
+    fn reopening_a_tensor_shares_it_and_charges_it_once() {
+        let (mut s, source) = state(256 << 20);
+        for _ in 0..100 {
+            let h = Host::open(&mut s, "t".into(), "a".into()).unwrap().unwrap();
+            assert_eq!(
+                HostTensor::rows(&mut s, Resource::new_borrow(h.rep())).unwrap(),
+                1000
+            );
+        }
+        assert_eq!(source.0.load(Ordering::Relaxed), 1, "decoded once");
+        assert_eq!(s.opened.bytes(), 1_024_000);
+    }
+
+    #[test]
+    fn host_bytes_and_open_handles_are_bounded() {
+        // A budget below one tensor: the open is refused, with the reason.
+        let (mut s, _) = state(512 << 10);
+        let e = Host::open(&mut s, "t".into(), "a".into())
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("past its budget of 524288"), "{e}");
+        assert_eq!(s.opened.bytes(), 0);
+        // Handles: the cap, then a refusal; dropping one frees a slot.
+        let (mut s, _) = state(256 << 20);
+        let mut last = None;
+        for _ in 0..MAX_OPEN_HANDLES {
+            last = Some(Host::open(&mut s, "t".into(), "a".into()).unwrap().unwrap());
+        }
+        let e = Host::open(&mut s, "t".into(), "a".into())
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("tensor handles are open"), "{e}");
+        HostTensor::drop(&mut s, last.unwrap()).unwrap();
+        assert!(Host::open(&mut s, "t".into(), "a".into()).unwrap().is_ok());
+    }
 
     #[test]
     fn logsumexp_is_stable_and_exact() {

@@ -245,16 +245,25 @@ impl Trace {
         let spans: HashMap<&str, _> = self.spans.iter().map(|s| (s.id.as_str(), s)).collect();
         let artifacts: HashMap<&str, _> =
             self.artifacts.iter().map(|a| (a.id.as_str(), a)).collect();
+        // (span, output) pairs, so each check is a lookup: linear in the
+        // trace's size, however many outputs one span lists.
+        let outputs: HashSet<(&str, &str)> = self
+            .spans
+            .iter()
+            .flat_map(|s| s.outputs.iter().map(|o| (s.id.as_str(), o.as_str())))
+            .collect();
         for a in &self.artifacts {
             match spans.get(a.producer.as_str()) {
                 None => p.push(Problem::UnknownProducer {
                     artifact: a.id.clone(),
                     producer: a.producer.clone(),
                 }),
-                Some(s) if !s.outputs.contains(&a.id) => p.push(Problem::NotInProducerOutputs {
-                    artifact: a.id.clone(),
-                    producer: a.producer.clone(),
-                }),
+                Some(s) if !outputs.contains(&(s.id.as_str(), a.id.as_str())) => {
+                    p.push(Problem::NotInProducerOutputs {
+                        artifact: a.id.clone(),
+                        producer: a.producer.clone(),
+                    })
+                }
                 Some(_) => {}
             }
         }
@@ -356,6 +365,13 @@ impl Trace {
                 }
             }
         }
+        let present_at: HashSet<(ArtifactKind, usize)> = self
+            .artifacts
+            .iter()
+            .filter_map(|a| Some((a.kind, a.layer?)))
+            .collect();
+        let has_at_layer = |kind, layer| present_at.contains(&(kind, layer));
+        let requested_layers: HashSet<usize> = self.request.layers.iter().copied().collect();
         let mut seen_layers = BTreeSet::new();
         for m in &self.missing {
             if m.reason.trim().is_empty() {
@@ -378,10 +394,10 @@ impl Trace {
                     kind,
                     listed: "missing",
                 });
-            } else if !self.request.layers.contains(&layer) {
+            } else if !requested_layers.contains(&layer) {
                 p.push(Problem::MissingLayerNotRequested { kind, layer });
             }
-            if self.has_at_layer(kind, layer) {
+            if has_at_layer(kind, layer) {
                 p.push(Problem::MissingLayerButPresent { kind, layer });
             }
         }
@@ -401,15 +417,11 @@ impl Trace {
         {
             let kind = ArtifactKind::Activation;
             for &layer in &self.request.layers {
-                if !self.has_at_layer(kind, layer) && !seen_layers.contains(&(kind, layer)) {
+                if !has_at_layer(kind, layer) && !seen_layers.contains(&(kind, layer)) {
                     p.push(Problem::RequestedLayerNotAccounted { kind, layer });
                 }
             }
         }
-    }
-
-    fn has_at_layer(&self, kind: ArtifactKind, layer: usize) -> bool {
-        self.artifacts_of(kind).any(|a| a.layer == Some(layer))
     }
 
     /// The trace agrees with its executor's declaration.

@@ -32,7 +32,7 @@ pub fn wasm(package: &str) -> PathBuf {
     dir.join(format!("{}.wasm", package.replace('-', "_")))
 }
 
-const PACKAGES: [&str; 11] = [
+const PACKAGES: [&str; 14] = [
     "vauban-plugin-refusal",
     "vauban-plugin-behavior",
     "vauban-plugin-logprob",
@@ -43,5 +43,8 @@ const PACKAGES: [&str; 11] = [
     "vauban-test-wrong-wit",
     "vauban-test-overclaim",
     "vauban-test-tensor-probe",
+    "vauban-test-v0-1-scorer",
+    "vauban-test-v0-1-policy",
+    "vauban-test-v0-1-claims",
     "uppercase-scorer",
 ];

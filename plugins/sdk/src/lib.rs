@@ -113,7 +113,8 @@ pub mod claims {
     });
 
     pub use exports::vauban::plugin::claim_mapper::{
-        Claim, EvidenceSet, Guest, MetricDelta, Strength,
+        ActivationFinding, Claim, DistributionFinding, EvidenceSet, Guest, InterventionRecord,
+        MetricDelta, Strength, WeightFinding,
     };
-    pub use vauban::plugin::types::{ArtifactKind, PluginError, PluginInfo};
+    pub use vauban::plugin::types::{ArtifactKind, PluginError, PluginInfo, Polarity};
 }

@@ -20,7 +20,7 @@ impl Guest for Overclaim {
     }
     fn propose(evidence: EvidenceSet) -> Result<Vec<Claim>, PluginError> {
         let mut cited: Vec<String> = evidence.deltas.iter().map(|d| d.id.clone()).collect();
-        cited.extend(evidence.interventions.first().cloned());
+        cited.extend(evidence.interventions.first().map(|i| i.id.clone()));
         cited.push("no-such-evidence".into());
         Ok(vec![Claim {
             statement: "The fine-tune removed the model's refusal circuit".into(),

@@ -1,4 +1,4 @@
-//! A claim mapper built against `vauban:plugin@0.2.0` (a copy of the WIT
+//! A claim mapper built against `vauban:plugin@0.9.0` (a copy of the WIT
 //! with only the version changed): the host must refuse it by version.
 
 wit_bindgen::generate!({ path: "wit", world: "claim-mapper-plugin" });
