@@ -89,3 +89,18 @@ fn a_flipped_bit_in_a_tensor_is_an_error_naming_the_tensor() {
     let e = f.verify_all().unwrap_err().to_string();
     assert!(e.contains("000000.safetensors"), "{e}");
 }
+
+#[test]
+fn an_oversized_manifest_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge");
+    std::fs::create_dir(&path).unwrap();
+    // A sparse 1 TiB manifest: reading it would exhaust memory.
+    let f = std::fs::File::create(path.join("manifest.json")).unwrap();
+    f.set_len(1 << 40).unwrap();
+    let e = Bundle::open(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("manifest.json is 1099511627776 bytes, over the 67108864-byte limit"),
+        "{e}"
+    );
+}

@@ -495,6 +495,20 @@ fn the_overclaiming_mapper_returns_its_claim_for_the_host_to_check() {
         "{:?}",
         checked.reasons
     );
+    // A flood of limitations is a malformed result, not a 100 MB report.
+    let flood = ClaimMapper::new(
+        load(&host, "vauban-test-overclaim"),
+        r#"{"limitations": 300}"#,
+        SandboxOptions::default(),
+    )
+    .unwrap();
+    match flood.propose(&e) {
+        Err(PluginError::Call {
+            failure: Failure::Malformed(m),
+            ..
+        }) => assert!(m.contains("at most 256 limitations"), "{m}"),
+        other => panic!("expected a malformed result, got {other:?}"),
+    }
     // claims-default's claims pass the same check untouched.
     let good = ClaimMapper::new(
         load(&host, "vauban-plugin-claims-default"),
@@ -862,7 +876,7 @@ fn a_granted_data_directory_is_readable_and_nothing_else() {
 #[test]
 fn a_sleeping_plugin_is_answered_on_virtual_time_within_the_deadline() {
     let host = host();
-    let deadline = Duration::from_millis(300);
+    let deadline = Duration::from_secs(1);
     let (r, took) = attack(
         &host,
         "sleep",
@@ -879,10 +893,13 @@ fn a_sleeping_plugin_is_answered_on_virtual_time_within_the_deadline() {
 #[test]
 fn a_plugin_sleeping_in_configure_does_not_hold_the_host() {
     let host = host();
-    let deadline = Duration::from_millis(300);
+    // Loaded (compiled) before the clock starts: only the calls are timed.
+    let plugin = load(&host, "vauban-test-evil");
+    let deadline = Duration::from_secs(1);
     let start = Instant::now();
+    // `new` instantiates, configures (which sleeps 30 s) and describes.
     let s = Scorer::new(
-        load(&host, "vauban-test-evil"),
+        plugin,
         r#"{"attack": "sleep_in_configure"}"#,
         SandboxOptions {
             deadline,
@@ -897,7 +914,7 @@ fn a_plugin_sleeping_in_configure_does_not_hold_the_host() {
 #[test]
 fn one_huge_random_request_is_refused_within_the_deadline() {
     let host = host();
-    let deadline = Duration::from_millis(300);
+    let deadline = Duration::from_secs(1);
     let (r, _) = attack(
         &host,
         "random_huge",
@@ -926,10 +943,11 @@ fn a_data_directory_holding_a_fifo_is_not_granted() {
         .expect("run mkfifo");
     assert!(made.success());
     let host = host();
-    let deadline = Duration::from_millis(300);
+    let plugin = load(&host, "vauban-test-evil");
+    let deadline = Duration::from_secs(1);
     let start = Instant::now();
     let e = Scorer::new(
-        load(&host, "vauban-test-evil"),
+        plugin,
         r#"{"attack": "read_fifo"}"#,
         SandboxOptions {
             deadline,

@@ -422,6 +422,109 @@ fn validate_points_at_typos_and_unknown_gate_metrics() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("scorer vauban-plugin-refusal"));
 }
 
+/// `validate` refuses, naming the file and key, every value `run` would
+/// refuse or quietly degrade, before any weights load.
+#[test]
+fn validate_refuses_what_run_would_refuse_naming_the_key() {
+    let s = setup("", "");
+    let text0 = std::fs::read_to_string(&s.config).unwrap();
+    let cases: [(&str, &str, &str); 12] = [
+        (
+            "max_tokens = 5",
+            "max_tokens = 5\ntemperature = nan",
+            "observe.temperature",
+        ),
+        (
+            "max_tokens = 5",
+            "max_tokens = 5\ntemperature = -1.0",
+            "observe.temperature",
+        ),
+        (
+            "max_tokens = 5",
+            "max_tokens = 5\ntemperature = inf",
+            "observe.temperature",
+        ),
+        (
+            "max_tokens = 5",
+            "max_tokens = 0",
+            "observe.max_tokens: 0 generates nothing",
+        ),
+        (
+            "max_tokens = 5",
+            "max_tokens = 4294967296",
+            "observe.max_tokens",
+        ),
+        (
+            "max_tokens = 5",
+            "max_tokens = 5\nlayers = [0, 2, 40]",
+            "observe.layers: layer 40 is out of range",
+        ),
+        (
+            "max_tokens = 5",
+            "max_tokens = 5\nstop = [\"\"]",
+            "observe.stop[0]",
+        ),
+        (
+            "direction = \"d.safetensors\"",
+            "direction = \"d.safetensors\"\nalpha = 1e30",
+            "candidate.transform.alpha",
+        ),
+        (
+            "direction = \"d.safetensors\"",
+            "direction = \"d.safetensors\"\nlayers = [7]",
+            "candidate.transform.layers: layer 7 is out of range",
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\ndevice = \"cuda:99\"\n",
+            "baseline.device",
+        ),
+        (
+            "config = { attack = \"panic\" }",
+            "config = { attack = \"panic\" }\nmemory_mib = 17592186044416",
+            "scorers[2].memory_mib",
+        ),
+        (
+            "config = { attack = \"panic\" }",
+            "config = { attack = \"panic\" }\ndeadline_ms = 0",
+            "scorers[2].deadline_ms",
+        ),
+    ];
+    for (from, to, key) in cases {
+        assert!(text0.contains(from), "{from}");
+        std::fs::write(&s.config, text0.replacen(from, to, 1)).unwrap();
+        let o = vauban(&["validate", s.config.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{to}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("run.toml") && err.contains(key), "{to}: {err}");
+    }
+
+    // A suite file that is a FIFO is refused, not read forever.
+    #[cfg(unix)]
+    {
+        let fifo = s.dir.path().join("fifo.jsonl");
+        assert!(
+            Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let a = text0.find("[suite]").unwrap();
+        let b = text0.find("[observe]").unwrap();
+        let with_fifo = format!(
+            "{}[suite]\nfile = \"fifo.jsonl\"\n\n{}",
+            &text0[..a],
+            &text0[b..]
+        );
+        std::fs::write(&s.config, with_fifo).unwrap();
+        let o = vauban(&["validate", s.config.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("fifo.jsonl is not a regular file"), "{err}");
+    }
+}
+
 #[test]
 fn the_quickstart_config_is_valid() {
     let models = std::env::var_os("VAUBAN_MODELS")

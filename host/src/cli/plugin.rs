@@ -117,9 +117,8 @@ impl SandboxArgs {
     }
 
     fn sandbox(&self) -> anyhow::Result<SandboxOptions> {
-        if self.deadline_ms == 0 || self.memory_mib == 0 {
-            bail!("--deadline-ms and --memory-mib must be positive");
-        }
+        crate::plugin::sandbox::check_limits(Some(self.deadline_ms), Some(self.memory_mib))
+            .map_err(|(field, e)| anyhow::anyhow!("--{}: {e}", field.replace('_', "-")))?;
         if let Some(d) = &self.data_dir
             && !d.is_dir()
         {

@@ -76,12 +76,49 @@ pub enum SuiteError {
     },
     #[error("{path}: {message}")]
     Toml { path: PathBuf, message: String },
+    #[error("the suite file {path} {problem}")]
+    NotAFile { path: PathBuf, problem: String },
     #[error(
         "{path}: unknown suite file type; write the prompts as .jsonl (one JSON object per line) or .toml ([[prompts]] tables)"
     )]
     Extension { path: PathBuf },
     #[error("{place}: {message}")]
     Invalid { place: String, message: String },
+}
+
+/// The largest suite file read (about a million short prompts).
+pub const MAX_SUITE_BYTES: u64 = 256 << 20;
+
+/// A suite file's text: a regular file (a FIFO or device would block or
+/// never end) of at most [`MAX_SUITE_BYTES`].
+fn read_suite_file(path: &Path) -> Result<String, SuiteError> {
+    let read = |source| SuiteError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(read)?;
+    if !meta.is_file() {
+        return Err(SuiteError::NotAFile {
+            path: path.to_owned(),
+            problem:
+                "is not a regular file (a FIFO, device or folder); give a .jsonl or .toml file"
+                    .into(),
+        });
+    }
+    if meta.len() > MAX_SUITE_BYTES {
+        return Err(SuiteError::NotAFile {
+            path: path.to_owned(),
+            problem: format!(
+                "is {} bytes, over the {MAX_SUITE_BYTES}-byte limit; split the suite",
+                meta.len()
+            ),
+        });
+    }
+    let file = std::fs::File::open(path).map_err(read)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_SUITE_BYTES), &mut text)
+        .map_err(read)?;
+    Ok(text)
 }
 
 /// A checked list of prompts.
@@ -99,10 +136,7 @@ struct TomlSuite {
 impl Suite {
     /// Reads a `.jsonl` or `.toml` suite file and checks it.
     pub fn load(path: &Path) -> Result<Suite, SuiteError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SuiteError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read_suite_file(path)?;
         let prompts = match path.extension().and_then(|e| e.to_str()) {
             Some("jsonl") => parse_jsonl(path, &text)?,
             Some("toml") => {

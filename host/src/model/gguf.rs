@@ -13,6 +13,21 @@ use super::llama::{Llama, Weight, WeightMode};
 use super::{LoadedModel, ModelError, ModelFormat, Special};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
+/// The model's shape from the GGUF header (no tensor data is read).
+pub fn read_config(path: &Path) -> Result<LlamaConfig, ModelError> {
+    let mut file = File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let config = LlamaConfig::from_gguf(path, &content)?;
+    config.check(path)?;
+    Ok(config)
+}
+
 pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
     let io = |source| ModelError::Io {
         path: path.to_path_buf(),

@@ -58,16 +58,17 @@ pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, Mod
 }
 
 /// Loads an HF folder.
-pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
-    let file = |name: &str| dir.join(name);
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let config_path = file("config.json");
-    let text = read(&config_path)?;
+/// The model's shape from an HF folder's `config.json`.
+pub fn read_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
+    Ok(read_hf_config(dir)?.1)
+}
+
+fn read_hf_config(dir: &Path) -> Result<(HfConfig, LlamaConfig), ModelError> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|source| ModelError::Io {
+        path: config_path.clone(),
+        source,
+    })?;
     let mut de = serde_json::Deserializer::from_str(&text);
     let hf: HfConfig =
         serde_path_to_error::deserialize(&mut de).map_err(|e| ModelError::Config {
@@ -77,6 +78,18 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel
         })?;
     let config = LlamaConfig::from_hf(&config_path, &hf)?;
     config.check(&config_path)?;
+    Ok((hf, config))
+}
+
+pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
+    let file = |name: &str| dir.join(name);
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let (hf, config) = read_hf_config(dir)?;
 
     let tokenizer_path = file("tokenizer.json");
     if !tokenizer_path.is_file() {

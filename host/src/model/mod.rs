@@ -237,6 +237,23 @@ impl LoadedModel {
         }
     }
 
+    /// The model's shape without its weights: the GGUF header, or an HF
+    /// folder's `config.json` (what `vauban validate` checks a config
+    /// against, in milliseconds).
+    pub fn read_config(path: &Path) -> Result<config::LlamaConfig, ModelError> {
+        let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if meta.is_dir() {
+            hf::read_config(path)
+        } else if path.extension().is_some_and(|e| e == "gguf") {
+            gguf::read_config(path)
+        } else {
+            Err(not_a_model(path))
+        }
+    }
+
     /// A short name for a model path: its file or folder name.
     pub(crate) fn name_of(path: &Path) -> String {
         path.file_name()

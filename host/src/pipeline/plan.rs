@@ -188,6 +188,7 @@ impl Plan {
             Some(o) => o.to_path_buf(),
             None => resolve("output", &config.output)?,
         };
+        check_observe(&config.observe, &at)?;
 
         let (suite, suite_sha256) = match (&config.suite.file, config.suite.prompts.is_empty()) {
             (Some(f), true) => {
@@ -286,6 +287,14 @@ impl Plan {
                 .device
                 .parse()
                 .map_err(|e: String| at(&format!("{key}.device"), e))?;
+            if !replay {
+                // What `run` would refuse, refused here: a device this build
+                // or machine cannot open, layers the model does not have.
+                device.open().map_err(|e| at(&format!("{key}.device"), e))?;
+                let shape = crate::model::LoadedModel::read_config(&model)
+                    .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
+                check_against_model(&config, s, key, &shape, &at)?;
+            }
             let weights = match s.weights.as_str() {
                 "native" => WeightMode::Native,
                 "f32" => WeightMode::F32,
@@ -351,6 +360,8 @@ impl Plan {
                     ));
                 }
             };
+            crate::plugin::sandbox::check_limits(s.deadline_ms, s.memory_mib)
+                .map_err(|(field, e)| at(&format!("{key}.{field}"), e))?;
             let data_dir = match &s.data_dir {
                 Some(d) => {
                     let d = resolve(&format!("{key}.data_dir"), d)?;
@@ -531,6 +542,116 @@ fn direction_ref(
     Ok(DirectionRef::File(p))
 }
 
+/// The largest steering or ablation coefficient a config may give.
+pub const MAX_ALPHA: f32 = 1e4;
+/// The most new tokens per prompt, whatever the model's context.
+pub const MAX_NEW_TOKENS: usize = 131_072;
+
+/// The `[observe]` values `run` could not honour, refused with their key.
+fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow::Result<()> {
+    if !(o.temperature.is_finite() && o.temperature >= 0.0) {
+        return Err(at(
+            "observe.temperature",
+            format!(
+                "{} is not a temperature: give 0 (greedy) or a finite positive number",
+                o.temperature
+            ),
+        ));
+    }
+    if !(o.top_p.is_finite() && o.top_p > 0.0 && o.top_p <= 1.0) {
+        return Err(at(
+            "observe.top_p",
+            format!("{} is outside (0, 1]", o.top_p),
+        ));
+    }
+    if o.top_k == Some(0) {
+        return Err(at(
+            "observe.top_k",
+            "0 keeps no token; give at least 1, or leave it out".into(),
+        ));
+    }
+    if o.max_tokens == 0 {
+        return Err(at(
+            "observe.max_tokens",
+            "0 generates nothing, so no metric has data; give at least 1".into(),
+        ));
+    }
+    if o.max_tokens > MAX_NEW_TOKENS {
+        return Err(at(
+            "observe.max_tokens",
+            format!("{} is over the limit of {MAX_NEW_TOKENS}", o.max_tokens),
+        ));
+    }
+    if let Some(i) = o.stop.iter().position(String::is_empty) {
+        return Err(at(
+            &format!("observe.stop[{i}]"),
+            "an empty stop string would stop before the first token; remove it".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Layers and lengths checked against the model's shape (read from its
+/// header or config.json, without the weights).
+fn check_against_model(
+    config: &crate::config::file::ConfigFile,
+    side: &ModelSection,
+    key: &str,
+    shape: &crate::model::config::LlamaConfig,
+    at: &At<'_>,
+) -> anyhow::Result<()> {
+    let depth = shape.layers;
+    let out_of_range = |field: String, layer: usize| {
+        at(
+            &field,
+            format!(
+                "layer {layer} is out of range: {} has {depth} layers (0-{})",
+                side.model.display(),
+                depth.saturating_sub(1)
+            ),
+        )
+    };
+    if let Some(&l) = config.observe.layers.iter().find(|&&l| l >= depth) {
+        return Err(out_of_range("observe.layers".into(), l));
+    }
+    if let Some(t) = &side.transform {
+        if let Some(&l) = t.layers.iter().find(|&&l| l >= depth) {
+            return Err(out_of_range(format!("{key}.transform.layers"), l));
+        }
+        for (i, s) in t.interventions.iter().enumerate() {
+            if let Ok(spec) = s.parse::<crate::intervene::InterventionSpec>()
+                && spec.layer >= depth
+            {
+                return Err(out_of_range(
+                    format!("{key}.transform.interventions[{i}]"),
+                    spec.layer,
+                ));
+            }
+        }
+    }
+    if let Some(m) = &config.measure {
+        if let Some(&l) = m.layers.iter().find(|&&l| l >= depth) {
+            return Err(out_of_range("measure.layers".into(), l));
+        }
+        if let Some(l) = m.layer.filter(|&l| l >= depth) {
+            return Err(out_of_range("measure.layer".into(), l));
+        }
+    }
+    if let Some(ctx) = shape.context_length
+        && config.observe.max_tokens >= ctx
+    {
+        return Err(at(
+            "observe.max_tokens",
+            format!(
+                "{} new tokens do not fit the model's context of {ctx} positions ({})",
+                config.observe.max_tokens,
+                side.model.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn transform(
     t: &TransformSection,
     key: &str,
@@ -565,8 +686,14 @@ fn transform(
         }
         (None, TransformKind::Intervene) => None,
     };
-    if !t.alpha.is_finite() {
-        return Err(at(&format!("{key}.alpha"), "must be finite".into()));
+    if !(t.alpha.is_finite() && t.alpha.abs() <= MAX_ALPHA) {
+        return Err(at(
+            &format!("{key}.alpha"),
+            format!(
+                "{} is outside [-{MAX_ALPHA}, {MAX_ALPHA}]: a larger coefficient overflows the residual stream",
+                t.alpha
+            ),
+        ));
     }
     let interventions = match t.kind {
         TransformKind::Intervene => {

@@ -78,6 +78,39 @@ pub const FIXED_WALL_CLOCK_SECS: u64 = 1_735_689_600;
 /// took the host a fraction of a second to fill, outside the deadline.
 pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
+/// The longest call deadline a config or flag may set.
+pub const MAX_DEADLINE_MS: u64 = 600_000;
+/// The most linear memory a config or flag may grant (wasm32 addresses 4 GiB).
+pub const MAX_MEMORY_MIB: u64 = 4096;
+
+/// Checks a deadline (ms) and memory limit (MiB) as a user gives them: one
+/// set of bounds for `run`, `validate` and `plugin test`. The error names
+/// the field (`deadline_ms`, `memory_mib`).
+pub fn check_limits(
+    deadline_ms: Option<u64>,
+    memory_mib: Option<u64>,
+) -> Result<(), (&'static str, String)> {
+    if let Some(ms) = deadline_ms
+        && !(1..=MAX_DEADLINE_MS).contains(&ms)
+    {
+        return Err((
+            "deadline_ms",
+            format!("{ms} is outside 1-{MAX_DEADLINE_MS} milliseconds"),
+        ));
+    }
+    if let Some(mib) = memory_mib
+        && !(1..=MAX_MEMORY_MIB).contains(&mib)
+    {
+        return Err((
+            "memory_mib",
+            format!(
+                "{mib} is outside 1-{MAX_MEMORY_MIB} MiB (a wasm32 plugin addresses at most 4 GiB)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The most entries a granted data directory may hold (it is checked
 /// entry by entry for every job).
 pub const MAX_DATA_DIR_ENTRIES: usize = 10_000;

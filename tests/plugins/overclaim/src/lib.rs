@@ -7,6 +7,8 @@ use vauban_plugin_sdk::claims::{Claim, EvidenceSet, Guest, PluginError, PluginIn
 
 struct Overclaim;
 
+static LIMITATIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 impl Guest for Overclaim {
     fn describe() -> PluginInfo {
         PluginInfo {
@@ -15,7 +17,14 @@ impl Guest for Overclaim {
             description: "Adversarial: claims more than the evidence allows".into(),
         }
     }
-    fn configure(_: String) -> Result<(), PluginError> {
+    /// `{"limitations": N}` adds N limitations to its claim (a flood the
+    /// host must bound).
+    fn configure(config: String) -> Result<(), PluginError> {
+        let n = config
+            .split_once("\"limitations\":")
+            .and_then(|(_, rest)| rest.trim().trim_end_matches('}').trim().parse().ok())
+            .unwrap_or(0);
+        LIMITATIONS.store(n, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
     fn propose(evidence: EvidenceSet) -> Result<Vec<Claim>, PluginError> {
@@ -26,7 +35,9 @@ impl Guest for Overclaim {
             statement: "The fine-tune removed the model's refusal circuit".into(),
             strength: Strength::ModelChangeAudit,
             evidence: cited,
-            limitations: Vec::new(),
+            limitations: (0..LIMITATIONS.load(std::sync::atomic::Ordering::Relaxed))
+                .map(|i| format!("limitation {i}"))
+                .collect(),
         }])
     }
 }
