@@ -14,7 +14,10 @@ pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod executor;
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod hash;
+pub mod input;
 pub mod intervene;
 pub mod measure;
 pub mod model;

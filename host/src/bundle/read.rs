@@ -244,32 +244,19 @@ pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 /// The largest trace file read (its tensors are in separate files).
 pub const MAX_TRACE_FILE_BYTES: u64 = 256 << 20;
 
-/// Reads a file of at most `limit` bytes, refusing a larger one before
-/// reading any of it.
+/// A bundle file of at most `limit` bytes, refused before it is read.
 fn read_bounded(path: &Path, what: &'static str, limit: u64) -> Result<Vec<u8>, BundleError> {
-    let file = File::open(path).map_err(BundleError::io(path))?;
-    let bytes = file.metadata().map_err(BundleError::io(path))?.len();
-    if bytes > limit {
-        return Err(BundleError::TooLarge {
+    use crate::input::ReadProblem;
+    crate::input::read_bounded(path, limit).map_err(|e| match e {
+        ReadProblem::Io(source) => BundleError::io(path)(source),
+        ReadProblem::NotRegular => BundleError::NotRegularFile(path.to_path_buf()),
+        ReadProblem::TooLarge { bytes, limit } => BundleError::TooLarge {
             path: path.to_path_buf(),
             what,
             bytes,
             limit,
-        });
-    }
-    let mut out = Vec::with_capacity(bytes as usize);
-    // `take`: a file that grows while it is read is still bounded.
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut out)
-        .map_err(BundleError::io(path))?;
-    if out.len() as u64 > limit {
-        return Err(BundleError::TooLarge {
-            path: path.to_path_buf(),
-            what,
-            bytes: out.len() as u64,
-            limit,
-        });
-    }
-    Ok(out)
+        },
+    })
 }
 
 fn read_manifest(root: &Path) -> Result<Manifest, BundleError> {

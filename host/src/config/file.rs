@@ -413,10 +413,16 @@ pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
 }
 
 /// Reads and parses a config file.
+/// The largest config file read.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 pub fn read(path: &Path) -> Result<(ConfigFile, String), ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = crate::input::read_text(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        source: match e {
+            crate::input::ReadProblem::Io(source) => source,
+            other => std::io::Error::other(other.to_string()),
+        },
     })?;
     Ok((parse(path, &text)?, text))
 }

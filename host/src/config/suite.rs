@@ -89,36 +89,17 @@ pub enum SuiteError {
 /// The largest suite file read (about a million short prompts).
 pub const MAX_SUITE_BYTES: u64 = 256 << 20;
 
-/// A suite file's text: a regular file (a FIFO or device would block or
-/// never end) of at most [`MAX_SUITE_BYTES`].
 fn read_suite_file(path: &Path) -> Result<String, SuiteError> {
-    let read = |source| SuiteError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(read)?;
-    if !meta.is_file() {
-        return Err(SuiteError::NotAFile {
+    crate::input::read_text(path, MAX_SUITE_BYTES).map_err(|e| match e {
+        crate::input::ReadProblem::Io(source) => SuiteError::Read {
             path: path.to_owned(),
-            problem:
-                "is not a regular file (a FIFO, device or folder); give a .jsonl or .toml file"
-                    .into(),
-        });
-    }
-    if meta.len() > MAX_SUITE_BYTES {
-        return Err(SuiteError::NotAFile {
+            source,
+        },
+        other => SuiteError::NotAFile {
             path: path.to_owned(),
-            problem: format!(
-                "is {} bytes, over the {MAX_SUITE_BYTES}-byte limit; split the suite",
-                meta.len()
-            ),
-        });
-    }
-    let file = std::fs::File::open(path).map_err(read)?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_SUITE_BYTES), &mut text)
-        .map_err(read)?;
-    Ok(text)
+            problem: format!("{other}; give a .jsonl or .toml file"),
+        },
+    })
 }
 
 /// A checked list of prompts.

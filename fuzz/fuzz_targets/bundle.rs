@@ -1,0 +1,4 @@
+#![no_main]
+//! `vauban::fuzz_targets::bundle` under libFuzzer: see `scripts/fuzz.sh`.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vauban::fuzz_targets::bundle(data));

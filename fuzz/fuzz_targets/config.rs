@@ -1,0 +1,4 @@
+#![no_main]
+//! `vauban::fuzz_targets::config` under libFuzzer: see `scripts/fuzz.sh`.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vauban::fuzz_targets::config(data));
