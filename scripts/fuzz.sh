@@ -2,9 +2,11 @@
 # Fuzzes one target of vauban::fuzz_targets with libFuzzer for a given time:
 #   bash scripts/fuzz.sh TARGET [SECONDS]     (TARGET: config, suite, bundle, claims)
 # On stable Rust (`cargo fuzz run --sanitizer none`); cargo-fuzz is installed
-# once under ~/.cache/vauban/tools. New inputs that reach new code are added
-# to fuzz/corpus/TARGET (commit the ones worth keeping: `cargo test` replays
-# them); a crash is written to fuzz/artifacts/TARGET/ and the script exits 1.
+# once under ~/.cache/vauban/tools. The committed seeds in fuzz/corpus/TARGET
+# are read; new inputs that reach new code go to fuzz/work/TARGET (ignored by
+# git: copy the ones worth keeping into the corpus, which `cargo test`
+# replays); a crash is written to fuzz/artifacts/TARGET/ and the script
+# exits 1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,6 +19,6 @@ if [ ! -x "$tools/bin/cargo-fuzz" ]; then
   cargo install cargo-fuzz --version "$version" --locked --root "$tools"
 fi
 export PATH="$tools/bin:$PATH"
-mkdir -p "fuzz/corpus/$target"
-cargo fuzz run --sanitizer none "$target" "fuzz/corpus/$target" -- \
+mkdir -p "fuzz/work/$target"
+cargo fuzz run --sanitizer none "$target" "fuzz/work/$target" "fuzz/corpus/$target" -- \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1
