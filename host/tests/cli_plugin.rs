@@ -264,20 +264,7 @@ fn plugin_test_runs_policies_and_claim_mappers_on_their_inputs() {
 
 #[test]
 fn sandbox_failures_exit_non_zero_with_the_typed_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("evil.json");
-    std::fs::write(&config, r#"{"attack": "loop"}"#).unwrap();
-    let o = vauban(&[
-        "plugin",
-        "test",
-        s(&wasm("vauban-test-evil")),
-        "--traces",
-        &fixture(),
-        "--config",
-        s(&config),
-        "--deadline-ms",
-        "200",
-    ]);
+    let (o, _) = evil_test("loop", "200");
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o)
