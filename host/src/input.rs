@@ -6,6 +6,21 @@
 use std::io::Read;
 use std::path::Path;
 
+/// The bound for small files a command is handed (plugin configs, evidence
+/// and observation files, golden files).
+pub const MAX_SMALL_FILE_BYTES: u64 = 64 << 20;
+/// The bound for direction files (a direction per layer of a large model
+/// is tens of megabytes; a subspace more).
+pub const MAX_DIRECTION_BYTES: u64 = 4 << 30;
+
+/// An I/O error carrying the problem, for readers whose errors hold one.
+pub fn io_error(e: ReadProblem) -> std::io::Error {
+    match e {
+        ReadProblem::Io(source) => source,
+        other => std::io::Error::other(other.to_string()),
+    }
+}
+
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadProblem {

@@ -1093,6 +1093,27 @@ fn non_components_are_refused_before_compiling() {
     assert!(e.to_string().contains("not a WebAssembly component"), "{e}");
     let e = host().load(dir.path().join("missing.wasm")).err().unwrap();
     assert!(matches!(e, PluginError::Read { .. }), "{e}");
+    // A sparse 1 TiB "plugin", and a FIFO, are refused before a byte is read.
+    let huge = dir.path().join("huge.wasm");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let e = host().load(&huge).err().unwrap();
+    assert!(e.to_string().contains("over the limit of 67108864"), "{e}");
+    #[cfg(unix)]
+    {
+        let fifo = dir.path().join("fifo.wasm");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let e = host().load(&fifo).err().unwrap();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
 }
 
 #[test]

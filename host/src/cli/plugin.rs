@@ -144,7 +144,7 @@ pub(super) fn config_json(path: Option<&Path>) -> anyhow::Result<String> {
     let Some(path) = path else {
         return Ok("{}".into());
     };
-    let text = std::fs::read_to_string(path)
+    let text = crate::input::read_text(path, crate::input::MAX_SMALL_FILE_BYTES)
         .with_context(|| format!("cannot read the plugin config {}", path.display()))?;
     let value: serde_json::Value = match path.extension().and_then(|e| e.to_str()) {
         Some("json") => serde_json::from_str(&text)
@@ -349,7 +349,7 @@ struct ObservationJson {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path, flag: &str) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::input::read_text(path, crate::input::MAX_SMALL_FILE_BYTES)
         .with_context(|| format!("cannot read {flag} {}", path.display()))?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(de).map_err(|e| {

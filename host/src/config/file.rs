@@ -419,10 +419,7 @@ pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 pub fn read(path: &Path) -> Result<(ConfigFile, String), ConfigError> {
     let text = crate::input::read_text(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError::Read {
         path: path.to_owned(),
-        source: match e {
-            crate::input::ReadProblem::Io(source) => source,
-            other => std::io::Error::other(other.to_string()),
-        },
+        source: crate::input::io_error(e),
     })?;
     Ok((parse(path, &text)?, text))
 }

@@ -63,10 +63,13 @@ pub fn load_direction(
     let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
         path: path.to_path_buf(),
     })?;
-    let bytes = std::fs::read(path).map_err(|source| InterveneError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes =
+        crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
+            InterveneError::Io {
+                path: path.to_path_buf(),
+                source: crate::input::io_error(e),
+            }
+        })?;
     let sha = crate::hash::sha256_hex(&bytes);
     let unreadable = |message: String| InterveneError::Format {
         path: path.to_path_buf(),

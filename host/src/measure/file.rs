@@ -170,10 +170,13 @@ fn with_sorted_metadata(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
 /// The `__metadata__` strings of a `.safetensors` file (empty when it has
 /// none), for [`Provenance::matches`] and `vauban.layer`.
 pub fn read_metadata(path: &Path) -> Result<BTreeMap<String, String>, MeasureError> {
-    let bytes = std::fs::read(path).map_err(|source| MeasureError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes =
+        crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
+            MeasureError::Io {
+                path: path.to_path_buf(),
+                source: crate::input::io_error(e),
+            }
+        })?;
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| MeasureError::Read {
         path: path.to_path_buf(),
         message: e.to_string(),

@@ -19,6 +19,9 @@ use super::error::{Failure, PluginError};
 use super::sandbox::{MemoryLimitHit, SandboxOptions, SandboxState};
 use super::wit;
 
+/// The largest component file loaded (first-party plugins are 0.2-0.3 MB).
+pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+
 /// How often the epoch advances: the resolution of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -139,9 +142,13 @@ impl PluginHost {
     /// compiled copy from the cache).
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Plugin, PluginError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
-            path: path.to_owned(),
-            source,
+        // Bounded before it is read: a plugin file is untrusted, and what is
+        // read is then compiled, in host time no call deadline covers.
+        let bytes = crate::input::read_bounded(path, MAX_COMPONENT_BYTES).map_err(|e| {
+            PluginError::Read {
+                path: path.to_owned(),
+                source: crate::input::io_error(e),
+            }
         })?;
         self.load_bytes(path, &bytes)
     }
