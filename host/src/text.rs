@@ -13,10 +13,12 @@ fn is_active(c: char) -> bool {
         || ('\u{2066}'..='\u{2069}').contains(&c)
 }
 
-/// `s` with every control character written as a visible escape (`\u{1b}`),
+/// `s` with every control character written as a visible escape (`\u001b`),
 /// so text from plugins, models and bundles cannot set a window title,
 /// write the clipboard (OSC 52), clear the screen or overwrite a line when
-/// printed. Newlines and tabs are kept.
+/// printed. Newlines and tabs are kept. The escape is JSON's: inside a JSON
+/// string (`--json` output) it still means the same character, so the
+/// output stays valid JSON with the same content.
 pub fn printable(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_active) {
         return Cow::Borrowed(s);
@@ -24,7 +26,8 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(s.len() + 16);
     for c in s.chars() {
         if is_active(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            // Every such character is in the Basic Multilingual Plane.
+            out.push_str(&format!("\\u{:04x}", c as u32));
         } else {
             out.push(c);
         }
@@ -131,7 +134,7 @@ mod tests {
         assert!(matches!(printable("plain\ttext\n"), Cow::Borrowed(_)));
         assert_eq!(
             printable("\u{1b}]0;title\u{7}\rover\0\u{9b}2J\u{202e}x"),
-            "\\u{1b}]0;title\\u{7}\\u{d}over\\u{0}\\u{9b}2J\\u{202e}x"
+            "\\u001b]0;title\\u0007\\u000dover\\u0000\\u009b2J\\u202ex"
         );
     }
 
@@ -146,7 +149,7 @@ mod tests {
         }
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "a\\u{1b}[2J\\u{9b}\\xffb\\xe2\\x80"
+            "a\\u001b[2J\\u009b\\xffb\\xe2\\x80"
         );
     }
 

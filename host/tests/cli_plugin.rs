@@ -328,13 +328,25 @@ fn control_characters_from_a_plugin_never_reach_the_terminal() {
     }
     let err = text(&o).1;
     // Shown, escaped, rather than acted on.
-    assert!(err.contains("\\u{1b}]0;pwned\\u{7}"), "{err}");
-    assert!(err.contains("\\u{1b}]52;c;"), "{err}");
+    assert!(err.contains("\\u001b]0;pwned\\u0007"), "{err}");
+    assert!(err.contains("\\u001b]52;c;"), "{err}");
     // `plugin inspect` prints the plugin's own description, escaped too.
     let o = vauban(&["plugin", "inspect", s(&wasm("vauban-test-evil"))]);
     assert!(o.status.success(), "{:?}", text(&o));
     assert!(!o.stdout.contains(&0x1b), "{:?}", text(&o));
-    assert!(text(&o).0.contains("\\u{1b}[8m"), "{:?}", text(&o));
+    assert!(text(&o).0.contains("\\u001b[8m"), "{:?}", text(&o));
+    // In `--json` output the escape is JSON's own: still valid JSON, and it
+    // decodes to the plugin's description as the plugin gave it.
+    let o = vauban(&["plugin", "inspect", s(&wasm("vauban-test-evil")), "--json"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert!(
+        j["describe"]["plugin"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("\x1b[8m"),
+        "{j:#}"
+    );
 }
 
 #[test]

@@ -166,7 +166,7 @@ fn markdown_holds_no_control_character_from_models_or_plugins() {
         .collect();
     assert!(bad.is_empty(), "control characters {bad:?} in report.md");
     assert!(
-        md.contains("ok\\u{1b}]52;c;ZXZpbA==\\u{7}\\u{d}new"),
+        md.contains("ok\\u001b]52;c;ZXZpbA==\\u0007\\u000dnew"),
         "{md}"
     );
 }
