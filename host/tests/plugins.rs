@@ -541,13 +541,13 @@ fn full_evidence() -> EvidenceSet {
     e.deltas[1].ci_low = Some(0.05);
     e.distribution = vec![
         DistributionEvidence {
-            id: "kl.first_token".into(),
+            id: "kl:first_token".into(),
             measure: "first token".into(),
             value: 0.2,
             prompts: 20,
         },
         DistributionEvidence {
-            id: "kl.continuation".into(),
+            id: "kl:continuation".into(),
             measure: "continuation".into(),
             value: 0.1,
             prompts: 20,
@@ -556,7 +556,7 @@ fn full_evidence() -> EvidenceSet {
     e.activations = [(3, 2.0, 0.1), (5, 1.0, 0.9)]
         .into_iter()
         .map(|(layer, b, c)| ActivationEvidence {
-            id: format!("projection@layer{layer}"),
+            id: format!("projection:layer{layer}"),
             layer,
             direction: "d.safetensors (tensor direction)".into(),
             baseline_mean: b,
@@ -565,7 +565,7 @@ fn full_evidence() -> EvidenceSet {
         })
         .collect();
     e.weights = vec![WeightEvidence {
-        id: "weights@layer3.ffn_down".into(),
+        id: "weights:layer3.ffn_down".into(),
         layer: 3,
         matrix: "ffn_down".into(),
         baseline_l2_norm: 10.0,
@@ -608,19 +608,19 @@ fn claims_default_claims_each_kind_of_evidence_at_its_level_and_passes_the_check
     );
     // A metric its scorer read from logprobs is a distributional claim.
     assert_eq!(by_cite("d-ppl").strength, ClaimStrength::DistributionalDiff);
-    let kl = by_cite("kl.first_token");
+    let kl = by_cite("kl:first_token");
     assert_eq!(kl.strength, ClaimStrength::DistributionalDiff);
     assert!(kl.statement.contains("0.2000 nats"), "{}", kl.statement);
     // The layer that moved most, not every layer.
-    let act = by_cite("projection@layer3");
+    let act = by_cite("projection:layer3");
     assert_eq!(act.strength, ClaimStrength::ActivationDiagnostic);
     assert!(
         !claims
             .iter()
-            .any(|c| c.evidence.iter().any(|x| x == "projection@layer5"))
+            .any(|c| c.evidence.iter().any(|x| x == "projection:layer5"))
     );
     assert_eq!(
-        by_cite("weights@layer3.ffn_down").strength,
+        by_cite("weights:layer3.ffn_down").strength,
         ClaimStrength::WeightDiff
     );
     for c in &claims {
@@ -638,7 +638,7 @@ fn claims_default_claims_each_kind_of_evidence_at_its_level_and_passes_the_check
     assert!(claims.iter().all(|c| {
         !c.evidence
             .iter()
-            .any(|x| x.starts_with("kl.") || x.starts_with("projection@"))
+            .any(|x| x.starts_with("kl:") || x.starts_with("projection:"))
     }));
 }
 

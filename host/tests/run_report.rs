@@ -358,7 +358,7 @@ claim_strength = "model_change_audit"
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|e| e.as_str().unwrap().starts_with("kl."))
+                .any(|e| e.as_str().unwrap().starts_with("kl:"))
         })
         .collect();
     assert_eq!(

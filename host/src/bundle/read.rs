@@ -184,6 +184,17 @@ impl Bundle {
         })
     }
 
+    /// How many values a tensor artifact holds, from its recorded summary
+    /// (nothing is read from the tensor file).
+    pub fn tensor_numel(&self, trace: &str, artifact: &str) -> Option<u64> {
+        let t = *self.trace_index.get(trace)?;
+        let a = &self.traces[t].artifacts[*self.artifact_index[t].get(artifact)?];
+        match &a.data {
+            ArtifactData::Tensor { summary, .. } => Some(summary.numel),
+            _ => None,
+        }
+    }
+
     /// Hashes every file and every raw tensor against the manifest.
     pub fn verify_all(&self) -> Result<Verified, BundleError> {
         let mut bytes = 0;
@@ -335,7 +346,7 @@ fn read_trace(
 
 /// A value's JSON, to compare values without `Hash` through a set.
 fn json_key<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_default()
+    serde_json::to_string(v).expect("executor and model records serialise (string keys only)")
 }
 
 /// The executors and models a manifest lists, as [`json_key`]s.

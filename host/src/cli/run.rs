@@ -70,6 +70,9 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(w) = plan.claim_strength_warning() {
         tracing::warn!("{w}");
     }
+    for w in &plan.warnings {
+        tracing::warn!("{w}");
+    }
     finish(pipeline::run(&plan, Source::Live, &command_line())?, out)
 }
 
@@ -203,6 +206,9 @@ pub fn validate(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<()> 
         plan.expected_level().strongest_claim()
     )?;
     if let Some(w) = plan.claim_strength_warning() {
+        writeln!(out, "  warning: {w}")?;
+    }
+    for w in &plan.warnings {
         writeln!(out, "  warning: {w}")?;
     }
     writeln!(out, "ok")?;

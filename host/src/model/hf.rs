@@ -65,10 +65,13 @@ pub fn read_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
 
 fn read_hf_config(dir: &Path) -> Result<(HfConfig, LlamaConfig), ModelError> {
     let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|source| ModelError::Io {
-        path: config_path.clone(),
-        source,
-    })?;
+    let text =
+        crate::input::read_text(&config_path, crate::input::MAX_SMALL_FILE_BYTES).map_err(|e| {
+            ModelError::Io {
+                path: config_path.clone(),
+                source: crate::input::io_error(e),
+            }
+        })?;
     let mut de = serde_json::Deserializer::from_str(&text);
     let hf: HfConfig =
         serde_path_to_error::deserialize(&mut de).map_err(|e| ModelError::Config {

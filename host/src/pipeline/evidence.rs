@@ -41,14 +41,14 @@ fn distribution(d: &DistributionShift) -> Vec<DistributionEvidence> {
     let prompts = d.per_prompt.len() as u32;
     vec![
         DistributionEvidence {
-            id: "kl.first_token".into(),
+            id: "kl:first_token".into(),
             measure: "mean KL(baseline ‖ candidate) of the first generated token's distribution"
                 .into(),
             value: d.first_token_kl_mean,
             prompts,
         },
         DistributionEvidence {
-            id: "kl.continuation".into(),
+            id: "kl:continuation".into(),
             measure: "mean KL(baseline ‖ candidate) over the baseline's continuation".into(),
             value: d.mean_kl,
             prompts,
@@ -74,7 +74,7 @@ fn activations(a: &ActivationFindings) -> Vec<ActivationEvidence> {
             let (baseline_mean, n) = side_mean("baseline", k)?;
             let (candidate_mean, _) = side_mean("candidate", k)?;
             Some(ActivationEvidence {
-                id: format!("projection@layer{layer}"),
+                id: format!("projection:layer{layer}"),
                 layer: layer as u32,
                 direction: a.direction.clone(),
                 baseline_mean,
@@ -117,7 +117,7 @@ fn weights(baseline: &[&Trace], candidate: &[&Trace]) -> Vec<WeightEvidence> {
         .filter_map(|((layer, matrix), b)| {
             let c = cand.get(&(*layer, matrix.clone()))?;
             Some(WeightEvidence {
-                id: format!("weights@layer{layer}.{matrix}"),
+                id: format!("weights:layer{layer}.{matrix}"),
                 layer: *layer as u32,
                 matrix: matrix.clone(),
                 baseline_l2_norm: b.l2_norm?,

@@ -248,18 +248,19 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         _ => None,
     };
 
-    let activation_findings = stages.run("activation findings", |note| {
-        let a = report::activation_findings(
+    let (activation_findings, activation_note) = stages.run("activation findings", |note| {
+        let (a, why) = report::activation_findings(
             plan,
             gathered.measured.as_deref(),
             &baseline_bundle,
             &candidate_bundle,
         )?;
-        *note = match &a {
-            Some(a) => format!("{} layers", a.layers.len()),
-            None => "none".into(),
+        *note = match (&a, &why) {
+            (Some(a), _) => format!("{} layers", a.layers.len()),
+            (None, Some(why)) => why.clone(),
+            (None, None) => "none".into(),
         };
-        Ok(a)
+        Ok((a, why))
     })?;
 
     // claims
@@ -273,6 +274,15 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         baseline: &base_traces,
         candidate: &cand_traces,
     });
+    // Ids are unique by construction (finding ids hold a `:`, metric names
+    // cannot); a collision would let a claim borrow another's support.
+    let collisions = evidence.duplicate_ids();
+    if !collisions.is_empty() {
+        bail!(
+            "evidence ids collide ({}): a claim citing one could not be checked; this is a bug in vauban",
+            collisions.join(", ")
+        );
+    }
     let mut mapper_records = Vec::new();
     let claims: Vec<ReportClaim> = stages.run("claims", |note| {
         let mut out = Vec::new();
@@ -335,6 +345,7 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         deltas: deltas.into_iter().map(|d| d.0).collect(),
         distribution,
         activation_findings,
+        activation_note,
         claims,
         scorers: scorer_records,
         mappers: mapper_records,

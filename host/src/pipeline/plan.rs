@@ -49,6 +49,9 @@ pub struct Plan {
     pub claim_mappers: Vec<PluginPlan>,
     /// Where activation findings' direction comes from, when any.
     pub report_direction: Option<(DirectionRef, Option<String>)>,
+    /// What the config allows but will not do as written (said by
+    /// `validate` and logged by `run`).
+    pub warnings: Vec<String>,
 }
 
 /// One side's model and transformation.
@@ -182,6 +185,7 @@ impl Plan {
             base
         };
         let at = |key: &str, e: String| anyhow::anyhow!("{}: {key}: {e}", path.display());
+        let warnings = std::cell::RefCell::new(Vec::new());
         let resolve = |key: &str, p: &Path| file::resolve(&base, p).map_err(|e| at(key, e));
 
         let output = match out {
@@ -293,7 +297,12 @@ impl Plan {
                 device.open().map_err(|e| at(&format!("{key}.device"), e))?;
                 let shape = crate::model::LoadedModel::read_config(&model)
                     .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
-                check_against_model(&config, s, key, &shape, &at)?;
+                let measures = name == SideName::Baseline;
+                if let Some(w) = check_against_model(&config, s, key, &shape, measures, &at)? {
+                    warnings
+                        .borrow_mut()
+                        .push(format!("{}: {w}", path.display()));
+                }
             }
             let weights = match s.weights.as_str() {
                 "native" => WeightMode::Native,
@@ -470,6 +479,7 @@ impl Plan {
             scorers,
             claim_mappers,
             report_direction,
+            warnings: warnings.into_inner(),
         })
     }
 
@@ -592,14 +602,17 @@ fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow
 }
 
 /// Layers and lengths checked against the model's shape (read from its
-/// header or config.json, without the weights).
+/// header or config.json, without the weights); `measures` for the side
+/// `[measure]` runs on. An error for what `run` would refuse; a warning for
+/// what it would do short of the config.
 fn check_against_model(
     config: &crate::config::file::ConfigFile,
     side: &ModelSection,
     key: &str,
     shape: &crate::model::config::LlamaConfig,
+    measures: bool,
     at: &At<'_>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     let depth = shape.layers;
     let out_of_range = |field: String, layer: usize| {
         at(
@@ -629,7 +642,7 @@ fn check_against_model(
             }
         }
     }
-    if let Some(m) = &config.measure {
+    if let Some(m) = config.measure.as_ref().filter(|_| measures) {
         if let Some(&l) = m.layers.iter().find(|&&l| l >= depth) {
             return Err(out_of_range("measure.layers".into(), l));
         }
@@ -640,16 +653,13 @@ fn check_against_model(
     if let Some(ctx) = shape.context_length
         && config.observe.max_tokens >= ctx
     {
-        return Err(at(
-            "observe.max_tokens",
-            format!(
-                "{} new tokens do not fit the model's context of {ctx} positions ({})",
-                config.observe.max_tokens,
-                side.model.display()
-            ),
-        ));
+        return Ok(Some(format!(
+            "observe.max_tokens: {} new tokens do not fit {}'s context of {ctx} positions; generation stops when the context is full",
+            config.observe.max_tokens,
+            side.model.display()
+        )));
     }
-    Ok(())
+    Ok(None)
 }
 
 fn transform(

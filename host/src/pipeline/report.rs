@@ -36,6 +36,8 @@ pub(super) struct Inputs<'a> {
     pub deltas: Vec<ReportDelta>,
     pub distribution: Option<DistributionShift>,
     pub activation_findings: Option<ActivationFindings>,
+    /// Why there are no activation findings, when a direction was named.
+    pub activation_note: Option<String>,
     pub claims: Vec<ReportClaim>,
     pub scorers: Vec<PluginRecord>,
     pub mappers: Vec<PluginRecord>,
@@ -171,35 +173,54 @@ fn side_of(t: &Trace, label: &str, describe: Option<String>) -> ModelSide {
 }
 
 /// Per-layer projections of both sides onto the report's direction, when
-/// there is one and the traces hold activations.
+/// there is one and the traces hold activations. A configured direction
+/// that cannot be read here (a replay on another machine) gives no findings
+/// and the reason, which the report lists among its limitations.
 pub(super) fn activation_findings(
     plan: &Plan,
     measured: Option<&Path>,
     baseline: &Bundle,
     candidate: &Bundle,
-) -> anyhow::Result<Option<ActivationFindings>> {
-    let Some((v, label, sha)) = report_direction(plan, measured) else {
-        return Ok(None);
+) -> anyhow::Result<(Option<ActivationFindings>, Option<String>)> {
+    let (v, label, sha) = match report_direction(plan, measured) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok((None, None)),
+        Err(why) => {
+            return Ok((None, Some(format!("no activation findings: {why}"))));
+        }
     };
     let projections = analyze::projections(
         &plan.suite,
         [("baseline", baseline), ("candidate", candidate)],
         &v,
     )?;
-    Ok(analyze::activation_findings(label, sha, projections))
+    Ok((analyze::activation_findings(label, sha, projections), None))
 }
 
-/// The unit direction for activation findings, with its label and sha256.
-fn report_direction(plan: &Plan, measured: Option<&Path>) -> Option<(Vec<f32>, String, String)> {
-    let (d, tensor) = plan.report_direction.as_ref()?;
+/// The unit direction for activation findings, with its label and sha256;
+/// none when the config names none; why not when it names one that cannot
+/// be read.
+fn report_direction(
+    plan: &Plan,
+    measured: Option<&Path>,
+) -> Result<Option<(Vec<f32>, String, String)>, String> {
+    let Some((d, tensor)) = plan.report_direction.as_ref() else {
+        return Ok(None);
+    };
     let (path, tensor) = match d {
         DirectionRef::File(p) => (p.clone(), tensor.clone()),
-        DirectionRef::Measured => (
-            measured
+        DirectionRef::Measured => {
+            let Some(p) = measured
                 .map(Path::to_path_buf)
-                .or_else(|| plan.measure.as_ref().map(|m| m.out.clone()))?,
-            Some(tensor.clone().unwrap_or_else(|| "direction".into())),
-        ),
+                .or_else(|| plan.measure.as_ref().map(|m| m.out.clone()))
+            else {
+                return Err("the report direction is `measured`, but nothing was measured".into());
+            };
+            (
+                p,
+                Some(tensor.clone().unwrap_or_else(|| "direction".into())),
+            )
+        }
     };
     let dir = crate::intervene::load_direction(
         &path,
@@ -208,13 +229,17 @@ fn report_direction(plan: &Plan, measured: Option<&Path>) -> Option<(Vec<f32>, S
         0,
         &candle_core::Device::Cpu,
     )
-    .ok()?;
-    let v: Vec<f32> = dir.basis.flatten_all().ok()?.to_vec1().ok()?;
-    Some((
+    .map_err(|e| format!("the report direction cannot be read here: {e}"))?;
+    let v: Vec<f32> = dir
+        .basis
+        .flatten_all()
+        .and_then(|t| t.to_vec1())
+        .map_err(|e| format!("the report direction {}: {e}", path.display()))?;
+    Ok(Some((
         v,
         format!("{} (tensor {})", path.display(), dir.tensor),
         dir.file_sha256,
-    ))
+    )))
 }
 
 /// Builds the report.
@@ -326,6 +351,9 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     }
     for m in &i.access.missing_evidence {
         limitations.push(format!("missing evidence: {m}"));
+    }
+    if let Some(note) = &i.activation_note {
+        limitations.push(note.clone());
     }
     if !i.failures.is_empty() {
         limitations.push(format!(

@@ -47,7 +47,7 @@ pub struct MetricDelta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DistributionEvidence {
-    /// `kl.first_token` or `kl.continuation`.
+    /// `kl:first_token` or `kl:continuation`.
     pub id: String,
     /// What was measured, in words.
     pub measure: String,
@@ -62,7 +62,7 @@ pub struct DistributionEvidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActivationEvidence {
-    /// `projection@layer{N}`.
+    /// `projection:layer{N}`.
     pub id: String,
     pub layer: u32,
     /// The direction (file and tensor).
@@ -76,7 +76,7 @@ pub struct ActivationEvidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WeightEvidence {
-    /// `weights@layer{N}.{matrix}`.
+    /// `weights:layer{N}.{matrix}`.
     pub id: String,
     pub layer: u32,
     /// The matrix (`attn_output`, `ffn_down`).
@@ -156,44 +156,70 @@ impl Support {
 }
 
 impl MetricDelta {
-    /// The strongest kind of evidence the metric rests on.
-    pub fn support(&self) -> Support {
+    /// Every kind of evidence the metric rests on: one read from logprobs
+    /// and activations supports distributional and activation claims.
+    pub fn supports(&self) -> Vec<Support> {
         use ArtifactKind as K;
-        if self.rests_on.contains(&K::Activation) {
-            Support::Activation
-        } else if self.rests_on.contains(&K::WeightSnapshot) {
-            Support::Weight
-        } else if self
-            .rests_on
-            .iter()
-            .any(|k| matches!(k, K::Logprobs | K::Logits))
-        {
-            Support::Distributional
-        } else {
-            Support::Behavioral
+        let mut out = Vec::new();
+        for k in &self.rests_on {
+            let s = match k {
+                K::Activation => Support::Activation,
+                K::WeightSnapshot => Support::Weight,
+                K::Logprobs | K::Logits => Support::Distributional,
+                _ => Support::Behavioral,
+            };
+            if !out.contains(&s) {
+                out.push(s);
+            }
         }
+        if out.is_empty() {
+            out.push(Support::Behavioral);
+        }
+        out
     }
 }
 
 impl EvidenceSet {
     /// What the evidence with `id` supports, if the set holds it.
-    pub fn support_of(&self, id: &str) -> Option<Support> {
+    pub fn support_of(&self, id: &str) -> Option<Vec<Support>> {
         if let Some(d) = self.deltas.iter().find(|d| d.id == id) {
-            return Some(d.support());
+            return Some(d.supports());
         }
+        let one = |s: Support| Some(vec![s]);
         if self.distribution.iter().any(|d| d.id == id) {
-            return Some(Support::Distributional);
+            return one(Support::Distributional);
         }
         if self.activations.iter().any(|a| a.id == id) {
-            return Some(Support::Activation);
+            return one(Support::Activation);
         }
         if self.weights.iter().any(|w| w.id == id) {
-            return Some(Support::Weight);
+            return one(Support::Weight);
         }
         if self.interventions.iter().any(|i| i.id == id) {
-            return Some(Support::Intervention);
+            return one(Support::Intervention);
         }
         None
+    }
+
+    /// Ids that name more than one piece of evidence (none when the host
+    /// built the set: finding ids hold a `:`, which metric names cannot).
+    pub fn duplicate_ids(&self) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        let mut dup = Vec::new();
+        let ids = self
+            .deltas
+            .iter()
+            .map(|d| &d.id)
+            .chain(self.distribution.iter().map(|d| &d.id))
+            .chain(self.activations.iter().map(|a| &a.id))
+            .chain(self.weights.iter().map(|w| &w.id))
+            .chain(self.interventions.iter().map(|i| &i.id));
+        for id in ids {
+            if !seen.insert(id) && !dup.contains(id) {
+                dup.push(id.clone());
+            }
+        }
+        dup
     }
 
     /// How many pieces of evidence the set holds.

@@ -20,6 +20,11 @@ pub trait TensorSource: Send + Sync {
     /// The shape and values (as f32) of `artifact` in `trace`, or why
     /// there are none.
     fn tensor(&self, trace: &str, artifact: &str) -> Result<(Vec<usize>, Vec<f32>), String>;
+    /// How many values the tensor holds, when known without reading it (so
+    /// a tensor over a plugin's budget is refused before it is decoded).
+    fn numel(&self, _trace: &str, _artifact: &str) -> Option<u64> {
+        None
+    }
 }
 
 impl TensorSource for Bundle {
@@ -27,10 +32,16 @@ impl TensorSource for Bundle {
         let t = Bundle::tensor(self, trace, artifact).map_err(|e| e.to_string())?;
         Ok((t.shape.to_vec(), t.to_f32_vec()))
     }
+
+    fn numel(&self, trace: &str, artifact: &str) -> Option<u64> {
+        self.tensor_numel(trace, artifact)
+    }
 }
 
 /// An open tensor, as `[rows, width]` f32.
 pub struct TensorHandle {
+    /// (trace, artifact): which entry of [`Opened`] it shares.
+    key: (String, String),
     values: Arc<[f32]>,
     rows: u64,
     width: u64,
@@ -42,10 +53,11 @@ type Decoded = (Vec<usize>, Arc<[f32]>);
 /// Most tensor handles a plugin may hold open at once.
 pub const MAX_OPEN_HANDLES: usize = 4096;
 
-/// The tensors opened in the current call. Each is decoded once and shared
-/// by every handle to it, and its bytes count against a host-side budget
-/// (the sandbox's memory limit): host memory a plugin causes is charged to
-/// it, however often it opens the same tensor.
+/// The tensors a plugin holds open in the current call. Each is decoded
+/// once and shared by every handle to it; its bytes count against a
+/// host-side budget (the sandbox's memory limit) while any handle to it is
+/// open, and are given back when the last one is dropped: host memory a
+/// plugin causes is charged to it, however often it opens a tensor.
 #[derive(Default)]
 pub struct Opened {
     tensors: HashMap<(String, String), Decoded>,
@@ -76,10 +88,11 @@ impl Opened {
 }
 
 impl TensorHandle {
-    fn new(shape: &[usize], values: Arc<[f32]>) -> TensorHandle {
+    fn new(key: (String, String), shape: &[usize], values: Arc<[f32]>) -> TensorHandle {
         let width = shape.last().copied().unwrap_or(1).max(1) as u64;
         let rows = values.len() as u64 / width;
         TensorHandle {
+            key,
             values,
             rows,
             width,
@@ -177,8 +190,17 @@ impl HostTensor for SandboxState {
     }
 
     fn drop(&mut self, this: Resource<TensorHandle>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
+        let handle = self.table.delete(this)?;
         self.opened.handles = self.opened.handles.saturating_sub(1);
+        // The last handle to a tensor: the host lets go of it.
+        let last = Arc::strong_count(&handle.values) == 2;
+        drop(handle.values);
+        if last && let Some((_, values)) = self.opened.tensors.remove(&handle.key) {
+            self.opened.bytes = self
+                .opened
+                .bytes
+                .saturating_sub((values.len() * std::mem::size_of::<f32>()) as u64);
+        }
         Ok(())
     }
 }
@@ -202,26 +224,36 @@ impl Host for SandboxState {
         let (shape, values) = match self.opened.tensors.get(&key) {
             Some((shape, values)) => (shape.clone(), values.clone()),
             None => {
+                let over = |bytes: u64| {
+                    format!(
+                        "opening {}/{} would hold {bytes} more bytes in the host for this plugin, past its budget of {} (the sandbox's memory limit); {} are held by its open handles",
+                        key.0, key.1, self.opened.budget, self.opened.bytes
+                    )
+                };
+                // Refused before decoding when the size is known up front.
+                if let Some(n) = source.numel(&key.0, &key.1) {
+                    let bytes = n.saturating_mul(std::mem::size_of::<f32>() as u64);
+                    if self.opened.bytes.saturating_add(bytes) > self.opened.budget {
+                        return Ok(Err(over(bytes)));
+                    }
+                }
                 let (shape, values) = match source.tensor(&key.0, &key.1) {
                     Ok(t) => t,
                     Err(e) => return Ok(Err(e)),
                 };
                 let bytes = (values.len() * std::mem::size_of::<f32>()) as u64;
                 if self.opened.bytes.saturating_add(bytes) > self.opened.budget {
-                    return Ok(Err(format!(
-                        "opening {}/{} would hold {bytes} more bytes in the host for this plugin, past its budget of {} (the sandbox's memory limit); {} are held",
-                        key.0, key.1, self.opened.budget, self.opened.bytes
-                    )));
+                    return Ok(Err(over(bytes)));
                 }
                 self.opened.bytes += bytes;
                 let values: Arc<[f32]> = values.into();
                 self.opened
                     .tensors
-                    .insert(key, (shape.clone(), values.clone()));
+                    .insert(key.clone(), (shape.clone(), values.clone()));
                 (shape, values)
             }
         };
-        let handle = self.table.push(TensorHandle::new(&shape, values))?;
+        let handle = self.table.push(TensorHandle::new(key, &shape, values))?;
         self.opened.handles += 1;
         Ok(Ok(handle))
     }
@@ -252,6 +284,10 @@ mod tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             Ok((vec![1000, 256], vec![0.5; 256_000]))
         }
+        fn numel(&self, _: &str, a: &str) -> Option<u64> {
+            // Artifact "unsized" does not say its size up front.
+            (a != "unsized").then_some(256_000)
+        }
     }
 
     fn state(memory_bytes: u64) -> (SandboxState, Arc<Counting>) {
@@ -278,6 +314,44 @@ mod tests {
         }
         assert_eq!(source.0.load(Ordering::Relaxed), 1, "decoded once");
         assert_eq!(s.opened.bytes(), 1_024_000);
+    }
+
+    #[test]
+    fn closing_the_last_handle_gives_the_bytes_back() {
+        // A budget of 1.5 tensors: open, close, open another, many times.
+        let (mut s, _) = state(1_536_000);
+        for i in 0..50 {
+            let a = Host::open(&mut s, "t".into(), format!("a{i}"))
+                .unwrap()
+                .unwrap();
+            let b = Host::open(&mut s, "t".into(), format!("a{i}"))
+                .unwrap()
+                .unwrap();
+            HostTensor::drop(&mut s, a).unwrap();
+            assert_eq!(
+                s.opened.bytes(),
+                1_024_000,
+                "still held by the second handle"
+            );
+            HostTensor::drop(&mut s, b).unwrap();
+            assert_eq!(s.opened.bytes(), 0);
+        }
+    }
+
+    #[test]
+    fn a_tensor_over_the_budget_is_refused_before_it_is_decoded() {
+        let (mut s, source) = state(512 << 10);
+        for _ in 0..10 {
+            assert!(Host::open(&mut s, "t".into(), "a".into()).unwrap().is_err());
+        }
+        assert_eq!(source.0.load(Ordering::Relaxed), 0, "never decoded");
+        // Without a size up front, it is decoded once, then refused.
+        assert!(
+            Host::open(&mut s, "t".into(), "unsized".into())
+                .unwrap()
+                .is_err()
+        );
+        assert_eq!(source.0.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -158,7 +158,7 @@ pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
     for id in &claim.evidence {
         match evidence.support_of(id) {
             Some(s) => {
-                supports.insert(s);
+                supports.extend(s);
                 if !cited.contains(id) {
                     cited.push(id.clone());
                 }
@@ -212,10 +212,14 @@ pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
         ));
         strength = lower;
     }
-    // What the claim itself cites: the strongest level its evidence supports.
+    // What the claim itself cites: the strongest level its evidence
+    // supports that the traces also hold (the ladder does not nest: a
+    // weight claim is below an activation claim but needs other kinds).
     if !supported(strength, &supports) {
         let from = strength;
-        while !supported(strength, &supports) {
+        while strength > ClaimStrength::BehavioralProfile
+            && !(supported(strength, &supports) && kinds_met(strength, &evidence.kinds_in_both))
+        {
             strength = weaker(strength);
         }
         let kinds: Vec<&str> = supports.iter().map(|s| s.as_str()).collect();
@@ -483,6 +487,48 @@ mod tests {
                     c.reasons
                 );
             }
+        }
+    }
+
+    #[test]
+    fn lowering_to_what_a_claim_cites_never_lands_on_kinds_the_traces_lack() {
+        use ArtifactKind as K;
+        // Activations in both traces, weight snapshots not: a claim citing
+        // only a weight finding cannot be a weight diff.
+        let e = evidence(
+            ClaimStrength::ActivationDiagnostic,
+            &[K::Text, K::Logprobs, K::Activation],
+            &[],
+        );
+        let c = check(&claim(ClaimStrength::ActivationDiagnostic, &["w"]), &e);
+        assert_eq!(
+            c.strength,
+            Some(ClaimStrength::BlackBoxBehavioralDiff),
+            "{c:?}"
+        );
+        // Traces with no text at all: the walk ends at the bottom, not in a loop.
+        let e = evidence(ClaimStrength::ModelChangeAudit, &[K::Tokens], &[]);
+        let c = check(&claim(ClaimStrength::ModelChangeAudit, &["w"]), &e);
+        assert_eq!(c.strength, Some(ClaimStrength::BehavioralProfile), "{c:?}");
+    }
+
+    #[test]
+    fn a_metric_supports_every_kind_its_scorer_read() {
+        let mut e = evidence(ClaimStrength::ModelChangeAudit, &ALL_KINDS, &[]);
+        e.deltas.push(delta(
+            "both",
+            &[ArtifactKind::Activation, ArtifactKind::Logprobs],
+        ));
+        for s in [
+            ClaimStrength::DistributionalDiff,
+            ClaimStrength::ActivationDiagnostic,
+        ] {
+            let c = check(&claim(s, &["both"]), &e);
+            assert_eq!(
+                (c.status, c.strength),
+                (ClaimStatus::Accepted, Some(s)),
+                "{c:?}"
+            );
         }
     }
 

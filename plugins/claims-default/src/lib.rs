@@ -196,8 +196,8 @@ const NO_TEST: &str = "a descriptive finding: no statistical test stands behind 
 
 /// The next-token distributions moved by at least `min_kl` nats.
 fn distribution_claim(e: &EvidenceSet, min_kl: f64) -> Option<Claim> {
-    let first = e.distribution.iter().find(|d| d.id == "kl.first_token");
-    let cont = e.distribution.iter().find(|d| d.id == "kl.continuation");
+    let first = e.distribution.iter().find(|d| d.id == "kl:first_token");
+    let cont = e.distribution.iter().find(|d| d.id == "kl:continuation");
     let largest = first
         .iter()
         .chain(cont.iter())
