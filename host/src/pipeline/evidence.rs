@@ -164,12 +164,7 @@ fn interventions(
                 prompt: trace
                     .and_then(|t| t.request.prompt_id.clone())
                     .unwrap_or_else(|| r.trace.clone()),
-                mode: r
-                    .labels
-                    .get("mode")
-                    .or_else(|| r.labels.get("policy"))
-                    .cloned()
-                    .unwrap_or_else(|| "intervention".into()),
+                mode: r.mode(),
                 layer: r.layer.map(|l| l as u32),
                 direction,
                 alpha: iv.and_then(|iv| iv.get("alpha")).and_then(|a| a.as_f64()),

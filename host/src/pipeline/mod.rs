@@ -300,8 +300,7 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
             mapper_records.push(record_of(mapper.plugin(), mapper.info(), "claim-mapper"));
             match mapper.propose(&evidence) {
                 Ok(proposed) => {
-                    for c in &proposed {
-                        let checked = crate::report::claims::check(c, &evidence);
+                    for checked in crate::report::claims::check_all(&proposed, &evidence) {
                         out.push(ReportClaim {
                             statement: checked.statement,
                             strength: checked.strength,

@@ -291,19 +291,6 @@ impl Plan {
                 .device
                 .parse()
                 .map_err(|e: String| at(&format!("{key}.device"), e))?;
-            if !replay {
-                // What `run` would refuse, refused here: a device this build
-                // or machine cannot open, layers the model does not have.
-                device.open().map_err(|e| at(&format!("{key}.device"), e))?;
-                let shape = crate::model::LoadedModel::read_config(&model)
-                    .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
-                let measures = name == SideName::Baseline;
-                if let Some(w) = check_against_model(&config, s, key, &shape, measures, &at)? {
-                    warnings
-                        .borrow_mut()
-                        .push(format!("{}: {w}", path.display()));
-                }
-            }
             let weights = match s.weights.as_str() {
                 "native" => WeightMode::Native,
                 "f32" => WeightMode::F32,
@@ -325,6 +312,26 @@ impl Plan {
                     replay,
                 )?),
             };
+            if !replay {
+                // What `run` would refuse, refused here: a device this build
+                // or machine cannot open, layers the model does not have.
+                device.open().map_err(|e| at(&format!("{key}.device"), e))?;
+                let shape = crate::model::LoadedModel::read_config(&model)
+                    .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
+                let measures = name == SideName::Baseline;
+                let checked = ModelCheck {
+                    config: &config,
+                    model: &model,
+                    key,
+                    transform: transform.as_ref(),
+                    measures,
+                };
+                if let Some(w) = checked.against(&shape, &at)? {
+                    warnings
+                        .borrow_mut()
+                        .push(format!("{}: {w}", path.display()));
+                }
+            }
             let label = s.label.clone().unwrap_or_else(|| {
                 model
                     .file_name()
@@ -601,39 +608,49 @@ fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow
     Ok(())
 }
 
-/// Layers and lengths checked against the model's shape (read from its
-/// header or config.json, without the weights); `measures` for the side
-/// `[measure]` runs on. An error for what `run` would refuse; a warning for
-/// what it would do short of the config.
-fn check_against_model(
-    config: &crate::config::file::ConfigFile,
-    side: &ModelSection,
-    key: &str,
-    shape: &crate::model::config::LlamaConfig,
+/// What of a side's config depends on its model's shape.
+struct ModelCheck<'a> {
+    config: &'a crate::config::file::ConfigFile,
+    model: &'a Path,
+    key: &'a str,
+    transform: Option<&'a TransformPlan>,
+    /// Whether `[measure]` runs on this side's model (the baseline).
     measures: bool,
-    at: &At<'_>,
-) -> anyhow::Result<Option<String>> {
-    let depth = shape.layers;
-    let out_of_range = |field: String, layer: usize| {
-        at(
-            &field,
-            format!(
-                "layer {layer} is out of range: {} has {depth} layers (0-{})",
-                side.model.display(),
-                depth.saturating_sub(1)
-            ),
-        )
-    };
-    if let Some(&l) = config.observe.layers.iter().find(|&&l| l >= depth) {
-        return Err(out_of_range("observe.layers".into(), l));
-    }
-    if let Some(t) = &side.transform {
-        if let Some(&l) = t.layers.iter().find(|&&l| l >= depth) {
-            return Err(out_of_range(format!("{key}.transform.layers"), l));
+}
+
+impl ModelCheck<'_> {
+    /// Layers and lengths checked against the model's shape (read from its
+    /// header or config.json, without the weights). An error for what `run`
+    /// would refuse; a warning for what it would do short of the config.
+    fn against(
+        &self,
+        shape: &crate::model::config::LlamaConfig,
+        at: &At<'_>,
+    ) -> anyhow::Result<Option<String>> {
+        let (config, key) = (self.config, self.key);
+        let depth = shape.layers;
+        let out_of_range = |field: String, layer: usize| {
+            at(
+                &field,
+                format!(
+                    "layer {layer} is out of range: {} has {depth} layers (0-{})",
+                    self.model.display(),
+                    depth.saturating_sub(1)
+                ),
+            )
+        };
+        if let Some(&l) = config.observe.layers.iter().find(|&&l| l >= depth) {
+            return Err(out_of_range("observe.layers".into(), l));
         }
-        for (i, s) in t.interventions.iter().enumerate() {
-            if let Ok(spec) = s.parse::<crate::intervene::InterventionSpec>()
-                && spec.layer >= depth
+        if let Some(t) = self.transform {
+            if let Some(&l) = t.layers.iter().find(|&&l| l >= depth) {
+                return Err(out_of_range(format!("{key}.transform.layers"), l));
+            }
+            if let Some((i, spec)) = t
+                .interventions
+                .iter()
+                .enumerate()
+                .find(|(_, spec)| spec.layer >= depth)
             {
                 return Err(out_of_range(
                     format!("{key}.transform.interventions[{i}]"),
@@ -641,25 +658,25 @@ fn check_against_model(
                 ));
             }
         }
-    }
-    if let Some(m) = config.measure.as_ref().filter(|_| measures) {
-        if let Some(&l) = m.layers.iter().find(|&&l| l >= depth) {
-            return Err(out_of_range("measure.layers".into(), l));
+        if let Some(m) = config.measure.as_ref().filter(|_| self.measures) {
+            if let Some(&l) = m.layers.iter().find(|&&l| l >= depth) {
+                return Err(out_of_range("measure.layers".into(), l));
+            }
+            if let Some(l) = m.layer.filter(|&l| l >= depth) {
+                return Err(out_of_range("measure.layer".into(), l));
+            }
         }
-        if let Some(l) = m.layer.filter(|&l| l >= depth) {
-            return Err(out_of_range("measure.layer".into(), l));
+        if let Some(ctx) = shape.context_length
+            && config.observe.max_tokens >= ctx
+        {
+            return Ok(Some(format!(
+                "observe.max_tokens: {} new tokens do not fit {}'s context of {ctx} positions; generation stops when the context is full",
+                config.observe.max_tokens,
+                self.model.display()
+            )));
         }
+        Ok(None)
     }
-    if let Some(ctx) = shape.context_length
-        && config.observe.max_tokens >= ctx
-    {
-        return Ok(Some(format!(
-            "observe.max_tokens: {} new tokens do not fit {}'s context of {ctx} positions; generation stops when the context is full",
-            config.observe.max_tokens,
-            side.model.display()
-        )));
-    }
-    Ok(None)
 }
 
 fn transform(

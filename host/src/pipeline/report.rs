@@ -260,12 +260,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     // interventions
     let mut interventions: BTreeMap<(String, String), InterventionSummary> = BTreeMap::new();
     for r in &i.access.interventions {
-        let mode = r
-            .labels
-            .get("mode")
-            .or_else(|| r.labels.get("policy"))
-            .cloned()
-            .unwrap_or_else(|| "intervention".into());
+        let mode = r.mode();
         let e = interventions
             .entry((r.side.as_str().to_owned(), mode.clone()))
             .or_insert_with(|| InterventionSummary {

@@ -2,6 +2,8 @@
 //! claims back. This module checks their shape; whether the evidence
 //! supports them is the report's check (DESIGN.md section 5).
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::report::access::ClaimStrength;
@@ -180,25 +182,36 @@ impl MetricDelta {
 }
 
 impl EvidenceSet {
-    /// What the evidence with `id` supports, if the set holds it.
-    pub fn support_of(&self, id: &str) -> Option<Vec<Support>> {
-        if let Some(d) = self.deltas.iter().find(|d| d.id == id) {
-            return Some(d.supports());
+    /// What each piece of evidence supports, by id (the first of a
+    /// duplicated id wins; [`EvidenceSet::duplicate_ids`] names them).
+    pub fn supports_by_id(&self) -> HashMap<&str, Vec<Support>> {
+        let mut out: HashMap<&str, Vec<Support>> = HashMap::new();
+        let findings = self
+            .distribution
+            .iter()
+            .map(|d| (d.id.as_str(), Support::Distributional))
+            .chain(
+                self.activations
+                    .iter()
+                    .map(|a| (a.id.as_str(), Support::Activation)),
+            )
+            .chain(
+                self.weights
+                    .iter()
+                    .map(|w| (w.id.as_str(), Support::Weight)),
+            )
+            .chain(
+                self.interventions
+                    .iter()
+                    .map(|i| (i.id.as_str(), Support::Intervention)),
+            );
+        for d in &self.deltas {
+            out.entry(&d.id).or_insert_with(|| d.supports());
         }
-        let one = |s: Support| Some(vec![s]);
-        if self.distribution.iter().any(|d| d.id == id) {
-            return one(Support::Distributional);
+        for (id, s) in findings {
+            out.entry(id).or_insert_with(|| vec![s]);
         }
-        if self.activations.iter().any(|a| a.id == id) {
-            return one(Support::Activation);
-        }
-        if self.weights.iter().any(|w| w.id == id) {
-            return one(Support::Weight);
-        }
-        if self.interventions.iter().any(|i| i.id == id) {
-            return one(Support::Intervention);
-        }
-        None
+        out
     }
 
     /// Ids that name more than one piece of evidence (none when the host
@@ -220,19 +233,6 @@ impl EvidenceSet {
             }
         }
         dup
-    }
-
-    /// How many pieces of evidence the set holds.
-    pub fn len(&self) -> usize {
-        self.deltas.len()
-            + self.distribution.len()
-            + self.activations.len()
-            + self.weights.len()
-            + self.interventions.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -158,7 +158,7 @@ impl SandboxState {
             stderr,
             tensors: None,
             open_traces: Vec::new(),
-            opened: super::tensors::Opened::new(options.memory_bytes),
+            opened: super::tensors::Opened::default(),
             clock: VirtualClock::default(),
         })
     }
@@ -380,11 +380,41 @@ pub struct MemoryCap {
     /// Bytes of every memory this store has grown, so many small memories
     /// cannot add up past the cap.
     total: u64,
+    /// Bytes the host holds for the plugin (tensors it opened): memory it
+    /// causes, charged to the same cap as its own.
+    host: u64,
 }
 
 impl MemoryCap {
     fn new(limit: u64) -> MemoryCap {
-        MemoryCap { limit, total: 0 }
+        MemoryCap {
+            limit,
+            total: 0,
+            host: 0,
+        }
+    }
+
+    /// Charges `bytes` of host memory held for the plugin, or says why not.
+    pub(crate) fn charge_host(&mut self, bytes: u64) -> Result<(), String> {
+        let used = self.total.saturating_add(self.host);
+        if used.saturating_add(bytes) > self.limit {
+            return Err(format!(
+                "{bytes} more bytes would pass the plugin's memory limit of {} ({} in its linear memory, {} held by the host for its open tensors)",
+                self.limit, self.total, self.host
+            ));
+        }
+        self.host += bytes;
+        Ok(())
+    }
+
+    /// Gives back host memory charged with [`MemoryCap::charge_host`].
+    pub(crate) fn release_host(&mut self, bytes: u64) {
+        self.host = self.host.saturating_sub(bytes);
+    }
+
+    /// Host memory held for the plugin.
+    pub fn host_bytes(&self) -> u64 {
+        self.host
     }
 }
 
@@ -396,7 +426,7 @@ impl ResourceLimiter for MemoryCap {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let grown = (desired - current) as u64;
-        if self.total.saturating_add(grown) > self.limit {
+        if self.total.saturating_add(self.host).saturating_add(grown) > self.limit {
             // An error, not `Ok(false)`: a refused grow makes Rust guests
             // abort with `unreachable`, which would hide the cause.
             return Err(MemoryLimitHit {

@@ -232,7 +232,7 @@ impl ScorerSession<'_> {
         let r = self.live.call_checked("score", |s, i| i.score(s, &views));
         let data = self.live.store.data_mut();
         data.tensors = None;
-        data.opened.clear();
+        data.close_tensors();
         let ids = std::mem::take(&mut data.open_traces);
         outcome.metrics = check_metrics(r?, &ids, &info.metrics)
             .map_err(|m| self.live.fail("score", Failure::Malformed(m)))?;

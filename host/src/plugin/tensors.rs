@@ -54,36 +54,28 @@ type Decoded = (Vec<usize>, Arc<[f32]>);
 pub const MAX_OPEN_HANDLES: usize = 4096;
 
 /// The tensors a plugin holds open in the current call. Each is decoded
-/// once and shared by every handle to it; its bytes count against a
-/// host-side budget (the sandbox's memory limit) while any handle to it is
-/// open, and are given back when the last one is dropped: host memory a
-/// plugin causes is charged to it, however often it opens a tensor.
+/// once and shared by every handle to it; its bytes are charged to the
+/// plugin's memory cap (with its linear memory) while any handle to it is
+/// open, and given back when the last one is dropped: host memory a plugin
+/// causes is charged to it, however often it opens a tensor.
 #[derive(Default)]
 pub struct Opened {
     tensors: HashMap<(String, String), Decoded>,
-    bytes: u64,
     handles: usize,
-    budget: u64,
 }
 
-impl Opened {
-    pub fn new(budget: u64) -> Opened {
-        Opened {
-            budget,
-            ..Default::default()
-        }
-    }
+fn bytes_of(values: &[f32]) -> u64 {
+    std::mem::size_of_val(values) as u64
+}
 
-    /// Forgets the call's tensors (their handles went with the call).
-    pub fn clear(&mut self) {
-        self.tensors.clear();
-        self.bytes = 0;
-        self.handles = 0;
-    }
-
-    /// Host bytes held for the plugin.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
+impl SandboxState {
+    /// Forgets the call's tensors (their handles went with the call) and
+    /// gives their memory back.
+    pub(crate) fn close_tensors(&mut self) {
+        let held: u64 = self.opened.tensors.values().map(|(_, v)| bytes_of(v)).sum();
+        self.memory.release_host(held);
+        self.opened.tensors.clear();
+        self.opened.handles = 0;
     }
 }
 
@@ -196,10 +188,7 @@ impl HostTensor for SandboxState {
         let last = Arc::strong_count(&handle.values) == 2;
         drop(handle.values);
         if last && let Some((_, values)) = self.opened.tensors.remove(&handle.key) {
-            self.opened.bytes = self
-                .opened
-                .bytes
-                .saturating_sub((values.len() * std::mem::size_of::<f32>()) as u64);
+            self.memory.release_host(bytes_of(&values));
         }
         Ok(())
     }
@@ -224,28 +213,22 @@ impl Host for SandboxState {
         let (shape, values) = match self.opened.tensors.get(&key) {
             Some((shape, values)) => (shape.clone(), values.clone()),
             None => {
-                let over = |bytes: u64| {
-                    format!(
-                        "opening {}/{} would hold {bytes} more bytes in the host for this plugin, past its budget of {} (the sandbox's memory limit); {} are held by its open handles",
-                        key.0, key.1, self.opened.budget, self.opened.bytes
-                    )
-                };
+                let over = |why: String| format!("cannot open {}/{}: {why}", key.0, key.1);
                 // Refused before decoding when the size is known up front.
                 if let Some(n) = source.numel(&key.0, &key.1) {
                     let bytes = n.saturating_mul(std::mem::size_of::<f32>() as u64);
-                    if self.opened.bytes.saturating_add(bytes) > self.opened.budget {
-                        return Ok(Err(over(bytes)));
+                    if let Err(why) = self.memory.charge_host(bytes) {
+                        return Ok(Err(over(why)));
                     }
+                    self.memory.release_host(bytes);
                 }
                 let (shape, values) = match source.tensor(&key.0, &key.1) {
                     Ok(t) => t,
                     Err(e) => return Ok(Err(e)),
                 };
-                let bytes = (values.len() * std::mem::size_of::<f32>()) as u64;
-                if self.opened.bytes.saturating_add(bytes) > self.opened.budget {
-                    return Ok(Err(over(bytes)));
+                if let Err(why) = self.memory.charge_host(bytes_of(&values)) {
+                    return Ok(Err(over(why)));
                 }
-                self.opened.bytes += bytes;
                 let values: Arc<[f32]> = values.into();
                 self.opened
                     .tensors
@@ -313,7 +296,7 @@ mod tests {
             );
         }
         assert_eq!(source.0.load(Ordering::Relaxed), 1, "decoded once");
-        assert_eq!(s.opened.bytes(), 1_024_000);
+        assert_eq!(s.memory.host_bytes(), 1_024_000);
     }
 
     #[test]
@@ -329,12 +312,12 @@ mod tests {
                 .unwrap();
             HostTensor::drop(&mut s, a).unwrap();
             assert_eq!(
-                s.opened.bytes(),
+                s.memory.host_bytes(),
                 1_024_000,
                 "still held by the second handle"
             );
             HostTensor::drop(&mut s, b).unwrap();
-            assert_eq!(s.opened.bytes(), 0);
+            assert_eq!(s.memory.host_bytes(), 0);
         }
     }
 
@@ -361,8 +344,11 @@ mod tests {
         let e = Host::open(&mut s, "t".into(), "a".into())
             .unwrap()
             .unwrap_err();
-        assert!(e.contains("past its budget of 524288"), "{e}");
-        assert_eq!(s.opened.bytes(), 0);
+        assert!(
+            e.contains("pass the plugin's memory limit of 524288"),
+            "{e}"
+        );
+        assert_eq!(s.memory.host_bytes(), 0);
         // Handles: the cap, then a refusal; dropping one frees a slot.
         let (mut s, _) = state(256 << 20);
         let mut last = None;

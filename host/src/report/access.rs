@@ -284,6 +284,18 @@ pub struct InterventionRef {
     pub labels: BTreeMap<String, String>,
 }
 
+impl InterventionRef {
+    /// What the intervention did: its mode (`subtract`, `clamp`...), or the
+    /// policy that decided it, or `intervention` when the record says neither.
+    pub fn mode(&self) -> String {
+        self.labels
+            .get("mode")
+            .or_else(|| self.labels.get("policy"))
+            .cloned()
+            .unwrap_or_else(|| "intervention".into())
+    }
+}
+
 /// Why an access level cannot be computed from the given traces.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {

@@ -9,7 +9,7 @@
 //! failing claim is narrowed (downgraded, with each reason) or rejected; it
 //! never passes silently.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -152,14 +152,33 @@ fn weaker(s: ClaimStrength) -> ClaimStrength {
 
 /// Checks one proposed claim against the evidence set it was made from.
 pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
+    check_indexed(claim, evidence, &evidence.supports_by_id())
+}
+
+/// Checks every claim a mapper proposed; the evidence is indexed once, so
+/// the work is linear in the claims' citations, however many there are.
+pub fn check_all(claims: &[ProposedClaim], evidence: &EvidenceSet) -> Vec<CheckedClaim> {
+    let index = evidence.supports_by_id();
+    claims
+        .iter()
+        .map(|c| check_indexed(c, evidence, &index))
+        .collect()
+}
+
+fn check_indexed(
+    claim: &ProposedClaim,
+    evidence: &EvidenceSet,
+    index: &HashMap<&str, Vec<Support>>,
+) -> CheckedClaim {
     let mut reasons = Vec::new();
     let mut cited = Vec::new();
+    let mut seen = HashSet::new();
     let mut supports = BTreeSet::new();
     for id in &claim.evidence {
-        match evidence.support_of(id) {
+        match index.get(id.as_str()) {
             Some(s) => {
-                supports.extend(s);
-                if !cited.contains(id) {
+                supports.extend(s.iter().copied());
+                if seen.insert(id.as_str()) {
                     cited.push(id.clone());
                 }
             }
@@ -252,10 +271,11 @@ pub fn check(claim: &ProposedClaim, evidence: &EvidenceSet) -> CheckedClaim {
 
 /// The union of what the cited intervention records cover, if any are cited.
 fn causal_scope(cited: &[String], evidence: &EvidenceSet) -> Option<CausalScope> {
+    let cited: HashSet<&str> = cited.iter().map(String::as_str).collect();
     let records: Vec<_> = evidence
         .interventions
         .iter()
-        .filter(|i| cited.contains(&i.id))
+        .filter(|i| cited.contains(i.id.as_str()))
         .collect();
     if records.is_empty() {
         return None;

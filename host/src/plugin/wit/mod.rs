@@ -29,8 +29,6 @@ pub enum WitVersion {
 }
 
 impl WitVersion {
-    /// Every version the host runs, oldest first.
-    pub const ALL: [WitVersion; 2] = [WitVersion::V0_1, WitVersion::V0_2];
     /// The version the SDK and first-party plugins are built against.
     pub const CURRENT: WitVersion = WitVersion::V0_2;
 
@@ -48,13 +46,6 @@ impl WitVersion {
             (0, 1) => Some(WitVersion::V0_1),
             (0, 2) => Some(WitVersion::V0_2),
             _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WitVersion::V0_1 => "0.1.0",
-            WitVersion::V0_2 => "0.2.0",
         }
     }
 }
@@ -292,6 +283,5 @@ mod tests {
         assert_eq!(WitVersion::of("1.1.0"), None);
         assert_eq!(WitVersion::of("0.1.x"), None);
         assert_eq!(WitVersion::of(""), None);
-        assert_eq!(WitVersion::CURRENT, *WitVersion::ALL.last().unwrap());
     }
 }
