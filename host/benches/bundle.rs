@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         name: "bench".into(),
         path: None,
         sha256: None,
+        tokenizer_sha256: None,
     };
     let mut b = TraceBuilder::new("bench", model, caps, "cpu", request);
     let span = b.span(Stage::Forward, StageProfile::default());

@@ -94,6 +94,7 @@ fn main() -> anyhow::Result<()> {
             interventions: vec![],
             block_outputs: false,
             generate: GenerateOptions::default(),
+            reference: None,
         };
         let request = |observe: Vec<K>| TraceRequest {
             category: None,

@@ -45,6 +45,7 @@ fn trace(i: usize) -> Trace {
         name: "bench".into(),
         path: None,
         sha256: None,
+        tokenizer_sha256: None,
     };
     let mut b = TraceBuilder::new(format!("t{i}"), model, caps, "cpu", request);
     let span = b.span(Stage::Decode, StageProfile::default());

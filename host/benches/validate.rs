@@ -32,6 +32,7 @@ fn trace(n: usize) -> Trace {
         name: "bench".into(),
         path: None,
         sha256: None,
+        tokenizer_sha256: None,
     };
     let mut b = TraceBuilder::new("bench", model, caps, "cpu", request);
     let span = b.span(Stage::Tokenize, StageProfile::default());

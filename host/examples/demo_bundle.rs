@@ -170,6 +170,7 @@ fn main() -> anyhow::Result<()> {
         name: "fixture-baseline".into(),
         path: None,
         sha256: None,
+        tokenizer_sha256: None,
     };
     let candidate = ModelRef {
         name: "fixture-candidate".into(),

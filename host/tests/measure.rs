@@ -126,6 +126,7 @@ fn traced_last_token(exec: &CandleExecutor, text: &str) -> Vec<Vec<f32>> {
         interventions: vec![],
         block_outputs: false,
         generate: GenerateOptions::default(),
+        reference: None,
     };
     let out = exec.trace(&request, &options).unwrap();
     layers

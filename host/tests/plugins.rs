@@ -709,8 +709,9 @@ fn attack(
     let start = Instant::now();
     let r = s.score(&[&t], None);
     let took = start.elapsed();
-    // Every attack ends, one way or another, within twice the deadline.
-    assert!(took < 2 * deadline, "{attack} took {took:?}");
+    // Only the tests whose subject is the deadline assert on `took`: on a
+    // busy machine, time is no evidence about the other attacks.
+    tracing::debug!("{attack} took {took:?} (deadline {deadline:?})");
     let good = scorer(host, "vauban-plugin-refusal", "{}")
         .score(&[&t], None)
         .unwrap();
@@ -734,7 +735,9 @@ fn failure(r: Result<ScoreOutcome, PluginError>) -> (Failure, String) {
 #[test]
 fn an_infinite_loop_times_out_within_twice_the_deadline() {
     let host = host();
-    let deadline = Duration::from_millis(300);
+    // A margin of a whole deadline: the epoch ticker must win a core from
+    // the loop on 2 busy cores.
+    let deadline = Duration::from_secs(1);
     let (r, took) = attack(
         &host,
         "loop",
@@ -887,6 +890,7 @@ fn a_sleeping_plugin_is_answered_on_virtual_time_within_the_deadline() {
     );
     // The plugin slept 30 s on its own clock, in no host time.
     assert_eq!(value(&r.unwrap(), "t0", "value"), Some(30.0));
+    assert!(took < 2 * deadline, "sleep took {took:?}");
     eprintln!("sleep(30 s): returned after {took:?} (deadline {deadline:?})");
 }
 
@@ -915,7 +919,7 @@ fn a_plugin_sleeping_in_configure_does_not_hold_the_host() {
 fn one_huge_random_request_is_refused_within_the_deadline() {
     let host = host();
     let deadline = Duration::from_secs(1);
-    let (r, _) = attack(
+    let (r, took) = attack(
         &host,
         "random_huge",
         SandboxOptions {
@@ -923,6 +927,7 @@ fn one_huge_random_request_is_refused_within_the_deadline() {
             ..Default::default()
         },
     );
+    assert!(took < 2 * deadline, "random_huge took {took:?}");
     let (f, _) = failure(r);
     assert!(
         matches!(f, Failure::Trap { ref message } if message.contains("exceeds limit 1048576")),
@@ -957,7 +962,8 @@ fn a_data_directory_holding_a_fifo_is_not_granted() {
     )
     .err()
     .expect("a FIFO in the data directory is refused");
-    assert!(start.elapsed() < 2 * deadline);
+    // A FIFO read would block for ever; any finite bound shows it did not.
+    assert!(start.elapsed() < Duration::from_secs(60));
     let message = e.to_string();
     assert!(
         message.contains("is a FIFO, not a regular file") && message.contains("sub/fifo"),
@@ -1024,6 +1030,9 @@ fn scorers_see_metrics_recorded_in_the_trace() {
 
 #[test]
 fn a_chatty_plugin_keeps_running_with_bounded_stderr() {
+    // The subject is the bound on kept output, not time: 100,000 lines
+    // through WASI take well over the default 1 s deadline on 2 busy
+    // cores, so the deadline here is far from the test's way.
     let host = host();
     let stderr_bytes = 1024;
     let s = Scorer::new(
@@ -1031,6 +1040,7 @@ fn a_chatty_plugin_keeps_running_with_bounded_stderr() {
         r#"{"attack": "chatty"}"#,
         SandboxOptions {
             stderr_bytes,
+            deadline: std::time::Duration::from_secs(300),
             ..Default::default()
         },
     )

@@ -345,30 +345,102 @@ claim_strength = "model_change_audit"
     assert_eq!(o3.status.code(), Some(2), "{}", text(&o3));
     let r3 = report(&replay_out);
     report_fixture::validate_against_schema(&r3);
-    assert_eq!(r["metric_deltas"], r3["metric_deltas"]);
-    assert!(r3["distribution"].is_null(), "replay has no model for KL");
-    // The same claims, but for the one resting on the KL the replay cannot
-    // recompute (KL is not in the bundles yet).
-    let without_kl: Vec<&Value> = r["claims"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| {
-            !c["evidence"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|e| e.as_str().unwrap().starts_with("kl:"))
-        })
-        .collect();
-    assert_eq!(
-        without_kl.len() + 1,
-        r["claims"].as_array().unwrap().len(),
-        "one claim rests on KL: {:#}",
+    // The KL is computed from rows recorded in the traces, so the replay
+    // gives everything the live run gave: deltas, KL, claims, gates.
+    for key in [
+        "metric_deltas",
+        "distribution",
+        "activation_findings",
+        "claims",
+        "gates",
+        "access",
+    ] {
+        assert_eq!(r[key], r3[key], "{key} differs between live and replay");
+    }
+    assert!(r3["distribution"]["per_prompt"].as_array().unwrap().len() == 4);
+    assert!(
+        r["claims"].as_array().unwrap().iter().any(|c| c["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("kl:"))),
+        "a claim rests on the KL: {:#}",
         r["claims"]
     );
-    let replayed: Vec<&Value> = r3["claims"].as_array().unwrap().iter().collect();
-    assert_eq!(without_kl, replayed);
+    // scores.jsonl: every prompt, both sides, every metric, same as the replay's.
+    let scores = std::fs::read_to_string(out.join("scores.jsonl")).unwrap();
+    let rows: Vec<Value> = scores
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refusal: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["metric"] == "refusal_rate")
+        .collect();
+    assert_eq!(refusal.len(), 8, "4 prompts x 2 sides: {scores}");
+    assert!(
+        refusal
+            .iter()
+            .all(|r| r["scorer"] == "vauban-plugin-refusal"),
+        "{scores}"
+    );
+    assert_eq!(
+        (
+            refusal[0]["prompt_id"].as_str(),
+            refusal[0]["side"].as_str()
+        ),
+        (Some("a1"), Some("baseline"))
+    );
+    assert_eq!(refusal[0]["category"], "animals");
+    assert_eq!(
+        scores,
+        std::fs::read_to_string(replay_out.join("scores.jsonl")).unwrap()
+    );
+}
+
+/// Writes the tiny model's HF folder with one token renamed: the same
+/// shapes, another vocabulary.
+fn tiny_with_another_vocabulary(dir: &Path) -> PathBuf {
+    let hf = tiny::write_hf(&dir.join("renamed"), 7);
+    let path = hf.join("tokenizer.json");
+    let json = std::fs::read_to_string(&path).unwrap();
+    assert!(json.contains("\"</s>\""));
+    std::fs::write(&path, json.replace("\"</s>\"", "\"</x>\"")).unwrap();
+    hf
+}
+
+#[test]
+fn sides_with_different_tokenizers_get_a_reason_instead_of_a_kl() {
+    let s = setup("logprobs = true", "");
+    let hf = tiny_with_another_vocabulary(s.dir.path());
+    let config = std::fs::read_to_string(&s.config).unwrap();
+    let i = config.find("[candidate]\nmodel = ").unwrap();
+    let end = i + config[i..].find('\n').unwrap() + 1;
+    let end = end + config[end..].find('\n').unwrap();
+    let config = format!(
+        "{}[candidate]\nmodel = \"{}\"{}",
+        &config[..i],
+        hf.display(),
+        &config[end..]
+    );
+    std::fs::write(&s.config, config).unwrap();
+    let o = vauban(&["run", s.config.to_str().unwrap()]);
+    assert!(o.status.code() == Some(0), "{}", text(&o));
+    let r = report(&s.dir.path().join("out"));
+    report_fixture::validate_against_schema(&r);
+    assert!(r["distribution"].is_null(), "{:#}", r["distribution"]);
+    let why = r["distribution_unavailable"].as_str().unwrap();
+    assert!(why.contains("tokenizers differ"), "{why}");
+    let md = std::fs::read_to_string(s.dir.path().join("out/report.md")).unwrap();
+    assert!(md.contains("tokenizers differ"), "{md}");
+    assert!(
+        r["limitations"].as_array().unwrap().iter().any(|l| l
+            .as_str()
+            .unwrap()
+            .starts_with("no KL divergence: the two sides' tokenizers differ")),
+        "{:#}",
+        r["limitations"]
+    );
 }
 
 #[test]
@@ -545,4 +617,75 @@ fn the_quickstart_config_is_valid() {
         stdout.contains("claims up to activation_diagnostic"),
         "{stdout}"
     );
+}
+
+/// SmolLM2-135M-Instruct, where `.ci/run` fetches it; `None` (after a
+/// message) when it is absent.
+fn smollm2() -> Option<PathBuf> {
+    let dir = std::env::var_os("VAUBAN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
+        });
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        eprintln!("skipping: {} is absent", path.display());
+        return None;
+    }
+    Some(path)
+}
+
+#[test]
+fn two_system_prompts_on_one_model_give_a_kl_from_each_sides_own_prompt() {
+    // The same weights on both sides; only the system message differs. Each
+    // side is teacher-forced after its own rendered prompt, so the KL sees
+    // the change (scoring the candidate on the baseline's prompt gave 0).
+    let Some(model) = smollm2() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("system.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"output = "out"
+
+[suite]
+prompts = [
+  {{ id = "q1", text = "What is the capital of France?", category = "facts" }},
+  {{ id = "q2", text = "Name a colour.", category = "facts" }},
+]
+
+[observe]
+logprobs = true
+top_logprobs = 64
+max_tokens = 3
+
+[baseline]
+model = "{model}"
+weights = "f32"
+system = "You are a helpful assistant."
+
+[candidate]
+model = "{model}"
+weights = "f32"
+system = "You are a pirate. Answer every question in pirate speech, with many arrr."
+
+[[scorers]]
+plugin = "behavior"
+"#,
+            model = model.display()
+        ),
+    )
+    .unwrap();
+    let o = vauban(&["run", config.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r = report(&dir.path().join("out"));
+    report_fixture::validate_against_schema(&r);
+    let d = &r["distribution"];
+    assert_eq!(d["top_k"], 64, "{d:#}");
+    for p in d["per_prompt"].as_array().unwrap() {
+        let first = p["first_token_kl"].as_f64().unwrap();
+        assert!(first > 0.0 && first.is_finite(), "{p:#}");
+    }
+    let rest = d["baseline_rest_mass"].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&rest), "{rest}");
 }

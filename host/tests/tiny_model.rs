@@ -205,6 +205,7 @@ fn seeded_sampling_is_reproducible_and_seed_dependent() {
                 seed,
             }),
             stop: vec![],
+            top_logprobs: 0,
         };
         run_generate(&e, &prompt, &opts).0.ids
     };
@@ -244,6 +245,7 @@ fn options(interventions: Vec<vauban::intervene::Intervention>) -> RunOptions {
         interventions,
         block_outputs: false,
         generate: GenerateOptions::default(),
+        reference: None,
     }
 }
 

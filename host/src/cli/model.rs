@@ -172,6 +172,7 @@ impl PromptArgs {
             max_tokens,
             sampling,
             stop: self.stop.clone(),
+            top_logprobs: 0,
         })
     }
 
@@ -346,6 +347,7 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             interventions: interventions.clone(),
             block_outputs: args.block_outputs,
             generate: generate.clone(),
+            reference: None,
         };
         let output = match &policy {
             Some(p) => exec.trace_with_policy(&request, &options, &mut p.run()?),

@@ -58,6 +58,13 @@ pub struct ObserveSection {
     /// completion's tokens; enables the distributional diff and KL.
     #[serde(default)]
     pub logprobs: bool,
+    /// With `logprobs`: the baseline's most likely tokens kept at each
+    /// generated position, and scored under the candidate. The KL is
+    /// computed over these tokens plus one bucket for the rest of the
+    /// vocabulary (a lower bound of the full KL; the report gives the
+    /// baseline's mass outside them).
+    #[serde(default = "default_top_logprobs")]
+    pub top_logprobs: usize,
     /// Blocks whose residual stream is recorded (activation evidence).
     #[serde(default)]
     pub layers: Vec<usize>,
@@ -92,6 +99,9 @@ pub struct ObserveSection {
 fn default_max_tokens() -> usize {
     48
 }
+fn default_top_logprobs() -> usize {
+    256
+}
 fn one() -> f32 {
     1.0
 }
@@ -100,6 +110,7 @@ impl Default for ObserveSection {
     fn default() -> Self {
         ObserveSection {
             logprobs: false,
+            top_logprobs: default_top_logprobs(),
             layers: Vec::new(),
             raw_tensors: false,
             weights: false,

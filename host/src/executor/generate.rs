@@ -18,6 +18,44 @@ pub struct GenerateOptions {
     pub sampling: Option<Sampling>,
     /// Generation stops when the text contains one; the text is cut before it.
     pub stop: Vec<String>,
+    /// Keep the `k` most likely tokens of every distribution sampled from
+    /// (0: none): the baseline's side of the next-token KL.
+    pub top_logprobs: usize,
+}
+
+/// The `k` most likely tokens of one next-token distribution, most likely
+/// first, with their log-probabilities under the untempered distribution.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopLogprobs {
+    pub ids: Vec<u32>,
+    pub logprobs: Vec<f32>,
+}
+
+impl TopLogprobs {
+    /// The `k` most likely entries of `logits` (ties broken by the lower id).
+    pub fn of(logits: &[f32], k: usize) -> TopLogprobs {
+        let lse = log_sum_exp(logits);
+        let k = k.min(logits.len());
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        let by_logit = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        if k < order.len() && k > 0 {
+            order.select_nth_unstable_by(k - 1, by_logit);
+        }
+        order.truncate(k);
+        order.sort_unstable_by(by_logit);
+        let logprobs = order
+            .iter()
+            .map(|&i| (logits[i as usize] as f64 - lse) as f32)
+            .collect();
+        TopLogprobs {
+            ids: order,
+            logprobs,
+        }
+    }
 }
 
 /// Why a generation ended.
@@ -49,6 +87,9 @@ pub struct Generation {
     /// Log-probability of each generated token under the model's own
     /// (untempered) next-token distribution.
     pub logprobs: Vec<f32>,
+    /// With `top_logprobs`: one row per distribution sampled from, the one
+    /// that produced the end-of-sequence token included.
+    pub top: Vec<TopLogprobs>,
     pub prefill_ns: u64,
     /// Time of all decode steps.
     pub decode_ns: u64,
@@ -86,7 +127,11 @@ pub fn generate(
     let mut stop = StopReason::MaxTokens;
     let mut decode_ns = 0u64;
     let mut decode_steps = 0usize;
+    let mut top = Vec::new();
     while ids.len() < options.max_tokens {
+        if options.top_logprobs > 0 {
+            top.push(TopLogprobs::of(&logits, options.top_logprobs));
+        }
         let id = sampler.sample(&logits)?;
         if is_eos(id) {
             stop = StopReason::Eos { id };
@@ -146,6 +191,7 @@ pub fn generate(
         text,
         stop,
         logprobs,
+        top,
         prefill_ns,
         decode_ns,
         decode_steps,
@@ -169,14 +215,18 @@ fn continue_decode(
 
 /// `log softmax(logits)[id]`, in f64 for a stable sum.
 pub fn log_prob(logits: &[f32], id: u32) -> f32 {
+    (logits[id as usize] as f64 - log_sum_exp(logits)) as f32
+}
+
+/// `log Σ exp(logits)`, in f64.
+fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits
+    logits
         .iter()
         .map(|&l| (l as f64 - max).exp())
         .sum::<f64>()
         .ln()
-        + max;
-    (logits[id as usize] as f64 - lse) as f32
+        + max
 }
 
 #[cfg(test)]
@@ -254,6 +304,41 @@ mod tests {
         // Prompt (1) + two decode steps: the last token is not run.
         assert_eq!((s.pos, g.decode_steps), (3, 2));
         assert!(g.logprobs.iter().all(|&lp| lp > -0.01 && lp <= 0.0));
+    }
+
+    #[test]
+    fn top_rows_follow_every_sampled_distribution_the_eos_one_included() {
+        let opts = GenerateOptions {
+            max_tokens: 10,
+            top_logprobs: 2,
+            ..Default::default()
+        };
+        // Tokens 1, 2 then EOS (3): three distributions were sampled from.
+        let (g, _, _) = run(opts, 3);
+        assert_eq!(g.ids, [1, 2]);
+        assert_eq!(g.top.len(), 3);
+        for (row, want) in g.top.iter().zip([1, 2, 3]) {
+            assert_eq!(row.ids[0], want, "{row:?}");
+            assert_eq!(row.ids.len(), 2);
+            // Most likely first; the chosen token's logprob matches.
+            assert!(row.logprobs[0] >= row.logprobs[1]);
+        }
+        assert_eq!(g.top[0].logprobs[0], g.logprobs[0]);
+    }
+
+    #[test]
+    fn top_logprobs_are_the_k_largest_in_order_with_ties_by_id() {
+        let logits = [0.0, 3.0, 1.0, 3.0, -2.0];
+        let t = TopLogprobs::of(&logits, 3);
+        assert_eq!(t.ids, [1, 3, 2]);
+        let lse = logits
+            .iter()
+            .map(|&l: &f32| (l as f64).exp())
+            .sum::<f64>()
+            .ln();
+        assert!((t.logprobs[2] as f64 - (1.0 - lse)).abs() < 1e-6);
+        // k over the vocabulary: every token, still ordered.
+        assert_eq!(TopLogprobs::of(&logits, 9).ids, [1, 3, 2, 0, 4]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::trace::{Capabilities, ModelRef, TensorData, Trace, TraceError, TraceR
 
 pub use self::candle::{CandleExecutor, CandleSession};
 pub use device::DeviceSpec;
-pub use generate::{GenerateOptions, Generation, StopReason};
+pub use generate::{GenerateOptions, Generation, StopReason, TopLogprobs};
 
 /// A run that could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +72,56 @@ pub struct RunOptions {
     pub block_outputs: bool,
     /// Tokens to generate after the prompt (0: the prompt's forward only).
     pub generate: GenerateOptions,
+    /// Another side's continuation to score after this run's own prompt
+    /// (the candidate's side of the next-token KL).
+    pub reference: Option<ReferenceContinuation>,
+}
+
+/// A continuation another trace generated, scored under this model: it is
+/// teacher-forced after *this* run's prompt (its own system message and
+/// chat template), and at each position the log-probabilities of the other
+/// side's top tokens are kept. Both sides' distributions then cover the
+/// same tokens at the same positions, which is what the KL needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceContinuation {
+    /// The trace whose continuation this is.
+    pub trace_id: String,
+    /// Identifies `completion` and `support` (see [`ReferenceContinuation::digest`]).
+    pub sha256: String,
+    /// The other side's generated tokens.
+    pub completion: Vec<u32>,
+    /// Per position, the token ids whose log-probabilities to keep; at most
+    /// `completion.len() + 1` positions (the last predicts what follows the
+    /// whole continuation: the end of sequence, when the other side stopped there).
+    pub support: Vec<Vec<u32>>,
+}
+
+impl ReferenceContinuation {
+    /// A reference with its digest computed.
+    pub fn new(trace_id: String, completion: Vec<u32>, support: Vec<Vec<u32>>) -> Self {
+        let sha256 = Self::digest(&completion, &support);
+        ReferenceContinuation {
+            trace_id,
+            sha256,
+            completion,
+            support,
+        }
+    }
+
+    /// sha256 of the completion and support ids as little-endian u32s,
+    /// with their counts: what a candidate trace cites and the report
+    /// checks against the baseline's trace.
+    pub fn digest(completion: &[u32], support: &[Vec<u32>]) -> String {
+        let mut bytes = Vec::new();
+        bytes.extend((completion.len() as u32).to_le_bytes());
+        bytes.extend(completion.iter().flat_map(|i| i.to_le_bytes()));
+        bytes.extend((support.len() as u32).to_le_bytes());
+        for row in support {
+            bytes.extend((row.len() as u32).to_le_bytes());
+            bytes.extend(row.iter().flat_map(|i| i.to_le_bytes()));
+        }
+        crate::hash::sha256_hex(&bytes)
+    }
 }
 
 /// A trace and the raw tensors it references (artifact id → data).

@@ -307,6 +307,22 @@ impl LoadedModel {
         .map_err(|e| ModelError::Tokenizer(format!("{}: chat template: {e}", self.path.display())))
     }
 
+    /// sha256 of the vocabulary: every token's text in id order, one a
+    /// line, added tokens included. Two models with equal hashes index the
+    /// same tokens (what comparing their distributions needs); an id the
+    /// tokenizer has no text for hashes as an empty line.
+    pub fn vocabulary_sha256(&self) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        for id in 0..self.tokenizer.get_vocab_size(true) as u32 {
+            if let Some(t) = self.tokenizer.id_to_token(id) {
+                h.update(t.as_bytes());
+            }
+            h.update(b"\n");
+        }
+        hex::encode(h.finalize())
+    }
+
     /// Whether `id` ends a generation.
     pub fn is_eos(&self, id: u32) -> bool {
         self.special.eos.iter().any(|(e, _)| *e == id)

@@ -9,11 +9,13 @@ use anyhow::Context;
 use crate::bundle::Bundle;
 use crate::config::file::{GateSection, Severity};
 use crate::config::{Prompt, Redaction, Suite};
+use crate::executor::ReferenceContinuation;
 use crate::plugin::claims::MetricDelta;
 use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
-    ActivationFindings, Example, GateResult, ProjectionSeries, PromptKl, ReportDelta,
+    ActivationFindings, DistributionShift, Example, GateResult, ProjectionSeries, PromptKl,
+    ReportDelta,
 };
 use crate::report::stats::{Better, Z95, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
@@ -276,19 +278,24 @@ pub fn examples(
         .collect()
 }
 
-/// One prompt's KL figures from teacher-forced log-probability rows of
-/// each side (row j predicts completion token j; row 0 is the first
-/// generated token).
+/// One prompt's KL figures from its per-position rows (the baseline's
+/// top-k log-probabilities and the candidate's at the same tokens), with
+/// the per-position KL and the baseline's mass outside the kept tokens.
 pub fn prompt_kl(
     p: &Prompt,
     base_rows: &[Vec<f32>],
     cand_rows: &[Vec<f32>],
-) -> Option<(PromptKl, Vec<f64>)> {
-    let per: Vec<f64> = base_rows
+) -> Option<(PromptKl, Vec<f64>, Vec<f64>)> {
+    if base_rows.len() != cand_rows.len() {
+        return None;
+    }
+    let (per, rest): (Vec<f64>, Vec<f64>) = base_rows
         .iter()
         .zip(cand_rows)
-        .map(|(b, c)| crate::report::stats::kl_divergence(b, c))
-        .collect::<Option<Vec<f64>>>()?;
+        .map(|(b, c)| crate::report::stats::kl_divergence_with_rest(b, c))
+        .collect::<Option<Vec<(f64, f64)>>>()?
+        .into_iter()
+        .unzip();
     let first = *per.first()?;
     Some((
         PromptKl {
@@ -299,7 +306,176 @@ pub fn prompt_kl(
             positions: per.len(),
         },
         per,
+        rest,
     ))
+}
+
+/// The continuation a trace generated, with its top tokens at each
+/// position: what the other side is scored on for the KL. `None` when the
+/// trace holds no top-k rows.
+pub fn continuation_reference(t: &Trace) -> Option<ReferenceContinuation> {
+    let (flat, k) = t.artifacts_of(K::Tokens).find_map(|a| match &a.data {
+        ArtifactData::TokenIds { ids }
+            if a.labels.get("role").map(String::as_str) == Some("continuation_top_k") =>
+        {
+            Some((ids, a.labels.get("k")?.parse::<usize>().ok()?))
+        }
+        _ => None,
+    })?;
+    if k == 0 || flat.is_empty() || !flat.len().is_multiple_of(k) {
+        return None;
+    }
+    let completion = tokens_of(t, "completion").unwrap_or_default();
+    let support = flat.chunks(k).map(<[u32]>::to_vec).collect();
+    Some(ReferenceContinuation::new(
+        t.id.clone(),
+        completion,
+        support,
+    ))
+}
+
+/// Log-probability rows, one per position.
+type KlRows = Vec<Vec<f32>>;
+
+/// The `[positions, k]` rows of the one logprobs artifact of `t` with
+/// `role`, read from `bundle`; `None` when the trace has none.
+fn kl_rows(
+    bundle: &Bundle,
+    side: &str,
+    t: &Trace,
+    role: &str,
+) -> anyhow::Result<Option<(BTreeMap<String, String>, KlRows)>> {
+    let Some(a) = t.artifacts_of(K::Logprobs).find(|a| {
+        a.labels.get("role").map(String::as_str) == Some(role)
+            && matches!(a.data, ArtifactData::Tensor { raw: true, .. })
+    }) else {
+        return Ok(None);
+    };
+    let what = || {
+        format!(
+            "logprobs `{}` of trace `{}` in the {side} bundle {}",
+            a.id,
+            t.id,
+            bundle.root().display()
+        )
+    };
+    let r = bundle
+        .tensor(&t.id, &a.id)
+        .with_context(|| format!("cannot read {}", what()))?;
+    let [rows, k] = r.shape[..] else {
+        anyhow::bail!("{} has shape {:?}, not [positions, k]", what(), r.shape);
+    };
+    let v = r.to_f32_vec();
+    if rows == 0 || k == 0 {
+        anyhow::bail!("{} has shape {:?}: no rows", what(), r.shape);
+    }
+    Ok(Some((
+        a.labels.clone(),
+        v.chunks(k).map(<[f32]>::to_vec).collect(),
+    )))
+}
+
+/// KL(baseline ‖ candidate) of the next-token distributions along the
+/// baseline's continuation, from what the traces recorded: the baseline's
+/// top-k log-probabilities at each position it sampled, and the
+/// candidate's at the same tokens, teacher-forced after its own prompt.
+/// `Ok(Err(why))` when the traces cannot give a KL; an error when recorded
+/// evidence is damaged.
+pub fn distribution(
+    suite: &Suite,
+    baseline: (&[&Trace], &Bundle),
+    candidate: (&[&Trace], &Bundle),
+) -> anyhow::Result<Result<DistributionShift, String>> {
+    let vocab = |t: &Trace| t.model.tokenizer_sha256.clone();
+    let short = |s: &str| s.chars().take(12).collect::<String>();
+    for (b, c) in baseline.0.iter().zip(candidate.0) {
+        match (vocab(b), vocab(c)) {
+            (Some(x), Some(y)) if x != y => {
+                return Ok(Err(format!(
+                    "the two sides' tokenizers differ (vocabulary sha256 {} vs {}): their next-token distributions are over different tokens, so no KL is computed",
+                    short(&x),
+                    short(&y)
+                )));
+            }
+            (Some(_), Some(_)) => {}
+            _ => {
+                return Ok(Err(format!(
+                    "trace `{}` or `{}` does not record its tokenizer's vocabulary, so it cannot be checked that the two distributions are over the same tokens",
+                    b.id, c.id
+                )));
+            }
+        }
+    }
+    let mut per_prompt = Vec::new();
+    let mut rows_by_prompt = Vec::new();
+    let mut rest = Vec::new();
+    let mut k = None;
+    let mut mismatched = Vec::new();
+    for (p, (b, c)) in suite.prompts.iter().zip(baseline.0.iter().zip(candidate.0)) {
+        let Some(reference) = continuation_reference(b) else {
+            continue;
+        };
+        let Some((_, base_rows)) = kl_rows(baseline.1, "baseline", b, "continuation")? else {
+            continue;
+        };
+        let Some((labels, cand_rows)) =
+            kl_rows(candidate.1, "candidate", c, "reference_continuation")?
+        else {
+            continue;
+        };
+        if labels.get("reference_sha256") != Some(&reference.sha256)
+            || base_rows.len() != reference.support.len()
+            || cand_rows.len() != base_rows.len()
+        {
+            mismatched.push(p.id.clone());
+            continue;
+        }
+        k = Some(reference.support[0].len());
+        if let Some((kl, per, r)) = prompt_kl(p, &base_rows, &cand_rows) {
+            per_prompt.push(kl);
+            rows_by_prompt.push(per);
+            rest.extend(r);
+        }
+    }
+    if let Some(first) = mismatched.first() {
+        return Ok(Err(format!(
+            "the candidate was scored on another baseline continuation than the baseline bundle holds ({} prompt(s), first `{first}`): the bundles are not from the same run",
+            mismatched.len()
+        )));
+    }
+    if per_prompt.is_empty() {
+        return Ok(Err(
+            "no prompt pair holds the baseline's top-k next-token rows and the candidate's scores of them (record both sides together with observe.logprobs = true)".into(),
+        ));
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mut by_category: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for kl in &per_prompt {
+        if let Some(c) = &kl.category {
+            by_category
+                .entry(c.clone())
+                .or_default()
+                .push(kl.first_token_kl);
+        }
+    }
+    Ok(Ok(DistributionShift {
+        support: "top_k".into(),
+        top_k: k,
+        baseline_rest_mass: Some(mean(&rest)),
+        first_token_kl_mean: mean(
+            &per_prompt
+                .iter()
+                .map(|k| k.first_token_kl)
+                .collect::<Vec<_>>(),
+        ),
+        mean_kl: mean(&per_prompt.iter().map(|k| k.mean_kl).collect::<Vec<_>>()),
+        by_position: by_position(&rows_by_prompt),
+        by_category: by_category
+            .into_iter()
+            .map(|(c, v)| (c, mean(&v)))
+            .collect(),
+        per_prompt,
+    }))
 }
 
 /// Mean over prompts, per position (prompts shorter than a position do not count there).
@@ -599,9 +775,10 @@ mod tests {
         let p = &suite().prompts[0];
         let same = vec![vec![(0.5f32).ln(), (0.5f32).ln()]];
         let other = vec![vec![(0.9f32).ln(), (0.1f32).ln()]];
-        let (k, per) = prompt_kl(p, &same, &other).unwrap();
+        let (k, per, rest) = prompt_kl(p, &same, &other).unwrap();
         assert!((k.first_token_kl - 0.510_825_6).abs() < 1e-5, "{k:?}");
         assert_eq!(per.len(), 1);
+        assert!(rest[0].abs() < 1e-6);
         assert_eq!(prompt_kl(p, &same, &same).unwrap().0.mean_kl, 0.0);
     }
 }

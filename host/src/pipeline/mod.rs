@@ -239,14 +239,26 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         *note = format!("{} paired deltas", d.len());
         Ok(d)
     })?;
-    let distribution: Option<DistributionShift> = match &gathered.sides {
-        Some(sides) if plan.config.observe.logprobs => stages.run("distribution", |note| {
-            let d = report::distribution(plan, sides, &base_traces)?;
-            *note = format!("KL over {} prompts (teacher-forced)", d.per_prompt.len());
-            Ok(Some(d))
-        })?,
-        _ => None,
-    };
+    // From the recorded rows alone, so a replay gives the live run's KL.
+    let (distribution, distribution_unavailable): (Option<DistributionShift>, Option<String>) =
+        match plan.config.observe.logprobs {
+            true => stages.run("distribution", |note| {
+                let d = analyze::distribution(
+                    &plan.suite,
+                    (&base_traces, &baseline_bundle),
+                    (&cand_traces, &candidate_bundle),
+                )?;
+                *note = match &d {
+                    Ok(d) => format!("KL over {} prompts", d.per_prompt.len()),
+                    Err(why) => why.clone(),
+                };
+                Ok(match d {
+                    Ok(d) => (Some(d), None),
+                    Err(why) => (None, Some(why)),
+                })
+            })?,
+            false => (None, None),
+        };
 
     let (activation_findings, activation_note) = stages.run("activation findings", |note| {
         let (a, why) = report::activation_findings(
@@ -343,6 +355,7 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
         values: &values,
         deltas: deltas.into_iter().map(|d| d.0).collect(),
         distribution,
+        distribution_unavailable,
         activation_findings,
         activation_note,
         claims,
@@ -353,7 +366,8 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
     };
     let mut report = report::build(inputs, &stages.0)?;
     let files = stages.run("render", |note| {
-        let files = report::write(plan, &mut report)?;
+        let mut files = report::write(plan, &mut report)?;
+        files.push(report::write_scores(plan, &declared, &values)?);
         *note = format!("{} file(s)", files.len());
         Ok(files)
     })?;
@@ -390,9 +404,15 @@ fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     })?;
     let n = plan.suite.prompts.len();
     let cache = plan.output.join("traces").join("cache");
-    let mut recorded = Vec::new();
+    let mut recorded: Vec<record::Recorded> = Vec::new();
     for (side, plan_side) in [(&baseline, &plan.baseline), (&candidate, &plan.candidate)] {
         let name = plan_side.name.as_str();
+        // The candidate scores the baseline's continuations after its own
+        // prompt: the KL's other half, recorded in its traces.
+        let references = match recorded.first() {
+            Some(b) if plan.config.observe.logprobs => references(&b.bundle, &baseline, &candidate),
+            _ => std::collections::HashMap::new(),
+        };
         let r = stages.run(&format!("trace {name}"), |note| {
             let settings = record::RunSettings::from_plan(plan, side)?;
             let progress = progress_bar(n as u64, name);
@@ -401,6 +421,7 @@ fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
                 plan_side.system.as_deref(),
                 &settings,
                 &plan.suite.prompts,
+                &references,
                 &cache,
                 &plan.output.join("traces").join(name),
                 &progress,
@@ -420,6 +441,28 @@ fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
         sides: Some([baseline, candidate]),
         measured,
     })
+}
+
+/// The baseline's continuations by prompt id, for the candidate to score;
+/// none when the two tokenizers differ (the KL section then says so, from
+/// the traces' vocabulary hashes).
+fn references(
+    baseline: &Bundle,
+    b: &record::LoadedSide,
+    c: &record::LoadedSide,
+) -> std::collections::HashMap<String, crate::executor::ReferenceContinuation> {
+    if b.exec.model_ref().tokenizer_sha256 != c.exec.model_ref().tokenizer_sha256 {
+        tracing::warn!("the two sides' tokenizers differ: no KL will be computed");
+        return Default::default();
+    }
+    baseline
+        .traces()
+        .iter()
+        .filter_map(|t| {
+            let id = t.request.prompt_id.clone()?;
+            Some((id, analyze::continuation_reference(t)?))
+        })
+        .collect()
 }
 
 /// Measures the refusal direction, or reuses a saved one measured from the

@@ -565,6 +565,9 @@ pub const MAX_ALPHA: f32 = 1e4;
 pub const MAX_NEW_TOKENS: usize = 131_072;
 
 /// The `[observe]` values `run` could not honour, refused with their key.
+/// The most tokens `observe.top_logprobs` may keep per position.
+pub const MAX_TOP_LOGPROBS: usize = 4096;
+
 fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow::Result<()> {
     if !(o.temperature.is_finite() && o.temperature >= 0.0) {
         return Err(at(
@@ -597,6 +600,15 @@ fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow
         return Err(at(
             "observe.max_tokens",
             format!("{} is over the limit of {MAX_NEW_TOKENS}", o.max_tokens),
+        ));
+    }
+    if !(1..=MAX_TOP_LOGPROBS).contains(&o.top_logprobs) {
+        return Err(at(
+            "observe.top_logprobs",
+            format!(
+                "{} is outside 1..={MAX_TOP_LOGPROBS}: the KL needs at least the most likely token, and each kept token costs 8 bytes per position in the traces",
+                o.top_logprobs
+            ),
         ));
     }
     if let Some(i) = o.stop.iter().position(String::is_empty) {

@@ -12,7 +12,9 @@ use serde_json::json;
 use crate::bundle::{Bundle, BundleWriter, WriteMode};
 use crate::config::Prompt;
 use crate::config::file::{PromptFormName, TransformKind};
-use crate::executor::{CandleExecutor, GenerateOptions, ModelSpec, PromptForm, RunOptions};
+use crate::executor::{
+    CandleExecutor, GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
+};
 use crate::intervene::{Intervention, Mode, Positions, load_direction};
 use crate::model::llama::Matrix;
 use crate::model::sample::Sampling;
@@ -249,6 +251,10 @@ impl RunSettings {
                 max_tokens: o.max_tokens,
                 sampling,
                 stop: o.stop.clone(),
+                top_logprobs: match o.logprobs {
+                    true => o.top_logprobs,
+                    false => 0,
+                },
             },
             observe,
             layers: o.layers.clone(),
@@ -288,11 +294,15 @@ pub struct Recorded {
 /// Records (or reuses) one trace per prompt and writes the side's bundle
 /// at `bundle_path`; per-trace results are kept under `cache` as they are
 /// made, so an interrupted run loses at most the prompt in flight.
+/// `references` (by prompt id) are the other side's continuations to score
+/// after each prompt (the candidate's side of the KL).
+#[allow(clippy::too_many_arguments)]
 pub fn record_side(
     side: &LoadedSide,
     system: Option<&str>,
     settings: &RunSettings,
     prompts: &[Prompt],
+    references: &HashMap<String, ReferenceContinuation>,
     cache: &Path,
     bundle_path: &Path,
     progress: &indicatif::ProgressBar,
@@ -308,6 +318,7 @@ pub fn record_side(
             interventions: side.interventions.clone(),
             block_outputs: false,
             generate: settings.generate.clone(),
+            reference: references.get(&p.id).cloned(),
         };
         let key = crate::hash::sha256_hex(
             json!({
@@ -319,7 +330,9 @@ pub fn record_side(
                     "max_tokens": options.generate.max_tokens,
                     "sampling": options.generate.sampling.as_ref().map(|s| format!("{s:?}")),
                     "stop": options.generate.stop,
+                    "top_logprobs": options.generate.top_logprobs,
                 },
+                "reference": options.reference.as_ref().map(|r| &r.sha256),
             })
             .to_string()
             .as_bytes(),
@@ -385,11 +398,13 @@ fn read_cached(dir: &Path) -> anyhow::Result<(Trace, HashMap<String, TensorData>
     Ok((t.clone(), tensors))
 }
 
-/// Raw tensors are kept for activations only: logits, logprobs and weight
-/// snapshots are vocabulary- or matrix-sized, and their summaries stay.
+/// Raw tensors are kept for activations and the KL's top-k rows only:
+/// full logits, logprobs and weight snapshots are vocabulary- or
+/// matrix-sized, and their summaries stay.
 fn keep_raw_activations_only(trace: &mut Trace, tensors: &mut HashMap<String, TensorData>) {
     for a in &mut trace.artifacts {
         if a.kind != K::Activation
+            && !a.is_kl_rows()
             && let ArtifactData::Tensor { raw, .. } = &mut a.data
             && *raw
         {

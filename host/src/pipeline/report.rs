@@ -8,7 +8,6 @@ use anyhow::Context;
 use crate::bundle::Bundle;
 use crate::config::Redaction;
 use crate::config::file::Format;
-use crate::executor::{PromptForm, RunOptions};
 use crate::report::Access;
 use crate::report::claims::ClaimStatus;
 use crate::report::document::{
@@ -16,7 +15,7 @@ use crate::report::document::{
     InterventionSummary, ModelSide, PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta,
     Reproducibility, StageRecord, Summary, TargetChange,
 };
-use crate::trace::{ArtifactKind as K, Trace, TraceRequest};
+use crate::trace::{ArtifactKind as K, Trace};
 
 use super::analyze::{self, Declared, Values};
 use super::plan::{DirectionRef, Plan, claim_gap};
@@ -35,6 +34,8 @@ pub(super) struct Inputs<'a> {
     pub values: &'a [Values; 2],
     pub deltas: Vec<ReportDelta>,
     pub distribution: Option<DistributionShift>,
+    /// Why there is no KL, when logprobs were asked for.
+    pub distribution_unavailable: Option<String>,
     pub activation_findings: Option<ActivationFindings>,
     /// Why there are no activation findings, when a direction was named.
     pub activation_note: Option<String>,
@@ -54,111 +55,6 @@ pub(super) fn kinds_in_both(access: &Access) -> Vec<K> {
         .filter(|c| c.candidate == c.of_candidate && c.candidate.unwrap_or(0) > 0)
         .map(|c| c.kind)
         .collect()
-}
-
-/// KL(baseline ‖ candidate) of the next-token distributions along the
-/// baseline's own completion (teacher-forced), from fresh forward passes
-/// of both models with their transformations.
-pub(super) fn distribution(
-    plan: &Plan,
-    sides: &[LoadedSide; 2],
-    base_traces: &[&Trace],
-) -> anyhow::Result<DistributionShift> {
-    let mut per_prompt = Vec::new();
-    let mut rows_by_prompt = Vec::new();
-    for (p, t) in plan.suite.prompts.iter().zip(base_traces) {
-        let Some(prompt_ids) = analyze::tokens_of(t, "prompt") else {
-            continue;
-        };
-        let completion = analyze::tokens_of(t, "completion").unwrap_or_default();
-        let mut ids = prompt_ids.clone();
-        ids.extend(&completion);
-        let first = prompt_ids.len() - 1;
-        let count = completion.len().max(1);
-        let rows: Vec<Vec<Vec<f32>>> = sides
-            .iter()
-            .map(|s| teacher_forced(s, &ids, first, count, &p.id))
-            .collect::<anyhow::Result<_>>()?;
-        if let Some((kl, per)) = analyze::prompt_kl(p, &rows[0], &rows[1]) {
-            per_prompt.push(kl);
-            rows_by_prompt.push(per);
-        }
-    }
-    anyhow::ensure!(!per_prompt.is_empty(), "no prompt had tokens to compare");
-    let mean = |v: &mut dyn Iterator<Item = f64>| {
-        let v: Vec<f64> = v.collect();
-        v.iter().sum::<f64>() / v.len().max(1) as f64
-    };
-    let mut by_category: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for k in &per_prompt {
-        if let Some(c) = &k.category {
-            by_category
-                .entry(c.clone())
-                .or_default()
-                .push(k.first_token_kl);
-        }
-    }
-    Ok(DistributionShift {
-        support: "full".into(),
-        first_token_kl_mean: mean(&mut per_prompt.iter().map(|k| k.first_token_kl)),
-        mean_kl: mean(&mut per_prompt.iter().map(|k| k.mean_kl)),
-        by_position: analyze::by_position(&rows_by_prompt),
-        by_category: by_category
-            .into_iter()
-            .map(|(c, v)| (c, v.iter().sum::<f64>() / v.len() as f64))
-            .collect(),
-        per_prompt,
-    })
-}
-
-/// Log-probability rows `first..first + count` of one forward pass over `ids`.
-fn teacher_forced(
-    side: &LoadedSide,
-    ids: &[u32],
-    first: usize,
-    count: usize,
-    prompt: &str,
-) -> anyhow::Result<Vec<Vec<f32>>> {
-    let request = TraceRequest {
-        prompt_id: Some(prompt.to_owned()),
-        token_ids: Some(ids.to_vec()),
-        // logprobs are derived from logits, so a trace asks for both
-        observe: vec![K::Logits, K::Logprobs],
-        raw_tensors: true,
-        ..TraceRequest::default()
-    };
-    let options = RunOptions {
-        trace_id: format!("kl-{prompt}"),
-        prompt: PromptForm::Raw,
-        interventions: side.interventions.clone(),
-        block_outputs: false,
-        generate: crate::executor::GenerateOptions {
-            max_tokens: 0,
-            sampling: None,
-            stop: Vec::new(),
-        },
-    };
-    let out = side
-        .exec
-        .trace(&request, &options)
-        .with_context(|| format!("teacher-forced pass on prompt `{prompt}`"))?;
-    let a = out
-        .trace
-        .artifacts_of(K::Logprobs)
-        .next()
-        .context("the teacher-forced pass recorded no logprobs")?;
-    let data = out.tensors.get(&a.id).context("no raw logprobs")?;
-    let vocab = *data.shape.last().context("a scalar logprobs tensor")?;
-    let values = data.as_ref().to_f32_vec();
-    let positions = values.len() / vocab;
-    anyhow::ensure!(
-        first + count <= positions,
-        "prompt `{prompt}`: {positions} positions, wanted rows {first}..{}",
-        first + count
-    );
-    Ok((first..first + count)
-        .map(|i| values[i * vocab..(i + 1) * vocab].to_vec())
-        .collect())
 }
 
 fn side_of(t: &Trace, label: &str, describe: Option<String>) -> ModelSide {
@@ -339,10 +235,16 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
             cfg.observe.temperature, cfg.observe.seed
         ));
     }
-    if i.distribution.is_some() {
-        limitations.push("KL divergences come from teacher-forced forward passes of both models run by the host at report time (on the baseline's completions); they are not stored in the bundles, and `vauban diff` cannot recompute them".into());
-    } else if cfg.observe.logprobs && i.sides.is_none() {
-        limitations.push("no KL divergence: replayed bundles keep logprob summaries, not full distributions, and replay has no model to run teacher-forced passes".into());
+    if let Some(d) = &i.distribution
+        && let (Some(k), Some(rest)) = (d.top_k, d.baseline_rest_mass)
+    {
+        limitations.push(format!(
+            "the KL is over the baseline's {k} most likely tokens at each position plus one bucket for the rest of the vocabulary (on average {:.2}% of the baseline's probability): a lower bound of the full KL",
+            rest * 100.0
+        ));
+    }
+    if let Some(why) = &i.distribution_unavailable {
+        limitations.push(format!("no KL divergence: {why}"));
     }
     for m in &i.access.missing_evidence {
         limitations.push(format!("missing evidence: {m}"));
@@ -472,6 +374,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         claims: i.claims,
         metric_deltas: i.deltas,
         distribution: i.distribution,
+        distribution_unavailable: i.distribution_unavailable,
         activation_findings: i.activation_findings,
         interventions,
         examples,
@@ -516,6 +419,40 @@ pub(super) fn write(plan: &Plan, report: &mut Report) -> anyhow::Result<Vec<Path
         files.push(path);
     }
     Ok(files)
+}
+
+/// Every prompt's value of every metric, on both sides, one JSON object a
+/// line (`scores.jsonl` beside the report): suite order, then side, then
+/// the order the scorers declared their metrics.
+pub(super) fn write_scores(
+    plan: &Plan,
+    declared: &[Declared],
+    values: &[Values; 2],
+) -> anyhow::Result<PathBuf> {
+    let mut text = String::new();
+    for p in &plan.suite.prompts {
+        for (side, v) in ["baseline", "candidate"].into_iter().zip(values) {
+            for d in declared {
+                let Some(&value) = v.get(&(p.id.clone(), d.spec.name.clone())) else {
+                    continue;
+                };
+                let row = document::ScoreRow {
+                    prompt_id: p.id.clone(),
+                    category: p.category.clone(),
+                    side: side.to_owned(),
+                    scorer: d.scorer.clone(),
+                    metric: d.spec.name.clone(),
+                    value,
+                };
+                text.push_str(&serde_json::to_string(&row)?);
+                text.push('\n');
+            }
+        }
+    }
+    let path = plan.output.join("scores.jsonl");
+    crate::atomic_file::write(&path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
 }
 
 /// A p-value for a sentence: 3 significant digits, scientific when tiny.

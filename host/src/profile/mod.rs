@@ -53,6 +53,7 @@ mod test_support {
             name: "tiny".into(),
             path: None,
             sha256: None,
+            tokenizer_sha256: None,
         };
         let caps = Capabilities::uniform("test", &[DeviceKind::Cpu], SupportLevel::Full);
         let mut b = TraceBuilder::new(id, model, caps, "cpu", request);

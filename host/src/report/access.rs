@@ -778,6 +778,7 @@ mod tests {
                 name: "tiny".into(),
                 path: None,
                 sha256: None,
+                tokenizer_sha256: None,
             };
             let mut b = TraceBuilder::new(self.id, model, caps, "cpu", request);
             let span = b.span(Stage::Forward, StageProfile::default());

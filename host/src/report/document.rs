@@ -39,6 +39,10 @@ pub struct Report {
     pub metric_deltas: Vec<ReportDelta>,
     /// Next-token distribution shift, when both sides recorded logprobs.
     pub distribution: Option<DistributionShift>,
+    /// Why there is no distribution shift, when logprobs were recorded but
+    /// the KL cannot be computed from the traces (different tokenizers...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution_unavailable: Option<String>,
     /// Per-layer projections onto the report's direction, when both sides
     /// recorded raw activations and a direction was given.
     pub activation_findings: Option<ActivationFindings>,
@@ -202,6 +206,14 @@ pub struct ReportDelta {
 pub struct DistributionShift {
     /// Over the vocabulary entries both sides recorded (`full` or `top_k`).
     pub support: String,
+    /// With `top_k`: the baseline's most likely tokens kept per position;
+    /// the rest of the vocabulary is one bucket, so the KL is a lower bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// With `top_k`: the baseline's mean probability mass outside the kept
+    /// tokens (how much of the distribution the bucket holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_rest_mass: Option<f64>,
     /// At the first generated position, mean over prompts.
     pub first_token_kl_mean: f64,
     /// Mean over prompts of the mean over teacher-forced positions.
@@ -343,4 +355,21 @@ pub struct StageRecord {
     pub stage: String,
     pub seconds: f64,
     pub note: String,
+}
+
+/// One line of `scores.jsonl`: one metric's value for one prompt on one
+/// side. The file beside the report holds every value the statistics were
+/// computed from (the report's examples are a selection).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreRow {
+    pub prompt_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// `baseline` or `candidate`.
+    pub side: String,
+    /// The scorer plugin's name.
+    pub scorer: String,
+    pub metric: String,
+    pub value: f64,
 }

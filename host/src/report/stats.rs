@@ -103,6 +103,28 @@ pub fn kl_divergence(p_log: &[f32], q_log: &[f32]) -> Option<f64> {
     )
 }
 
+/// KL(P ‖ Q) over a partition of the vocabulary into the tokens whose
+/// log-probabilities are given (`p_log`, `q_log`, the same tokens in the
+/// same order) and one bucket for every other token, holding the mass the
+/// given ones leave. By the data-processing inequality this is at most the
+/// full KL, and equal to it when the rest of the vocabulary is
+/// proportionally distributed under both. Also returns P's mass outside the
+/// given tokens. `None` for mismatched lengths or NaN.
+pub fn kl_divergence_with_rest(p_log: &[f32], q_log: &[f32]) -> Option<(f64, f64)> {
+    let kept = kl_divergence(p_log, q_log)?;
+    let mass = |v: &[f32]| v.iter().map(|&l| f64::from(l).exp()).sum::<f64>();
+    // Rounding can push a sum just over 1; the rest is then empty.
+    let p_rest = (1.0 - mass(p_log)).max(0.0);
+    let q_rest = (1.0 - mass(q_log)).max(0.0);
+    let rest = match (p_rest, q_rest) {
+        (p, _) if p <= f64::EPSILON => 0.0,
+        // P keeps mass where Q (to rounding) has none: the KL is as large
+        // as the floor makes it, which stands for "very large".
+        (p, q) => p * (p.ln() - q.max(1e-12).ln()),
+    };
+    Some((kept + rest, p_rest))
+}
+
 /// How a change reads, given which direction is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -138,6 +160,35 @@ pub fn quality(delta: f64, interval: Option<(f64, f64)>, better: Better) -> Qual
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn log_softmax(logits: &[f64]) -> Vec<f32> {
+        let lse = logits.iter().map(|l| l.exp()).sum::<f64>().ln();
+        logits.iter().map(|l| (l - lse) as f32).collect()
+    }
+
+    #[test]
+    fn kl_with_rest_is_the_full_kl_over_every_token_and_a_lower_bound_over_fewer() {
+        let p = log_softmax(&[2.0, 1.0, 0.5, -1.0, -3.0, 0.0]);
+        let q = log_softmax(&[1.0, 1.5, 0.0, 0.5, -1.0, -2.0]);
+        let full = kl_divergence(&p, &q).unwrap();
+        let (all, rest) = kl_divergence_with_rest(&p, &q).unwrap();
+        assert!((all - full).abs() < 1e-6, "{all} vs {full}");
+        assert!(rest < 1e-6);
+        // P's three most likely tokens (ids 0, 1, 5) and one bucket.
+        let pick = |v: &[f32]| [v[0], v[1], v[5]];
+        let (top, rest) = kl_divergence_with_rest(&pick(&p), &pick(&q)).unwrap();
+        assert!(top <= full + 1e-9 && top > 0.0, "{top} vs {full}");
+        let p_rest: f64 = [2, 3, 4].iter().map(|&i| f64::from(p[i]).exp()).sum();
+        assert!((rest - p_rest).abs() < 1e-6);
+        // Equal distributions: zero, whatever the tokens kept.
+        assert!(
+            kl_divergence_with_rest(&pick(&p), &pick(&p))
+                .unwrap()
+                .0
+                .abs()
+                < 1e-9
+        );
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() < tol

@@ -26,6 +26,24 @@ pub struct Artifact {
     pub data: ArtifactData,
 }
 
+impl Artifact {
+    /// The label `role`, when set.
+    pub fn role(&self) -> Option<&str> {
+        self.labels.get("role").map(String::as_str)
+    }
+
+    /// Whether this is one side's top-k next-token rows along a
+    /// continuation (`role = continuation`, or `reference_continuation`
+    /// for the other side's continuation scored under this model): the
+    /// rows the next-token KL is computed from. Their raw values are
+    /// always kept, whatever `raw_tensors` says: they are small
+    /// (positions × k) and a summary cannot give a KL.
+    pub fn is_kl_rows(&self) -> bool {
+        self.kind == ArtifactKind::Logprobs
+            && matches!(self.role(), Some("continuation" | "reference_continuation"))
+    }
+}
+
 /// The value an artifact carries. Which variant fits which kind is fixed
 /// (see [`ArtifactData::fits`]); a mismatch is a validation problem.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,7 +126,7 @@ pub struct Span {
 }
 
 /// The model a trace ran on.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelRef {
     pub name: String,
@@ -117,6 +135,11 @@ pub struct ModelRef {
     /// sha256 of the weights file(s), lowercase hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// sha256 of the vocabulary (every token's text, in id order): two
+    /// traces with equal hashes index the same tokens, so their
+    /// distributions can be compared position by position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_sha256: Option<String>,
 }
 
 impl fmt::Display for ModelRef {

@@ -295,7 +295,9 @@ impl Trace {
 
     fn check_data(&self, p: &mut Vec<Problem>) {
         for a in &self.artifacts {
-            if matches!(a.data, ArtifactData::Tensor { raw: true, .. }) && !self.request.raw_tensors
+            if matches!(a.data, ArtifactData::Tensor { raw: true, .. })
+                && !self.request.raw_tensors
+                && !a.is_kl_rows()
             {
                 p.push(Problem::RawNotRequested {
                     artifact: a.id.clone(),
@@ -503,6 +505,7 @@ mod tests {
                 name: "tiny".into(),
                 path: None,
                 sha256: Some("ab".repeat(32)),
+                tokenizer_sha256: None,
             },
             caps(),
             "cpu",
@@ -844,6 +847,19 @@ mod tests {
         );
         t.request.raw_tensors = true;
         assert_eq!(problems(&t), Vec::<String>::new());
+        // The KL's top-k rows are raw whatever the request says.
+        t.request.raw_tensors = false;
+        t.artifacts[2].kind = ArtifactKind::Logprobs;
+        t.artifacts[2]
+            .labels
+            .insert("role".into(), "continuation".into());
+        assert!(
+            !problems(&t)
+                .iter()
+                .any(|p| p.contains("keeps its raw tensor")),
+            "{:?}",
+            problems(&t)
+        );
     }
 
     #[test]
@@ -885,6 +901,7 @@ mod tests {
                 name: "tiny".into(),
                 path: None,
                 sha256: None,
+                tokenizer_sha256: None,
             }
         }
     }

@@ -14,6 +14,7 @@ pub fn fixture_model() -> ModelRef {
         name: "fixture-model".into(),
         path: None,
         sha256: Some("0f".repeat(32)),
+        tokenizer_sha256: None,
     }
 }
 

@@ -381,8 +381,11 @@ pub fn sample_report() -> Report {
             },
         ],
         metric_deltas,
+        distribution_unavailable: None,
         distribution: Some(DistributionShift {
             support: "top_k".into(),
+            top_k: Some(256),
+            baseline_rest_mass: Some(0.0125),
             first_token_kl_mean: 1.0,
             mean_kl: 0.31,
             per_prompt,

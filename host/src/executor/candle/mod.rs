@@ -26,6 +26,7 @@ pub struct CandleExecutor {
     pub device_name: String,
     device_kind: DeviceKind,
     sha256: OnceLock<Option<String>>,
+    tokenizer_sha256: OnceLock<String>,
     /// Set when the weights were changed in memory after loading, so the
     /// file hash no longer describes them.
     pub modified: Option<String>,
@@ -42,6 +43,7 @@ impl CandleExecutor {
             device_name: spec.device.to_string(),
             device_kind: spec.device.kind(),
             sha256: OnceLock::new(),
+            tokenizer_sha256: OnceLock::new(),
             modified: None,
         })
     }
@@ -108,6 +110,11 @@ impl CandleExecutor {
             name,
             path: Some(self.model.path.display().to_string()),
             sha256,
+            tokenizer_sha256: Some(
+                self.tokenizer_sha256
+                    .get_or_init(|| self.model.vocabulary_sha256())
+                    .clone(),
+            ),
         }
     }
 

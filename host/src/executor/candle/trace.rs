@@ -10,7 +10,7 @@ use candle_core::{DType, Tensor};
 use super::session::{CandleSession, Effect};
 use super::{CandleExecutor, resident_bytes};
 use crate::executor::generate::generate;
-use crate::executor::{ExecutorError, PromptForm, RunOptions, TraceOutput};
+use crate::executor::{ExecutorError, InferenceSession, PromptForm, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
 use crate::model::ModelError;
 use crate::model::llama::{LogitsAt, Matrix, log_softmax};
@@ -363,7 +363,79 @@ pub(super) fn run(
                 tensors.insert(id, data);
             }
         }
+        if request.wants(K::Logprobs) && !g.top.is_empty() {
+            // Always raw: the next-token KL is computed from these rows.
+            let k = g.top[0].ids.len();
+            let values: Vec<f32> = g.top.iter().flat_map(|r| r.logprobs.clone()).collect();
+            let data = TensorData::from_f32(vec![g.top.len(), k], &values).expect("2-D");
+            let id = b.artifact_with(
+                &span,
+                K::Logprobs,
+                ArtifactData::tensor(data.as_ref(), true),
+                None,
+                labels(&[
+                    ("role", "continuation"),
+                    ("values", "top_k"),
+                    ("k", &k.to_string()),
+                ]),
+            );
+            tensors.insert(id, data);
+            b.artifact_with(
+                &span,
+                K::Tokens,
+                ArtifactData::TokenIds {
+                    ids: g.top.iter().flat_map(|r| r.ids.clone()).collect(),
+                },
+                None,
+                labels(&[("role", "continuation_top_k"), ("k", &k.to_string())]),
+            );
+        }
         generation = Some(g);
+    }
+
+    // forward: another side's continuation scored after this run's own prompt.
+    if let Some(r) = options
+        .reference
+        .as_ref()
+        .filter(|_| request.wants(K::Logprobs))
+    {
+        let start = Instant::now();
+        let data = score_reference(exec, &ids, options, r)?;
+        let mut p = profile(start, ids.len() + r.completion.len());
+        p.output_bytes = data.bytes.len() as u64;
+        p.notes.insert(
+            "teacher_forced".into(),
+            format!(
+                "the continuation of trace `{}` after this run's prompt; log-probabilities of its top tokens",
+                r.trace_id
+            ),
+        );
+        let span = b.span(Stage::Forward, p);
+        last_span = span.clone();
+        let k = data.shape[1].to_string();
+        let id = b.artifact_with(
+            &span,
+            K::Logprobs,
+            ArtifactData::tensor(data.as_ref(), true),
+            None,
+            labels(&[
+                ("role", "reference_continuation"),
+                ("values", "at_reference_top_k"),
+                ("k", &k),
+                ("reference_trace", &r.trace_id),
+                ("reference_sha256", &r.sha256),
+            ]),
+        );
+        tensors.insert(id, data);
+        b.artifact_with(
+            &span,
+            K::Tokens,
+            ArtifactData::TokenIds {
+                ids: r.completion.clone(),
+            },
+            None,
+            labels(&[("role", "reference_continuation")]),
+        );
     }
 
     // intervene: what each intervention (and the policy) did over prefill and decode.
@@ -447,6 +519,58 @@ pub(super) fn run(
         tensors,
         generation,
     })
+}
+
+/// Log-probabilities `[positions, k]` of `r.support` at each position of
+/// `r.completion` teacher-forced after `prompt`, from one forward pass of a
+/// fresh session with this run's interventions (a policy, which decides
+/// step by step, does not take part).
+fn score_reference(
+    exec: &CandleExecutor,
+    prompt: &[u32],
+    options: &RunOptions,
+    r: &crate::executor::ReferenceContinuation,
+) -> Result<TensorData, ExecutorError> {
+    let rows = r.support.len();
+    let k = r.support.first().map_or(0, Vec::len);
+    if rows == 0 || rows > r.completion.len() + 1 || r.support.iter().any(|s| s.len() != k) {
+        return Err(ExecutorError::Request(format!(
+            "reference continuation of `{}`: {rows} support rows for {} tokens (want 1 to {}, each of the same width)",
+            r.trace_id,
+            r.completion.len(),
+            r.completion.len() + 1
+        )));
+    }
+    let vocab = exec.dims().vocab;
+    if let Some(bad) = r.support.iter().flatten().find(|&&id| id as usize >= vocab) {
+        return Err(ExecutorError::Request(format!(
+            "reference continuation of `{}`: token id {bad} is outside this model's vocabulary of {vocab}",
+            r.trace_id
+        )));
+    }
+    let mut ids = prompt.to_vec();
+    ids.extend(&r.completion[..rows - 1]);
+    let mut session = exec.session(&options.interventions);
+    if let Some(limit) = session.capacity()
+        && ids.len() > limit
+    {
+        return Err(ExecutorError::Request(format!(
+            "reference continuation of `{}`: the prompt and continuation are {} tokens, over the model's context of {limit}",
+            r.trace_id,
+            ids.len()
+        )));
+    }
+    let logits = session.prefill_tensor(&ids, LogitsAt::All)?;
+    let rows_lp: Vec<Vec<f32>> = log_softmax(&logits)?
+        .narrow(0, prompt.len() - 1, rows)
+        .and_then(|t| t.to_vec2::<f32>())
+        .map_err(ModelError::from)?;
+    let values: Vec<f32> = rows_lp
+        .iter()
+        .zip(&r.support)
+        .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
+        .collect();
+    Ok(TensorData::from_f32(vec![rows, k], &values).expect("rows × k"))
 }
 
 /// The effect part of an intervention record.

@@ -715,14 +715,14 @@ fn delta_table(out: &mut String, metric: &str, rows: &[&ReportDelta]) {
 
 fn distribution(out: &mut String, r: &Report) {
     let Some(d): Option<&DistributionShift> = r.distribution.as_ref() else {
-        note(out, NO_DISTRIBUTION);
+        note(out, &no_distribution(r));
         return;
     };
     let _ = writeln!(
         out,
-        "<p>KL(baseline ‖ candidate) between next-token distributions on the same prefix, in \
-         nats, over the {} support.</p>",
-        code(&d.support)
+        "<p>KL(baseline ‖ candidate) between next-token distributions along the baseline's \
+         continuation, each side after its own prompt, in nats, over {}.</p>",
+        e(&kl_support(d))
     );
     out.push_str("<div class=\"cards\">");
     card(

@@ -557,14 +557,15 @@ const MAX_POSITIONS: usize = 32;
 
 fn distribution(out: &mut String, r: &Report) {
     let Some(d): Option<&DistributionShift> = r.distribution.as_ref() else {
-        note(out, NO_DISTRIBUTION);
+        note(out, &no_distribution(r));
         return;
     };
     let _ = writeln!(
         out,
-        "KL(baseline ‖ candidate) in nats over the {} support: first generated token {}, \
-         mean over the teacher-forced continuation {}.\n",
-        code(&d.support),
+        "KL(baseline ‖ candidate) in nats along the baseline's continuation, each side after \
+         its own prompt, over {}: first generated token {}, mean over the teacher-forced \
+         continuation {}.\n",
+        text(&kl_support(d)),
         num(d.first_token_kl_mean),
         num(d.mean_kl)
     );

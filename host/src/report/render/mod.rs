@@ -44,6 +44,26 @@ pub const SECTIONS: [(&str, &str); 13] = [
 const NO_CLAIMS: &str = "No claims: no claim mapper proposed one.";
 const NO_DELTAS: &str = "No behavioural deltas: no scorer produced a metric on both sides.";
 const NO_DISTRIBUTION: &str = "No distribution shift: the traces hold no logprobs on both sides.";
+
+/// Why the report has no distribution shift.
+fn no_distribution(r: &crate::report::document::Report) -> String {
+    match &r.distribution_unavailable {
+        Some(why) => format!("No distribution shift: {why}."),
+        None => NO_DISTRIBUTION.into(),
+    }
+}
+
+/// The tokens the KL is over, in words.
+fn kl_support(d: &crate::report::document::DistributionShift) -> String {
+    match (d.top_k, d.baseline_rest_mass) {
+        (Some(k), Some(rest)) => format!(
+            "the baseline's {k} most likely tokens at each position plus one bucket for the rest \
+             ({:.2}% of the baseline's probability on average; the KL is a lower bound)",
+            rest * 100.0
+        ),
+        _ => format!("the {} support", d.support),
+    }
+}
 const NO_ACTIVATIONS: &str = "No activation findings: they need raw activations recorded on \
                               both sides and a direction to project them onto.";
 const NO_INTERVENTIONS: &str =
