@@ -17,9 +17,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use vauban::executor::candle::CandleExecutor;
 use vauban::executor::{
-    CandleExecutor, DeviceSpec, GenerateOptions, ModelSpec, PromptForm, RunOptions,
-    generate::generate,
+    DeviceSpec, GenerateOptions, ModelSpec, PromptForm, RunOptions, generate::generate,
 };
 use vauban::model::llama::{LogitsAt, NoHook, WeightMode};
 use vauban::trace::{ArtifactKind as K, TraceRequest};
@@ -146,7 +146,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             })?);
             traced_acts.push(time(&mut || {
-                let out = exec.trace(&acts_only, &options)?;
+                let out = exec.trace(&acts_only, &options, None)?;
                 assert_eq!(out.trace.artifacts_of(K::Activation).count(), layers.len());
                 Ok(())
             })?);
@@ -161,7 +161,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             })?);
             traced_all.push(time(&mut || {
-                exec.trace(&everything, &options)?;
+                exec.trace(&everything, &options, None)?;
                 Ok(())
             })?);
         }

@@ -9,12 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use common::tiny;
 use vauban::config::{Prompt, Redaction, Suite};
 use vauban::executor::{
-    CandleExecutor, DeviceSpec, GenerateOptions, ModelSpec, PromptForm, RunOptions,
+    Backend, DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions,
 };
 use vauban::intervene::{InterventionSpec, load_direction};
 use vauban::measure::{
@@ -69,8 +68,8 @@ fn write_suite(path: &Path, s: &Suite) -> PathBuf {
 
 /// The tiny model as an f32 GGUF (no declared context length, so the chat
 /// template's extra tokens always fit), loaded once per test binary.
-fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, CandleExecutor) {
-    static EXEC: OnceLock<(tempfile::TempDir, PathBuf, CandleExecutor)> = OnceLock::new();
+fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, Backend) {
+    static EXEC: OnceLock<(tempfile::TempDir, PathBuf, Backend)> = OnceLock::new();
     EXEC.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let path = tiny::write_gguf(&dir.path().join("tiny.gguf"), 11, GgmlDType::F32);
@@ -79,8 +78,8 @@ fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, CandleExecutor) {
     })
 }
 
-fn load(path: &Path, weights: WeightMode) -> CandleExecutor {
-    CandleExecutor::load(&ModelSpec {
+fn load(path: &Path, weights: WeightMode) -> Backend {
+    Backend::load(&ModelSpec {
         path: path.to_path_buf(),
         device: DeviceSpec::Cpu,
         weights,
@@ -96,7 +95,7 @@ fn lenient() -> MeasureOptions {
     }
 }
 
-fn run(exec: &CandleExecutor, options: &MeasureOptions) -> Result<Measurement, MeasureError> {
+fn run(exec: &Backend, options: &MeasureOptions) -> Result<Measurement, MeasureError> {
     measure::measure(
         exec,
         &suite("harm", &HARMFUL),
@@ -108,7 +107,7 @@ fn run(exec: &CandleExecutor, options: &MeasureOptions) -> Result<Measurement, M
 
 /// The residual stream after every block at the last prompt token, read
 /// from a trace's raw activations: `[layers][hidden]`.
-fn traced_last_token(exec: &CandleExecutor, text: &str) -> Vec<Vec<f32>> {
+fn traced_last_token(exec: &Backend, text: &str) -> Vec<Vec<f32>> {
     let layers: Vec<usize> = (0..tiny::LAYERS).collect();
     let request = TraceRequest {
         prompt_id: Some("p".into()),
@@ -128,7 +127,7 @@ fn traced_last_token(exec: &CandleExecutor, text: &str) -> Vec<Vec<f32>> {
         generate: GenerateOptions::default(),
         reference: None,
     };
-    let out = exec.trace(&request, &options).unwrap();
+    let out = exec.trace(&request, &options, None).unwrap();
     layers
         .iter()
         .map(|&l| {
@@ -257,13 +256,13 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
 
     // What `--intervene …,direction=FILE,tensor=direction` reads.
     let layer = m.chosen_layer();
-    let d = load_direction(&out, Some("direction"), None, layer, &Device::Cpu).unwrap();
+    let d = load_direction(&out, Some("direction"), None, layer).unwrap();
     assert_eq!(d.rows(), 1);
-    assert_eq!(d.basis.to_vec2::<f32>().unwrap()[0], m.direction());
+    assert_eq!(d.basis, m.direction());
     assert!((d.norms[0] - 1.0).abs() < 1e-5);
     for l in 0..tiny::LAYERS {
-        let row = load_direction(&out, Some("per_layer"), Some(l), l, &Device::Cpu).unwrap();
-        assert_eq!(row.basis.to_vec2::<f32>().unwrap()[0], m.per_layer[l]);
+        let row = load_direction(&out, Some("per_layer"), Some(l), l).unwrap();
+        assert_eq!(row.basis, m.per_layer[l]);
     }
     let spec: InterventionSpec = format!(
         "layer={layer},mode=subtract,direction={},tensor=direction",
@@ -271,8 +270,7 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
     )
     .parse()
     .unwrap();
-    spec.resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
-        .unwrap();
+    spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
 
     let meta = read_metadata(&out).unwrap();
     let get = |k: &str| meta.get(k).map(String::as_str);
@@ -517,7 +515,7 @@ fn the_command_writes_the_file_and_prints_json_or_a_table() {
 
 /// SmolLM2-135M-Instruct, loaded with f32 weights (ten times faster than
 /// its Q4_1 on the CPU).
-fn smollm2() -> Option<CandleExecutor> {
+fn smollm2() -> Option<Backend> {
     let dir = std::env::var_os("VAUBAN_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

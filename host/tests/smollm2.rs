@@ -174,7 +174,7 @@ fn logits_with(m: &LoadedModel, direction: &[f32]) -> Vec<f32> {
         format!("layer=10,mode=subtract,direction={}", file.display())
             .parse()
             .unwrap();
-    let iv = [spec.resolve(576, 30, &Device::Cpu).unwrap()];
+    let iv = [spec.resolve(576, 30).unwrap()];
     let mut hook = vauban::executor::candle::RunHook::new(&iv);
     let ids = encode(m, "The capital of France is");
     let (logits, _) = m

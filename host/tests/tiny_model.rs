@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::GgmlDType;
 use candle_core::{D, Device, IndexOp, Tensor};
 use common::tiny;
+use vauban::executor::candle::CandleExecutor;
 use vauban::executor::{
-    CandleExecutor, DeviceSpec, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
-    RunOptions, generate::generate,
+    DeviceSpec, GenerateOptions, InferenceSession, ModelSpec, PromptForm, RunOptions,
+    generate::generate,
 };
 use vauban::intervene::InterventionSpec;
 use vauban::model::LoadedModel;
@@ -273,14 +274,12 @@ fn an_intervention_changes_activations_at_and_after_its_layer_only() {
     let spec: InterventionSpec = format!("layer=1,mode=subtract,direction={}", file.display())
         .parse()
         .unwrap();
-    let iv = spec
-        .resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
-        .unwrap();
+    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
     let plain = e
-        .trace(&request(&[0, 1, 2], false), &options(vec![]))
+        .trace(&request(&[0, 1, 2], false), &options(vec![]), None)
         .unwrap();
     let steered = e
-        .trace(&request(&[0, 1, 2], true), &options(vec![iv]))
+        .trace(&request(&[0, 1, 2], true), &options(vec![iv]), None)
         .unwrap();
     assert_eq!(
         activation(&plain, 0),
@@ -336,11 +335,13 @@ fn subtracting_the_zero_direction_changes_nothing() {
     let spec: InterventionSpec = format!("layer=0,mode=subtract,direction={}", file.display())
         .parse()
         .unwrap();
-    let iv = spec
-        .resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
+    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    let plain = e
+        .trace(&request(&[2], false), &options(vec![]), None)
         .unwrap();
-    let plain = e.trace(&request(&[2], false), &options(vec![])).unwrap();
-    let zero = e.trace(&request(&[2], true), &options(vec![iv])).unwrap();
+    let zero = e
+        .trace(&request(&[2], true), &options(vec![iv]), None)
+        .unwrap();
     let logits = |o: &vauban::executor::TraceOutput| {
         let a = o.trace.artifacts_of(K::Logits).next().unwrap();
         o.tensors[&a.id].as_ref().to_f32_vec()
@@ -358,7 +359,7 @@ fn a_trace_is_valid_and_lands_in_a_bundle() {
     let mut opts = options(vec![]);
     opts.block_outputs = true;
     opts.generate.max_tokens = 4;
-    let out = e.trace(&req, &opts).unwrap();
+    let out = e.trace(&req, &opts, None).unwrap();
     let t = &out.trace;
     let stages: Vec<String> = t.spans.iter().map(|s| s.stage.to_string()).collect();
     assert_eq!(
@@ -405,7 +406,7 @@ fn bad_requests_are_refused_with_the_reason() {
     let f = forms();
     let e = exec(&f.gguf);
     let err = e
-        .trace(&request(&[3], false), &options(vec![]))
+        .trace(&request(&[3], false), &options(vec![]), None)
         .err()
         .unwrap()
         .to_string();
@@ -419,7 +420,7 @@ fn bad_requests_are_refused_with_the_reason() {
         .parse()
         .unwrap();
     let err = spec
-        .resolve(tiny::HIDDEN, tiny::LAYERS, &Device::Cpu)
+        .resolve(tiny::HIDDEN, tiny::LAYERS)
         .err()
         .unwrap()
         .to_string();
@@ -597,7 +598,11 @@ fn runs_past_the_context_length_are_refused_or_stopped() {
     let mut req = request(&[], false);
     req.observe = vec![K::Text, K::Tokens];
     req.text = Some(long);
-    let err = e.trace(&req, &options(vec![])).err().unwrap().to_string();
+    let err = e
+        .trace(&req, &options(vec![]), None)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
         err.contains("exceed the model's context length of 64"),
         "{err}"

@@ -10,6 +10,7 @@ use clap::Args;
 
 use super::model::ModelArgs;
 use crate::config::Suite;
+use crate::executor::Executor;
 use crate::measure::{
     DEFAULT_HOLDOUT, DEFAULT_MAX_KL, LayerScore, MeasureError, MeasureOptions, Phase, Progress,
     Provenance, holdout_split, measure,
@@ -115,7 +116,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let harmless = load_set(&args.harmless, "harmless", args.holdout)?;
     let exec = args.model.load()?;
     options.candidate_layers(exec.dims().layers)?;
-    if exec.model.model.is_quantized() && exec.device_kind() == crate::trace::DeviceKind::Cpu {
+    if exec.is_quantized() && exec.device_kind() == crate::trace::DeviceKind::Cpu {
         // Hundreds of forward passes: SmolLM2's Q4_1 makes this minutes
         // instead of under one (docs/executor.md, Figures).
         tracing::warn!(

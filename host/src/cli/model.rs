@@ -10,11 +10,11 @@ use clap::Args;
 
 use crate::bundle::{BundleWriter, WriteMode};
 use crate::executor::{
-    CandleExecutor, DeviceSpec, ExecutorError, GenerateOptions, InferenceSession, ModelSpec,
-    PromptForm, RunOptions, StopReason, generate::generate,
+    Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
+    RunOptions, StopReason, generate::generate,
 };
 use crate::intervene::{Direction, Intervention, InterventionSpec, load_direction};
-use crate::model::llama::{Matrix, WeightMode};
+use crate::model::llama::WeightMode;
 use crate::model::sample::Sampling;
 use crate::pipeline::progress_bar;
 use crate::plugin::policy::PolicyRun;
@@ -45,7 +45,7 @@ fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
 }
 
 impl ModelArgs {
-    pub(super) fn load(&self) -> anyhow::Result<CandleExecutor> {
+    pub(super) fn load(&self) -> anyhow::Result<Backend> {
         let Some(path) = &self.model else {
             bail!("--model PATH is required: a .gguf file or an HF model folder");
         };
@@ -55,15 +55,16 @@ impl ModelArgs {
             weights: self.weights,
         };
         let start = std::time::Instant::now();
-        let exec = CandleExecutor::load(&spec)
+        let exec = Backend::load(&spec)
             .with_context(|| format!("cannot load the model {}", path.display()))?;
+        let d = exec.dims();
         tracing::info!(
             "loaded {} in {:.2} s ({} layers, hidden {}, vocab {})",
             path.display(),
             start.elapsed().as_secs_f64(),
-            exec.model.config.layers,
-            exec.model.config.hidden,
-            exec.model.config.vocab
+            d.layers,
+            d.hidden,
+            d.vocab
         );
         Ok(exec)
     }
@@ -176,7 +177,7 @@ impl PromptArgs {
         })
     }
 
-    fn policy(&self, exec: &CandleExecutor) -> anyhow::Result<Option<LoadedPolicy>> {
+    fn policy(&self, exec: &Backend) -> anyhow::Result<Option<LoadedPolicy>> {
         let Some(path) = &self.policy else {
             return Ok(None);
         };
@@ -205,18 +206,15 @@ impl PromptArgs {
                 )
             })?;
             let layer = need.layers.first().copied().unwrap_or(0);
-            exec.model
-                .model
-                .check_layers(&need.layers)
-                .with_context(|| {
-                    format!(
-                        "the policy watches direction `{}` at layers {:?}",
-                        need.name, need.layers
-                    )
-                })?;
-            let dir = load_direction(&file, None, None, layer, &exec.device)
+            exec.check_layers(&need.layers).with_context(|| {
+                format!(
+                    "the policy watches direction `{}` at layers {:?}",
+                    need.name, need.layers
+                )
+            })?;
+            let dir = load_direction(&file, None, None, layer)
                 .with_context(|| format!("--policy-direction {}={}", need.name, file.display()))?;
-            let width = dir.basis.dims().last().copied().unwrap_or(0);
+            let width = dir.width();
             if width != d.hidden {
                 bail!(
                     "--policy-direction {}={}: {width} values, but the model's hidden size is {}",
@@ -237,12 +235,12 @@ impl PromptArgs {
         }))
     }
 
-    fn interventions(&self, exec: &CandleExecutor) -> anyhow::Result<Vec<Intervention>> {
+    fn interventions(&self, exec: &Backend) -> anyhow::Result<Vec<Intervention>> {
         let d = exec.dims();
         self.intervene
             .iter()
             .map(|spec| {
-                spec.resolve(d.hidden, d.layers, &exec.device)
+                spec.resolve(d.hidden, d.layers)
                     .with_context(|| format!("--intervene {}", spec.direction.display()))
             })
             .collect()
@@ -326,10 +324,7 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     no_duplicates(&args.layers)?;
     let generate = args.prompt.generate(args.max_tokens)?;
     let exec = args.model.load()?;
-    exec.model
-        .model
-        .check_layers(&args.layers)
-        .context("--layers")?;
+    exec.check_layers(&args.layers).context("--layers")?;
     let interventions = args.prompt.interventions(&exec)?;
     let policy = args.prompt.policy(&exec)?;
     let mode = match args.replace {
@@ -350,8 +345,8 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             reference: None,
         };
         let output = match &policy {
-            Some(p) => exec.trace_with_policy(&request, &options, &mut p.run()?),
-            None => exec.trace(&request, &options),
+            Some(p) => exec.trace(&request, &options, Some(&mut p.run()?)),
+            None => exec.trace(&request, &options, None),
         }
         .with_context(|| format!("tracing prompt {i}"))?;
         writer.add_trace(&output.trace, &output.tensors)?;
@@ -516,51 +511,21 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
         true => (0..exec.dims().layers).collect(),
         false => args.layers.clone(),
     };
-    exec.model.model.check_layers(&layers).context("--layers")?;
+    exec.check_layers(&layers).context("--layers")?;
     // Each layer's direction: the file's one tensor, `--tensor`, or
     // `direction.L` for layer L (a control-vector file).
-    let mut changes = std::collections::BTreeMap::new();
+    let mut changes = Vec::new();
     let mut used = std::collections::BTreeSet::new();
     for &layer in &layers {
-        let direction = crate::intervene::load_direction(
-            &args.direction,
-            args.tensor.as_deref(),
-            None,
-            layer,
-            &exec.device,
-        )
-        .with_context(|| format!("--direction for layer {layer}"))?;
-        if direction.rows() != 1 {
-            bail!(
-                "{}: tensor `{}` has {} rows; orthogonalization needs one direction per layer",
-                args.direction.display(),
-                direction.tensor,
-                direction.rows()
-            );
-        }
+        let direction =
+            crate::intervene::load_direction(&args.direction, args.tensor.as_deref(), None, layer)
+                .with_context(|| format!("--direction for layer {layer}"))?;
         used.insert(direction.tensor.clone());
-        changes.extend(
-            exec.model
-                .model
-                .orthogonalize(
-                    &direction.basis,
-                    &[layer],
-                    &[Matrix::AttnOutput, Matrix::FfnDown],
-                )
-                .map_err(ExecutorError::from)?,
-        );
+        changes.extend(exec.orthogonalize(&direction, &[layer])?);
     }
-    let m = &exec.model;
-    crate::model::hf::export(
-        &m.model,
-        &m.tokenizer,
-        m.chat_template.as_deref(),
-        &m.special,
-        &args.out,
-    )
-    .with_context(|| format!("cannot export to {}", args.out.display()))?;
-    exec.modified = Some("orthogonalized".into());
-    let total: f32 = changes.values().map(|v| v * v).sum::<f32>().sqrt();
+    exec.export_hf(&args.out)
+        .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    let total: f32 = changes.iter().map(|c| c.norm * c.norm).sum::<f32>().sqrt();
     writeln!(
         out,
         "orthogonalized {} matrices in {} layers along {} (total change, Frobenius: {total:.4}); wrote {}",

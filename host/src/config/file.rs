@@ -100,7 +100,7 @@ fn default_max_tokens() -> usize {
     48
 }
 fn default_top_logprobs() -> usize {
-    256
+    1024
 }
 fn one() -> f32 {
     1.0

@@ -1,11 +1,10 @@
-//! The executor seam (DESIGN.md §6, seed 004): who runs a model and
-//! records its trace.
+//! The executor seam: who runs a model and records its trace.
 //!
 //! One [`Executor`] trait and one [`Backend`] enum with a variant per
 //! backend. Optional backends (torch, mlx) will sit behind default-off
 //! cargo features; in the default build the enum has the one `Candle`
-//! variant and every method is a single-arm `#[inline]` match, so dispatch
-//! folds into a direct call. The per-token loop lives inside an
+//! variant and every method is a single-arm match, so dispatch folds into
+//! a direct call. The per-token loop lives inside an
 //! [`InferenceSession`] (`prefill` / `decode_step`), never behind a
 //! per-token indirection.
 
@@ -14,14 +13,17 @@ pub mod device;
 pub mod generate;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::intervene::Intervention;
+use crate::intervene::policy::StepPolicy;
+use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
 use crate::model::llama::WeightMode;
-use crate::trace::{Capabilities, ModelRef, TensorData, Trace, TraceError, TraceRequest};
+use crate::trace::{
+    Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
+};
 
-pub use self::candle::{CandleExecutor, CandleSession};
+use self::candle::{CandleExecutor, CandleSession};
 pub use device::DeviceSpec;
 pub use generate::{GenerateOptions, Generation, StopReason, TopLogprobs};
 
@@ -149,7 +151,11 @@ pub trait InferenceSession {
     fn capacity(&self) -> Option<usize>;
 }
 
-/// A backend that loads a model, tokenizes, traces and generates.
+/// A backend that loads a model, tokenizes, traces and generates: every
+/// caller (the pipeline, the direction measurement, the commands) holds an
+/// executor through this trait, never a concrete backend. Interventions
+/// and transformations reach it as backend-neutral values (`f32`
+/// directions); each backend turns them into its own tensors.
 pub trait Executor {
     type Session<'a>: InferenceSession
     where
@@ -161,24 +167,94 @@ pub trait Executor {
         Self: Sized;
     /// What this executor can produce on its device, per artifact kind.
     fn capabilities(&self) -> Capabilities;
-    /// The model, with the sha256 of its weights.
+    /// The model, with the sha256 of its weights (none once they were
+    /// changed in memory) and of its vocabulary.
     fn model_ref(&self) -> ModelRef;
+    /// sha256 of the weights as loaded, before any transformation.
+    fn weights_sha256(&self) -> Option<String>;
+    /// The model's width and depth, for checking directions and layers.
+    fn dims(&self) -> ModelDims;
+    /// Refuses a layer the model does not have.
+    fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
+        let count = self.dims().layers;
+        match layers.iter().find(|&&l| l >= count) {
+            Some(&layer) => Err(ModelError::LayerOutOfRange { layer, count }.into()),
+            None => Ok(()),
+        }
+    }
+    /// The device it runs on, as written in traces (`cpu`, `cuda:0`).
+    fn device_name(&self) -> String;
+    fn device_kind(&self) -> DeviceKind;
+    /// Whether the weights are held quantized (slow to prefill on some devices).
+    fn is_quantized(&self) -> bool;
     /// Token ids of a prompt in the given form.
     fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError>;
+    /// Token ids of `text` alone: no BOS, no template.
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError>;
+    /// The tokenizer's name for one token (`ĠI` for " I" in byte-level BPE).
+    fn token_name(&self, id: u32) -> Option<String>;
     /// Text of token ids.
     fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError>;
-    /// Runs `request` and records its evidence-bearing trace.
+    /// Whether `id` ends a generation for this model.
+    fn is_eos(&self, id: u32) -> bool;
+    /// Runs `request` and records its evidence-bearing trace; with a
+    /// policy, it decides ops after its watched blocks in every pass.
     fn trace(
         &self,
         request: &TraceRequest,
         options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError>;
     /// A generation session with `interventions` applied at every step.
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> Self::Session<'a>;
-    /// Whether `id` ends a generation for this model.
-    fn is_eos(&self, id: u32) -> bool;
-    /// The model's width and depth, for checking directions and layers.
-    fn dims(&self) -> ModelDims;
+    /// One plain forward pass of `ids` (no cache, no intervention): the
+    /// last token's residual after every block, and its next-token logits.
+    fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError>;
+    /// Removes `direction` (one row) from every matrix of `layers` that
+    /// writes into the residual stream (`W ← W − r̂(r̂ᵀW)` on the attention
+    /// output and MLP down projections). The model's reference then no
+    /// longer claims the file's hash.
+    fn orthogonalize(
+        &mut self,
+        direction: &Direction,
+        layers: &[usize],
+    ) -> Result<Vec<WeightChange>, ExecutorError>;
+    /// Writes the model as loaded and transformed to an HF folder.
+    fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError>;
+}
+
+/// What [`Executor::last_token_state`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastTokenState {
+    /// `[layers][hidden]`: the residual after each block, last token.
+    pub residuals: Vec<Vec<f32>>,
+    /// Next-token logits after the last token.
+    pub logits: Vec<f32>,
+}
+
+/// One matrix an orthogonalization changed, and by how much.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightChange {
+    pub layer: usize,
+    /// The GGUF stem of the matrix (`attn_output`, `ffn_down`).
+    pub matrix: String,
+    /// Frobenius norm of the change.
+    pub norm: f32,
+}
+
+/// What one intervention did over a run, in prefill and every decode step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Effect {
+    /// Absolute position of each token the op saw.
+    pub positions: Vec<usize>,
+    /// Projection of each token onto each basis row, before the op.
+    pub projections: Vec<Vec<f32>>,
+    /// Whether the op touched each token.
+    pub applied: Vec<bool>,
+    /// Sum of squared Frobenius norms of the changes.
+    pub delta_sq: f64,
+    /// Tokens seen in prefill (the rest were seen in decode steps).
+    pub prefill_tokens: usize,
 }
 
 /// The sizes a caller checks requests against.
@@ -197,6 +273,22 @@ pub enum Backend {
 /// A session, by backend.
 pub enum BackendSession<'a> {
     Candle(CandleSession<'a>),
+}
+
+impl<'a> BackendSession<'a> {
+    /// Lets `policy` decide ops after its watched blocks in every pass.
+    pub fn set_policy(&mut self, policy: &'a mut dyn StepPolicy) {
+        match self {
+            BackendSession::Candle(s) => s.set_policy(policy),
+        }
+    }
+
+    /// What each intervention did so far.
+    pub fn effects(&self) -> &[Effect] {
+        match self {
+            BackendSession::Candle(s) => s.effects(),
+        }
+    }
 }
 
 impl InferenceSession for BackendSession<'_> {
@@ -229,73 +321,81 @@ impl InferenceSession for BackendSession<'_> {
     }
 }
 
+/// Forwards every method to the backend's own executor.
+macro_rules! dispatch {
+    ($self:ident, $e:ident => $call:expr) => {
+        match $self {
+            Backend::Candle($e) => $call,
+        }
+    };
+}
+
 impl Executor for Backend {
     type Session<'a> = BackendSession<'a>;
 
     /// The default backend for a model path: candle.
-    #[inline]
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
-        Ok(Backend::Candle(<CandleExecutor as Executor>::load(spec)?))
+        Ok(Backend::Candle(CandleExecutor::load(spec)?))
     }
-
-    #[inline]
     fn capabilities(&self) -> Capabilities {
-        match self {
-            Backend::Candle(e) => e.capabilities(),
-        }
+        dispatch!(self, e => e.capabilities())
     }
-
-    #[inline]
     fn model_ref(&self) -> ModelRef {
-        match self {
-            Backend::Candle(e) => e.model_ref(),
-        }
+        dispatch!(self, e => e.model_ref())
     }
-
-    #[inline]
+    fn weights_sha256(&self) -> Option<String> {
+        dispatch!(self, e => e.weights_sha256())
+    }
+    fn dims(&self) -> ModelDims {
+        dispatch!(self, e => e.dims())
+    }
+    fn device_name(&self) -> String {
+        dispatch!(self, e => e.device_name())
+    }
+    fn device_kind(&self) -> DeviceKind {
+        dispatch!(self, e => e.device_kind())
+    }
+    fn is_quantized(&self) -> bool {
+        dispatch!(self, e => e.is_quantized())
+    }
     fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        match self {
-            Backend::Candle(e) => e.tokenize(text, form),
-        }
+        dispatch!(self, e => e.tokenize(text, form))
     }
-
-    #[inline]
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        dispatch!(self, e => e.encode_plain(text))
+    }
+    fn token_name(&self, id: u32) -> Option<String> {
+        dispatch!(self, e => e.token_name(id))
+    }
     fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        match self {
-            Backend::Candle(e) => e.detokenize(ids),
-        }
+        dispatch!(self, e => e.detokenize(ids))
     }
-
-    #[inline]
+    fn is_eos(&self, id: u32) -> bool {
+        dispatch!(self, e => e.is_eos(id))
+    }
     fn trace(
         &self,
         request: &TraceRequest,
         options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
-        match self {
-            Backend::Candle(e) => e.trace(request, options),
-        }
+        dispatch!(self, e => e.trace(request, options, policy))
     }
-
-    #[inline]
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> BackendSession<'a> {
-        match self {
-            Backend::Candle(e) => BackendSession::Candle(e.session(interventions)),
-        }
+        dispatch!(self, e => BackendSession::Candle(e.session(interventions)))
     }
-
-    #[inline]
-    fn is_eos(&self, id: u32) -> bool {
-        match self {
-            Backend::Candle(e) => e.is_eos(id),
-        }
+    fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
+        dispatch!(self, e => e.last_token_state(ids))
     }
-
-    #[inline]
-    fn dims(&self) -> ModelDims {
-        match self {
-            Backend::Candle(e) => e.dims(),
-        }
+    fn orthogonalize(
+        &mut self,
+        direction: &Direction,
+        layers: &[usize],
+    ) -> Result<Vec<WeightChange>, ExecutorError> {
+        dispatch!(self, e => e.orthogonalize(direction, layers))
+    }
+    fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError> {
+        dispatch!(self, e => e.export_hf(dir))
     }
 }
 

@@ -13,9 +13,8 @@
 use std::io::Cursor;
 use std::path::Path;
 
+use candle_core::Device;
 use candle_core::quantized::gguf_file::Content;
-use candle_core::safetensors::Load;
-use candle_core::{DType, Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 
 use super::InterveneError;
@@ -48,7 +47,7 @@ impl Format {
     }
 }
 
-/// Loads a direction (or basis) from `path` onto `device`, as f32.
+/// Loads a direction (or basis) from `path`, as f32.
 ///
 /// Tensor choice: `tensor` when given; else the file's only tensor; else
 /// `direction.{layer}` when the file holds it (a control vector); else an
@@ -58,7 +57,6 @@ pub fn load_direction(
     tensor: Option<&str>,
     row: Option<usize>,
     layer: usize,
-    device: &Device,
 ) -> Result<Direction, InterveneError> {
     let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
         path: path.to_path_buf(),
@@ -76,7 +74,7 @@ pub fn load_direction(
         format: format.name(),
         message,
     };
-    let (name, values) = match format {
+    let (name, values, shape): (String, Vec<f32>, Vec<usize>) = match format {
         Format::Safetensors => {
             let st = SafeTensors::deserialize(&bytes).map_err(|e| unreadable(e.to_string()))?;
             let names: Vec<String> = st.names().into_iter().map(str::to_owned).collect();
@@ -95,8 +93,8 @@ pub fn load_direction(
                     ),
                 });
             }
-            let values = view.load(&Device::Cpu)?;
-            (name, values)
+            let values = floats(view.dtype(), view.data()).map_err(unreadable)?;
+            (name, values, view.shape().to_vec())
         }
         Format::Npy => {
             if let Some(t) = tensor {
@@ -107,7 +105,8 @@ pub fn load_direction(
                         .into(),
                 });
             }
-            (String::new(), npy(&bytes).map_err(unreadable)?)
+            let (values, shape) = npy(&bytes).map_err(unreadable)?;
+            (String::new(), values, shape)
         }
         Format::Gguf => {
             let mut reader = Cursor::new(&bytes[..]);
@@ -124,19 +123,42 @@ pub fn load_direction(
                     "tensor `{name}` claims shape {dims:?}, more than the file holds"
                 )));
             }
-            let q = content
+            let values = content
                 .tensor(&mut reader, &name, &Device::Cpu)
+                .and_then(|q| q.dequantize(&Device::Cpu))
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_vec1::<f32>())
                 .map_err(|e| unreadable(format!("tensor `{name}`: {e}")))?;
-            let values = q.dequantize(&Device::Cpu)?;
-            (name, values)
+            (name, values, dims)
         }
     };
     let source = path.display().to_string();
-    let direction = Direction::new(source, name, sha, row, &values)?;
-    Ok(Direction {
-        basis: direction.basis.to_device(device)?,
-        ..direction
-    })
+    Direction::new(source, name, sha, row, &values, &shape)
+}
+
+/// Little-endian float values of `dtype` as f32.
+fn floats(dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>, String> {
+    let size = match dtype {
+        Dtype::F16 | Dtype::BF16 => 2,
+        Dtype::F32 => 4,
+        Dtype::F64 => 8,
+        other => return Err(format!("dtype {other:?} is not a float")),
+    };
+    if !bytes.len().is_multiple_of(size) {
+        return Err(format!(
+            "{} bytes of data is not a whole number of {dtype:?} values",
+            bytes.len()
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(size)
+        .map(|b| match dtype {
+            Dtype::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            Dtype::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+            Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            _ => f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32,
+        })
+        .collect())
 }
 
 /// Which tensor of a file holding `names` to use (see [`load_direction`]).
@@ -184,7 +206,7 @@ fn choose(
 
 /// The array in a `.npy` file (format versions 1 to 3): little-endian f16,
 /// f32 or f64, C or Fortran order, 1-D or 2-D (others are refused later).
-fn npy(bytes: &[u8]) -> Result<Tensor, String> {
+fn npy(bytes: &[u8]) -> Result<(Vec<f32>, Vec<usize>), String> {
     const MAGIC: &[u8] = b"\x93NUMPY";
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("it does not start with the .npy magic bytes".into());
@@ -218,10 +240,10 @@ fn npy(bytes: &[u8]) -> Result<Tensor, String> {
         .strip_prefix('\'')
         .and_then(|d| d.split('\'').next())
         .ok_or("the header's 'descr' is not a quoted string")?;
-    let (dtype, size): (DType, usize) = match descr {
-        "<f2" | "=f2" => (DType::F16, 2),
-        "<f4" | "=f4" => (DType::F32, 4),
-        "<f8" | "=f8" => (DType::F64, 8),
+    let (dtype, size): (Dtype, usize) = match descr {
+        "<f2" | "=f2" => (Dtype::F16, 2),
+        "<f4" | "=f4" => (Dtype::F32, 4),
+        "<f8" | "=f8" => (Dtype::F64, 8),
         d => {
             return Err(format!(
                 "its dtype `{d}` is not a little-endian float (<f2, <f4, <f8); save the direction as float32"
@@ -248,33 +270,43 @@ fn npy(bytes: &[u8]) -> Result<Tensor, String> {
             data.len()
         ));
     }
-    // Fortran order is the transpose of C order with the dims reversed.
-    let stored: Vec<usize> = if fortran {
-        dims.iter().rev().copied().collect()
-    } else {
-        dims.clone()
-    };
-    let t =
-        Tensor::from_raw_buffer(data, dtype, &stored, &Device::Cpu).map_err(|e| e.to_string())?;
-    if fortran && dims.len() > 1 {
-        let rank = dims.len();
-        let order: Vec<usize> = (0..rank).rev().collect();
-        return t
-            .permute(order)
-            .and_then(|t| t.contiguous())
-            .map_err(|e| e.to_string());
+    let stored = floats(dtype, data)?;
+    // Fortran order stores the transpose: element (i, j) of a 2-D array
+    // sits at j * rows + i. 1-D arrays read the same either way; the rest
+    // are refused by the direction's shape check.
+    if fortran && dims.len() == 2 {
+        let (rows, cols) = (dims[0], dims[1]);
+        let c_order = (0..rows * cols)
+            .map(|at| stored[(at % cols) * rows + at / cols])
+            .collect();
+        return Ok((c_order, dims));
     }
-    Ok(t)
+    Ok((stored, dims))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
+    use candle_core::Tensor;
     use candle_core::quantized::gguf_file::{self, Value};
     use candle_core::quantized::{GgmlDType, QTensor};
 
     use super::*;
+
+    /// Writes a safetensors file of (name, dtype, shape, little-endian bytes).
+    fn save(path: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
+        let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
+            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+            (name.to_string(), view)
+        });
+        std::fs::write(path, safetensors::serialize(views, None).unwrap()).unwrap();
+    }
+
+    fn bf16(values: &[f32]) -> Vec<u8> {
+        values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect()
+    }
 
     fn npy_bytes(descr: &str, shape: &str, fortran: bool, data: &[u8]) -> Vec<u8> {
         let order = if fortran { "True" } else { "False" };
@@ -303,8 +335,8 @@ mod tests {
         let bytes = npy_bytes("<f4", "(3,)", false, &le(&[0.0, 3.0, 4.0]));
         assert_eq!((bytes.len() - 12) % 64, 0);
         std::fs::write(&path, &bytes).unwrap();
-        let d = load_direction(&path, None, None, 0, &Device::Cpu).unwrap();
-        assert_eq!(d.basis.to_vec2::<f32>().unwrap(), vec![vec![0.0, 3.0, 4.0]]);
+        let d = load_direction(&path, None, None, 0).unwrap();
+        assert_eq!(d.basis, [0.0, 3.0, 4.0]);
         assert_eq!(d.norms, vec![5.0]);
         assert_eq!(d.file_sha256, crate::hash::sha256_hex(&bytes));
         assert_eq!(d.source, path.display().to_string());
@@ -313,16 +345,15 @@ mod tests {
         // [2, 3] in Fortran order stores columns first.
         let f = npy_bytes("<f4", "(2, 3)", true, &le(&[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
         std::fs::write(&path, f).unwrap();
-        let d = load_direction(&path, None, Some(1), 0, &Device::Cpu).unwrap();
-        assert_eq!(d.basis.to_vec2::<f32>().unwrap(), vec![vec![4.0, 5.0, 6.0]]);
+        let d = load_direction(&path, None, Some(1), 0).unwrap();
+        assert_eq!(d.basis, [4.0, 5.0, 6.0]);
         assert_eq!(d.row, Some(1));
 
         // f64 is read and converted to f32.
         let data: Vec<u8> = [1f64, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
         std::fs::write(&path, npy_bytes("<f8", "(2,)", false, &data)).unwrap();
-        let d = load_direction(&path, None, None, 0, &Device::Cpu).unwrap();
-        assert_eq!(d.basis.dtype(), DType::F32);
-        assert_eq!(d.basis.to_vec2::<f32>().unwrap(), vec![vec![1.0, 0.0]]);
+        let d = load_direction(&path, None, None, 0).unwrap();
+        assert_eq!(d.basis, [1.0, 0.0]);
     }
 
     #[test]
@@ -331,7 +362,7 @@ mod tests {
         let path = dir.path().join("d.npy");
         let load = |bytes: Vec<u8>| {
             std::fs::write(&path, bytes).unwrap();
-            load_direction(&path, None, None, 0, &Device::Cpu)
+            load_direction(&path, None, None, 0)
                 .unwrap_err()
                 .to_string()
         };
@@ -349,7 +380,7 @@ mod tests {
         assert!(msg.contains("inf") && msg.contains("index 1"), "{msg}");
         assert!(load(b"not an npy file".to_vec()).contains("magic"));
         std::fs::write(&path, npy_bytes("<f4", "(1,)", false, &le(&[1.0]))).unwrap();
-        let err = load_direction(&path, Some("x"), None, 0, &Device::Cpu).unwrap_err();
+        let err = load_direction(&path, Some("x"), None, 0).unwrap_err();
         assert!(err.to_string().contains("drop tensor="), "{err}");
     }
 
@@ -357,13 +388,10 @@ mod tests {
     fn safetensors_choice_and_refusals() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dirs.safetensors");
-        let cpu = Device::Cpu;
-        let basis = Tensor::new(&[[1f32, 0.0, 0.0], [0.0, 2.0, 0.0]], &cpu).unwrap();
-        let refusal = Tensor::new(&[0f32, 0.6, 0.8], &cpu).unwrap();
-        let one = HashMap::from([("refusal".to_owned(), refusal.clone())]);
-        candle_core::safetensors::save(&one, &path).unwrap();
+        let refusal = ("refusal", Dtype::F32, vec![3], le(&[0.0, 0.6, 0.8]));
+        save(&path, std::slice::from_ref(&refusal));
         // The only tensor is used whatever the layer.
-        let d = load_direction(&path, None, None, 7, &cpu).unwrap();
+        let d = load_direction(&path, None, None, 7).unwrap();
         assert_eq!(d.tensor, "refusal");
         assert_eq!(d.rows(), 1);
         assert!((d.norms[0] - 1.0).abs() < 1e-6);
@@ -373,31 +401,33 @@ mod tests {
             "the hash is the file's"
         );
 
-        let two = HashMap::from([
-            ("basis".to_owned(), basis.to_dtype(DType::BF16).unwrap()),
-            ("refusal".to_owned(), refusal),
-        ]);
-        candle_core::safetensors::save(&two, &path).unwrap();
-        let err = load_direction(&path, None, None, 3, &cpu).unwrap_err();
+        let basis = (
+            "basis",
+            Dtype::BF16,
+            vec![2, 3],
+            bf16(&[1.0, 0.0, 0.0, 0.0, 2.0, 0.0]),
+        );
+        save(&path, &[basis, refusal]);
+        let err = load_direction(&path, None, None, 3).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains("basis, refusal") && msg.contains("tensor=NAME"),
             "{msg}"
         );
-        let d = load_direction(&path, Some("basis"), None, 3, &cpu).unwrap();
+        let d = load_direction(&path, Some("basis"), None, 3).unwrap();
         assert_eq!((d.rows(), d.width()), (2, 3));
-        assert_eq!(d.basis.dtype(), DType::F32);
+        assert_eq!(d.basis, [1.0, 0.0, 0.0, 0.0, 2.0, 0.0]);
         assert_eq!(d.norms, vec![1.0, 2.0]);
-        let err = load_direction(&path, Some("nope"), None, 3, &cpu).unwrap_err();
+        let err = load_direction(&path, Some("nope"), None, 3).unwrap_err();
         assert!(err.to_string().contains("`nope`"), "{err}");
 
-        let ints = HashMap::from([("ids".to_owned(), Tensor::new(&[1i64, 2, 3], &cpu).unwrap())]);
-        candle_core::safetensors::save(&ints, &path).unwrap();
-        let err = load_direction(&path, None, None, 0, &cpu).unwrap_err();
+        let ids: Vec<u8> = [1i64, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        save(&path, &[("ids", Dtype::I64, vec![3], ids)]);
+        let err = load_direction(&path, None, None, 0).unwrap_err();
         assert!(err.to_string().contains("must be float"), "{err}");
 
         std::fs::write(&path, b"garbage").unwrap();
-        let err = load_direction(&path, None, None, 0, &cpu).unwrap_err();
+        let err = load_direction(&path, None, None, 0).unwrap_err();
         assert!(
             err.to_string().contains("not a readable safetensors file"),
             "{err}"
@@ -422,16 +452,13 @@ mod tests {
         .unwrap();
         drop(file);
 
-        let d = load_direction(&path, None, None, 2, &cpu).unwrap();
+        let d = load_direction(&path, None, None, 2).unwrap();
         assert_eq!(d.tensor, "direction.2");
-        assert_eq!(
-            d.basis.to_vec2::<f32>().unwrap(),
-            vec![vec![0.0, 0.0, 0.5, 0.0]]
-        );
+        assert_eq!(d.basis, [0.0, 0.0, 0.5, 0.0]);
         assert_eq!(d.norms, vec![0.5]);
-        let d = load_direction(&path, None, None, 1, &cpu).unwrap();
+        let d = load_direction(&path, None, None, 1).unwrap();
         assert_eq!(d.tensor, "direction.1");
-        let err = load_direction(&path, None, None, 5, &cpu).unwrap_err();
+        let err = load_direction(&path, None, None, 5).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains("direction.5") && msg.contains("direction.1, direction.2"),
@@ -443,12 +470,12 @@ mod tests {
     fn missing_file_and_wrong_extension() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("absent.safetensors");
-        let err = load_direction(&path, None, None, 0, &Device::Cpu).unwrap_err();
+        let err = load_direction(&path, None, None, 0).unwrap_err();
         assert!(matches!(err, InterveneError::Io { .. }));
         assert!(err.to_string().contains("absent.safetensors"), "{err}");
         let txt = dir.path().join("d.txt");
         std::fs::write(&txt, "0 1 0").unwrap();
-        let err = load_direction(&txt, None, None, 0, &Device::Cpu).unwrap_err();
+        let err = load_direction(&txt, None, None, 0).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains("d.txt") && msg.contains(".safetensors"),

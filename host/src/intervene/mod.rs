@@ -1,9 +1,10 @@
 //! Interventions on the residual stream: project activations onto a
 //! direction or a subspace, and change them along it (DESIGN.md section 7).
 //!
-//! - [`primitive`]: the operation itself, [`Intervention::apply`], on one
-//!   layer's activation `[batch, tokens, d_model]`, with candle tensor ops
-//!   so it runs on any device in every decode step;
+//! - [`primitive`]: the intervention as a backend-neutral value (mode,
+//!   scale, positions, condition, the direction's `f32` values); each
+//!   executor applies it to one layer's activation `[batch, tokens,
+//!   d_model]` with its own tensor ops, in every decode step;
 //! - [`direction`]: direction files (safetensors, npy, GGUF control
 //!   vectors), read to an f32 basis and hashed for provenance;
 //! - [`policy`]: intervention policies in the forward pass: the host
@@ -23,7 +24,7 @@ pub mod spec;
 use std::path::PathBuf;
 
 pub use direction::load_direction;
-pub use primitive::{Condition, Direction, Intervention, Mode, Outcome, Positions, When};
+pub use primitive::{Condition, Direction, Intervention, Mode, Positions, When};
 pub use spec::InterventionSpec;
 
 /// An intervention that cannot be parsed, loaded or applied. Every message
@@ -99,7 +100,7 @@ pub enum InterveneError {
         problem: String,
     },
     #[error("tensor computation failed: {0}")]
-    Compute(#[from] candle_core::Error),
+    Compute(String),
     /// An intervention policy failed or returned what cannot be applied.
     #[error("{0}")]
     Policy(String),

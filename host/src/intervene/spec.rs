@@ -9,8 +9,6 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use candle_core::Device;
-
 use super::InterveneError;
 use super::direction::load_direction;
 use super::primitive::{Condition, Intervention, Mode, Positions, parse_positions, parse_when};
@@ -172,12 +170,7 @@ impl InterventionSpec {
     /// choice, a unit direction for clamp, and exactly one row for
     /// single-direction modes (a `[k, d]` tensor with k > 1 needs `row=N`
     /// or a subspace_* mode; a `[d]` tensor is one row).
-    pub fn resolve(
-        &self,
-        hidden: usize,
-        layers: usize,
-        device: &Device,
-    ) -> Result<Intervention, InterveneError> {
+    pub fn resolve(&self, hidden: usize, layers: usize) -> Result<Intervention, InterveneError> {
         if self.layer >= layers {
             return Err(InterveneError::LayerOutOfRange {
                 layer: self.layer,
@@ -189,7 +182,6 @@ impl InterventionSpec {
             self.tensor.as_deref(),
             self.row,
             self.layer,
-            device,
         )?;
         let width = direction.width();
         if width != hidden {
@@ -211,9 +203,6 @@ impl InterventionSpec {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use candle_core::Tensor;
 
     use super::*;
     use crate::intervene::When;
@@ -311,49 +300,47 @@ mod tests {
     fn resolve_checks_against_the_model() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dirs.safetensors");
-        let cpu = Device::Cpu;
-        let basis = Tensor::new(&[[0f32, 1.0, 0.0], [0.0, 0.0, 2.0]], &cpu).unwrap();
-        let file = HashMap::from([("b".to_owned(), basis)]);
-        candle_core::safetensors::save(&file, &path).unwrap();
+        let values: Vec<u8> = [0f32, 1.0, 0.0, 0.0, 0.0, 2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let view =
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, 3], &values)
+                .unwrap();
+        std::fs::write(&path, safetensors::serialize([("b", view)], None).unwrap()).unwrap();
         let spec = |extra: &str| {
             format!("direction={},{extra}", path.display())
                 .parse::<InterventionSpec>()
                 .unwrap()
         };
 
-        let err = spec("layer=1,mode=subtract")
-            .resolve(3, 4, &cpu)
-            .unwrap_err();
+        let err = spec("layer=1,mode=subtract").resolve(3, 4).unwrap_err();
         assert!(
             matches!(err, InterveneError::OneRowNeeded { rows: 2, .. }),
             "{err}"
         );
-        let iv = spec("layer=1,mode=subtract,row=0")
-            .resolve(3, 4, &cpu)
-            .unwrap();
+        let iv = spec("layer=1,mode=subtract,row=0").resolve(3, 4).unwrap();
         assert_eq!((iv.direction.rows(), iv.direction.row), (1, Some(0)));
-        let iv = spec("layer=1,mode=subspace_remove")
-            .resolve(3, 4, &cpu)
-            .unwrap();
+        let iv = spec("layer=1,mode=subspace_remove").resolve(3, 4).unwrap();
         assert_eq!(iv.direction.norms, vec![1.0, 2.0]);
         assert_eq!(iv.record()["direction"]["rows"], 2);
 
         let err = spec("layer=4,mode=subspace_remove")
-            .resolve(3, 4, &cpu)
+            .resolve(3, 4)
             .unwrap_err();
         assert!(err.to_string().contains("layer 4 is out of range"), "{err}");
         let err = spec("layer=1,mode=subspace_remove")
-            .resolve(4096, 4, &cpu)
+            .resolve(4096, 4)
             .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("width 3") && msg.contains("4096"), "{msg}");
         let err = spec("layer=1,mode=clamp,value=1,row=1")
-            .resolve(3, 4, &cpu)
+            .resolve(3, 4)
             .unwrap_err();
         assert!(matches!(err, InterveneError::NotUnit { norm } if norm == 2.0));
         assert!(
             spec("layer=1,mode=clamp,value=1,row=0")
-                .resolve(3, 4, &cpu)
+                .resolve(3, 4)
                 .is_ok()
         );
     }

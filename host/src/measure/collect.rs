@@ -1,14 +1,11 @@
 //! Running every prompt once: the residual stream after every block at the
 //! last prompt token, and the unablated next-token log-probabilities there.
 
-use candle_core::{DType, IndexOp, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{MeasureError, MeasureOptions, Phase, Progress};
 use crate::config::Suite;
-use crate::executor::CandleExecutor;
-use crate::model::ModelError;
-use crate::model::llama::{BlockHook, BlockView, LogitsAt};
+use crate::executor::{Backend, Executor};
 
 /// A token whose probability counts as refusing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,24 +20,18 @@ pub struct RefusalToken {
 
 /// The first token of each text, tokenized without special tokens,
 /// deduplicated by id in the order given.
-pub fn refusal_tokens(
-    exec: &CandleExecutor,
-    texts: &[String],
-) -> Result<Vec<RefusalToken>, MeasureError> {
+pub fn refusal_tokens(exec: &Backend, texts: &[String]) -> Result<Vec<RefusalToken>, MeasureError> {
     let mut out: Vec<RefusalToken> = Vec::new();
     for text in texts {
         // `encode`, not `encode_raw`: a BOS would be the "first token".
-        let ids = exec
-            .model
-            .encode(text)
-            .map_err(crate::executor::ExecutorError::from)?;
+        let ids = exec.encode_plain(text)?;
         let Some(&id) = ids.first() else {
             return Err(MeasureError::EmptyRefusalText(text.clone()));
         };
         if out.iter().all(|t| t.id != id) {
             out.push(RefusalToken {
                 id,
-                token: exec.model.tokenizer.id_to_token(id).unwrap_or_default(),
+                token: exec.token_name(id).unwrap_or_default(),
                 text: text.clone(),
             });
         }
@@ -102,7 +93,7 @@ impl Set {
     /// Tokenizes every prompt of `suite` (before any forward pass, so a
     /// template error fails at once); `holdout[i]` says where prompt `i` goes.
     pub fn new(
-        exec: &CandleExecutor,
+        exec: &Backend,
         suite: &Suite,
         name: &'static str,
         holdout: &[bool],
@@ -135,44 +126,6 @@ impl Set {
     }
 }
 
-/// Keeps the residual stream after every block at the last token only
-/// (a `[hidden]` row per block, not the whole `[1, t, hidden]`).
-struct LastToken {
-    rows: Vec<Tensor>,
-}
-
-impl BlockHook for LastToken {
-    fn after_block(
-        &mut self,
-        v: &BlockView<'_>,
-        resid: &Tensor,
-    ) -> Result<Option<Tensor>, ModelError> {
-        debug_assert_eq!(v.layer, self.rows.len(), "blocks run in order");
-        let t = resid.dim(1)?;
-        self.rows.push(resid.i((0, t - 1))?);
-        Ok(None)
-    }
-}
-
-/// One plain forward pass of `ids` (no cache, no intervention, logits at
-/// the last position only): the last token's residual after every block,
-/// `[layers][hidden]`, and the next-token logits.
-pub(super) fn forward_last(
-    exec: &CandleExecutor,
-    ids: &[u32],
-) -> Result<(Vec<Vec<f32>>, Vec<f32>), ModelError> {
-    let mut hook = LastToken { rows: Vec::new() };
-    let (logits, _) = exec.model.model.run(ids, None, &mut hook, LogitsAt::Last)?;
-    let acts = Tensor::stack(&hook.rows, 0)?
-        .to_dtype(DType::F32)?
-        .to_vec2::<f32>()?;
-    let logits = logits
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    Ok((acts, logits))
-}
-
 /// What the collection pass yields.
 pub(super) struct Collected {
     /// Every layer's unit direction, `[layers][hidden]`.
@@ -194,7 +147,7 @@ struct Sums {
 }
 
 fn run_set(
-    exec: &CandleExecutor,
+    exec: &Backend,
     set: &Set,
     done: &mut usize,
     total: usize,
@@ -207,11 +160,14 @@ fn run_set(
         holdout_logprobs: Vec::new(),
     };
     for p in &set.prompts {
-        let (acts, logits) = forward_last(exec, &p.ids).map_err(|e| MeasureError::Prompt {
-            set: set.name,
-            id: p.id.clone(),
-            source: Box::new(e.into()),
-        })?;
+        let state = exec
+            .last_token_state(&p.ids)
+            .map_err(|e| MeasureError::Prompt {
+                set: set.name,
+                id: p.id.clone(),
+                source: Box::new(e),
+            })?;
+        let (acts, logits) = (state.residuals, state.logits);
         if p.holdout {
             sums.holdout_logprobs.push(log_softmax(&logits));
         } else {
@@ -235,7 +191,7 @@ fn run_set(
 /// Runs every prompt of both sets once; the per-layer directions from the
 /// train parts and the baseline log-probabilities of the held-out parts.
 pub(super) fn collect(
-    exec: &CandleExecutor,
+    exec: &Backend,
     harmful: &Set,
     harmless: &Set,
     progress: &dyn Fn(Progress),

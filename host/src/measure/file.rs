@@ -9,7 +9,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde::Serialize;
 
 use super::{KIND, METHOD, MeasureError, Measurement};
-use crate::executor::CandleExecutor;
+use crate::executor::{Backend, Executor};
 
 /// What a measurement was made from: the model's weights and the two
 /// prompt files, by sha256.
@@ -30,7 +30,7 @@ impl Provenance {
     /// The provenance of a measurement of `exec`'s model from the prompt
     /// files `harmful` and `harmless` (each hashed here).
     pub fn of_files(
-        exec: &CandleExecutor,
+        exec: &Backend,
         harmful: &Path,
         harmless: &Path,
     ) -> Result<Provenance, MeasureError> {

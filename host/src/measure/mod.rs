@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Suite;
-use crate::executor::{CandleExecutor, ExecutorError, PromptForm};
+use crate::executor::{Backend, Executor, ExecutorError, PromptForm};
 
 pub use collect::{RefusalToken, refusal_score, refusal_tokens};
 pub use file::{Provenance, read_metadata};
@@ -310,8 +310,6 @@ pub enum MeasureError {
     Encode { path: PathBuf, message: String },
     #[error(transparent)]
     Executor(Box<ExecutorError>),
-    #[error("tensor computation failed: {0}")]
-    Compute(#[from] candle_core::Error),
 }
 
 impl From<ExecutorError> for MeasureError {
@@ -368,7 +366,7 @@ impl MeasureOptions {
 /// Fails before any forward pass on bad options, a set of fewer than two
 /// prompts, or a layer out of range.
 pub fn measure(
-    exec: &CandleExecutor,
+    exec: &Backend,
     harmful: &Suite,
     harmless: &Suite,
     options: &MeasureOptions,

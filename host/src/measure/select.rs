@@ -1,11 +1,9 @@
 //! The held-out split, the candidate layers, and choosing one: each
 //! candidate direction ablated at every layer, scored on held-out prompts.
 
-use candle_core::Tensor;
-
 use super::collect::{Collected, Set, log_softmax, refusal_score};
 use super::{LayerScore, MeasureError, Phase, Progress};
-use crate::executor::{CandleExecutor, ExecutorError, InferenceSession};
+use crate::executor::{Backend, Executor, ExecutorError, InferenceSession};
 use crate::intervene::{Direction, Intervention, Mode, Positions};
 use crate::report::stats::kl_divergence;
 
@@ -47,7 +45,7 @@ pub fn holdout_split(
 /// every position): the mean refusal score on the held-out harmful prompts
 /// and the mean KL(original ‖ ablated) on the held-out harmless ones.
 pub(super) fn score_candidates(
-    exec: &CandleExecutor,
+    exec: &Backend,
     candidates: &[usize],
     collected: &Collected,
     harmful: &Set,
@@ -70,13 +68,13 @@ pub(super) fn score_candidates(
     };
     let mut scores = Vec::with_capacity(candidates.len());
     for &layer in candidates {
-        let values = Tensor::from_slice(&collected.directions[layer], d.hidden, &exec.device)?;
         let direction = Direction::new(
             format!("measured refusal direction, layer {layer}"),
             "per_layer",
             "",
             None,
-            &values,
+            &collected.directions[layer],
+            &[d.hidden],
         )
         .map_err(ExecutorError::from)?;
         // After every block, so no block downstream of the first sees the
@@ -138,7 +136,7 @@ pub(super) fn score_candidates(
 
 /// The next-token log-probabilities after `ids` with `ablate` applied.
 fn ablated(
-    exec: &CandleExecutor,
+    exec: &Backend,
     ablate: &[Intervention],
     ids: &[u32],
 ) -> Result<Vec<f32>, ExecutorError> {

@@ -312,26 +312,51 @@ pub fn prompt_kl(
 
 /// The continuation a trace generated, with its top tokens at each
 /// position: what the other side is scored on for the KL. `None` when the
-/// trace holds no top-k rows.
-pub fn continuation_reference(t: &Trace) -> Option<ReferenceContinuation> {
-    let (flat, k) = t.artifacts_of(K::Tokens).find_map(|a| match &a.data {
-        ArtifactData::TokenIds { ids }
-            if a.labels.get("role").map(String::as_str) == Some("continuation_top_k") =>
-        {
-            Some((ids, a.labels.get("k")?.parse::<usize>().ok()?))
-        }
-        _ => None,
-    })?;
-    if k == 0 || flat.is_empty() || !flat.len().is_multiple_of(k) {
-        return None;
+/// trace holds no top-k rows; an error when they cannot be read.
+pub fn continuation_reference(
+    bundle: &Bundle,
+    t: &Trace,
+) -> anyhow::Result<Option<ReferenceContinuation>> {
+    let Some(a) = t
+        .artifacts_of(K::Tokens)
+        .find(|a| a.role() == Some("continuation_top_k"))
+    else {
+        return Ok(None);
+    };
+    let what = || {
+        format!(
+            "token ids `{}` of trace `{}` in the bundle {}",
+            a.id,
+            t.id,
+            bundle.root().display()
+        )
+    };
+    let r = bundle
+        .tensor(&t.id, &a.id)
+        .with_context(|| format!("cannot read {}", what()))?;
+    let (&[rows, k], crate::trace::DType::U32) = (r.shape, r.dtype) else {
+        anyhow::bail!(
+            "{} is {:?} of shape {:?}, not u32 [positions, k]",
+            what(),
+            r.dtype,
+            r.shape
+        );
+    };
+    if rows == 0 || k == 0 {
+        anyhow::bail!("{} has shape {:?}: no rows", what(), r.shape);
     }
+    let ids: Vec<u32> = r
+        .bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
     let completion = tokens_of(t, "completion").unwrap_or_default();
-    let support = flat.chunks(k).map(<[u32]>::to_vec).collect();
-    Some(ReferenceContinuation::new(
+    let support = ids.chunks(k).map(<[u32]>::to_vec).collect();
+    Ok(Some(ReferenceContinuation::new(
         t.id.clone(),
         completion,
         support,
-    ))
+    )))
 }
 
 /// Log-probability rows, one per position.
@@ -412,7 +437,7 @@ pub fn distribution(
     let mut k = None;
     let mut mismatched = Vec::new();
     for (p, (b, c)) in suite.prompts.iter().zip(baseline.0.iter().zip(candidate.0)) {
-        let Some(reference) = continuation_reference(b) else {
+        let Some(reference) = continuation_reference(baseline.1, b)? else {
             continue;
         };
         let Some((_, base_rows)) = kl_rows(baseline.1, "baseline", b, "continuation")? else {

@@ -22,6 +22,7 @@ use anyhow::{Context, bail};
 
 use crate::bundle::Bundle;
 use crate::config::Suite;
+use crate::executor::Executor;
 use crate::plugin::claims::ClaimMapper;
 use crate::plugin::scorer::Scorer;
 use crate::plugin::{HostOptions, PluginHost, SandboxOptions};
@@ -410,7 +411,9 @@ fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
         // The candidate scores the baseline's continuations after its own
         // prompt: the KL's other half, recorded in its traces.
         let references = match recorded.first() {
-            Some(b) if plan.config.observe.logprobs => references(&b.bundle, &baseline, &candidate),
+            Some(b) if plan.config.observe.logprobs => {
+                references(&b.bundle, &baseline, &candidate)?
+            }
             _ => std::collections::HashMap::new(),
         };
         let r = stages.run(&format!("trace {name}"), |note| {
@@ -450,19 +453,21 @@ fn references(
     baseline: &Bundle,
     b: &record::LoadedSide,
     c: &record::LoadedSide,
-) -> std::collections::HashMap<String, crate::executor::ReferenceContinuation> {
+) -> anyhow::Result<std::collections::HashMap<String, crate::executor::ReferenceContinuation>> {
+    let mut out = std::collections::HashMap::new();
     if b.exec.model_ref().tokenizer_sha256 != c.exec.model_ref().tokenizer_sha256 {
         tracing::warn!("the two sides' tokenizers differ: no KL will be computed");
-        return Default::default();
+        return Ok(out);
     }
-    baseline
-        .traces()
-        .iter()
-        .filter_map(|t| {
-            let id = t.request.prompt_id.clone()?;
-            Some((id, analyze::continuation_reference(t)?))
-        })
-        .collect()
+    for t in baseline.traces() {
+        if let (Some(id), Some(r)) = (
+            t.request.prompt_id.clone(),
+            analyze::continuation_reference(baseline, t)?,
+        ) {
+            out.insert(id, r);
+        }
+    }
+    Ok(out)
 }
 
 /// Measures the refusal direction, or reuses a saved one measured from the

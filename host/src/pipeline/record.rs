@@ -13,10 +13,9 @@ use crate::bundle::{Bundle, BundleWriter, WriteMode};
 use crate::config::Prompt;
 use crate::config::file::{PromptFormName, TransformKind};
 use crate::executor::{
-    CandleExecutor, GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
+    Backend, Executor, GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
 };
 use crate::intervene::{Intervention, Mode, Positions, load_direction};
-use crate::model::llama::Matrix;
 use crate::model::sample::Sampling;
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
 
@@ -24,7 +23,7 @@ use super::plan::{DirectionRef, Plan, SidePlan};
 
 /// A loaded model with its transformation applied.
 pub struct LoadedSide {
-    pub exec: CandleExecutor,
+    pub exec: Backend,
     /// Applied in prefill and every decode step.
     pub interventions: Vec<Intervention>,
     /// What identifies this side's runs in the trace cache.
@@ -43,7 +42,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
         device: side.device,
         weights: side.weights,
     };
-    let mut exec = CandleExecutor::load(&spec).with_context(|| {
+    let mut exec = Backend::load(&spec).with_context(|| {
         format!(
             "{}: cannot load the model {}",
             side.name.as_str(),
@@ -60,9 +59,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
             true => (0..dims.layers).collect(),
             false => t.layers.clone(),
         };
-        exec.model
-            .model
-            .check_layers(&layers)
+        exec.check_layers(&layers)
             .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
         match t.kind {
             TransformKind::Ablate | TransformKind::Orthogonalize => {
@@ -71,7 +68,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                 let mut sha = String::new();
                 let mut norm = 0.0;
                 for &layer in &layers {
-                    let d = load_direction(&path, tensor.as_deref(), None, layer, &exec.device)
+                    let d = load_direction(&path, tensor.as_deref(), None, layer)
                         .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
                     if d.width() != dims.hidden {
                         bail!(
@@ -96,14 +93,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                             condition: None,
                         }),
                         _ => {
-                            exec.model
-                                .model
-                                .orthogonalize(
-                                    &unit.basis,
-                                    &[layer],
-                                    &[Matrix::AttnOutput, Matrix::FfnDown],
-                                )
-                                .map_err(crate::executor::ExecutorError::from)?;
+                            exec.orthogonalize(&unit, &[layer])?;
                         }
                     }
                 }
@@ -122,9 +112,6 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                         layers.len()
                     ),
                 };
-                if t.kind == TransformKind::Orthogonalize {
-                    exec.modified = Some("orthogonalized".into());
-                }
                 transform_fp = json!({
                     "kind": t.kind.as_str(), "direction_sha256": sha, "tensor": tensor,
                     "layers": layers, "alpha": t.alpha,
@@ -133,12 +120,9 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
             }
             TransformKind::Intervene => {
                 for spec in &t.interventions {
-                    interventions.push(
-                        spec.resolve(dims.hidden, dims.layers, &exec.device)
-                            .with_context(|| {
-                                format!("{}.transform.interventions", side.name.as_str())
-                            })?,
-                    );
+                    interventions.push(spec.resolve(dims.hidden, dims.layers).with_context(
+                        || format!("{}.transform.interventions", side.name.as_str()),
+                    )?);
                 }
                 transform_fp = json!({
                     "kind": "intervene",
@@ -165,7 +149,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
         "model_sha256": model_sha256,
         "model": side.model.display().to_string(),
         "weights": format!("{:?}", side.weights),
-        "device": exec.device_name,
+        "device": exec.device_name(),
         "transform": transform_fp,
         "system": side.system,
     });
@@ -215,8 +199,6 @@ impl RunSettings {
         }
         if !o.layers.is_empty() {
             side.exec
-                .model
-                .model
                 .check_layers(&o.layers)
                 .context("observe.layers")?;
             observe.push(K::Activation);
@@ -355,7 +337,7 @@ pub fn record_side(
         }
         let mut out = side
             .exec
-            .trace(&request, &options)
+            .trace(&request, &options, None)
             .with_context(|| format!("tracing prompt `{}`", p.id))?;
         keep_raw_activations_only(&mut out.trace, &mut out.tensors);
         let mut w = BundleWriter::create(&dir, WriteMode::Replace)?;

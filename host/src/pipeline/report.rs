@@ -118,19 +118,9 @@ fn report_direction(
             )
         }
     };
-    let dir = crate::intervene::load_direction(
-        &path,
-        tensor.as_deref(),
-        None,
-        0,
-        &candle_core::Device::Cpu,
-    )
-    .map_err(|e| format!("the report direction cannot be read here: {e}"))?;
-    let v: Vec<f32> = dir
-        .basis
-        .flatten_all()
-        .and_then(|t| t.to_vec1())
-        .map_err(|e| format!("the report direction {}: {e}", path.display()))?;
+    let dir = crate::intervene::load_direction(&path, tensor.as_deref(), None, 0)
+        .map_err(|e| format!("the report direction cannot be read here: {e}"))?;
+    let v = dir.basis;
     Ok(Some((
         v,
         format!("{} (tensor {})", path.display(), dir.tensor),

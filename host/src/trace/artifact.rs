@@ -32,15 +32,21 @@ impl Artifact {
         self.labels.get("role").map(String::as_str)
     }
 
-    /// Whether this is one side's top-k next-token rows along a
-    /// continuation (`role = continuation`, or `reference_continuation`
-    /// for the other side's continuation scored under this model): the
-    /// rows the next-token KL is computed from. Their raw values are
-    /// always kept, whatever `raw_tensors` says: they are small
-    /// (positions × k) and a summary cannot give a KL.
+    /// Whether this is part of the rows the next-token KL is computed
+    /// from: one side's top-k log-probabilities along its continuation
+    /// (`logprobs`, `role = continuation`) and their token ids (`tokens`,
+    /// `role = continuation_top_k`), or the other side's continuation
+    /// scored under this model (`logprobs`, `role = reference_continuation`).
+    /// Their raw values are always kept, whatever `raw_tensors` says: they
+    /// are small (positions × k) and a summary cannot give a KL.
     pub fn is_kl_rows(&self) -> bool {
-        self.kind == ArtifactKind::Logprobs
-            && matches!(self.role(), Some("continuation" | "reference_continuation"))
+        match self.kind {
+            ArtifactKind::Logprobs => {
+                matches!(self.role(), Some("continuation" | "reference_continuation"))
+            }
+            ArtifactKind::Tokens => self.role() == Some("continuation_top_k"),
+            _ => false,
+        }
     }
 }
 
@@ -101,7 +107,12 @@ impl ArtifactData {
         match self {
             ArtifactData::Text { .. } => kind == K::Text,
             ArtifactData::TokenIds { .. } => kind == K::Tokens,
-            ArtifactData::Tensor { .. } => kind.is_tensor() || kind == K::InterventionResult,
+            // A table of token ids (top-k per position) is an integer tensor.
+            ArtifactData::Tensor { summary, .. } => {
+                kind.is_tensor()
+                    || kind == K::InterventionResult
+                    || (kind == K::Tokens && summary.dtype.is_integer())
+            }
             ArtifactData::Scalar { .. } => kind == K::Metric,
             ArtifactData::Record { .. } => {
                 matches!(kind, K::InterventionResult | K::ReportEvidence | K::Profile)

@@ -25,6 +25,11 @@ pub enum DType {
 }
 
 impl DType {
+    /// Whether values of this type are integers (token ids, counts).
+    pub fn is_integer(self) -> bool {
+        matches!(self, DType::I32 | DType::I64 | DType::U32 | DType::U8)
+    }
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
@@ -132,6 +137,12 @@ impl TensorData {
     pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Result<Self, ShapeMismatch> {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         TensorData::new(DType::F32, shape, bytes)
+    }
+
+    /// A u32 tensor (token ids) from values; the count must match the shape.
+    pub fn from_u32(shape: Vec<usize>, values: &[u32]) -> Result<Self, ShapeMismatch> {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        TensorData::new(DType::U32, shape, bytes)
     }
 
     /// A borrowed view.

@@ -1,5 +1,6 @@
 //! The embedded default executor: our llama-family forward on candle.
 
+pub mod intervene;
 mod session;
 mod trace;
 
@@ -7,13 +8,17 @@ use std::sync::OnceLock;
 
 use candle_core::Device;
 
-pub use session::{CandleSession, Effect, RunHook, Site};
+pub use session::{CandleSession, RunHook, Site};
 
-use super::{Executor, ExecutorError, ModelDims, ModelSpec, PromptForm, RunOptions, TraceOutput};
-use crate::intervene::Intervention;
+use super::{
+    Executor, ExecutorError, LastTokenState, ModelDims, ModelSpec, PromptForm, RunOptions,
+    TraceOutput, WeightChange,
+};
 use crate::intervene::policy::StepPolicy;
+use crate::intervene::{Direction, Intervention};
 use crate::model::LoadedModel;
 use crate::model::chat::Message;
+use crate::model::llama::Matrix;
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
@@ -157,24 +162,16 @@ impl CandleExecutor {
         Ok(self.model.decode(ids)?)
     }
 
+    /// Runs `request` and records its trace; with a policy deciding ops
+    /// after its watched blocks, in prefill and every decode step (the
+    /// trace records what it did as an intervention_result labelled `policy`).
     pub fn trace(
         &self,
         request: &TraceRequest,
         options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options, None)
-    }
-
-    /// [`CandleExecutor::trace`] with an intervention policy deciding ops
-    /// after its watched blocks, in prefill and every decode step; the trace
-    /// records what it did as an intervention_result labelled `policy`.
-    pub fn trace_with_policy(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: &mut dyn StepPolicy,
-    ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options, Some(policy))
+        trace::run(self, request, options, policy)
     }
 
     pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
@@ -197,6 +194,69 @@ impl CandleExecutor {
     pub fn device_kind(&self) -> DeviceKind {
         self.device_kind
     }
+
+    pub fn device_name(&self) -> String {
+        self.device_name.clone()
+    }
+
+    pub fn is_quantized(&self) -> bool {
+        self.model.model.is_quantized()
+    }
+
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        Ok(self.model.encode(text)?)
+    }
+
+    pub fn token_name(&self, id: u32) -> Option<String> {
+        self.model.tokenizer.id_to_token(id)
+    }
+
+    pub fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
+        let (residuals, logits) = session::forward_last(&self.model.model, ids)?;
+        Ok(LastTokenState { residuals, logits })
+    }
+
+    pub fn orthogonalize(
+        &mut self,
+        direction: &Direction,
+        layers: &[usize],
+    ) -> Result<Vec<WeightChange>, ExecutorError> {
+        if direction.rows() != 1 {
+            return Err(ExecutorError::Request(format!(
+                "{}: tensor `{}` has {} rows; orthogonalization needs one direction per layer",
+                direction.source,
+                direction.tensor,
+                direction.rows()
+            )));
+        }
+        let d = candle_core::Tensor::from_slice(&direction.basis, direction.width(), &self.device)
+            .map_err(crate::model::ModelError::from)?;
+        let changes =
+            self.model
+                .model
+                .orthogonalize(&d, layers, &[Matrix::AttnOutput, Matrix::FfnDown])?;
+        self.modified = Some("orthogonalized".into());
+        Ok(changes
+            .into_iter()
+            .map(|((layer, m), norm)| WeightChange {
+                layer,
+                matrix: m.gguf_stem().to_owned(),
+                norm,
+            })
+            .collect())
+    }
+
+    pub fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
+        let m = &self.model;
+        crate::model::hf::export(
+            &m.model,
+            &m.tokenizer,
+            m.chat_template.as_deref(),
+            &m.special,
+            dir,
+        )?;
+        Ok(())
+    }
 }
 
 impl Executor for CandleExecutor {
@@ -211,27 +271,59 @@ impl Executor for CandleExecutor {
     fn model_ref(&self) -> ModelRef {
         CandleExecutor::model_ref(self)
     }
+    fn weights_sha256(&self) -> Option<String> {
+        CandleExecutor::weights_sha256(self)
+    }
+    fn dims(&self) -> ModelDims {
+        CandleExecutor::dims(self)
+    }
+    fn device_name(&self) -> String {
+        CandleExecutor::device_name(self)
+    }
+    fn device_kind(&self) -> DeviceKind {
+        CandleExecutor::device_kind(self)
+    }
+    fn is_quantized(&self) -> bool {
+        CandleExecutor::is_quantized(self)
+    }
     fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
         CandleExecutor::tokenize(self, text, form)
     }
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        CandleExecutor::encode_plain(self, text)
+    }
+    fn token_name(&self, id: u32) -> Option<String> {
+        CandleExecutor::token_name(self, id)
+    }
     fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
         CandleExecutor::detokenize(self, ids)
+    }
+    fn is_eos(&self, id: u32) -> bool {
+        CandleExecutor::is_eos(self, id)
     }
     fn trace(
         &self,
         request: &TraceRequest,
         options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
-        CandleExecutor::trace(self, request, options)
+        CandleExecutor::trace(self, request, options, policy)
     }
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
         CandleExecutor::session(self, interventions)
     }
-    fn is_eos(&self, id: u32) -> bool {
-        CandleExecutor::is_eos(self, id)
+    fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
+        CandleExecutor::last_token_state(self, ids)
     }
-    fn dims(&self) -> ModelDims {
-        CandleExecutor::dims(self)
+    fn orthogonalize(
+        &mut self,
+        direction: &Direction,
+        layers: &[usize],
+    ) -> Result<Vec<WeightChange>, ExecutorError> {
+        CandleExecutor::orthogonalize(self, direction, layers)
+    }
+    fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
+        CandleExecutor::export_hf(self, dir)
     }
 }
 

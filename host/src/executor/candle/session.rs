@@ -3,11 +3,13 @@
 
 use std::time::Instant;
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, IndexOp, Tensor};
 
+use super::intervene::{Outcome, apply, policy_step};
+use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
-use crate::intervene::policy::{self, PolicyLog, StepPolicy};
-use crate::intervene::{Intervention, Outcome};
+use crate::intervene::Intervention;
+use crate::intervene::policy::{PolicyLog, StepPolicy};
 use crate::model::ModelError;
 use crate::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming};
 
@@ -37,21 +39,6 @@ pub struct Kept {
     pub layer: usize,
     pub site: Site,
     pub tensor: Tensor,
-}
-
-/// What one intervention did over a run, accumulated step by step.
-#[derive(Debug, Clone, Default)]
-pub struct Effect {
-    /// Absolute position of each token the op saw.
-    pub positions: Vec<usize>,
-    /// Projection of each token onto each basis row, before the op.
-    pub projections: Vec<Vec<f32>>,
-    /// Whether the op touched each token.
-    pub applied: Vec<bool>,
-    /// Sum of squared Frobenius norms of the changes.
-    pub delta_sq: f64,
-    /// Tokens seen in prefill (the rest came from decode steps).
-    pub prefill_tokens: usize,
 }
 
 impl Effect {
@@ -112,8 +99,7 @@ impl BlockHook for RunHook<'_> {
                 continue;
             }
             let current = replaced.as_ref().unwrap_or(resid);
-            let out = iv
-                .apply(current, v.offset)
+            let out = apply(iv, current, v.offset)
                 .map_err(|e| ModelError::Hook(format!("intervention at layer {}: {e}", v.layer)))?;
             self.effects[i].add(&out, v.offset, self.prefill);
             if let Some(h) = out.hidden {
@@ -122,7 +108,7 @@ impl BlockHook for RunHook<'_> {
         }
         if let Some(policy) = self.policy.as_deref_mut() {
             let current = replaced.as_ref().unwrap_or(resid);
-            let changed = policy::step(
+            let changed = policy_step(
                 policy,
                 &mut self.policy_log,
                 v.layer,
@@ -258,4 +244,42 @@ impl InferenceSession for CandleSession<'_> {
     fn capacity(&self) -> Option<usize> {
         self.model.config().context_length
     }
+}
+
+/// Keeps the residual stream after every block at the last token only
+/// (a `[hidden]` row per block, not the whole `[1, t, hidden]`).
+struct LastToken {
+    rows: Vec<Tensor>,
+}
+
+impl BlockHook for LastToken {
+    fn after_block(
+        &mut self,
+        v: &BlockView<'_>,
+        resid: &Tensor,
+    ) -> Result<Option<Tensor>, ModelError> {
+        debug_assert_eq!(v.layer, self.rows.len(), "blocks run in order");
+        let t = resid.dim(1)?;
+        self.rows.push(resid.i((0, t - 1))?);
+        Ok(None)
+    }
+}
+
+/// One plain forward pass of `ids` (no cache, no intervention, logits at
+/// the last position only): the last token's residual after every block,
+/// `[layers][hidden]`, and the next-token logits.
+pub(super) fn forward_last(
+    model: &Llama,
+    ids: &[u32],
+) -> Result<(Vec<Vec<f32>>, Vec<f32>), ModelError> {
+    let mut hook = LastToken { rows: Vec::new() };
+    let (logits, _) = model.run(ids, None, &mut hook, LogitsAt::Last)?;
+    let acts = Tensor::stack(&hook.rows, 0)?
+        .to_dtype(DType::F32)?
+        .to_vec2::<f32>()?;
+    let logits = logits
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    Ok((acts, logits))
 }

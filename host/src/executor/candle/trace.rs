@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use candle_core::{DType, Tensor};
 
-use super::session::{CandleSession, Effect};
+use super::session::CandleSession;
 use super::{CandleExecutor, resident_bytes};
+use crate::executor::Effect;
 use crate::executor::generate::generate;
 use crate::executor::{ExecutorError, InferenceSession, PromptForm, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
@@ -380,15 +381,16 @@ pub(super) fn run(
                 ]),
             );
             tensors.insert(id, data);
-            b.artifact_with(
+            let ids: Vec<u32> = g.top.iter().flat_map(|r| r.ids.clone()).collect();
+            let data = TensorData::from_u32(vec![g.top.len(), k], &ids).expect("2-D");
+            let id = b.artifact_with(
                 &span,
                 K::Tokens,
-                ArtifactData::TokenIds {
-                    ids: g.top.iter().flat_map(|r| r.ids.clone()).collect(),
-                },
+                ArtifactData::tensor(data.as_ref(), true),
                 None,
                 labels(&[("role", "continuation_top_k"), ("k", &k.to_string())]),
             );
+            tensors.insert(id, data);
         }
         generation = Some(g);
     }

@@ -1,0 +1,647 @@
+//! The activation primitive on candle tensors: [`apply`] carries out a
+//! backend-neutral [`Intervention`] on one layer's activation
+//! `[batch, tokens, d_model]` as two small matmuls and a mask, in f32, on
+//! whatever device `h` lives on (this runs in every decode step); and
+//! [`policy_step`] runs an intervention policy after a watched block.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::intervene::policy::{Observation, PolicyLog, StepPolicy};
+use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
+
+impl From<candle_core::Error> for InterveneError {
+    fn from(e: candle_core::Error) -> Self {
+        InterveneError::Compute(e.to_string())
+    }
+}
+
+/// The direction's basis `[k, d_model]` as an f32 tensor on `device` (a
+/// copy of `k × d_model` floats per call: small next to the activation).
+pub fn basis_tensor(d: &Direction, device: &Device) -> Result<Tensor, InterveneError> {
+    Ok(Tensor::from_slice(&d.basis, (d.rows(), d.width()), device)?)
+}
+
+/// What [`Intervention::apply`] did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The new activation for intervening modes: same shape, dtype and
+    /// device as the input. `None` for the project modes.
+    pub hidden: Option<Tensor>,
+    /// Per token, per basis row, the projection before the op. Tokens are
+    /// flattened batch-major: entry `b * tokens + t` is batch row `b`,
+    /// token `t` of this call.
+    pub projections: Vec<Vec<f32>>,
+    /// Per token (flattened as `projections`): whether its position was
+    /// selected and its condition passed. For an intervening mode, whether
+    /// the op touched it; for a project mode, which tokens were selected,
+    /// though none changes.
+    pub applied: Vec<bool>,
+    /// Frobenius norm of (new − old) over the whole input, measured after
+    /// casting back to the input's dtype; 0 for the project modes.
+    pub delta_norm: f32,
+}
+
+/// Applies `iv` to `h`.
+///
+/// `h`: `[batch, tokens, d_model]`, any float dtype (f32, f16, bf16,
+/// f64); computed in f32 and cast back.
+/// `offset`: the absolute position of h's first token (0 in prefill;
+/// the cache length in a decode step), so [`Positions`] work during
+/// generation.
+pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, InterveneError> {
+    iv.check()?;
+    let (b, t, d) = match *h.dims() {
+        [b, t, d] if h.dtype().is_float() => (b, t, d),
+        _ => {
+            return Err(InterveneError::BadActivation {
+                shape: h.dims().to_vec(),
+                dtype: format!("{:?}", h.dtype()),
+            });
+        }
+    };
+    let width = iv.direction.width();
+    if width != d {
+        return Err(InterveneError::WidthMismatch { width, hidden: d });
+    }
+    let (n, dev) = (b * t, h.device());
+    if n == 0 {
+        // Nothing to measure or change (an empty batch or prompt).
+        return Ok(Outcome {
+            hidden: iv.mode.intervenes().then(|| h.clone()),
+            projections: Vec::new(),
+            applied: Vec::new(),
+            delta_norm: 0.0,
+        });
+    }
+    let x = h.to_dtype(DType::F32)?.reshape((n, d))?;
+    let basis = basis_tensor(&iv.direction, dev)?;
+    // Coordinates along every row: [n, k].
+    let c = x.matmul(&basis.t()?)?;
+
+    let selected: Vec<f32> = (0..t)
+        .map(|i| f32::from(u8::from(iv.positions.selects(i, t, offset))))
+        .collect();
+    let none_selected = selected.iter().all(|&s| s == 0.0);
+    let mut mask = if iv.positions == Positions::All {
+        None
+    } else {
+        Some(
+            Tensor::from_vec(selected, (1, t), dev)?
+                .broadcast_as((b, t))?
+                .reshape((n, 1))?,
+        )
+    };
+    if let Some(cond) = iv.condition {
+        let score = if iv.mode.subspace() {
+            c.sqr()?.sum_keepdim(1)?.sqrt()?
+        } else {
+            c.clone()
+        };
+        let pass = match cond.when {
+            When::Above => score.gt(cond.threshold)?,
+            When::Below => score.lt(cond.threshold)?,
+        }
+        .to_dtype(DType::F32)?;
+        mask = Some(match mask {
+            Some(m) => (m * pass)?,
+            None => pass,
+        });
+    }
+
+    let projections = c.to_vec2::<f32>()?;
+    let applied = match &mask {
+        Some(m) => m
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .map(|&v| v > 0.5)
+            .collect(),
+        None => vec![true; n],
+    };
+    let (hidden, delta_norm) = match iv.mode {
+        Mode::Project | Mode::SubspaceProject => (None, 0.0),
+        _ if none_selected => (Some(h.clone()), 0.0),
+        _ => {
+            let (new, norm) = change(iv, h, &x, &c, &basis, mask.as_ref())?;
+            (Some(new), norm)
+        }
+    };
+    Ok(Outcome {
+        hidden,
+        projections,
+        applied,
+        delta_norm,
+    })
+}
+
+/// The changed activation and the norm of the change, for an
+/// intervening mode. `x`: `h` as f32 `[n, d]`; `c`: its coordinates
+/// `[n, k]`; `mask`: `[n, 1]`, 1 where the op applies.
+fn change(
+    iv: &Intervention,
+    h: &Tensor,
+    x: &Tensor,
+    c: &Tensor,
+    basis: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<(Tensor, f32), InterveneError> {
+    let alpha = f64::from(iv.alpha);
+    // Per token, per row, how much of each row to add: [n, k].
+    let coef = match iv.mode {
+        Mode::Subtract | Mode::SubspaceRemove => c.affine(-alpha, 0.0)?,
+        Mode::Add | Mode::SubspaceAdd => c.affine(alpha, 0.0)?,
+        // α(v − p) = −α·p + α·v; check() made sure value is there.
+        Mode::Clamp => c.affine(-alpha, alpha * f64::from(iv.value.unwrap_or(0.0)))?,
+        Mode::Steer => Tensor::full(iv.alpha, (c.dim(0)?, 1), c.device())?,
+        Mode::Project | Mode::SubspaceProject => c.zeros_like()?,
+    };
+    let coef = match mask {
+        Some(m) => coef.broadcast_mul(m)?,
+        None => coef,
+    };
+    let new = (x + coef.matmul(basis)?)?
+        .reshape(h.shape())?
+        .to_dtype(h.dtype())?;
+    // Measured on what the caller gets back, after the cast.
+    let norm = (new.to_dtype(DType::F32)?.reshape(x.shape())? - x)?
+        .sqr()?
+        .sum_all()?
+        .sqrt()?
+        .to_scalar::<f32>()?;
+    Ok((new, norm))
+}
+
+/// Runs `policy` after block `layer` on `h` (`[1, tokens, d_model]`):
+/// observes, decides, applies. Returns the new activation if an op changed it.
+pub fn policy_step(
+    policy: &mut dyn StepPolicy,
+    log: &mut PolicyLog,
+    layer: usize,
+    offset: usize,
+    prefill: bool,
+    h: &Tensor,
+) -> Result<Option<Tensor>, InterveneError> {
+    let mut observations = Vec::new();
+    for w in policy
+        .watches()
+        .iter()
+        .filter(|w| w.layers.contains(&layer))
+    {
+        let probe = Intervention {
+            layer,
+            mode: Mode::Project,
+            direction: w.direction.clone(),
+            alpha: 1.0,
+            value: None,
+            positions: Positions::All,
+            condition: None,
+        };
+        let out = apply(&probe, h, offset)?;
+        observations.push(Observation {
+            layer,
+            direction: w.name.clone(),
+            offset,
+            projections: out.projections.iter().map(|p| p[0]).collect(),
+        });
+    }
+    if observations.is_empty() {
+        return Ok(None);
+    }
+    log.decisions += 1;
+    let ops = policy
+        .decide(&observations)
+        .map_err(|e| InterveneError::Policy(format!("policy {}: {e}", policy.describe())))?;
+    let mut current: Option<Tensor> = None;
+    for op in &ops {
+        let w = policy
+            .watches()
+            .iter()
+            .find(|w| w.name == op.direction && w.layers.contains(&layer))
+            .ok_or_else(|| {
+                InterveneError::Policy(format!(
+                    "op names direction {}, which is not watched at layer {layer}",
+                    op.direction
+                ))
+            })?;
+        for iv in op.interventions(&w.direction) {
+            let out = apply(&iv, current.as_ref().unwrap_or(h), offset)?;
+            if let Some(new) = out.hidden {
+                current = Some(new);
+            }
+        }
+        log.add(op, prefill);
+    }
+    Ok(current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intervene::Condition;
+    use crate::intervene::policy::{PolicyOp, Watch};
+
+    /// `[1, tokens, width]` f32 activation from rows.
+    fn act(rows: &[&[f32]]) -> Tensor {
+        let (t, d) = (rows.len(), rows[0].len());
+        let flat: Vec<f32> = rows.concat();
+        Tensor::from_vec(flat, (1, t, d), &Device::Cpu).unwrap()
+    }
+
+    fn dir(rows: &[&[f32]]) -> Direction {
+        let (k, d) = (rows.len(), rows[0].len());
+        Direction::new("test.safetensors", "t", "00", None, &rows.concat(), &[k, d]).unwrap()
+    }
+
+    fn iv(mode: Mode, rows: &[&[f32]], alpha: f32) -> Intervention {
+        Intervention {
+            layer: 0,
+            mode,
+            direction: dir(rows),
+            alpha,
+            value: None,
+            positions: Positions::All,
+            condition: None,
+        }
+    }
+
+    fn hidden(out: &Outcome) -> Vec<Vec<f32>> {
+        let h = out
+            .hidden
+            .as_ref()
+            .expect("an intervening mode returns hidden");
+        h.to_dtype(DType::F32)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec2()
+            .unwrap()
+    }
+
+    fn close(a: &[Vec<f32>], b: &[&[f32]]) {
+        assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(x.len(), y.len(), "{a:?} vs {b:?}");
+            for (p, q) in x.iter().zip(y.iter()) {
+                assert!((p - q).abs() < 1e-5, "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    const E1: &[f32] = &[0.0, 1.0, 0.0];
+
+    #[test]
+    fn design_example_project_and_subtract() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        let out = apply(&iv(Mode::Project, &[E1], 1.0), &h, 0).unwrap();
+        assert!(out.hidden.is_none());
+        assert_eq!(out.projections, vec![vec![2.0], vec![5.0]]);
+        assert_eq!(out.applied, vec![true, true]);
+        assert_eq!(out.delta_norm, 0.0);
+
+        let out = apply(&iv(Mode::Subtract, &[E1], 1.0), &h, 0).unwrap();
+        close(&hidden(&out), &[&[1.0, 0.0, 3.0], &[4.0, 0.0, 6.0]]);
+        assert_eq!(out.projections, vec![vec![2.0], vec![5.0]]);
+        assert!((out.delta_norm - 29f32.sqrt()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn add_scales_by_alpha_and_uses_the_direction_as_given() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        let out = apply(&iv(Mode::Add, &[E1], 0.5), &h, 0).unwrap();
+        close(&hidden(&out), &[&[1.0, 3.0, 3.0], &[4.0, 7.5, 6.0]]);
+        // Not normalised: d = 2·e1 gives p = 4 and h + 4·d.
+        let out = apply(
+            &iv(Mode::Add, &[&[0.0, 2.0, 0.0]], 1.0),
+            &act(&[&[1.0, 2.0, 3.0]]),
+            0,
+        )
+        .unwrap();
+        assert_eq!(out.projections, vec![vec![4.0]]);
+        close(&hidden(&out), &[&[1.0, 10.0, 3.0]]);
+    }
+
+    #[test]
+    fn subspace_modes() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        let basis: &[&[f32]] = &[&[1.0, 0.0, 0.0], &[0.0, 0.0, 2.0]];
+        let out = apply(&iv(Mode::SubspaceProject, basis, 1.0), &h, 0).unwrap();
+        assert!(out.hidden.is_none());
+        assert_eq!(out.projections, vec![vec![1.0, 6.0], vec![4.0, 12.0]]);
+        assert_eq!(out.delta_norm, 0.0);
+
+        // h − 0.5·(c₀·B₀ + c₁·B₁)
+        let out = apply(&iv(Mode::SubspaceRemove, basis, 0.5), &h, 0).unwrap();
+        close(&hidden(&out), &[&[0.5, 2.0, -3.0], &[2.0, 5.0, -6.0]]);
+
+        let out = apply(&iv(Mode::SubspaceAdd, basis, 2.0), &h, 0).unwrap();
+        close(&hidden(&out), &[&[3.0, 2.0, 27.0], &[12.0, 5.0, 54.0]]);
+    }
+
+    #[test]
+    fn clamp_sets_the_component() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        let mut c = iv(Mode::Clamp, &[E1], 1.0);
+        c.value = Some(7.0);
+        close(
+            &hidden(&apply(&c, &h, 0).unwrap()),
+            &[&[1.0, 7.0, 3.0], &[4.0, 7.0, 6.0]],
+        );
+        // α = 0.5 goes half way: 2 + 0.5·(7 − 2), 5 + 0.5·(7 − 5).
+        c.alpha = 0.5;
+        close(
+            &hidden(&apply(&c, &h, 0).unwrap()),
+            &[&[1.0, 4.5, 3.0], &[4.0, 6.0, 6.0]],
+        );
+    }
+
+    #[test]
+    fn steer_adds_the_direction() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        let out = apply(&iv(Mode::Steer, &[&[1.0, 0.0, -1.0]], 3.0), &h, 0).unwrap();
+        close(&hidden(&out), &[&[4.0, 2.0, 0.0], &[7.0, 5.0, 3.0]]);
+        assert_eq!(out.projections, vec![vec![-2.0], vec![-2.0]]);
+        assert!((out.delta_norm - 36f32.sqrt()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn positions_are_absolute_with_an_offset() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0], &[7.0, 8.0, 9.0]]);
+        let mut s = iv(Mode::Subtract, &[E1], 1.0);
+        let run = |s: &Intervention, offset| apply(s, &h, offset).unwrap();
+
+        // Tokens sit at positions 10, 11, 12.
+        s.positions = Positions::Range {
+            start: 11,
+            end: Some(12),
+        };
+        let out = run(&s, 10);
+        assert_eq!(out.applied, vec![false, true, false]);
+        close(
+            &hidden(&out),
+            &[&[1.0, 2.0, 3.0], &[4.0, 0.0, 6.0], &[7.0, 8.0, 9.0]],
+        );
+        // The same range with no offset selects nothing.
+        let out = run(&s, 0);
+        assert_eq!(out.applied, vec![false; 3]);
+        assert_eq!(out.delta_norm, 0.0);
+        close(
+            &hidden(&out),
+            &[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0], &[7.0, 8.0, 9.0]],
+        );
+
+        s.positions = Positions::Range {
+            start: 11,
+            end: None,
+        };
+        assert_eq!(run(&s, 10).applied, vec![false, true, true]);
+
+        s.positions = Positions::Last;
+        let out = run(&s, 10);
+        assert_eq!(out.applied, vec![false, false, true]);
+        close(
+            &hidden(&out),
+            &[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0], &[7.0, 0.0, 9.0]],
+        );
+
+        // A decode step: one token at position 12.
+        let step = act(&[&[7.0, 8.0, 9.0]]);
+        s.positions = Positions::Range {
+            start: 12,
+            end: Some(13),
+        };
+        let out = apply(&s, &step, 12).unwrap();
+        assert_eq!(out.applied, vec![true]);
+        close(&hidden(&out), &[&[7.0, 0.0, 9.0]]);
+        assert_eq!(apply(&s, &step, 13).unwrap().applied, vec![false]);
+    }
+
+    #[test]
+    fn positions_apply_to_every_batch_row() {
+        let data: Vec<f32> = (1..=12).map(|v| v as f32).collect();
+        let h = Tensor::from_vec(data, (2, 2, 3), &Device::Cpu).unwrap();
+        let mut s = iv(Mode::Subtract, &[E1], 1.0);
+        s.positions = Positions::Last;
+        let out = apply(&s, &h, 0).unwrap();
+        assert_eq!(out.applied, vec![false, true, false, true]);
+        assert_eq!(
+            out.projections,
+            vec![vec![2.0], vec![5.0], vec![8.0], vec![11.0]]
+        );
+        let new = out.hidden.unwrap().to_vec3::<f32>().unwrap();
+        assert_eq!(
+            new,
+            vec![
+                vec![vec![1.0, 2.0, 3.0], vec![4.0, 0.0, 6.0]],
+                vec![vec![7.0, 8.0, 9.0], vec![10.0, 0.0, 12.0]],
+            ]
+        );
+    }
+
+    #[test]
+    fn conditional_touches_only_passing_tokens() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        let mut s = iv(Mode::Subtract, &[E1], 1.0);
+        s.condition = Some(Condition {
+            when: When::Above,
+            threshold: 3.0,
+        });
+        let out = apply(&s, &h, 0).unwrap();
+        assert_eq!(out.applied, vec![false, true]);
+        close(&hidden(&out), &[&[1.0, 2.0, 3.0], &[4.0, 0.0, 6.0]]);
+
+        s.condition = Some(Condition {
+            when: When::Below,
+            threshold: 3.0,
+        });
+        let out = apply(&s, &h, 0).unwrap();
+        assert_eq!(out.applied, vec![true, false]);
+        close(&hidden(&out), &[&[1.0, 0.0, 3.0], &[4.0, 5.0, 6.0]]);
+
+        // Combined with positions: the last token, only if above 3.
+        s.condition = Some(Condition {
+            when: When::Above,
+            threshold: 3.0,
+        });
+        s.positions = Positions::Last;
+        assert_eq!(apply(&s, &h, 0).unwrap().applied, vec![false, true]);
+        s.positions = Positions::Range {
+            start: 0,
+            end: Some(1),
+        };
+        assert_eq!(apply(&s, &h, 0).unwrap().applied, vec![false, false]);
+
+        // Subspace modes test ‖c‖: √(1 + 36) ≈ 6.1 and √(16 + 144) ≈ 12.6.
+        let mut r = iv(
+            Mode::SubspaceRemove,
+            &[&[1.0, 0.0, 0.0], &[0.0, 0.0, 2.0]],
+            1.0,
+        );
+        r.condition = Some(Condition {
+            when: When::Above,
+            threshold: 10.0,
+        });
+        let out = apply(&r, &h, 0).unwrap();
+        assert_eq!(out.applied, vec![false, true]);
+        close(&hidden(&out), &[&[1.0, 2.0, 3.0], &[0.0, 5.0, -18.0]]);
+    }
+
+    #[test]
+    fn half_precision_keeps_dtype_and_shape() {
+        let h = act(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]]);
+        for dtype in [DType::BF16, DType::F16] {
+            let h = h.to_dtype(dtype).unwrap();
+            let out = apply(&iv(Mode::Subtract, &[E1], 1.0), &h, 0).unwrap();
+            let new = out.hidden.as_ref().unwrap();
+            assert_eq!(new.dtype(), dtype);
+            assert_eq!(new.dims(), &[1, 2, 3]);
+            close(&hidden(&out), &[&[1.0, 0.0, 3.0], &[4.0, 0.0, 6.0]]);
+            let out = apply(&iv(Mode::Project, &[E1], 1.0), &h, 0).unwrap();
+            assert!(out.hidden.is_none());
+            assert_eq!(out.delta_norm, 0.0);
+            assert_eq!(out.projections, vec![vec![2.0], vec![5.0]]);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_input() {
+        let h = act(&[&[1.0, 2.0, 3.0]]);
+        let err = apply(&iv(Mode::Subtract, &[&[0.0, 1.0]], 1.0), &h, 0).unwrap_err();
+        assert!(matches!(
+            err,
+            InterveneError::WidthMismatch {
+                width: 2,
+                hidden: 3
+            }
+        ));
+        let msg = err.to_string();
+        assert!(msg.contains("width 2") && msg.contains("is 3"), "{msg}");
+
+        let err = apply(&iv(Mode::Add, &[E1], f32::NAN), &h, 0).unwrap_err();
+        assert!(err.to_string().contains("alpha is NaN"), "{err}");
+
+        let mut c = iv(Mode::Clamp, &[&[0.0, 2.0, 0.0]], 1.0);
+        c.value = Some(1.0);
+        let err = apply(&c, &h, 0).unwrap_err();
+        assert!(matches!(err, InterveneError::NotUnit { norm } if norm == 2.0));
+        assert!(err.to_string().contains("norm 2"), "{err}");
+        c.direction = dir(&[E1]);
+        c.value = Some(f32::INFINITY);
+        assert!(
+            apply(&c, &h, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("value is inf")
+        );
+        c.value = None;
+        assert!(matches!(
+            apply(&c, &h, 0),
+            Err(InterveneError::MissingValue)
+        ));
+
+        let mut s = iv(Mode::Subtract, &[E1, &[1.0, 0.0, 0.0]], 1.0);
+        let err = apply(&s, &h, 0).unwrap_err();
+        assert!(matches!(err, InterveneError::OneRowNeeded { rows: 2, .. }));
+        assert!(err.to_string().contains("row=N"), "{err}");
+        s.direction = dir(&[E1]);
+        s.value = Some(1.0);
+        assert!(matches!(
+            apply(&s, &h, 0),
+            Err(InterveneError::UnexpectedValue { .. })
+        ));
+        s.value = None;
+        s.condition = Some(Condition {
+            when: When::Above,
+            threshold: f32::NAN,
+        });
+        assert!(
+            apply(&s, &h, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("threshold")
+        );
+
+        let flat = Tensor::new(&[[1f32, 2.0, 3.0]], &Device::Cpu).unwrap();
+        let err = apply(&iv(Mode::Add, &[E1], 1.0), &flat, 0).unwrap_err();
+        assert!(err.to_string().contains("[1, 3]"), "{err}");
+        let ints = Tensor::new(&[[[1u32, 2, 3]]], &Device::Cpu).unwrap();
+        assert!(matches!(
+            apply(&iv(Mode::Add, &[E1], 1.0), &ints, 0),
+            Err(InterveneError::BadActivation { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_activation_is_left_alone() {
+        let h = Tensor::zeros((1, 0, 3), DType::F32, &Device::Cpu).unwrap();
+        let out = apply(&iv(Mode::Steer, &[E1], 1.0), &h, 4).unwrap();
+        assert_eq!(out.hidden.unwrap().dims(), &[1, 0, 3]);
+        assert!(out.projections.is_empty() && out.applied.is_empty());
+    }
+
+    // ---- policy_step ----
+
+    fn unit_x() -> Direction {
+        Direction::new("x", "direction", "00", None, &[1.0, 0.0], &[2]).unwrap()
+    }
+
+    /// Subtracts the direction from tokens whose projection exceeds 1.
+    struct Gate(Vec<Watch>, Vec<Vec<f32>>);
+
+    impl StepPolicy for Gate {
+        fn describe(&self) -> String {
+            "gate".into()
+        }
+        fn watches(&self) -> &[Watch] {
+            &self.0
+        }
+        fn decide(&mut self, obs: &[Observation]) -> Result<Vec<PolicyOp>, String> {
+            self.1.push(obs[0].projections.clone());
+            let positions: Vec<usize> = obs[0]
+                .projections
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| **p > 1.0)
+                .map(|(i, _)| obs[0].offset + i)
+                .collect();
+            Ok(vec![PolicyOp {
+                layer: obs[0].layer,
+                direction: "x".into(),
+                mode: Mode::Subtract,
+                alpha: 1.0,
+                value: None,
+                positions,
+            }])
+        }
+    }
+
+    #[test]
+    fn step_observes_decides_and_changes_only_the_chosen_tokens() {
+        let watch = Watch {
+            name: "x".into(),
+            layers: vec![2],
+            direction: unit_x(),
+        };
+        let mut gate = Gate(vec![watch], Vec::new());
+        let mut log = PolicyLog::default();
+        // Three tokens at positions 5, 6, 7 with x-components 0.5, 3, 2.
+        let h = Tensor::new(&[[[0.5f32, 1.0], [3.0, 1.0], [2.0, -1.0]]], &Device::Cpu).unwrap();
+        assert!(
+            policy_step(&mut gate, &mut log, 1, 5, true, &h)
+                .unwrap()
+                .is_none(),
+            "layer 1 is not watched"
+        );
+        let out = policy_step(&mut gate, &mut log, 2, 5, true, &h)
+            .unwrap()
+            .unwrap();
+        assert_eq!(gate.1, [vec![0.5, 3.0, 2.0]]);
+        assert_eq!(
+            out.to_vec3::<f32>().unwrap(),
+            [[[0.5, 1.0], [0.0, 1.0], [0.0, -1.0]]]
+        );
+        assert_eq!(
+            (log.decisions, log.ops, log.tokens_changed_prefill),
+            (1, 1, 2)
+        );
+    }
+}
