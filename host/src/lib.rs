@@ -9,21 +9,17 @@
 //! - [`measure`]: the refusal direction, measured from harmful and harmless prompts;
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
-pub mod atomic_file;
-pub mod bundle;
+pub use vauban_format::{atomic_file, bundle, hash, input, text, trace};
+pub use vauban_report as report;
+
 pub mod cli;
 pub mod config;
 pub mod executor;
 #[doc(hidden)]
 pub mod fuzz_targets;
-pub mod hash;
-pub mod input;
 pub mod intervene;
 pub mod measure;
 pub mod model;
 pub mod pipeline;
 pub mod plugin;
 pub mod profile;
-pub mod report;
-pub mod text;
-pub mod trace;

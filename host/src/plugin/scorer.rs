@@ -18,15 +18,7 @@ use super::wit::{ScorerInstance, ScorerPre};
 use super::{Live, World, check_info, provisional_info, typed_pre};
 
 use b::exports::vauban::plugin::scorer as ws;
-
-/// Which direction of a metric is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Polarity {
-    HigherIsBetter,
-    LowerIsBetter,
-    Neutral,
-}
+pub use vauban_format::evidence::Polarity;
 
 /// Who a plugin says it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use super::super::document::{
     Reproducibility,
 };
 use super::*;
-use crate::report::claims::ClaimStatus;
+use crate::claims::ClaimStatus;
 
 /// Renders `report` as Markdown.
 pub fn markdown(report: &Report) -> String {
@@ -544,7 +544,7 @@ fn deltas(out: &mut String, r: &Report) {
 }
 
 fn polarity(d: &super::super::document::ReportDelta) -> &'static str {
-    use crate::plugin::scorer::Polarity;
+    use crate::evidence::Polarity;
     match d.polarity {
         Polarity::HigherIsBetter => "higher is better",
         Polarity::LowerIsBetter => "lower is better",

@@ -46,7 +46,7 @@ const NO_DELTAS: &str = "No behavioural deltas: no scorer produced a metric on b
 const NO_DISTRIBUTION: &str = "No distribution shift: the traces hold no logprobs on both sides.";
 
 /// Why the report has no distribution shift.
-fn no_distribution(r: &crate::report::document::Report) -> String {
+fn no_distribution(r: &crate::document::Report) -> String {
     match &r.distribution_unavailable {
         Some(why) => format!("No distribution shift: {why}."),
         None => NO_DISTRIBUTION.into(),
@@ -54,7 +54,7 @@ fn no_distribution(r: &crate::report::document::Report) -> String {
 }
 
 /// The tokens the KL is over, in words.
-fn kl_support(d: &crate::report::document::DistributionShift) -> String {
+fn kl_support(d: &crate::document::DistributionShift) -> String {
     match (d.top_k, d.baseline_rest_mass) {
         (Some(k), Some(rest)) => format!(
             "the baseline's {k} most likely tokens at each position plus one bucket for the rest \

@@ -353,7 +353,7 @@ pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
 }
 
 fn polarity_words(d: &ReportDelta) -> &'static str {
-    use crate::plugin::scorer::Polarity;
+    use crate::evidence::Polarity;
     match d.polarity {
         Polarity::HigherIsBetter => "higher is better",
         Polarity::LowerIsBetter => "lower is better",

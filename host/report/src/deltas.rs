@@ -4,8 +4,8 @@
 
 use rand::{Rng as _, SeedableRng as _};
 
-use crate::plugin::claims::MetricDelta;
-use crate::plugin::scorer::Polarity;
+use crate::evidence::MetricDelta;
+use crate::evidence::Polarity;
 
 use super::stats::{mcnemar_exact, paired_bootstrap};
 

@@ -8,167 +8,12 @@
 //! that its own executor declares it cannot produce is refused outright.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
-use serde::{Deserialize, Serialize};
+pub use vauban_format::document::{Access, InterventionRef, KindCoverage, Side, Unclaimable};
+pub use vauban_format::evidence::{AccessLevel, ClaimStrength};
 
 use crate::text::excerpt;
 use crate::trace::{ArtifactKind, SupportLevel, Trace, TraceError, TraceRequest};
-
-/// How much of the models the evidence reaches, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AccessLevel {
-    /// One model's outputs: a profile, no change.
-    SingleSnapshot,
-    /// Paired text outputs of both models.
-    #[serde(alias = "paired_outputs")]
-    BlackBox,
-    /// Next-token logits or logprobs of both models.
-    Logprobs,
-    /// Weight snapshots of both models.
-    Weights,
-    /// Runtime activations of both models.
-    Activations,
-    /// Weights and activations of both the base and the transformed model.
-    BaseAndTransformed,
-}
-
-impl AccessLevel {
-    /// Every level, weakest first.
-    pub const ALL: [AccessLevel; 6] = [
-        AccessLevel::SingleSnapshot,
-        AccessLevel::BlackBox,
-        AccessLevel::Logprobs,
-        AccessLevel::Weights,
-        AccessLevel::Activations,
-        AccessLevel::BaseAndTransformed,
-    ];
-
-    /// The name used in JSON and in reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AccessLevel::SingleSnapshot => "single_snapshot",
-            AccessLevel::BlackBox => "black_box",
-            AccessLevel::Logprobs => "logprobs",
-            AccessLevel::Weights => "weights",
-            AccessLevel::Activations => "activations",
-            AccessLevel::BaseAndTransformed => "base_and_transformed",
-        }
-    }
-
-    /// The strongest claim this level allows (the same row of the DESIGN table).
-    pub fn strongest_claim(self) -> ClaimStrength {
-        match self {
-            AccessLevel::SingleSnapshot => ClaimStrength::BehavioralProfile,
-            AccessLevel::BlackBox => ClaimStrength::BlackBoxBehavioralDiff,
-            AccessLevel::Logprobs => ClaimStrength::DistributionalDiff,
-            AccessLevel::Weights => ClaimStrength::WeightDiff,
-            AccessLevel::Activations => ClaimStrength::ActivationDiagnostic,
-            AccessLevel::BaseAndTransformed => ClaimStrength::ModelChangeAudit,
-        }
-    }
-
-    /// The evidence kinds both sides must hold in every trace to reach this
-    /// level (each entry is satisfied by any one of its kinds).
-    fn requirements(self) -> &'static [Requirement] {
-        match self {
-            AccessLevel::SingleSnapshot => &[],
-            AccessLevel::BlackBox => &[TEXT],
-            AccessLevel::Logprobs => &[DISTRIBUTION],
-            AccessLevel::Weights => &[WEIGHTS],
-            AccessLevel::Activations => &[ACTIVATIONS],
-            AccessLevel::BaseAndTransformed => &[WEIGHTS, ACTIVATIONS],
-        }
-    }
-}
-
-impl fmt::Display for AccessLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How strong a claim about the models may be, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimStrength {
-    /// How one model behaves; says nothing about a change.
-    BehavioralProfile,
-    /// The models' outputs differ on paired prompts.
-    BlackBoxBehavioralDiff,
-    /// The models' next-token distributions differ.
-    DistributionalDiff,
-    /// The models' weights differ, and where.
-    WeightDiff,
-    /// The models' internal activations differ, and where.
-    ActivationDiagnostic,
-    /// What the transformation changed, inside and out.
-    ModelChangeAudit,
-}
-
-impl ClaimStrength {
-    /// Every strength, weakest first.
-    pub const ALL: [ClaimStrength; 6] = [
-        ClaimStrength::BehavioralProfile,
-        ClaimStrength::BlackBoxBehavioralDiff,
-        ClaimStrength::DistributionalDiff,
-        ClaimStrength::WeightDiff,
-        ClaimStrength::ActivationDiagnostic,
-        ClaimStrength::ModelChangeAudit,
-    ];
-
-    /// The name used in JSON and in reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClaimStrength::BehavioralProfile => "behavioral_profile",
-            ClaimStrength::BlackBoxBehavioralDiff => "black_box_behavioral_diff",
-            ClaimStrength::DistributionalDiff => "distributional_diff",
-            ClaimStrength::WeightDiff => "weight_diff",
-            ClaimStrength::ActivationDiagnostic => "activation_diagnostic",
-            ClaimStrength::ModelChangeAudit => "model_change_audit",
-        }
-    }
-
-    /// The weakest access level that allows this claim.
-    pub fn required_level(self) -> AccessLevel {
-        match self {
-            ClaimStrength::BehavioralProfile => AccessLevel::SingleSnapshot,
-            ClaimStrength::BlackBoxBehavioralDiff => AccessLevel::BlackBox,
-            ClaimStrength::DistributionalDiff => AccessLevel::Logprobs,
-            ClaimStrength::WeightDiff => AccessLevel::Weights,
-            ClaimStrength::ActivationDiagnostic => AccessLevel::Activations,
-            ClaimStrength::ModelChangeAudit => AccessLevel::BaseAndTransformed,
-        }
-    }
-
-    /// The evidence this claim needs, in words.
-    pub fn needs(self) -> &'static str {
-        match self {
-            ClaimStrength::BehavioralProfile => "traces of one model with its text outputs",
-            ClaimStrength::BlackBoxBehavioralDiff => {
-                "paired text outputs of the baseline and the candidate on the same prompts"
-            }
-            ClaimStrength::DistributionalDiff => {
-                "next-token logits or logprobs of both models in every paired trace"
-            }
-            ClaimStrength::WeightDiff => "weight snapshots of both models in every paired trace",
-            ClaimStrength::ActivationDiagnostic => {
-                "runtime activation traces of both models in every paired trace"
-            }
-            ClaimStrength::ModelChangeAudit => {
-                "weight snapshots and runtime activation traces of both the base and the \
-                 transformed model in every paired trace"
-            }
-        }
-    }
-}
-
-impl fmt::Display for ClaimStrength {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The traces to judge: one model's, or a baseline's and a candidate's
 /// paired by position (trace `i` of each side ran the same prompt).
@@ -181,119 +26,6 @@ pub enum Evidence<'a> {
         baseline: &'a [Trace],
         candidate: &'a [Trace],
     },
-}
-
-/// Which set of traces something refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Side {
-    /// The only set, in [`Evidence::Single`].
-    Snapshot,
-    /// The model before the change.
-    Baseline,
-    /// The model after the change.
-    Candidate,
-}
-
-impl Side {
-    /// The name used in JSON and in messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Side::Snapshot => "snapshot",
-            Side::Baseline => "baseline",
-            Side::Candidate => "candidate",
-        }
-    }
-}
-
-impl fmt::Display for Side {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What the evidence allows a report to claim, and what it does not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Access {
-    /// The highest access level the traces reach.
-    pub level: AccessLevel,
-    /// The strongest claim allowed: `level.strongest_claim()`.
-    pub claim_strength: ClaimStrength,
-    /// Every claim strength whose own evidence is present, weakest first
-    /// (never above `claim_strength`).
-    pub can_claim: Vec<ClaimStrength>,
-    /// Every other claim strength, with the evidence it needs.
-    pub cannot_claim: Vec<Unclaimable>,
-    /// Evidence that is absent or incomplete, in words.
-    pub missing_evidence: Vec<String>,
-    /// For every artifact kind present in any trace: how many traces hold it.
-    pub coverage: Vec<KindCoverage>,
-    /// The recorded interventions, the only scope a causal statement may have.
-    pub interventions: Vec<InterventionRef>,
-    /// What causal statements are allowed; `None` when none are.
-    pub causal_scope: Option<String>,
-}
-
-impl Access {
-    /// Whether a claim of `strength` is allowed.
-    pub fn allows(&self, strength: ClaimStrength) -> bool {
-        self.can_claim.contains(&strength)
-    }
-}
-
-/// A claim strength the evidence does not reach, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Unclaimable {
-    pub strength: ClaimStrength,
-    /// The evidence the claim needs and what of it is missing, in words.
-    pub reason: String,
-}
-
-/// How many traces of each side hold at least one artifact of a kind.
-/// For [`Evidence::Single`], `baseline` counts the single set and the
-/// candidate fields are `None`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KindCoverage {
-    pub kind: ArtifactKind,
-    /// Baseline (or snapshot) traces holding the kind.
-    pub baseline: usize,
-    /// Candidate traces holding the kind.
-    pub candidate: Option<usize>,
-    /// Baseline (or snapshot) traces in all.
-    pub of_baseline: usize,
-    /// Candidate traces in all.
-    pub of_candidate: Option<usize>,
-}
-
-/// One recorded `intervention_result` artifact.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InterventionRef {
-    /// The set the trace belongs to.
-    pub side: Side,
-    /// The trace's id.
-    pub trace: String,
-    /// The artifact's id within the trace.
-    pub artifact: String,
-    /// The transformer block the intervention acted on, when recorded.
-    pub layer: Option<usize>,
-    /// The artifact's labels (mode, direction, alpha...).
-    pub labels: BTreeMap<String, String>,
-}
-
-impl InterventionRef {
-    /// What the intervention did: its mode (`subtract`, `clamp`...), or the
-    /// policy that decided it, or `intervention` when the record says neither.
-    pub fn mode(&self) -> String {
-        self.labels
-            .get("mode")
-            .or_else(|| self.labels.get("policy"))
-            .cloned()
-            .unwrap_or_else(|| "intervention".into())
-    }
 }
 
 /// Why an access level cannot be computed from the given traces.
@@ -412,7 +144,7 @@ pub fn access_from_evidence(evidence: Evidence<'_>) -> Result<Access, AccessErro
             .filter(|r| !r.met(&sides))
             .collect();
         let level = AccessLevel::ALL.into_iter().rev().find(|l| {
-            !l.requirements().is_empty() && l.requirements().iter().all(|r| !unmet.contains(r))
+            !requirements(*l).is_empty() && requirements(*l).iter().all(|r| !unmet.contains(r))
         });
         let gaps: Vec<String> = unmet.iter().flat_map(|r| r.gaps(&sides)).collect();
         let Some(level) = level else {
@@ -449,9 +181,7 @@ pub fn access_from_evidence(evidence: Evidence<'_>) -> Result<Access, AccessErro
         ClaimStrength::BehavioralProfile => true,
         _ => {
             paired
-                && strength
-                    .required_level()
-                    .requirements()
+                && requirements(strength.required_level())
                     .iter()
                     .all(|r| r.met(&sides))
         }
@@ -650,9 +380,7 @@ fn unclaimable_reason(strength: ClaimStrength, sides: &[(Side, &[Trace])]) -> St
     if sides.len() < 2 {
         return format!("{needs}; only one model was traced");
     }
-    let gaps: Vec<String> = strength
-        .required_level()
-        .requirements()
+    let gaps: Vec<String> = requirements(strength.required_level())
         .iter()
         .filter(|r| !r.met(sides))
         .flat_map(|r| r.gaps(sides))
@@ -702,6 +430,19 @@ fn interventions(sides: &[(Side, &[Trace])]) -> Vec<InterventionRef> {
             })
         })
         .collect()
+}
+
+/// The evidence kinds both sides must hold in every trace to reach this
+/// level (each entry is satisfied by any one of its kinds).
+fn requirements(level: AccessLevel) -> &'static [Requirement] {
+    match level {
+        AccessLevel::SingleSnapshot => &[],
+        AccessLevel::BlackBox => &[TEXT],
+        AccessLevel::Logprobs => &[DISTRIBUTION],
+        AccessLevel::Weights => &[WEIGHTS],
+        AccessLevel::Activations => &[ACTIVATIONS],
+        AccessLevel::BaseAndTransformed => &[WEIGHTS, ACTIVATIONS],
+    }
 }
 
 #[cfg(test)]

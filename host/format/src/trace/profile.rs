@@ -16,7 +16,7 @@ pub struct StageProfile {
     /// The device the stage ran on, as the backend names it (`cpu`, `cuda:0`).
     pub device: String,
     pub batch_size: u32,
-    /// Tokens the stage handled (per sequence; see [`crate::profile`] for how
+    /// Tokens the stage handled (per sequence; see `vauban::profile` for how
     /// a trace total is formed).
     pub token_count: u64,
     /// Memory in use at the end of the stage (or the stage's peak, where the

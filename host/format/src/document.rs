@@ -1,20 +1,17 @@
 //! The Model Behavior Change Report as data: what `report.json` holds, and
-//! what the Markdown and HTML renderers read (DESIGN.md section 9). The
+//! what the Markdown and HTML renderers read . The
 //! sections are in the design's order; names users of the upstream tool
 //! know (`access.level`, `access.claim_strength`, `access.can_claim`,
 //! `access.cannot_claim`, `claims[].strength`, `claims[].status`,
 //! `claims[].evidence`, `metric_deltas[]`) are kept.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::plugin::scorer::Polarity;
+use crate::evidence::{AccessLevel, ClaimStrength, Polarity};
 use crate::trace::ArtifactKind;
-
-use super::access::{Access, ClaimStrength};
-use super::claims::ClaimStatus;
-use super::stats::Quality;
 
 /// The version of the report's JSON shape (`docs/report.schema.json`).
 pub const REPORT_SCHEMA: &str = "vauban.report/1";
@@ -160,7 +157,7 @@ pub struct ReportClaim {
     pub reasons: Vec<String>,
     /// When the claim cites intervention records: the sides, modes, layers,
     /// directions and prompts they cover, beyond which it says nothing causal.
-    pub scope: Option<crate::report::claims::CausalScope>,
+    pub scope: Option<CausalScope>,
     /// The claim mapper's name.
     pub mapper: String,
 }
@@ -372,4 +369,174 @@ pub struct ScoreRow {
     pub scorer: String,
     pub metric: String,
     pub value: f64,
+}
+
+/// Which set of traces something refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// The only set, in [`Evidence::Single`].
+    Snapshot,
+    /// The model before the change.
+    Baseline,
+    /// The model after the change.
+    Candidate,
+}
+
+impl Side {
+    /// The name used in JSON and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Snapshot => "snapshot",
+            Side::Baseline => "baseline",
+            Side::Candidate => "candidate",
+        }
+    }
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the evidence allows a report to claim, and what it does not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Access {
+    /// The highest access level the traces reach.
+    pub level: AccessLevel,
+    /// The strongest claim allowed: `level.strongest_claim()`.
+    pub claim_strength: ClaimStrength,
+    /// Every claim strength whose own evidence is present, weakest first
+    /// (never above `claim_strength`).
+    pub can_claim: Vec<ClaimStrength>,
+    /// Every other claim strength, with the evidence it needs.
+    pub cannot_claim: Vec<Unclaimable>,
+    /// Evidence that is absent or incomplete, in words.
+    pub missing_evidence: Vec<String>,
+    /// For every artifact kind present in any trace: how many traces hold it.
+    pub coverage: Vec<KindCoverage>,
+    /// The recorded interventions, the only scope a causal statement may have.
+    pub interventions: Vec<InterventionRef>,
+    /// What causal statements are allowed; `None` when none are.
+    pub causal_scope: Option<String>,
+}
+
+impl Access {
+    /// Whether a claim of `strength` is allowed.
+    pub fn allows(&self, strength: ClaimStrength) -> bool {
+        self.can_claim.contains(&strength)
+    }
+}
+
+/// A claim strength the evidence does not reach, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unclaimable {
+    pub strength: ClaimStrength,
+    /// The evidence the claim needs and what of it is missing, in words.
+    pub reason: String,
+}
+
+/// How many traces of each side hold at least one artifact of a kind.
+/// For [`Evidence::Single`], `baseline` counts the single set and the
+/// candidate fields are `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindCoverage {
+    pub kind: ArtifactKind,
+    /// Baseline (or snapshot) traces holding the kind.
+    pub baseline: usize,
+    /// Candidate traces holding the kind.
+    pub candidate: Option<usize>,
+    /// Baseline (or snapshot) traces in all.
+    pub of_baseline: usize,
+    /// Candidate traces in all.
+    pub of_candidate: Option<usize>,
+}
+
+/// One recorded `intervention_result` artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterventionRef {
+    /// The set the trace belongs to.
+    pub side: Side,
+    /// The trace's id.
+    pub trace: String,
+    /// The artifact's id within the trace.
+    pub artifact: String,
+    /// The transformer block the intervention acted on, when recorded.
+    pub layer: Option<usize>,
+    /// The artifact's labels (mode, direction, alpha...).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl InterventionRef {
+    /// What the intervention did: its mode (`subtract`, `clamp`...), or the
+    /// policy that decided it, or `intervention` when the record says neither.
+    pub fn mode(&self) -> String {
+        self.labels
+            .get("mode")
+            .or_else(|| self.labels.get("policy"))
+            .cloned()
+            .unwrap_or_else(|| "intervention".into())
+    }
+}
+
+/// What the host made of a proposed claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimStatus {
+    /// As proposed.
+    Accepted,
+    /// Kept at a weaker strength, or with fewer citations; `reasons` says why.
+    Downgraded,
+    /// Not kept; `reasons` says why.
+    Rejected,
+}
+
+/// What the intervention records a claim cites cover: a causal statement
+/// holds for this and nothing wider.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CausalScope {
+    pub sides: Vec<String>,
+    pub modes: Vec<String>,
+    pub layers: Vec<u32>,
+    pub directions: Vec<String>,
+    pub prompts: Vec<String>,
+}
+
+impl CausalScope {
+    /// The scope in one sentence.
+    pub fn describe(&self) -> String {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "unrecorded".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        let layers: Vec<String> = self.layers.iter().map(u32::to_string).collect();
+        format!(
+            "causal only within the cited interventions: {} on the {} side at layer(s) {} along {}, on {} prompt(s)",
+            list(&self.modes),
+            list(&self.sides),
+            list(&layers),
+            list(&self.directions),
+            self.prompts.len()
+        )
+    }
+}
+
+/// How a change reads, given which direction is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Quality {
+    Improved,
+    Regressed,
+    Unchanged,
+    /// The metric has no better direction.
+    Neutral,
 }

@@ -13,8 +13,8 @@ use super::super::document::{
 };
 use super::svg::{self, escape as e};
 use super::*;
-use crate::report::claims::ClaimStatus;
-use crate::report::stats::Quality;
+use crate::claims::ClaimStatus;
+use crate::stats::Quality;
 
 const CSS: &str = r#"
 :root{color-scheme:light dark;--fg:#1f2328;--muted:#59636e;--bg:#fff;--panel:#f6f8fa;--border:#d1d9e0;--link:#0969da;
@@ -655,9 +655,9 @@ fn deltas(out: &mut String, r: &Report) {
 fn delta_table(out: &mut String, metric: &str, rows: &[&ReportDelta]) {
     let first = rows[0];
     let polarity = match first.polarity {
-        crate::plugin::scorer::Polarity::HigherIsBetter => "higher is better",
-        crate::plugin::scorer::Polarity::LowerIsBetter => "lower is better",
-        crate::plugin::scorer::Polarity::Neutral => "no better direction",
+        crate::evidence::Polarity::HigherIsBetter => "higher is better",
+        crate::evidence::Polarity::LowerIsBetter => "lower is better",
+        crate::evidence::Polarity::Neutral => "no better direction",
     };
     let _ = writeln!(
         out,

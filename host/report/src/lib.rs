@@ -1,7 +1,9 @@
-//! What the evidence allows a report to claim.
+//! vauban's report logic: what the evidence allows a report to claim, the
+//! paired statistics, and the report's rendering. No model, no plugin
+//! runtime, no file writes: it reads traces and evidence (from
+//! `vauban-format`) and returns data and text.
 //!
-//! - [`access`]: the access level and the strongest claim the traces allow
-//!   (DESIGN.md section 5);
+//! - [`access`]: the access level and the strongest claim the traces allow;
 //! - [`claims`]: the epistemic rule enforced on proposed claims: accepted,
 //!   downgraded or rejected, with reasons;
 //! - [`document`]: the report as data (`report.json`), section by section;
@@ -12,10 +14,12 @@
 //! - [`render`]: the report as Markdown and as self-contained HTML with
 //!   inline SVG plots.
 
+use vauban_format::{evidence, text, trace};
+
 pub mod access;
 pub mod claims;
 pub mod deltas;
-pub mod document;
+pub use vauban_format::document;
 pub mod render;
 pub mod stats;
 

@@ -10,59 +10,14 @@
 //! never passes silently.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+pub use vauban_format::document::{CausalScope, ClaimStatus};
 
 use serde::Serialize;
 
-use crate::plugin::claims::{EvidenceSet, ProposedClaim, Support};
+use crate::evidence::{EvidenceSet, ProposedClaim, Support};
 use crate::trace::ArtifactKind;
 
 use super::access::ClaimStrength;
-
-/// What the host made of a proposed claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimStatus {
-    /// As proposed.
-    Accepted,
-    /// Kept at a weaker strength, or with fewer citations; `reasons` says why.
-    Downgraded,
-    /// Not kept; `reasons` says why.
-    Rejected,
-}
-
-/// What the intervention records a claim cites cover: a causal statement
-/// holds for this and nothing wider.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CausalScope {
-    pub sides: Vec<String>,
-    pub modes: Vec<String>,
-    pub layers: Vec<u32>,
-    pub directions: Vec<String>,
-    pub prompts: Vec<String>,
-}
-
-impl CausalScope {
-    /// The scope in one sentence.
-    pub fn describe(&self) -> String {
-        let list = |v: &[String]| {
-            if v.is_empty() {
-                "unrecorded".to_owned()
-            } else {
-                v.join(", ")
-            }
-        };
-        let layers: Vec<String> = self.layers.iter().map(u32::to_string).collect();
-        format!(
-            "causal only within the cited interventions: {} on the {} side at layer(s) {} along {}, on {} prompt(s)",
-            list(&self.modes),
-            list(&self.sides),
-            list(&layers),
-            list(&self.directions),
-            self.prompts.len()
-        )
-    }
-}
 
 /// A claim after the host's check.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -304,10 +259,10 @@ fn causal_scope(cited: &[String], evidence: &EvidenceSet) -> Option<CausalScope>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::claims::{
+    use crate::evidence::Polarity;
+    use crate::evidence::{
         ActivationEvidence, DistributionEvidence, InterventionEvidence, MetricDelta, WeightEvidence,
     };
-    use crate::plugin::scorer::Polarity;
 
     fn delta(id: &str, rests_on: &[ArtifactKind]) -> MetricDelta {
         MetricDelta {

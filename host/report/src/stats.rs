@@ -4,7 +4,7 @@
 //! between next-token distributions.
 
 use rand::{Rng as _, SeedableRng as _};
-use serde::{Deserialize, Serialize};
+pub use vauban_format::document::Quality;
 
 /// The two-sided 95% normal quantile.
 pub const Z95: f64 = 1.959_963_984_540_054;
@@ -123,17 +123,6 @@ pub fn kl_divergence_with_rest(p_log: &[f32], q_log: &[f32]) -> Option<(f64, f64
         (p, q) => p * (p.ln() - q.max(1e-12).ln()),
     };
     Some((kept + rest, p_rest))
-}
-
-/// How a change reads, given which direction is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Quality {
-    Improved,
-    Regressed,
-    Unchanged,
-    /// The metric has no better direction.
-    Neutral,
 }
 
 /// The direction of a metric that is better.
