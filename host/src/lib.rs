@@ -10,6 +10,7 @@
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
 pub use vauban_format::{atomic_file, bundle, hash, input, text, trace};
+pub use vauban_plugin_host as plugin;
 pub use vauban_report as report;
 
 pub mod cli;
@@ -21,5 +22,4 @@ pub mod intervene;
 pub mod measure;
 pub mod model;
 pub mod pipeline;
-pub mod plugin;
 pub mod profile;

@@ -7,6 +7,8 @@
 //! - [`evidence`]: access levels, claim strengths, and the findings a
 //!   claim may cite (shared by the host, claim mappers and the report);
 //! - [`document`]: the Model Behavior Change Report as data (`report.json`);
+//! - [`intervention`]: interventions and intervention policies as values
+//!   every executor applies the same way;
 //! - [`input`]: bounded reads of user-supplied files;
 //! - [`atomic_file`]: writes that never leave a half-written file;
 //! - [`hash`]: sha256 of bytes and files;
@@ -21,5 +23,6 @@ pub mod document;
 pub mod evidence;
 pub mod hash;
 pub mod input;
+pub mod intervention;
 pub mod text;
 pub mod trace;

@@ -183,20 +183,6 @@ struct Golden {
     ops: Vec<String>,
 }
 
-impl<'de> Deserialize<'de> for World {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<World, D::Error> {
-        let s = String::deserialize(d)?;
-        match s.as_str() {
-            "scorer" => Ok(World::Scorer),
-            "intervention-policy" => Ok(World::InterventionPolicy),
-            "claim-mapper" => Ok(World::ClaimMapper),
-            _ => Err(serde::de::Error::custom(format!(
-                "unknown world {s:?}; one of scorer, intervention-policy, claim-mapper"
-            ))),
-        }
-    }
-}
-
 fn load(args: &SandboxArgs, path: &Path) -> anyhow::Result<(PluginHost, Plugin)> {
     let host = args.host()?;
     let plugin = host.load(path)?;

@@ -9,16 +9,43 @@ use candle_core::{DType, Device, Tensor};
 use crate::intervene::policy::{Observation, PolicyLog, StepPolicy};
 use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
 
-impl From<candle_core::Error> for InterveneError {
+/// A failure inside the primitive: a candle error or a refused
+/// intervention, so `?` works on both; callers see an [`InterveneError`].
+#[derive(Debug)]
+enum Fail {
+    Candle(candle_core::Error),
+    Intervene(InterveneError),
+}
+
+impl From<candle_core::Error> for Fail {
     fn from(e: candle_core::Error) -> Self {
-        InterveneError::Compute(e.to_string())
+        Fail::Candle(e)
+    }
+}
+
+impl From<InterveneError> for Fail {
+    fn from(e: InterveneError) -> Self {
+        Fail::Intervene(e)
+    }
+}
+
+impl From<Fail> for InterveneError {
+    fn from(f: Fail) -> Self {
+        match f {
+            Fail::Candle(e) => InterveneError::Compute(e.to_string()),
+            Fail::Intervene(e) => e,
+        }
     }
 }
 
 /// The direction's basis `[k, d_model]` as an f32 tensor on `device` (a
 /// copy of `k × d_model` floats per call: small next to the activation).
 pub fn basis_tensor(d: &Direction, device: &Device) -> Result<Tensor, InterveneError> {
-    Ok(Tensor::from_slice(&d.basis, (d.rows(), d.width()), device)?)
+    basis(d, device).map_err(|e| Fail::Candle(e).into())
+}
+
+fn basis(d: &Direction, device: &Device) -> Result<Tensor, candle_core::Error> {
+    Tensor::from_slice(&d.basis, (d.rows(), d.width()), device)
 }
 
 /// What [`Intervention::apply`] did.
@@ -49,19 +76,23 @@ pub struct Outcome {
 /// the cache length in a decode step), so [`Positions`] work during
 /// generation.
 pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, InterveneError> {
+    Ok(try_apply(iv, h, offset)?)
+}
+
+fn try_apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, Fail> {
     iv.check()?;
     let (b, t, d) = match *h.dims() {
         [b, t, d] if h.dtype().is_float() => (b, t, d),
         _ => {
-            return Err(InterveneError::BadActivation {
+            return Err(Fail::Intervene(InterveneError::BadActivation {
                 shape: h.dims().to_vec(),
                 dtype: format!("{:?}", h.dtype()),
-            });
+            }));
         }
     };
     let width = iv.direction.width();
     if width != d {
-        return Err(InterveneError::WidthMismatch { width, hidden: d });
+        return Err(InterveneError::WidthMismatch { width, hidden: d }.into());
     }
     let (n, dev) = (b * t, h.device());
     if n == 0 {
@@ -74,7 +105,7 @@ pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, In
         });
     }
     let x = h.to_dtype(DType::F32)?.reshape((n, d))?;
-    let basis = basis_tensor(&iv.direction, dev)?;
+    let basis = basis(&iv.direction, dev)?;
     // Coordinates along every row: [n, k].
     let c = x.matmul(&basis.t()?)?;
 
@@ -144,7 +175,7 @@ fn change(
     c: &Tensor,
     basis: &Tensor,
     mask: Option<&Tensor>,
-) -> Result<(Tensor, f32), InterveneError> {
+) -> Result<(Tensor, f32), Fail> {
     let alpha = f64::from(iv.alpha);
     // Per token, per row, how much of each row to add: [n, k].
     let coef = match iv.mode {

@@ -1,4 +1,4 @@
-//! The WebAssembly plugin host (DESIGN.md section 8).
+//! The WebAssembly plugin host.
 //!
 //! Scorers, intervention policies and claim mappers are components of the
 //! `vauban:plugin` WIT package (`wit/plugin.wit`). Loading one reads its
@@ -6,6 +6,8 @@
 //! ([`component`]); every job runs in a fresh sandboxed store ([`sandbox`]);
 //! anything a plugin does wrong becomes a [`PluginError`] and the host goes
 //! on.
+
+use vauban_format::{atomic_file, bundle, hash, input, intervention, trace};
 
 pub mod claims;
 pub mod component;
@@ -212,4 +214,19 @@ fn check_info(info: &scorer::PluginInfo) -> Result<(), String> {
         return Err("plugin description is over 2048 bytes".into());
     }
     Ok(())
+}
+
+/// The world names `describe` and golden files use.
+impl<'de> serde::Deserialize<'de> for World {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<World, D::Error> {
+        let s = <String as serde::Deserialize>::deserialize(d)?;
+        match s.as_str() {
+            "scorer" => Ok(World::Scorer),
+            "intervention-policy" => Ok(World::InterventionPolicy),
+            "claim-mapper" => Ok(World::ClaimMapper),
+            _ => Err(serde::de::Error::custom(format!(
+                "unknown world {s:?}; one of scorer, intervention-policy, claim-mapper"
+            ))),
+        }
+    }
 }

@@ -89,7 +89,7 @@ impl Mode {
     }
 
     /// The valid names, for error messages.
-    pub(crate) fn names() -> String {
+    pub fn names() -> String {
         crate::text::list(&Mode::ALL.map(Mode::as_str))
     }
 }
@@ -159,7 +159,7 @@ impl fmt::Display for Positions {
 }
 
 /// Parses `all`, `last`, `N..M` or `N..`; the error is the problem and its fix.
-pub(crate) fn parse_positions(s: &str) -> Result<Positions, String> {
+pub fn parse_positions(s: &str) -> Result<Positions, String> {
     let bad = || {
         format!(
             "positions `{s}` is not all, last, N..M (end exclusive) or N.. (to the end); e.g. positions=5.. or positions=0..3"
@@ -219,7 +219,7 @@ impl fmt::Display for When {
 }
 
 /// Parses `above` or `below`; the error is the problem and its fix.
-pub(crate) fn parse_when(s: &str) -> Result<When, String> {
+pub fn parse_when(s: &str) -> Result<When, String> {
     match s {
         "above" => Ok(When::Above),
         "below" => Ok(When::Below),

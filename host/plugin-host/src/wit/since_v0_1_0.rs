@@ -6,37 +6,37 @@
 use wasmtime::component::Resource;
 
 use super::current;
-use crate::plugin::sandbox::SandboxState;
-use crate::plugin::tensors::TensorHandle;
+use crate::sandbox::SandboxState;
+use crate::tensors::TensorHandle;
 
 pub mod scorer {
     wasmtime::component::bindgen!({
-        path: "../wit/since_v0.1.0",
+        path: "../../wit/since_v0.1.0",
         world: "scorer-plugin",
         imports: { default: trappable },
         with: {
-            "vauban:plugin/types": crate::plugin::wit::current::scorer::vauban::plugin::types,
-            "vauban:plugin/tensors.tensor": crate::plugin::tensors::TensorHandle,
+            "vauban:plugin/types": crate::wit::current::scorer::vauban::plugin::types,
+            "vauban:plugin/tensors.tensor": crate::tensors::TensorHandle,
         },
     });
 }
 
 pub mod policy {
     wasmtime::component::bindgen!({
-        path: "../wit/since_v0.1.0",
+        path: "../../wit/since_v0.1.0",
         world: "intervention-policy-plugin",
         with: {
-            "vauban:plugin/types": crate::plugin::wit::current::policy::vauban::plugin::types,
+            "vauban:plugin/types": crate::wit::current::policy::vauban::plugin::types,
         },
     });
 }
 
 pub mod claims {
     wasmtime::component::bindgen!({
-        path: "../wit/since_v0.1.0",
+        path: "../../wit/since_v0.1.0",
         world: "claim-mapper-plugin",
         with: {
-            "vauban:plugin/types": crate::plugin::wit::current::claims::vauban::plugin::types,
+            "vauban:plugin/types": crate::wit::current::claims::vauban::plugin::types,
         },
     });
 }

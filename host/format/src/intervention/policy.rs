@@ -90,7 +90,7 @@ pub struct PolicyLog {
 impl PolicyLog {
     pub const KEEP: usize = 32;
 
-    pub(crate) fn add(&mut self, op: &PolicyOp, prefill: bool) {
+    pub fn add(&mut self, op: &PolicyOp, prefill: bool) {
         self.ops += 1;
         let n = op.positions.len() as u64;
         if prefill {

@@ -257,7 +257,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::plugin::sandbox::SandboxOptions;
+    use crate::sandbox::SandboxOptions;
 
     /// A 1000 x 256 tensor (1 MB of f32), counting how often it is decoded.
     struct Counting(AtomicUsize);

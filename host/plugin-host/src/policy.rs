@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::intervene::policy::{Observation, PolicyOp};
-use crate::intervene::policy::{StepPolicy, Watch};
-use crate::intervene::primitive::{Direction, Mode};
+pub use crate::intervention::policy::{Observation, PolicyOp};
+use crate::intervention::policy::{StepPolicy, Watch};
+use crate::intervention::primitive::{Direction, Mode};
 
 use super::error::{Failure, PluginError};
 use super::host::Plugin;

@@ -5,23 +5,23 @@
 /// The scorer world: imports `tensors` (host-owned tensor handles).
 pub mod scorer {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "scorer-plugin",
         imports: { default: trappable },
-        with: { "vauban:plugin/tensors.tensor": crate::plugin::tensors::TensorHandle },
+        with: { "vauban:plugin/tensors.tensor": crate::tensors::TensorHandle },
     });
 }
 
 pub mod policy {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "intervention-policy-plugin",
     });
 }
 
 pub mod claims {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "claim-mapper-plugin",
     });
 }
