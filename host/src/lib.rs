@@ -9,17 +9,15 @@
 //! - [`measure`]: the refusal direction, measured from harmful and harmless prompts;
 //! - [`cli`]: the `vauban` command line (a thin shell over the above).
 
+pub use vauban_exec::{executor, intervene, model};
 pub use vauban_format::{atomic_file, bundle, hash, input, text, trace};
 pub use vauban_plugin_host as plugin;
 pub use vauban_report as report;
 
 pub mod cli;
 pub mod config;
-pub mod executor;
 #[doc(hidden)]
 pub mod fuzz_targets;
-pub mod intervene;
 pub mod measure;
-pub mod model;
 pub mod pipeline;
 pub mod profile;
