@@ -396,6 +396,46 @@ claim_strength = "model_change_audit"
         scores,
         std::fs::read_to_string(replay_out.join("scores.jsonl")).unwrap()
     );
+
+    // One side replayed, one live: the candidate from its recorded bundle
+    // (`executor = "replay"`), the baseline run again. Greedy decoding
+    // reproduces the baseline's continuations, so the candidate's recorded
+    // scores of them still apply: the same deltas and the same KL.
+    let recorded = s.dir.path().join("recorded-candidate");
+    copy_dir(&out.join("traces/candidate"), &recorded);
+    let config = std::fs::read_to_string(&s.config).unwrap();
+    let i = config.find("[candidate]\nmodel = ").unwrap();
+    let end = i + config[i..].find("[candidate.transform]").unwrap();
+    let mixed = format!(
+        "{}[candidate]\nexecutor = \"replay\"\nmodel = \"{}\"\n\n{}",
+        &config[..i],
+        recorded.display(),
+        &config[end..]
+    )
+    .replace("output = \"out\"", "output = \"mixed\"");
+    let mixed_config = s.dir.path().join("mixed.toml");
+    std::fs::write(&mixed_config, mixed).unwrap();
+    let o4 = vauban(&["run", mixed_config.to_str().unwrap()]);
+    assert_eq!(o4.status.code(), Some(2), "{}", text(&o4));
+    let r4 = report(&s.dir.path().join("mixed"));
+    for key in ["metric_deltas", "distribution", "gates"] {
+        assert_eq!(r[key], r4[key], "{key} differs with the candidate replayed");
+    }
+    // The recorded traces name the executor that made them.
+    assert_eq!(r4["target_change"]["candidate"]["executor"], "candle");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
 }
 
 /// Writes the tiny model's HF folder with one token renamed: the same

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::pipeline::{self, Plan, Source};
+use crate::pipeline::{self, Plan};
 use crate::report::document::Report;
 
 /// Arguments of `vauban run`.
@@ -73,17 +73,16 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     for w in &plan.warnings {
         tracing::warn!("{w}");
     }
-    finish(pipeline::run(&plan, Source::Live, &command_line())?, out)
+    finish(pipeline::run(&plan, &command_line())?, out)
 }
 
 /// `vauban diff BASELINE CANDIDATE --config CONFIG`.
 pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let plan = Plan::from_file(&args.config, args.out.as_deref(), true)?;
-    let source = Source::Replay {
-        baseline: args.baseline.clone(),
-        candidate: args.candidate.clone(),
-    };
-    finish(pipeline::run(&plan, source, &command_line())?, out)
+    let mut plan = Plan::from_file(&args.config, args.out.as_deref(), true)?;
+    // `diff` is `run` with both sides replayed from their bundles.
+    plan.baseline.replay(args.baseline.clone());
+    plan.candidate.replay(args.candidate.clone());
+    finish(pipeline::run(&plan, &command_line())?, out)
 }
 
 fn finish(o: pipeline::Outcome, out: &mut dyn Write) -> anyhow::Result<()> {

@@ -31,18 +31,7 @@ use crate::report::document::{
 };
 use crate::report::{Evidence, access_from_evidence};
 
-pub use plan::{Plan, SideName};
-
-/// Where the traces come from.
-pub enum Source {
-    /// Load both models and trace them (`vauban run`).
-    Live,
-    /// Recorded bundles, no model (`vauban diff`: the replay executor).
-    Replay {
-        baseline: PathBuf,
-        candidate: PathBuf,
-    },
-}
+pub use plan::{Plan, SideBackend, SideName};
 
 /// What a finished run produced.
 pub struct Outcome {
@@ -100,35 +89,14 @@ pub(crate) struct Gathered {
 }
 
 /// Runs the plan and writes the report files into the plan's output folder.
-pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome> {
+/// Each side is served by its executor: the model, run and traced (`vauban
+/// run`), or a recorded bundle replayed (`vauban diff`, or
+/// `executor = "replay"`); everything after the traces is the same code.
+pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
     let mut stages = Stages::default();
     std::fs::create_dir_all(&plan.output)
         .with_context(|| format!("cannot create the output folder {}", plan.output.display()))?;
-    let gathered = match source {
-        Source::Live => live(plan, &mut stages)?,
-        Source::Replay {
-            baseline,
-            candidate,
-        } => stages.run("open bundles", |note| {
-            // Every file and tensor is hashed before anything is read from
-            // it: a damaged bundle is an error naming the file, not evidence
-            // that silently goes missing later.
-            let b = Bundle::open(&baseline)?;
-            b.verify_all()
-                .with_context(|| format!("the baseline bundle {}", baseline.display()))?;
-            let c = Bundle::open(&candidate)?;
-            c.verify_all()
-                .with_context(|| format!("the candidate bundle {}", candidate.display()))?;
-            *note = format!("{} + {} traces", b.traces().len(), c.traces().len());
-            Ok(Gathered {
-                baseline: b,
-                candidate: c,
-                reused: [0, 0],
-                sides: None,
-                measured: None,
-            })
-        })?,
-    };
+    let gathered = trace_both(plan, &mut stages)?;
     let baseline_bundle = Arc::new(gathered.baseline);
     let candidate_bundle = Arc::new(gathered.candidate);
     let base_traces = order(&plan.suite, baseline_bundle.traces(), "baseline")?;
@@ -384,16 +352,19 @@ pub fn run(plan: &Plan, source: Source, command: &str) -> anyhow::Result<Outcome
     })
 }
 
-/// The live stages: measure (when configured), load, trace.
-fn live(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
+/// The stages before scoring: load both sides, measure (when configured
+/// and the baseline is a model), trace every prompt on both.
+fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     let baseline = stages.run("load baseline", |note| {
         let s = record::load_side(&plan.baseline, None)?;
         *note = s.exec.model_ref().name;
         Ok(s)
     })?;
     let measured = match &plan.measure {
-        Some(m) => Some(stages.run("measure", |note| measure_stage(m, &baseline, note))?),
-        None => None,
+        Some(m) if !baseline.exec.is_replay() => {
+            Some(stages.run("measure", |note| measure_stage(m, &baseline, note))?)
+        }
+        _ => None,
     };
     let candidate = stages.run("load candidate", |note| {
         let s = record::load_side(&plan.candidate, measured.as_deref())?;

@@ -58,12 +58,32 @@ pub struct Plan {
 #[derive(Debug, Clone)]
 pub struct SidePlan {
     pub name: SideName,
+    /// Which executor serves this side.
+    pub backend: SideBackend,
+    /// The model (a `.gguf` file or an HF folder), or the bundle a replay serves.
     pub model: PathBuf,
     pub label: String,
     pub device: DeviceSpec,
     pub weights: WeightMode,
     pub system: Option<String>,
     pub transform: Option<TransformPlan>,
+}
+
+/// Who serves a side's traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideBackend {
+    /// The embedded model, run on the configured device.
+    Candle,
+    /// A recorded bundle (`executor = "replay"`, or `vauban diff`).
+    Replay,
+}
+
+impl SidePlan {
+    /// This side served by replaying the bundle at `bundle` (`vauban diff`).
+    pub fn replay(&mut self, bundle: PathBuf) {
+        self.backend = SideBackend::Replay;
+        self.model = bundle;
+    }
 }
 
 /// A direction file, or the `[measure]` stage's output.
@@ -267,18 +287,32 @@ impl Plan {
 
         let side = |name: SideName, s: &ModelSection| -> anyhow::Result<SidePlan> {
             let key = name.as_str();
-            if s.executor != "candle" {
+            let backend = match s.executor.as_str() {
+                "candle" => SideBackend::Candle,
+                "replay" => SideBackend::Replay,
+                other => {
+                    return Err(at(
+                        &format!("{key}.executor"),
+                        format!(
+                            "`{other}` is not an executor of this build; this build has `candle` \
+                             and `replay` (torch, mlx and http executors are not written yet)"
+                        ),
+                    ));
+                }
+            };
+            // A replayed side needs its bundle, not a model or directions.
+            let recorded = replay || backend == SideBackend::Replay;
+            let model = resolve(&format!("{key}.model"), &s.model)?;
+            if backend == SideBackend::Replay && !replay && !model.join("manifest.json").is_file() {
                 return Err(at(
-                    &format!("{key}.executor"),
+                    &format!("{key}.model"),
                     format!(
-                        "`{}` is not an executor of this build; this build has `candle` \
-                         (torch, mlx and http executors are not written yet)",
-                        s.executor
+                        "{} is not a trace bundle (a folder with manifest.json); with `executor = \"replay\"`, `model` names the bundle to replay",
+                        model.display()
                     ),
                 ));
             }
-            let model = resolve(&format!("{key}.model"), &s.model)?;
-            if !replay && !model.exists() {
+            if !recorded && !model.exists() {
                 return Err(at(
                     &format!("{key}.model"),
                     format!(
@@ -309,10 +343,10 @@ impl Plan {
                     &resolve,
                     &at,
                     measure.is_some(),
-                    replay,
+                    recorded,
                 )?),
             };
-            if !replay {
+            if !recorded {
                 // What `run` would refuse, refused here: a device this build
                 // or machine cannot open, layers the model does not have.
                 device.open().map_err(|e| at(&format!("{key}.device"), e))?;
@@ -340,6 +374,7 @@ impl Plan {
             });
             Ok(SidePlan {
                 name,
+                backend,
                 model,
                 label,
                 device,

@@ -19,7 +19,7 @@ use crate::intervene::{Intervention, Mode, Positions, load_direction};
 use crate::model::sample::Sampling;
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
 
-use super::plan::{DirectionRef, Plan, SidePlan};
+use super::plan::{DirectionRef, Plan, SideBackend, SidePlan};
 
 /// A loaded model with its transformation applied.
 pub struct LoadedSide {
@@ -42,13 +42,28 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
         device: side.device,
         weights: side.weights,
     };
-    let mut exec = Backend::load(&spec).with_context(|| {
+    let loaded = match side.backend {
+        SideBackend::Candle => Backend::load(&spec),
+        SideBackend::Replay => Backend::replay(&side.model),
+    };
+    let mut exec = loaded.with_context(|| {
         format!(
-            "{}: cannot load the model {}",
+            "{}: cannot load {}",
             side.name.as_str(),
             side.model.display()
         )
     })?;
+    if exec.is_replay() {
+        // The recording already holds whatever transformation was applied.
+        let model_sha256 = exec.weights_sha256();
+        return Ok(LoadedSide {
+            exec,
+            interventions: Vec::new(),
+            fingerprint: json!({ "replay": side.model.display().to_string() }),
+            describe: None,
+            model_sha256,
+        });
+    }
     let model_sha256 = exec.weights_sha256();
     let dims = exec.dims();
     let mut interventions = Vec::new();
@@ -289,7 +304,10 @@ pub fn record_side(
     bundle_path: &Path,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<Recorded> {
-    std::fs::create_dir_all(cache).with_context(|| format!("cannot create {}", cache.display()))?;
+    if !side.exec.is_replay() {
+        std::fs::create_dir_all(cache)
+            .with_context(|| format!("cannot create {}", cache.display()))?;
+    }
     let mut parts: Vec<(Trace, HashMap<String, TensorData>)> = Vec::new();
     let mut reused = 0;
     for p in prompts {
@@ -320,7 +338,9 @@ pub fn record_side(
             .as_bytes(),
         );
         let dir = cache.join(&key);
-        if dir.exists() {
+        // A replay serves recorded traces: nothing to resume, nothing to keep.
+        let cached = !side.exec.is_replay();
+        if cached && dir.exists() {
             match read_cached(&dir) {
                 Ok(part) => {
                     tracing::debug!("reusing {} for prompt {}", dir.display(), p.id);
@@ -340,9 +360,11 @@ pub fn record_side(
             .trace(&request, &options, None)
             .with_context(|| format!("tracing prompt `{}`", p.id))?;
         keep_raw_activations_only(&mut out.trace, &mut out.tensors);
-        let mut w = BundleWriter::create(&dir, WriteMode::Replace)?;
-        w.add_trace(&out.trace, &out.tensors)?;
-        w.finish()?;
+        if cached {
+            let mut w = BundleWriter::create(&dir, WriteMode::Replace)?;
+            w.add_trace(&out.trace, &out.tensors)?;
+            w.finish()?;
+        }
         parts.push((out.trace, out.tensors));
         progress.inc(1);
     }

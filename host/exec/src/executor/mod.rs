@@ -11,6 +11,7 @@
 pub mod candle;
 pub mod device;
 pub mod generate;
+pub mod replay;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use crate::trace::{
 };
 
 use self::candle::{CandleExecutor, CandleSession};
+use self::replay::{ReplayExecutor, ReplaySession};
 pub use device::DeviceSpec;
 pub use generate::{GenerateOptions, Generation, StopReason, TopLogprobs};
 
@@ -42,6 +44,15 @@ pub enum ExecutorError {
     Sample(#[from] crate::model::sample::SampleError),
     #[error("intervention: {0}")]
     Intervene(#[from] crate::intervene::InterveneError),
+    /// The backend cannot do this at all (replay has no model to run).
+    #[error("the {backend} executor cannot do this: {what}")]
+    Unsupported {
+        backend: &'static str,
+        what: &'static str,
+    },
+    /// A recorded bundle cannot be served.
+    #[error("replay: {0}")]
+    Replay(String),
 }
 
 /// What to load and where.
@@ -265,21 +276,38 @@ pub struct ModelDims {
     pub vocab: usize,
 }
 
-/// The executor, by backend. Only `Candle` exists in the default build.
+/// The executor, by backend: the embedded candle model, or a recorded
+/// bundle replayed.
 pub enum Backend {
     Candle(CandleExecutor),
+    Replay(ReplayExecutor),
+}
+
+impl Backend {
+    /// A recorded bundle, verified, served as an executor.
+    pub fn replay(bundle: &Path) -> Result<Backend, ExecutorError> {
+        Ok(Backend::Replay(ReplayExecutor::open(bundle)?))
+    }
+
+    /// Whether this serves recorded traces rather than running a model.
+    pub fn is_replay(&self) -> bool {
+        matches!(self, Backend::Replay(_))
+    }
 }
 
 /// A session, by backend.
 pub enum BackendSession<'a> {
     Candle(CandleSession<'a>),
+    Replay(ReplaySession),
 }
 
 impl<'a> BackendSession<'a> {
     /// Lets `policy` decide ops after its watched blocks in every pass.
+    /// (A replay session runs nothing, so it has nothing to decide.)
     pub fn set_policy(&mut self, policy: &'a mut dyn StepPolicy) {
         match self {
             BackendSession::Candle(s) => s.set_policy(policy),
+            BackendSession::Replay(_) => {}
         }
     }
 
@@ -287,6 +315,7 @@ impl<'a> BackendSession<'a> {
     pub fn effects(&self) -> &[Effect] {
         match self {
             BackendSession::Candle(s) => s.effects(),
+            BackendSession::Replay(s) => s.effects(),
         }
     }
 }
@@ -296,6 +325,7 @@ impl InferenceSession for BackendSession<'_> {
     fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.prefill(ids),
+            BackendSession::Replay(s) => s.prefill(ids),
         }
     }
 
@@ -303,6 +333,7 @@ impl InferenceSession for BackendSession<'_> {
     fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.decode_step(id),
+            BackendSession::Replay(s) => s.decode_step(id),
         }
     }
 
@@ -310,6 +341,7 @@ impl InferenceSession for BackendSession<'_> {
     fn position(&self) -> usize {
         match self {
             BackendSession::Candle(s) => s.position(),
+            BackendSession::Replay(s) => s.position(),
         }
     }
 
@@ -317,6 +349,7 @@ impl InferenceSession for BackendSession<'_> {
     fn capacity(&self) -> Option<usize> {
         match self {
             BackendSession::Candle(s) => s.capacity(),
+            BackendSession::Replay(s) => s.capacity(),
         }
     }
 }
@@ -326,6 +359,7 @@ macro_rules! dispatch {
     ($self:ident, $e:ident => $call:expr) => {
         match $self {
             Backend::Candle($e) => $call,
+            Backend::Replay($e) => $call,
         }
     };
 }
@@ -348,6 +382,12 @@ impl Executor for Backend {
     }
     fn dims(&self) -> ModelDims {
         dispatch!(self, e => e.dims())
+    }
+    fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
+        match self {
+            Backend::Candle(e) => Executor::check_layers(e, layers),
+            Backend::Replay(e) => e.check_layers(layers),
+        }
     }
     fn device_name(&self) -> String {
         dispatch!(self, e => e.device_name())
@@ -382,7 +422,10 @@ impl Executor for Backend {
         dispatch!(self, e => e.trace(request, options, policy))
     }
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> BackendSession<'a> {
-        dispatch!(self, e => BackendSession::Candle(e.session(interventions)))
+        match self {
+            Backend::Candle(e) => BackendSession::Candle(e.session(interventions)),
+            Backend::Replay(e) => BackendSession::Replay(e.session(interventions)),
+        }
     }
     fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
         dispatch!(self, e => e.last_token_state(ids))
@@ -404,11 +447,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_backend_enum_has_no_discriminant() {
-        // One variant: the enum is the executor itself, dispatch is a direct call.
+    fn replay_refuses_what_needs_a_model_by_name() {
+        let e = ExecutorError::Unsupported {
+            backend: "replay",
+            what: "tokenizing",
+        };
         assert_eq!(
-            std::mem::size_of::<Backend>(),
-            std::mem::size_of::<CandleExecutor>()
+            e.to_string(),
+            "the replay executor cannot do this: tokenizing"
         );
     }
 }
