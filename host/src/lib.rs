@@ -1,13 +1,23 @@
 //! vauban: audit how a language model's behaviour changed, and prove each
 //! claim with evidence.
 //!
-//! The library is organised by concept (DESIGN.md section 3):
-//! - [`trace`]: the evidence-bearing record of a run, and its rules;
-//! - [`bundle`]: traces on disk, verified and lazily loaded;
-//! - [`profile`]: per-trace cost summaries and controlled sweeps;
-//! - [`report`]: what the evidence allows a report to claim;
-//! - [`measure`]: the refusal direction, measured from harmful and harmless prompts;
-//! - [`cli`]: the `vauban` command line (a thin shell over the above).
+//! This crate is the run itself (config → plan → executors → traces →
+//! plugins → evidence → claims → report files) and the command line. It
+//! re-exports the host's other crates under the names the code uses:
+//! - [`trace`], [`bundle`] (`vauban-format`): the evidence-bearing record
+//!   of a run and its files;
+//! - [`executor`], [`model`], [`intervene`] (`vauban-exec`): who runs a
+//!   model (candle, or replay of a bundle) and records its trace;
+//! - [`plugin`] (`vauban-plugin-host`): sandboxed WebAssembly scorers,
+//!   policies and claim mappers;
+//! - [`report`] (`vauban-report`): what the evidence allows a report to
+//!   claim, the statistics and the renderers.
+//!
+//! Its own modules: [`config`] (the TOML run config and prompt suites),
+//! [`pipeline`] (the plan and the run), [`measure`] (the refusal direction,
+//! from harmful and harmless prompts), [`profile`] (cost summaries and
+//! sweeps) and [`cli`] (the `vauban` command line, a thin shell over the
+//! rest).
 
 pub use vauban_exec::{executor, intervene, model};
 pub use vauban_format::{atomic_file, bundle, hash, input, text, trace};

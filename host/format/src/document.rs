@@ -1,6 +1,6 @@
 //! The Model Behavior Change Report as data: what `report.json` holds, and
-//! what the Markdown and HTML renderers read . The
-//! sections are in the design's order; names users of the upstream tool
+//! what the Markdown and HTML renderers read. The sections are in the
+//! order both renderers show them; names users of the upstream tool
 //! know (`access.level`, `access.claim_strength`, `access.can_claim`,
 //! `access.cannot_claim`, `claims[].strength`, `claims[].status`,
 //! `claims[].evidence`, `metric_deltas[]`) are kept.
@@ -16,19 +16,35 @@ use crate::trace::ArtifactKind;
 /// The version of the report's JSON shape (`docs/report.schema.json`).
 pub const REPORT_SCHEMA: &str = "vauban.report/1";
 
+/// The JSON Schema of `report.json` (draft 2020-12), generated from
+/// [`Report`], pretty-printed with a final newline: the text of
+/// `docs/report.schema.json`, which a test keeps in step with the types.
+pub fn schema() -> String {
+    let mut schema = schemars::schema_for!(Report);
+    schema.insert(
+        "title".into(),
+        format!("vauban Model Behavior Change Report ({REPORT_SCHEMA})").into(),
+    );
+    serde_json::to_string_pretty(&schema).expect("a schema serialises") + "\n"
+}
+
 /// The whole report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
-    /// [`REPORT_SCHEMA`].
+    /// The version of the report's JSON shape: `vauban.report/1` ([`REPORT_SCHEMA`]).
     pub schema: String,
+    /// The report's title (the config's `report.title`).
     pub title: String,
     /// When the report was built (RFC 3339, UTC).
     pub created_at: String,
+    /// The one-screen summary.
     pub summary: Summary,
+    /// The change under audit and the two models compared.
     pub target_change: TargetChange,
-    /// What the evidence allows this report to claim (DESIGN.md section 5).
+    /// What the evidence allows this report to claim.
     pub access: Access,
+    /// What the traces hold and which plugins ran on them.
     pub evidence: EvidenceSection,
     /// Every claim the mappers proposed, after the host's check.
     pub claims: Vec<ReportClaim>,
@@ -45,59 +61,80 @@ pub struct Report {
     pub activation_findings: Option<ActivationFindings>,
     /// What the recorded interventions and transformations were.
     pub interventions: Vec<InterventionSummary>,
+    /// Prompts shown side by side, those whose metrics changed most first.
     pub examples: Vec<Example>,
+    /// One outcome per configured regression gate, in the config's order.
     pub gates: Vec<GateResult>,
+    /// What the report cannot say and why, one sentence each.
     pub limitations: Vec<String>,
+    /// What is needed to repeat the run.
     pub reproducibility: Reproducibility,
 }
 
 /// The one-screen summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Summary {
     /// One sentence.
     pub headline: String,
     /// Short lines, most important first.
     pub lines: Vec<String>,
+    /// Prompts in the suite, each run on both models.
     pub prompts: usize,
+    /// Claims kept as proposed.
     pub claims_accepted: usize,
+    /// Claims kept at a weaker strength or with fewer citations.
     pub claims_downgraded: usize,
+    /// Claims not kept.
     pub claims_rejected: usize,
+    /// Gates that fail the run: outcome `fail`, or `no_data` with severity
+    /// `fail`.
     pub gates_failed: usize,
+    /// Gates that warn: outcome `warn`, or `no_data` with severity `warn`.
     pub gates_warned: usize,
+    /// Plugin calls that gave no result (the entries of
+    /// [`EvidenceSection::plugin_failures`]).
     pub plugin_failures: usize,
 }
 
 /// The change under audit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetChange {
     /// The user's words for the change (`report.target_change`).
     pub description: Option<String>,
     /// `fine_tune`, `quantize`, `merge`, `steer`, `abliterate`...
     pub transformation_kind: Option<String>,
+    /// The transformation in words: the config's
+    /// `report.transformation_summary`, else the candidate's host-applied
+    /// transformation; null when neither is known.
     pub transformation_summary: Option<String>,
+    /// The model before the change.
     pub baseline: ModelSide,
+    /// The model after the change.
     pub candidate: ModelSide,
 }
 
 /// One side of the comparison.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSide {
     /// `baseline` or `candidate`.
     pub label: String,
+    /// The model's name, as its traces record it.
     pub model_name: String,
     /// sha256 of the weights as loaded, when known.
     pub model_sha256: Option<String>,
+    /// The executor that ran the model (`candle`...).
     pub executor: String,
+    /// The device the model ran on, as the backend names it (`cpu`, `cuda:0`).
     pub device: String,
     /// The host-applied transformation, in words (none: the model as loaded).
     pub transformation: Option<String>,
 }
 
 /// What the traces hold and what ran on them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceSection {
     /// Paired prompts.
@@ -106,19 +143,26 @@ pub struct EvidenceSection {
     pub categories: BTreeMap<String, usize>,
     /// Kinds both sides hold in every trace.
     pub kinds_in_both: Vec<ArtifactKind>,
+    /// The scorer plugins that ran.
     pub scorers: Vec<PluginRecord>,
+    /// The claim-mapper plugins that ran.
     pub claim_mappers: Vec<PluginRecord>,
     /// Plugins that failed; the run carried on without their output.
     pub plugin_failures: Vec<PluginFailure>,
 }
 
 /// A plugin as the report identifies it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginRecord {
+    /// The plugin's name, as it describes itself.
     pub name: String,
+    /// The plugin's own version.
     pub version: String,
+    /// The `vauban:plugin` WIT version the plugin was built against.
     pub wit_version: String,
+    /// sha256 of the plugin's component file, lowercase hex.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
     pub sha256: String,
     /// `scorer`, `claim-mapper` or `intervention-policy`.
     pub world: String,
@@ -127,31 +171,38 @@ pub struct PluginRecord {
 }
 
 /// A plugin call that did not give a result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginFailure {
+    /// The plugin, by the name the config gives it (its first-party name
+    /// or its file's stem).
     pub plugin: String,
     /// What it was doing: `load`, `score baseline`, `propose`...
     pub stage: String,
     /// The typed failure (`timeout`, `trap`...), when the call started.
     pub failure: Option<String>,
+    /// The full error message.
     pub message: String,
 }
 
 /// A claim after the host's check, with the mapper that proposed it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportClaim {
+    /// The claim, in the mapper's words.
     pub statement: String,
     /// The strength the host allows; null when the claim is rejected. Read
     /// this, not `proposed_strength`, for what the evidence supports.
     pub strength: Option<ClaimStrength>,
     /// What the claim mapper proposed.
     pub proposed_strength: ClaimStrength,
+    /// Whether the claim was accepted, downgraded or rejected.
     pub status: ClaimStatus,
     /// Ids of the evidence the claim cites that exists (metric deltas,
     /// distribution, activation and weight findings, intervention records).
     pub evidence: Vec<String>,
+    /// The mapper's caveats, followed by the causal scope in one sentence
+    /// when the claim cites intervention records.
     pub limitations: Vec<String>,
     /// Why the host downgraded or rejected it.
     pub reasons: Vec<String>,
@@ -164,41 +215,53 @@ pub struct ReportClaim {
 
 /// One metric's paired comparison, overall (`category` null) or in one
 /// category.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportDelta {
     /// Stable id claims cite: `metric` or `metric@category`.
     pub id: String,
+    /// The metric's name, as its scorer declares it.
     pub metric: String,
+    /// The category the pairs are drawn from; null for all prompts.
     pub category: Option<String>,
     /// The scorer that produced the metric.
     pub scorer: String,
+    /// The metric's unit, as its scorer declares it.
     pub unit: String,
+    /// Which direction of the metric is better.
     pub polarity: Polarity,
     /// Paired prompts with a value on both sides.
     pub n: usize,
+    /// Mean of the baseline's values over the pairs.
     pub baseline_mean: f64,
+    /// Mean of the candidate's values over the pairs.
     pub candidate_mean: f64,
+    /// `candidate_mean − baseline_mean`.
     pub delta: f64,
     /// `delta / |baseline_mean|` in percent; null when the baseline is 0.
     pub percent_change: Option<f64>,
     /// 95% paired bootstrap interval of the delta.
     pub ci_low: Option<f64>,
+    /// Upper bound of the same interval (`ci_low` is the lower).
     pub ci_high: Option<f64>,
     /// Wilson 95% intervals of each side's rate (0/1 metrics only).
     pub baseline_rate_ci: Option<[f64; 2]>,
+    /// The candidate's interval, as `baseline_rate_ci` is the baseline's:
+    /// `[low, high]`, 0/1 metrics only.
     pub candidate_rate_ci: Option<[f64; 2]>,
     /// `mcnemar_exact` (0/1 metrics) or `sign_flip_permutation`.
     pub test: String,
+    /// Two-sided p-value of `test`; null when no test was run.
     pub p_value: Option<f64>,
     /// Significant at 0.05 and the interval excludes 0.
     pub significant: bool,
+    /// How the change reads given the metric's polarity and interval.
     pub quality: Quality,
 }
 
 /// KL(baseline ‖ candidate) between next-token distributions on the same
 /// prefix, from recorded logprobs, in nats.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DistributionShift {
     /// Over the vocabulary entries both sides recorded (`full` or `top_k`).
@@ -224,12 +287,16 @@ pub struct DistributionShift {
 }
 
 /// One prompt's KL figures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromptKl {
+    /// The prompt's id in the suite.
     pub prompt_id: String,
+    /// The prompt's category; null when it has none.
     pub category: Option<String>,
+    /// KL at the first generated position, in nats.
     pub first_token_kl: f64,
+    /// Mean KL over the compared positions, in nats.
     pub mean_kl: f64,
     /// Positions compared.
     pub positions: usize,
@@ -237,12 +304,15 @@ pub struct PromptKl {
 
 /// Mean projection of the last prompt token's residual onto a direction,
 /// per layer, per category and side.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActivationFindings {
     /// Where the direction came from (file and tensor), and its sha256.
     pub direction: String,
+    /// sha256 of the direction file, lowercase hex.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
     pub direction_sha256: String,
+    /// The layers projected, ascending; every series has one value per layer.
     pub layers: Vec<usize>,
     /// One series per (side, category).
     pub series: Vec<ProjectionSeries>,
@@ -251,40 +321,55 @@ pub struct ActivationFindings {
 }
 
 /// Mean projections, one per layer of [`ActivationFindings::layers`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectionSeries {
     /// `baseline` or `candidate`.
     pub side: String,
+    /// The prompts' category (`all` for prompts without one).
     pub category: String,
+    /// Prompts of the suite in this category.
     pub prompts: usize,
+    /// The mean projection at each of [`ActivationFindings::layers`], in
+    /// the same order (0 at a layer no trace of the series recorded).
     pub mean_projection: Vec<f64>,
 }
 
 /// One intervention or transformation the evidence records.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InterventionSummary {
     /// `baseline` or `candidate`.
     pub side: String,
+    /// What was done, in words: the side's transformation, or
+    /// `<mode> intervention`.
     pub description: String,
     /// Traces holding an intervention record of it.
     pub traces: usize,
+    /// The layers it acted on, ascending; empty when not recorded.
     pub layers: Vec<usize>,
+    /// The labels of its records (`mode`, `policy`, or `kind` for a weight
+    /// transformation).
     pub labels: BTreeMap<String, String>,
 }
 
 /// One prompt shown side by side; redaction honoured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Example {
+    /// The prompt's id in the suite.
     pub prompt_id: String,
+    /// The prompt's category; null when it has none.
     pub category: Option<String>,
-    /// `safe`, `redacted` or `omitted`.
-    pub redaction: String,
+    /// How the suite lets the report show the prompt.
+    pub redaction: Redaction,
     /// The prompt (a placeholder when redacted; null when omitted).
     pub prompt: Option<String>,
+    /// The baseline's completion; null when outputs are not recorded, the
+    /// prompt is redacted, or the trace holds no completion.
     pub baseline_output: Option<String>,
+    /// The candidate's completion; null when outputs are not recorded, the
+    /// prompt is redacted, or the trace holds no completion.
     pub candidate_output: Option<String>,
     /// Metrics whose value differs between the sides: name → [baseline, candidate].
     pub changed_metrics: BTreeMap<String, [f64; 2]>,
@@ -293,34 +378,48 @@ pub struct Example {
 }
 
 /// One regression gate's outcome.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GateResult {
+    /// The gate's name from the config, or `gate N: <delta id>`.
     pub name: String,
+    /// The metric the gate bounds.
     pub metric: String,
+    /// The category whose delta is bounded; null for the overall delta.
     pub category: Option<String>,
-    /// `warn` or `fail`.
-    pub severity: String,
+    /// What a failure of this gate does.
+    pub severity: Severity,
+    /// The smallest delta that passes, when bounded below.
     pub min_delta: Option<f64>,
+    /// The largest delta that passes, when bounded above.
     pub max_delta: Option<f64>,
     /// The observed delta; null when the metric was not measured.
     pub observed_delta: Option<f64>,
-    /// `pass`, `warn`, `fail`, or `no_data` (counts as its severity).
-    pub outcome: String,
+    /// How the gate came out (`no_data` counts as its severity).
+    pub outcome: GateOutcome,
+    /// The outcome in words: the delta against the bounds, or why there
+    /// is no data.
     pub message: String,
 }
 
 /// What is needed to repeat the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reproducibility {
     /// The command line, as run.
     pub command: String,
+    /// The version of vauban that built the report.
     pub tool_version: String,
+    /// The config file's path, as given.
     pub config_path: String,
+    /// sha256 of the config file, lowercase hex.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
     pub config_sha256: String,
     /// The config file's text, as read.
     pub config_text: String,
+    /// sha256 of the suite as the run saw it: the suite file, or the
+    /// config's inline prompts as JSON.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
     pub suite_sha256: String,
     /// `baseline`/`candidate` → sha256 of the weights as loaded.
     pub models: BTreeMap<String, String>,
@@ -335,47 +434,72 @@ pub struct Reproducibility {
 }
 
 /// One recorded bundle.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BundleRecord {
+    /// The bundle's folder.
     pub path: String,
+    /// sha256 of the bundle's `manifest.json`, which holds the hash of every
+    /// other file in it.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
     pub manifest_sha256: String,
+    /// Traces the bundle holds.
     pub traces: usize,
     /// Traces reused from an earlier run (found by content hash).
     pub reused: usize,
 }
 
 /// One pipeline stage's profile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageRecord {
+    /// The stage's name (`load baseline`, `score`, `statistics`, `render`...).
     pub stage: String,
+    /// Wall-clock time the stage took, in seconds.
     pub seconds: f64,
+    /// What the stage did, in words; may be empty.
     pub note: String,
 }
 
 /// One line of `scores.jsonl`: one metric's value for one prompt on one
 /// side. The file beside the report holds every value the statistics were
 /// computed from (the report's examples are a selection).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScoreRow {
+    /// The prompt's id in the suite.
     pub prompt_id: String,
+    /// The prompt's category; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
     /// `baseline` or `candidate`.
     pub side: String,
     /// The scorer plugin's name.
     pub scorer: String,
+    /// The metric's name, as the scorer declares it.
     pub metric: String,
+    /// The metric's value for this prompt on this side.
     pub value: f64,
 }
 
 /// Which set of traces something refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
-    /// The only set, in [`Evidence::Single`].
+    /// The only set, when one model's traces are judged alone
+    /// (`vauban_report::Evidence::Single`).
     Snapshot,
     /// The model before the change.
     Baseline,
@@ -401,7 +525,7 @@ impl fmt::Display for Side {
 }
 
 /// What the evidence allows a report to claim, and what it does not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Access {
     /// The highest access level the traces reach.
@@ -431,20 +555,22 @@ impl Access {
 }
 
 /// A claim strength the evidence does not reach, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Unclaimable {
+    /// The claim strength that cannot be claimed.
     pub strength: ClaimStrength,
     /// The evidence the claim needs and what of it is missing, in words.
     pub reason: String,
 }
 
 /// How many traces of each side hold at least one artifact of a kind.
-/// For [`Evidence::Single`], `baseline` counts the single set and the
-/// candidate fields are `None`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// For one model's traces judged alone (`vauban_report::Evidence::Single`),
+/// `baseline` counts the single set and the candidate fields are `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KindCoverage {
+    /// The artifact kind counted.
     pub kind: ArtifactKind,
     /// Baseline (or snapshot) traces holding the kind.
     pub baseline: usize,
@@ -457,7 +583,7 @@ pub struct KindCoverage {
 }
 
 /// One recorded `intervention_result` artifact.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InterventionRef {
     /// The set the trace belongs to.
@@ -485,7 +611,9 @@ impl InterventionRef {
 }
 
 /// What the host made of a proposed claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimStatus {
     /// As proposed.
@@ -498,13 +626,19 @@ pub enum ClaimStatus {
 
 /// What the intervention records a claim cites cover: a causal statement
 /// holds for this and nothing wider.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CausalScope {
+    /// The sides the records are on (`baseline`, `candidate`), sorted.
     pub sides: Vec<String>,
+    /// The intervention modes or policy names, sorted.
     pub modes: Vec<String>,
+    /// The layers intervened on, ascending; empty when none was recorded.
     pub layers: Vec<u32>,
+    /// The directions used (`source:tensor`), sorted.
     pub directions: Vec<String>,
+    /// The prompts the records come from (suite ids, or trace ids for
+    /// prompts without one), sorted.
     pub prompts: Vec<String>,
 }
 
@@ -531,12 +665,107 @@ impl CausalScope {
 }
 
 /// How a change reads, given which direction is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Quality {
+    /// The delta moved in the better direction and its interval, if any,
+    /// excludes 0.
     Improved,
+    /// The delta moved in the worse direction and its interval, if any,
+    /// excludes 0.
     Regressed,
+    /// The delta is 0, or its interval contains 0.
     Unchanged,
     /// The metric has no better direction.
     Neutral,
+}
+
+/// How the report may show a prompt and its completions.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Redaction {
+    /// Shown as written.
+    #[default]
+    Safe,
+    /// Shown as a placeholder with the category; completions hidden.
+    Redacted,
+    /// Never shown as an example.
+    Omitted,
+}
+
+impl Redaction {
+    /// The name used in JSON and configs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redaction::Safe => "safe",
+            Redaction::Redacted => "redacted",
+            Redaction::Omitted => "omitted",
+        }
+    }
+}
+
+/// What a failed regression gate does.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Reported; the run still succeeds.
+    Warn,
+    /// The run exits with code 2 (after writing every report).
+    #[default]
+    Fail,
+}
+
+impl Severity {
+    /// The name used in JSON and configs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warn => "warn",
+            Severity::Fail => "fail",
+        }
+    }
+}
+
+/// How a regression gate came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GateOutcome {
+    /// The delta is within the bounds.
+    Pass,
+    /// Out of bounds, severity `warn`.
+    Warn,
+    /// Out of bounds, severity `fail`.
+    Fail,
+    /// The metric was not measured; counts as the gate's severity.
+    NoData,
+}
+
+impl GateOutcome {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateOutcome::Pass => "pass",
+            GateOutcome::Warn => "warn",
+            GateOutcome::Fail => "fail",
+            GateOutcome::NoData => "no_data",
+        }
+    }
+}
+
+impl GateResult {
+    /// Whether the gate failed: `fail`, or `no_data` with severity `fail`
+    /// (the exit code 2 of `vauban run`).
+    pub fn fails(&self) -> bool {
+        self.outcome == GateOutcome::Fail
+            || (self.outcome == GateOutcome::NoData && self.severity == Severity::Fail)
+    }
+
+    /// Whether the gate warned: `warn`, or `no_data` with severity `warn`.
+    pub fn warns(&self) -> bool {
+        self.outcome == GateOutcome::Warn
+            || (self.outcome == GateOutcome::NoData && self.severity == Severity::Warn)
+    }
 }

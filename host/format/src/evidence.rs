@@ -11,7 +11,19 @@ use serde::{Deserialize, Serialize};
 use crate::trace::ArtifactKind;
 
 /// How much of the models the evidence reaches, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AccessLevel {
     /// One model's outputs: a profile, no change.
@@ -52,7 +64,8 @@ impl AccessLevel {
         }
     }
 
-    /// The strongest claim this level allows (the same row of the DESIGN table).
+    /// The strongest claim this level allows (the inverse of
+    /// [`ClaimStrength::required_level`]).
     pub fn strongest_claim(self) -> ClaimStrength {
         match self {
             AccessLevel::SingleSnapshot => ClaimStrength::BehavioralProfile,
@@ -72,7 +85,19 @@ impl fmt::Display for AccessLevel {
 }
 
 /// How strong a claim about the models may be, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimStrength {
     /// How one model behaves; says nothing about a change.
@@ -153,31 +178,52 @@ impl fmt::Display for ClaimStrength {
 }
 
 /// Which direction of a metric is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Polarity {
+    /// An increase is an improvement (`higher_is_better`).
     HigherIsBetter,
+    /// A decrease is an improvement (`lower_is_better`), e.g. a refusal
+    /// rate on harmless prompts.
     LowerIsBetter,
+    /// Neither direction is better (`neutral`): a change is reported, not
+    /// judged.
     Neutral,
 }
 
 /// One metric's paired comparison, as claims cite it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricDelta {
+    /// The id claims cite it by: the metric's name overall,
+    /// `metric@category` within a category.
     pub id: String,
+    /// The metric's name, as its scorer declares it.
     pub metric: String,
+    /// The suite category the pairs are drawn from; `None` (JSON null or
+    /// absent) for all prompts.
     #[serde(default)]
     pub category: Option<String>,
+    /// Mean of the baseline's values over the pairs.
     pub baseline_mean: f64,
+    /// Mean of the candidate's values over the pairs.
     pub candidate_mean: f64,
+    /// `candidate_mean − baseline_mean`.
     pub delta: f64,
+    /// Lower bound of the 95% paired-bootstrap interval of `delta`; `None`
+    /// when no interval was computed.
     #[serde(default)]
     pub ci_low: Option<f64>,
+    /// Upper bound of the 95% paired-bootstrap interval of `delta`; `None`
+    /// when no interval was computed.
     #[serde(default)]
     pub ci_high: Option<f64>,
+    /// Two-sided p-value of the paired test (McNemar's exact test when
+    /// every value is 0 or 1, a sign-flip permutation test otherwise);
+    /// `None` when no test was run.
     #[serde(default)]
     pub p_value: Option<f64>,
+    /// Paired prompts: prompts with a value on both sides.
     pub n: u32,
     /// `higher_is_better`, `lower_is_better` or `neutral`.
     pub polarity: Polarity,
@@ -188,7 +234,7 @@ pub struct MetricDelta {
 }
 
 /// A next-token distribution shift between the two models (KL divergence).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DistributionEvidence {
     /// `kl:first_token` or `kl:continuation`.
@@ -203,29 +249,38 @@ pub struct DistributionEvidence {
 
 /// The mean projection of the last prompt token's residual onto a
 /// direction at one layer, per side.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActivationEvidence {
     /// `projection:layer{N}`.
     pub id: String,
+    /// The transformer block whose output was projected.
     pub layer: u32,
     /// The direction (file and tensor).
     pub direction: String,
+    /// The baseline's mean projection over its prompts.
     pub baseline_mean: f64,
+    /// The candidate's mean projection over its prompts.
     pub candidate_mean: f64,
+    /// Prompts the baseline's mean is over.
     pub prompts: u32,
 }
 
 /// One weight matrix both models' traces recorded, compared.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WeightEvidence {
     /// `weights:layer{N}.{matrix}`.
     pub id: String,
+    /// The transformer block the matrix belongs to.
     pub layer: u32,
     /// The matrix (`attn_output`, `ffn_down`).
     pub matrix: String,
+    /// The L2 (Frobenius) norm of the baseline's matrix, from its recorded
+    /// summary.
     pub baseline_l2_norm: f64,
+    /// The L2 (Frobenius) norm of the candidate's matrix, from its
+    /// recorded summary.
     pub candidate_l2_norm: f64,
     /// Whether the two recorded summaries (norm, mean, spread, range)
     /// differ: a change, when true; equal summaries do not prove equal weights.
@@ -233,7 +288,7 @@ pub struct WeightEvidence {
 }
 
 /// One recorded intervention: the scope a causal statement citing it has.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InterventionEvidence {
     /// `side:trace:artifact`.
@@ -244,30 +299,43 @@ pub struct InterventionEvidence {
     pub prompt: String,
     /// `subtract`, `project`, ... or the policy's name.
     pub mode: String,
+    /// The transformer block whose output the intervention changed, when
+    /// recorded (a policy's record has none).
     #[serde(default)]
     pub layer: Option<u32>,
     /// The direction's source and tensor, when recorded.
     #[serde(default)]
     pub direction: Option<String>,
+    /// The scale α the intervention applied, when recorded.
     #[serde(default)]
     pub alpha: Option<f64>,
 }
 
 /// What a claim mapper is shown: every piece of evidence with the id claims
 /// cite, grouped by what it can support.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceSet {
+    /// The access level the traces reach, by name (`black_box`,
+    /// `logprobs`...; see [`AccessLevel::as_str`]).
     pub access_level: String,
+    /// The strongest claim the traces allow; a claim above it is downgraded.
     pub claim_strength: ClaimStrength,
+    /// Artifact kinds every trace of both sides holds.
     pub kinds_in_both: Vec<ArtifactKind>,
+    /// Paired metric deltas, overall and per category.
     pub deltas: Vec<MetricDelta>,
+    /// Next-token distribution shifts; empty when none was computed.
     #[serde(default)]
     pub distribution: Vec<DistributionEvidence>,
+    /// Per-layer projections onto a direction; empty when none were computed.
     #[serde(default)]
     pub activations: Vec<ActivationEvidence>,
+    /// Weight matrices both sides recorded, compared.
     #[serde(default)]
     pub weights: Vec<WeightEvidence>,
+    /// Every recorded intervention: what a causal claim must cite, and the
+    /// scope it is limited to.
     #[serde(default)]
     pub interventions: Vec<InterventionEvidence>,
 }
@@ -288,6 +356,9 @@ pub enum Support {
 }
 
 impl Support {
+    /// The name used in the host's messages about a claim
+    /// (`behavioural`, `distributional`, `weight`, `activation`,
+    /// `intervention`).
     pub fn as_str(self) -> &'static str {
         match self {
             Support::Behavioral => "behavioural",
@@ -379,10 +450,15 @@ impl EvidenceSet {
 }
 
 /// A claim as the plugin proposed it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProposedClaim {
+    /// The claim, in words.
     pub statement: String,
+    /// The strength the mapper proposes; the host may lower it.
     pub strength: ClaimStrength,
+    /// Ids of the evidence the claim cites (metric delta ids and finding
+    /// ids of the [`EvidenceSet`] the mapper was shown).
     pub evidence: Vec<String>,
+    /// The mapper's own caveats, in words.
     pub limitations: Vec<String>,
 }

@@ -24,12 +24,22 @@ pub fn io_error(e: ReadProblem) -> std::io::Error {
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadProblem {
+    /// The file could not be inspected, opened or read (or, from
+    /// [`read_text`], is not UTF-8); holds the operating system's error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The path is not a regular file (following symlinks).
     #[error("is not a regular file (a FIFO, device, socket or folder)")]
     NotRegular,
+    /// The file is larger than the limit; nothing past the limit was read.
     #[error("is {bytes} bytes, over the limit of {limit}")]
-    TooLarge { bytes: u64, limit: u64 },
+    TooLarge {
+        /// The file's size, in bytes (when it grew while read, the bytes
+        /// read before the read stopped).
+        bytes: u64,
+        /// The limit the caller gave, in bytes.
+        limit: u64,
+    },
 }
 
 /// The bytes of the regular file at `path`, at most `limit` of them.

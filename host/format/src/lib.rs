@@ -1,3 +1,4 @@
+#![deny(missing_docs)]
 //! vauban's file formats, shared by every other crate of the host:
 //!
 //! - [`trace`]: the evidence-bearing record of one run (artifacts, spans,

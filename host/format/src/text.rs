@@ -45,6 +45,7 @@ pub struct PrintableWriter<W: Write> {
 }
 
 impl<W: Write> PrintableWriter<W> {
+    /// A writer that escapes what it is given and writes it to `inner`.
     pub fn new(inner: W) -> PrintableWriter<W> {
         PrintableWriter {
             inner,

@@ -1,6 +1,6 @@
 //! Claim mappers: the host hands over an evidence set and gets proposed
 //! claims back. This module checks their shape; whether the evidence
-//! supports them is the report's check (DESIGN.md section 5).
+//! supports them is the report's check.
 
 use vauban_format::evidence::ClaimStrength;
 

@@ -1,4 +1,4 @@
-//! What a plugin may touch (DESIGN.md section 8): nothing but its inputs.
+//! What a plugin may touch: nothing but its inputs.
 //!
 //! Every job gets a fresh [`SandboxState`]: a WASI context with no preopened
 //! directories (unless the config grants a read-only data directory), no

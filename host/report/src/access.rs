@@ -1,5 +1,5 @@
 //! The access level and the strongest claim a set of traces allows
-//! (DESIGN.md section 5).
+//!.
 //!
 //! The level is computed from the artifacts the traces actually hold, never
 //! from what a config asked for or a backend promised. A kind counts as

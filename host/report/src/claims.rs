@@ -1,4 +1,4 @@
-//! The epistemic rule, enforced (DESIGN.md section 5): every claim a claim
+//! The epistemic rule, enforced: every claim a claim
 //! mapper proposes is checked against the evidence set it was shown. Cited
 //! evidence must exist; a claim's strength must be within what the traces
 //! allow (the access cap and the kinds in both models' traces) *and* within

@@ -65,6 +65,26 @@ pub enum Command {
     /// policies, claim mappers), offline, in the sandbox.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Print the JSON Schema of the run config (for editor completion in
+    /// TOML files) or of report.json; docs/ holds both, generated.
+    Schema(SchemaArgs),
+}
+
+/// `vauban schema config|report`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Which schema.
+    #[arg(value_enum)]
+    pub which: SchemaKind,
+}
+
+/// A schema `vauban schema` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaKind {
+    /// The run config (`vauban run CONFIG`), as docs/config.schema.json.
+    Config,
+    /// report.json, as docs/report.schema.json.
+    Report,
 }
 
 /// `vauban trace`: run a model, or a bundle subcommand.
@@ -164,6 +184,14 @@ impl Cli {
             Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
             Command::Measure(args) => measure::run(args, out),
             Command::Plugin(command) => plugin::run(command, out),
+            Command::Schema(args) => {
+                let schema = match args.which {
+                    SchemaKind::Config => crate::config::schema(),
+                    SchemaKind::Report => crate::report::document::schema(),
+                };
+                out.write_all(schema.as_bytes())?;
+                Ok(())
+            }
         }
     }
 }

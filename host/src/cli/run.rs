@@ -164,7 +164,13 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
         )?;
     }
     for g in &r.gates {
-        writeln!(out, "gate       {}: {} ({})", g.name, g.outcome, g.message)?;
+        writeln!(
+            out,
+            "gate       {}: {} ({})",
+            g.name,
+            g.outcome.as_str(),
+            g.message
+        )?;
     }
     for f in &r.evidence.plugin_failures {
         writeln!(

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::suite::Prompt;
 
 /// The whole config file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// Where reports and traces go (relative to the config file).
@@ -40,7 +40,7 @@ pub struct ConfigFile {
 }
 
 /// The prompts: a file, or inline.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SuiteSection {
     /// A `.jsonl` or `.toml` suite file.
@@ -51,7 +51,7 @@ pub struct SuiteSection {
 }
 
 /// What to record of each run.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ObserveSection {
     /// Record per-token log-probabilities (and logits) of the prompt and the
@@ -127,7 +127,7 @@ impl Default for ObserveSection {
 }
 
 /// How prompt text becomes tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptFormName {
     #[default]
@@ -136,7 +136,7 @@ pub enum PromptFormName {
 }
 
 /// One side of the comparison.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
     /// A `.gguf` file or an HF folder.
@@ -172,7 +172,7 @@ fn native() -> String {
 }
 
 /// A host-applied transformation of one side's model.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransformSection {
     pub kind: TransformKind,
@@ -195,7 +195,7 @@ pub struct TransformSection {
 }
 
 /// What a transformation does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TransformKind {
     /// Remove the direction's component from the residual stream after
@@ -219,7 +219,7 @@ impl TransformKind {
 }
 
 /// The `[measure]` stage: a refusal direction from two prompt sets.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MeasureSection {
     pub harmful: PathBuf,
@@ -246,7 +246,7 @@ fn direction_file() -> PathBuf {
 }
 
 /// A plugin, by first-party name or by path, with its config and grants.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSection {
     /// A first-party plugin's name (`refusal`, `behavior`, `logprob`,
@@ -258,6 +258,7 @@ pub struct PluginSection {
     pub path: Option<PathBuf>,
     /// The plugin's own config, passed as JSON.
     #[serde(default)]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub config: Option<toml::Table>,
     /// A folder the plugin may read, mounted read-only at `/data`.
     #[serde(default)]
@@ -269,7 +270,7 @@ pub struct PluginSection {
 }
 
 /// A regression gate on one metric's delta.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GateSection {
     #[serde(default)]
@@ -286,28 +287,10 @@ pub struct GateSection {
     pub severity: Severity,
 }
 
-/// What a failed gate does.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// Reported; the run still succeeds.
-    Warn,
-    /// The run exits with code 2 (after writing every report).
-    #[default]
-    Fail,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Warn => "warn",
-            Severity::Fail => "fail",
-        }
-    }
-}
+pub use vauban_format::document::Severity;
 
 /// How the report reads.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportSection {
     #[serde(default = "default_title")]
@@ -369,7 +352,7 @@ impl Default for ReportSection {
 }
 
 /// A report file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     Json,

@@ -8,3 +8,15 @@ pub mod suite;
 
 pub use file::{ConfigError, ConfigFile};
 pub use suite::{Prompt, Redaction, Suite, SuiteError};
+
+/// The JSON Schema of the run config, pretty-printed with a final newline
+/// (`docs/config.schema.json`; editors that map TOML files to JSON
+/// Schemas, such as taplo, complete and check configs with it).
+pub fn schema() -> String {
+    let mut schema = schemars::schema_for!(ConfigFile);
+    schema.insert(
+        "title".into(),
+        "vauban run config (vauban run CONFIG.toml)".into(),
+    );
+    serde_json::to_string_pretty(&schema).expect("a schema serialises") + "\n"
+}

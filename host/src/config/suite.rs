@@ -10,31 +10,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// How the report may show a prompt and its completions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Redaction {
-    /// Shown as written.
-    #[default]
-    Safe,
-    /// Shown as a placeholder with the category; completions hidden.
-    Redacted,
-    /// Never shown as an example.
-    Omitted,
-}
-
-impl Redaction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Redaction::Safe => "safe",
-            Redaction::Redacted => "redacted",
-            Redaction::Omitted => "omitted",
-        }
-    }
-}
+pub use vauban_format::document::Redaction;
 
 /// One prompt of a suite.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Prompt {
     /// Unique in the suite; pairs baseline and candidate traces.

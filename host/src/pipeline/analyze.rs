@@ -14,8 +14,8 @@ use crate::plugin::claims::MetricDelta;
 use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
-    ActivationFindings, DistributionShift, Example, GateResult, ProjectionSeries, PromptKl,
-    ReportDelta,
+    ActivationFindings, DistributionShift, Example, GateOutcome, GateResult, ProjectionSeries,
+    PromptKl, ReportDelta,
 };
 use crate::report::stats::{Better, Z95, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
@@ -141,9 +141,13 @@ pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
                 (None, Some(b)) => format!("<= {b}"),
                 (None, None) => "unbounded".into(),
             };
+            let out_of_bounds = match g.severity {
+                Severity::Warn => GateOutcome::Warn,
+                Severity::Fail => GateOutcome::Fail,
+            };
             let (outcome, message) = match observed {
                 None => (
-                    g.severity.as_str().to_owned(),
+                    GateOutcome::NoData,
                     format!(
                         "no data: no scorer produced `{}` on both sides{}; a gate without data counts as {}",
                         g.metric,
@@ -154,12 +158,9 @@ pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
                 Some(d) => {
                     let ok = g.min_delta.is_none_or(|a| d >= a) && g.max_delta.is_none_or(|b| d <= b);
                     if ok {
-                        ("pass".to_owned(), format!("delta {d:+.4} is {bounds}"))
+                        (GateOutcome::Pass, format!("delta {d:+.4} is {bounds}"))
                     } else {
-                        (
-                            g.severity.as_str().to_owned(),
-                            format!("delta {d:+.4} is not {bounds}"),
-                        )
+                        (out_of_bounds, format!("delta {d:+.4} is not {bounds}"))
                     }
                 }
             };
@@ -167,11 +168,11 @@ pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
                 name,
                 metric: g.metric.clone(),
                 category: g.category.clone(),
-                severity: g.severity.as_str().to_owned(),
+                severity: g.severity,
                 min_delta: g.min_delta,
                 max_delta: g.max_delta,
                 observed_delta: observed,
-                outcome: if observed.is_none() { "no_data".into() } else { outcome },
+                outcome,
                 message,
             }
         })
@@ -180,7 +181,7 @@ pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
 
 /// Whether a gate result stops the run (exit code 2).
 pub fn gate_fails(g: &GateResult) -> bool {
-    g.outcome == "fail" || (g.outcome == "no_data" && g.severity == Severity::Fail.as_str())
+    g.fails()
 }
 
 /// The text of a trace's artifact of `kind` with `role`.
@@ -254,7 +255,7 @@ pub fn examples(
             Example {
                 prompt_id: p.id.clone(),
                 category: p.category.clone(),
-                redaction: p.redaction.as_str().into(),
+                redaction: p.redaction,
                 prompt: match p.redaction {
                     Redaction::Safe => Some(p.text.clone()),
                     _ => Some(format!(

@@ -1,6 +1,6 @@
 //! The evidence set claim mappers are shown and claims are checked against:
 //! every finding of the run with the id a claim cites, grouped by what it
-//! can support (DESIGN.md section 5). Built once, from what the traces and
+//! can support. Built once, from what the traces and
 //! the analysis actually hold; what is absent is simply not offered.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The main job (DESIGN.md section 2): plan → trace both models (reusing
+//! The main job: plan → trace both models (reusing
 //! recorded traces) → score with plugins → paired statistics → evidence
 //! set → claim mappers → the host's check of every claim → render →
 //! regression gates. Each stage is timed; the report's reproducibility

@@ -294,10 +294,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         lines.push(f.clone());
     }
     let gates_failed = gates.iter().filter(|g| analyze::gate_fails(g)).count();
-    let gates_warned = gates
-        .iter()
-        .filter(|g| g.outcome == "warn" || (g.outcome == "no_data" && g.severity == "warn"))
-        .count();
+    let gates_warned = gates.iter().filter(|g| g.warns()).count();
     let headline = format!(
         "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured; evidence level `{}`, claims up to `{}`; {} gate(s) failed.",
         plan.candidate.label,

@@ -1,5 +1,5 @@
-//! Profile summaries: per trace and per controlled sweep (the scaling lens
-//! of seed 001).
+//! Profile summaries: per trace and per controlled sweep (how a run's cost
+//! scales with prompt length, generated tokens and observed layers).
 //!
 //! - [`summarize_trace`] folds a trace's span profiles ([`StageProfile`])
 //!   into one [`TraceProfileSummary`]: total time, tokens through the model,

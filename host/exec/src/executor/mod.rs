@@ -150,7 +150,7 @@ pub struct StepOutput {
     pub logits: Vec<f32>,
 }
 
-/// Token-level generation primitives over a KV cache (seed 004's session
+/// Token-level generation primitives over a KV cache (the session
 /// contract). `prefill` runs the prompt once; each `decode_step` runs one
 /// new token against the cache, never the prompt again.
 pub trait InferenceSession {
@@ -278,6 +278,9 @@ pub struct ModelDims {
 
 /// The executor, by backend: the embedded candle model, or a recorded
 /// bundle replayed.
+// One lives per side for a whole run: its size does not matter, and the
+// variants stay unboxed so dispatch is a match, not a pointer chase.
+#[allow(clippy::large_enum_variant)]
 pub enum Backend {
     Candle(CandleExecutor),
     Replay(ReplayExecutor),
@@ -296,6 +299,8 @@ impl Backend {
 }
 
 /// A session, by backend.
+// Unboxed: every decode step goes through this match.
+#[allow(clippy::large_enum_variant)]
 pub enum BackendSession<'a> {
     Candle(CandleSession<'a>),
     Replay(ReplaySession),

@@ -18,8 +18,12 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// The bundle format's version ([`SCHEMA_VERSION`] when written by
+    /// this build); checked before anything else is read.
     pub schema_version: u32,
+    /// The program and version that wrote the bundle.
     pub tool: ToolRef,
+    /// When the bundle was written (RFC 3339 in JSON, UTC).
     pub created_at: DateTime<Utc>,
     /// The capabilities of every executor whose traces the bundle holds.
     pub executors: Vec<Capabilities>,
@@ -38,7 +42,9 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolRef {
+    /// The program's name (`vauban`).
     pub name: String,
+    /// The program's version, as built (`CARGO_PKG_VERSION`).
     pub version: String,
 }
 
@@ -56,10 +62,16 @@ impl ToolRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginRef {
+    /// The plugin's name, as it describes itself.
     pub name: String,
+    /// The plugin's own version.
     pub version: String,
+    /// The `vauban:plugin` WIT version the plugin was built against;
+    /// absent when not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wit_version: Option<String>,
+    /// sha256 of the plugin's component file, 64 lowercase hex digits
+    /// (checked when the manifest is read).
     pub sha256: String,
 }
 
@@ -67,8 +79,12 @@ pub struct PluginRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceEntry {
+    /// The trace's id; must equal the id inside the trace file.
     pub id: String,
+    /// The trace's JSON file, relative to the bundle's root
+    /// (`traces/000000.json`).
     pub file: String,
+    /// The trace's raw tensors; absent when none were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensors: Option<TensorFileEntry>,
 }
@@ -79,7 +95,10 @@ pub struct TraceEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TensorFileEntry {
+    /// The safetensors file, relative to the bundle's root
+    /// (`tensors/000000.safetensors`).
     pub file: String,
+    /// Artifact id → sha256 (lowercase hex) of that tensor's raw bytes.
     pub sha256: BTreeMap<String, String>,
 }
 
@@ -87,6 +106,8 @@ pub struct TensorFileEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileEntry {
+    /// The file's length, in bytes.
     pub bytes: u64,
+    /// sha256 of the file's contents, lowercase hex.
     pub sha256: String,
 }

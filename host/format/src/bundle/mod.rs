@@ -1,4 +1,4 @@
-//! Trace bundles: the on-disk form of a set of traces (DESIGN.md section 4).
+//! Trace bundles: the on-disk form of a set of traces.
 //!
 //! ```text
 //! BUNDLE/

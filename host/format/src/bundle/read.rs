@@ -34,8 +34,11 @@ pub struct Bundle {
 /// What [`Bundle::verify_all`] checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
+    /// Files hashed: every file the manifest lists.
     pub files: usize,
+    /// Bytes hashed over those files.
     pub bytes: u64,
+    /// Raw tensors checked against their own hashes.
     pub tensors: usize,
 }
 

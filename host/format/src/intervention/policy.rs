@@ -9,20 +9,30 @@ use super::primitive::{Direction, Intervention, Mode, Positions};
 /// Per-token projections of one layer's activation onto one direction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
+    /// The transformer block whose output was observed.
     pub layer: usize,
+    /// The watched direction's name ([`Watch::name`]).
     pub direction: String,
     /// Absolute position of the first token.
     pub offset: usize,
+    /// The projection `h·d` of each token of this call, in order: entry
+    /// `i` is the token at absolute position `offset + i`.
     pub projections: Vec<f32>,
 }
 
 /// One checked op, ready to become [`Intervention`]s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyOp {
+    /// The block whose output the op changes; one the direction is
+    /// watched at.
     pub layer: usize,
+    /// The watched direction's name ([`Watch::name`]).
     pub direction: String,
+    /// What to do along the direction.
     pub mode: Mode,
+    /// The scale α: finite, at most 10⁴ in magnitude.
     pub alpha: f32,
+    /// The clamp target: present exactly when the mode is clamp.
     pub value: Option<f32>,
     /// Absolute token positions (sorted, unique).
     pub positions: Vec<usize>,
@@ -59,8 +69,12 @@ impl PolicyOp {
 /// A direction a policy watches, bound to its vector (unit norm).
 #[derive(Debug, Clone)]
 pub struct Watch {
+    /// The name the policy gives the direction; observations and ops refer
+    /// to it by this name.
     pub name: String,
+    /// The blocks after which the direction is observed.
     pub layers: Vec<usize>,
+    /// The direction's values, scaled to unit norm.
     pub direction: Direction,
 }
 
@@ -79,17 +93,23 @@ pub trait StepPolicy {
 pub struct PolicyLog {
     /// Calls to `decide` (one per watched block per pass).
     pub decisions: u64,
+    /// Ops the policy returned and the host applied.
     pub ops: u64,
     /// Token positions changed, counted once per op.
     pub tokens_changed_prefill: u64,
+    /// Token positions changed during decode steps, counted once per op.
     pub tokens_changed_decode: u64,
     /// The first ops, as text (at most [`PolicyLog::KEEP`]).
     pub first_ops: Vec<String>,
 }
 
 impl PolicyLog {
+    /// How many ops [`PolicyLog::first_ops`] keeps as text.
     pub const KEEP: usize = 32;
 
+    /// Counts one applied op and its positions (under prefill or decode, as
+    /// `prefill` says), and keeps its text while fewer than
+    /// [`PolicyLog::KEEP`] are kept.
     pub fn add(&mut self, op: &PolicyOp, prefill: bool) {
         self.ops += 1;
         let n = op.positions.len() as u64;

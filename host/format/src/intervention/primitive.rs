@@ -36,13 +36,29 @@ pub const UNIT_TOLERANCE: f32 = 1e-3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
+    /// Measure the projection `h·d` per token; `h` is unchanged (`project`).
     Project,
+    /// Subtract the component along `d`, scaled: `h − α·(h·d)·d`; with
+    /// α = 1 and a unit `d` it removes it (`subtract`).
     Subtract,
+    /// Add the component along `d` again, scaled: `h + α·(h·d)·d`
+    /// (`add`).
     Add,
+    /// Measure the coordinates `c = h·Bᵀ` in every basis row; `h` is
+    /// unchanged (`subspace_project`).
     SubspaceProject,
+    /// Subtract the basis rows weighted by the coordinates: `h − α·c·B`;
+    /// with α = 1 and orthonormal rows it removes the span's component
+    /// (`subspace_remove`).
     SubspaceRemove,
+    /// Add the basis rows weighted by the coordinates: `h + α·c·B`
+    /// (`subspace_add`).
     SubspaceAdd,
+    /// Move the component along a unit `d` toward the target `v`:
+    /// `h + α·(v − h·d)·d` (`clamp`).
     Clamp,
+    /// Add the direction itself, scaled: `h + α·d`, whatever `h` holds
+    /// (`steer`).
     Steer,
 }
 
@@ -119,6 +135,7 @@ impl FromStr for Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Positions {
+    /// Every token of every call (`all`; the default).
     #[default]
     All,
     /// The last token of each call: the final prompt token in prefill, and
@@ -126,7 +143,12 @@ pub enum Positions {
     Last,
     /// Positions `start..end`, `end` exclusive; no `end` runs to the end of
     /// the sequence, generated tokens included.
-    Range { start: usize, end: Option<usize> },
+    Range {
+        /// The first position selected.
+        start: usize,
+        /// The first position past the range; `None` for no end.
+        end: Option<usize>,
+    },
 }
 
 impl Positions {
@@ -245,7 +267,9 @@ impl FromStr for When {
 /// the subspace coordinates for subspace modes, both taken before the op.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Condition {
+    /// Which side of the threshold the score must be on.
     pub when: When,
+    /// The threshold the score is compared with (strictly).
     pub threshold: f32,
 }
 
@@ -384,13 +408,19 @@ impl Direction {
 /// One intervention at one layer.
 #[derive(Debug, Clone)]
 pub struct Intervention {
+    /// The transformer block (0-based) whose output the intervention acts on.
     pub layer: usize,
+    /// What to do along the direction.
     pub mode: Mode,
+    /// The direction, or the basis for subspace modes.
     pub direction: Direction,
+    /// The scale α (1.0 on the command line unless given); must be finite.
     pub alpha: f32,
     /// The clamp target; only clamp takes one.
     pub value: Option<f32>,
+    /// The tokens it touches.
     pub positions: Positions,
+    /// A threshold on each token's score; `None` touches every selected token.
     pub condition: Option<Condition>,
 }
 

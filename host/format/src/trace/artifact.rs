@@ -14,6 +14,7 @@ use super::{ArtifactKind, Stage, StageProfile, TensorRef, TensorSummary};
 pub struct Artifact {
     /// Unique within the trace; raw tensors in a bundle are keyed by it.
     pub id: String,
+    /// What the artifact is; fixes which [`ArtifactData`] variant may carry it.
     pub kind: ArtifactKind,
     /// The id of the span that produced it.
     pub producer: String,
@@ -23,6 +24,7 @@ pub struct Artifact {
     /// Free-form labels (`role = "completion"`, `mode = "subtract"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The value itself (JSON: an object tagged by `type`).
     pub data: ArtifactData,
 }
 
@@ -55,27 +57,38 @@ impl Artifact {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ArtifactData {
+    /// Text (`"type": "text"`), for `text` artifacts.
     Text {
+        /// The text, as produced or given.
         text: String,
     },
+    /// Token ids (`"type": "token_ids"`), for `tokens` artifacts.
     TokenIds {
+        /// The ids, in sequence order, in the model's vocabulary.
         ids: Vec<u32>,
     },
     /// A tensor: its summary always; `raw` says whether the bundle holds its data.
     Tensor {
+        /// Shape, dtype and statistics of the tensor.
         summary: TensorSummary,
+        /// Whether the bundle stores the raw values (keyed by the artifact's
+        /// id in the trace's tensor file) beside the summary.
         raw: bool,
     },
     /// One named number (a metric).
     Scalar {
+        /// The metric's name (`refusal_rate`).
         name: String,
+        /// The value; must be finite.
         value: f64,
+        /// The value's unit, when it has one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         unit: Option<String>,
     },
     /// A small structured record (an intervention's parameters and effect,
     /// a piece of report evidence, a profile).
     Record {
+        /// The record, as free-form JSON.
         value: serde_json::Value,
     },
 }
@@ -125,7 +138,10 @@ impl ArtifactData {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Span {
+    /// Unique within the trace; artifacts name their producer by it
+    /// ([`TraceBuilder`](super::TraceBuilder) writes `s<n>-<stage>`).
     pub id: String,
+    /// The stage the span records.
     pub stage: Stage,
     /// Artifacts the stage consumed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -133,6 +149,7 @@ pub struct Span {
     /// Artifacts the stage produced; each names this span as its producer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<String>,
+    /// What the stage cost.
     pub profile: StageProfile,
 }
 
@@ -140,7 +157,10 @@ pub struct Span {
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelRef {
+    /// The model's name, as the executor reports it (with the host's
+    /// transformation appended when the weights were modified).
     pub name: String,
+    /// Where the weights were loaded from, when local.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// sha256 of the weights file(s), lowercase hex.
@@ -169,11 +189,13 @@ impl fmt::Display for ModelRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MissingArtifact {
+    /// The requested kind that was not produced.
     pub kind: ArtifactKind,
     /// For per-layer kinds: the one requested layer that is missing (the
     /// others are present); absent when the whole kind is missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<usize>,
+    /// Why it was not produced, in words; must not be blank.
     pub reason: String,
 }
 

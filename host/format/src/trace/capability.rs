@@ -16,10 +16,12 @@ use super::ArtifactKind;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SupportLevel {
+    /// The executor cannot produce the kind at all (`unsupported`).
     Unsupported,
     /// Produced in some configurations only (some layers, some devices, top-k
     /// logprobs instead of the full distribution...); the backend notes say which.
     Partial,
+    /// Produced whenever asked, in every configuration (`full`).
     Full,
 }
 
@@ -37,9 +39,13 @@ impl fmt::Display for SupportLevel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceKind {
+    /// The host CPU (`cpu`).
     Cpu,
+    /// An NVIDIA GPU through CUDA (`cuda`).
     Cuda,
+    /// An Apple GPU through Metal (`metal`).
     Metal,
+    /// An Apple GPU through PyTorch's Metal Performance Shaders backend (`mps`).
     Mps,
     /// A model behind a network endpoint: the host does not see the device.
     Remote,
@@ -66,6 +72,7 @@ impl fmt::Display for DeviceKind {
 pub struct Capabilities {
     /// The executor's name (`candle`, `torch`, `http`, `replay`...).
     pub executor: String,
+    /// The kinds of device the executor can run on.
     pub device_kinds: Vec<DeviceKind>,
     /// Support per artifact kind. Every kind must be listed: an executor
     /// states what it cannot do instead of leaving it to a default.

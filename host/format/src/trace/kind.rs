@@ -10,18 +10,49 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// What an artifact is. The order is the order reports list them in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ArtifactKind {
+    /// Text the run consumed or produced: the prompt, the rendered prompt,
+    /// the completion (`text`; carried as text data).
     Text,
+    /// Token ids: the prompt's or the completion's, or, as an integer
+    /// tensor, the top-k token ids per position (`tokens`).
     Tokens,
+    /// Next-token scores over the vocabulary, before softmax (`logits`;
+    /// a tensor).
     Logits,
+    /// Next-token log-probabilities, over the whole vocabulary or the top
+    /// k tokens per position (`logprobs`; a tensor).
     Logprobs,
+    /// A layer's activation (the residual stream after a transformer
+    /// block), one artifact per observed layer (`activation`; a tensor).
     Activation,
+    /// What an intervention or an intervention policy did: its parameters
+    /// and effect (`intervention_result`; a record or a tensor).
     InterventionResult,
+    /// One weight matrix of one layer, labelled with the matrix's name
+    /// (`weight_snapshot`; a tensor).
     WeightSnapshot,
+    /// A named number a scorer computed (`metric`; a scalar).
     Metric,
+    /// A piece of evidence recorded for the report (`report_evidence`; a
+    /// record).
     ReportEvidence,
+    /// The run's cost figures (tokens, throughput, memory) as one record
+    /// (`profile`).
     Profile,
 }
 
@@ -78,6 +109,7 @@ impl fmt::Display for ArtifactKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown artifact kind `{given}`; expected one of: {}", valid_kinds())]
 pub struct UnknownKind {
+    /// The name as given.
     pub given: String,
 }
 
@@ -106,16 +138,32 @@ impl FromStr for ArtifactKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
+    /// Loading the model's weights and tokenizer (`load`).
     Load,
+    /// Turning the prompt's text into token ids (`tokenize`).
     Tokenize,
+    /// Preparing the inputs and caches for the forward passes
+    /// (`prepare_batch`).
     PrepareBatch,
+    /// The forward pass over the whole prompt, filling the key/value cache
+    /// (`prefill`).
     Prefill,
+    /// A forward pass outside generation, such as scoring a given
+    /// continuation teacher-forced (`forward`).
     Forward,
+    /// Copying activations or weights to the host and summarising them
+    /// (`observe`).
     Observe,
+    /// Applying interventions inside the forward passes (`intervene`).
     Intervene,
+    /// Projecting the final hidden states to vocabulary logits (and
+    /// log-probabilities) (`lm_head`).
     LmHead,
+    /// Generating tokens one step at a time after prefill (`decode`).
     Decode,
+    /// Computing metrics from the trace (`score`).
     Score,
+    /// Producing output from the results (`render`).
     Render,
 }
 

@@ -1,6 +1,6 @@
 //! The trace: the evidence-bearing record of one run of one prompt on one
-//! model (DESIGN.md section 4). Every later stage (scoring, statistics,
-//! claims, the report) reads traces; nothing reads an executor directly.
+//! model. Every later stage (scoring, statistics, claims, the report)
+//! reads traces; nothing reads an executor directly.
 //!
 //! | level | type |
 //! |---|---|
@@ -69,14 +69,18 @@ impl TraceRequest {
 pub struct Trace {
     /// Unique within a bundle.
     pub id: String,
+    /// The model the run used.
     pub model: ModelRef,
     /// What the executor that recorded this trace declares it can produce.
     pub capabilities: Capabilities,
     /// The device the run used, as the backend names it.
     pub device: String,
+    /// What the run was asked to do: the prompt and the kinds to observe.
     pub request: TraceRequest,
     /// Stages in execution order.
     pub spans: Vec<Span>,
+    /// Everything the run produced or consumed, in the order recorded; each
+    /// names the span that produced it.
     pub artifacts: Vec<Artifact>,
     /// Requested kinds the executor supports but did not produce, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

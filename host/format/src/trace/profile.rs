@@ -1,5 +1,5 @@
-//! Per-span cost counters (the scaling lens of seed 001): what a stage cost
-//! in time, memory, bytes moved, copies and synchronisation.
+//! Per-span cost counters: what a stage cost in time, memory, bytes moved,
+//! copies and synchronisation.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,7 @@ pub struct StageProfile {
     pub duration_ns: u64,
     /// The device the stage ran on, as the backend names it (`cpu`, `cuda:0`).
     pub device: String,
+    /// Sequences the stage processed together (1 for a single prompt).
     pub batch_size: u32,
     /// Tokens the stage handled (per sequence; see `vauban::profile` for how
     /// a trace total is formed).
@@ -23,7 +24,11 @@ pub struct StageProfile {
     /// backend can measure it), in bytes; `None` when not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// Bytes of data the stage consumed (token ids, activations...), as the
+    /// backend counts them; 0 when not counted.
     pub input_bytes: u64,
+    /// Bytes of data the stage produced (token ids, tensors...), as the
+    /// backend counts them; 0 when not counted.
     pub output_bytes: u64,
     /// Host↔device copies the stage made.
     pub host_device_copies: u64,

@@ -14,13 +14,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// 32-bit IEEE float (`f32`).
     F32,
+    /// 16-bit IEEE half-precision float (`f16`).
     F16,
+    /// 16-bit brain float: f32's exponent range, 8 bits of mantissa (`bf16`).
     Bf16,
+    /// 64-bit IEEE float (`f64`).
     F64,
+    /// 32-bit signed integer (`i32`).
     I32,
+    /// 64-bit signed integer (`i64`).
     I64,
+    /// 32-bit unsigned integer (`u32`), e.g. token ids.
     U32,
+    /// 8-bit unsigned integer (`u8`).
     U8,
 }
 
@@ -91,9 +99,13 @@ impl fmt::Display for DType {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("tensor of dtype {dtype} and shape {shape:?} needs {expected} bytes but has {actual}")]
 pub struct ShapeMismatch {
+    /// The tensor's element type.
     pub dtype: DType,
+    /// The tensor's shape.
     pub shape: Vec<usize>,
+    /// The byte length the dtype and shape call for.
     pub expected: usize,
+    /// The byte length given.
     pub actual: usize,
 }
 
@@ -101,16 +113,24 @@ pub struct ShapeMismatch {
 /// memory-mapped bundle).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TensorRef<'a> {
+    /// The element type.
     pub dtype: DType,
+    /// The dimensions, outermost first.
     pub shape: &'a [usize],
+    /// The elements, row-major and little-endian; `numel × dtype.size()`
+    /// bytes.
     pub bytes: &'a [u8],
 }
 
 /// An owned tensor handed to the trace by a backend.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorData {
+    /// The element type.
     pub dtype: DType,
+    /// The dimensions, outermost first.
     pub shape: Vec<usize>,
+    /// The elements, row-major and little-endian; [`TensorData::new`]
+    /// checks the length against the dtype and shape.
     pub bytes: Vec<u8>,
 }
 
@@ -246,14 +266,25 @@ impl TensorRef<'_> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TensorSummary {
+    /// The tensor's dimensions, outermost first.
     pub shape: Vec<usize>,
+    /// The tensor's element type.
     pub dtype: DType,
+    /// Number of elements: the product of `shape` (checked on validation).
     pub numel: u64,
+    /// Elements that are NaN or infinite, left out of the statistics.
     pub non_finite: u64,
+    /// Mean of the finite elements.
     pub mean: Option<f64>,
+    /// Population standard deviation of the finite elements (divided by
+    /// their count, not count − 1).
     pub std: Option<f64>,
+    /// Smallest finite element.
     pub min: Option<f64>,
+    /// Largest finite element.
     pub max: Option<f64>,
+    /// Euclidean norm of the finite elements: the square root of their
+    /// sum of squares.
     pub l2_norm: Option<f64>,
 }
 

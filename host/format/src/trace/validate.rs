@@ -1,6 +1,6 @@
-//! The rules a trace obeys (DESIGN.md section 4), checked when a trace is
-//! built and again when one is read from a bundle. All problems are
-//! collected, so one run of `vauban trace validate` lists every one.
+//! The rules a trace obeys, checked when a trace is built and again when
+//! one is read from a bundle. All problems are collected, so one run of
+//! `vauban trace validate` lists every one.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -10,136 +10,268 @@ use super::{ArtifactData, ArtifactKind, SupportLevel, Trace, TraceRequest, is_sh
 /// One broken rule, phrased so the message names the problem and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
+    /// The request gives the prompt neither as text nor as token ids (or
+    /// gives both empty).
     #[error("the request has neither text nor token ids; give the prompt as `text` or `token_ids`")]
     EmptyRequest,
+    /// The request's `observe` lists a kind more than once; holds that kind.
     #[error("the request asks for `{0}` more than once; list each artifact kind once")]
     DuplicateRequestedKind(ArtifactKind),
+    /// The request asks for `logprobs` but not for `logits`.
     #[error(
         "the request asks for `logprobs` without `logits`; logprobs are derived from logits, so request both"
     )]
     LogprobsWithoutLogits,
+    /// A span or an artifact has an empty id; holds which (`span` or
+    /// `artifact`).
     #[error("a {0} has an empty id; every span and artifact needs an id")]
     EmptyId(&'static str),
+    /// Two spans share an id; holds that id.
     #[error("span id `{0}` is used by more than one span; span ids must be unique within a trace")]
     DuplicateSpanId(String),
+    /// A tensor artifact is marked `raw: true` though the request did not
+    /// set `raw_tensors` (the next-token KL rows are exempt: they are
+    /// always kept raw).
     #[error(
         "artifact `{artifact}` keeps its raw tensor, but the request did not ask for raw tensors (`raw_tensors`)"
     )]
-    RawNotRequested { artifact: String },
+    RawNotRequested {
+        /// The artifact's id.
+        artifact: String,
+    },
+    /// A kind other than `activation` is recorded as missing at one layer.
     #[error(
         "`{kind}` is recorded as missing at layer {layer}, but only activations are recorded per layer"
     )]
-    LayerOfUnlayeredKind { kind: ArtifactKind, layer: usize },
+    LayerOfUnlayeredKind {
+        /// The kind recorded as missing.
+        kind: ArtifactKind,
+        /// The layer it names.
+        layer: usize,
+    },
+    /// Two artifacts share an id; holds that id.
     #[error(
         "artifact id `{0}` is used by more than one artifact; artifact ids must be unique within a trace"
     )]
     DuplicateArtifactId(String),
+    /// An artifact names a producer span the trace does not hold.
     #[error("artifact `{artifact}` names producer span `{producer}`, which is not in the trace")]
-    UnknownProducer { artifact: String, producer: String },
+    UnknownProducer {
+        /// The artifact's id.
+        artifact: String,
+        /// The span id it names as its producer.
+        producer: String,
+    },
+    /// An artifact's producer span exists but does not list the artifact
+    /// among its outputs.
     #[error(
         "artifact `{artifact}` names span `{producer}` as its producer, but that span does not list it among its outputs"
     )]
-    NotInProducerOutputs { artifact: String, producer: String },
+    NotInProducerOutputs {
+        /// The artifact's id.
+        artifact: String,
+        /// The id of the span it names as its producer.
+        producer: String,
+    },
+    /// A span lists an output the trace's artifacts do not hold.
     #[error("span `{span}` lists output `{artifact}`, which is not in the trace's artifacts")]
-    OutputNotFound { span: String, artifact: String },
+    OutputNotFound {
+        /// The span's id.
+        span: String,
+        /// The artifact id it lists as an output.
+        artifact: String,
+    },
+    /// A span lists as its output an artifact that names another span as
+    /// its producer.
     #[error(
         "span `{span}` lists `{artifact}` as an output, but artifact `{artifact}` says it was produced by span `{producer}`"
     )]
     OutputOfOtherSpan {
+        /// The id of the span listing the output.
         span: String,
+        /// The artifact's id.
         artifact: String,
+        /// The span the artifact names as its producer.
         producer: String,
     },
+    /// A span lists an input the trace's artifacts do not hold.
     #[error("span `{span}` lists input `{artifact}`, which is not in the trace's artifacts")]
-    InputNotFound { span: String, artifact: String },
+    InputNotFound {
+        /// The span's id.
+        span: String,
+        /// The artifact id it lists as an input.
+        artifact: String,
+    },
+    /// An artifact's data variant cannot carry its kind (see
+    /// [`ArtifactData::fits`]).
     #[error(
         "artifact `{artifact}` is of kind `{kind}` but carries `{data}` data; `{kind}` cannot be carried that way"
     )]
     DataDoesNotFitKind {
+        /// The artifact's id.
         artifact: String,
+        /// The artifact's kind.
         kind: ArtifactKind,
+        /// The data variant's JSON name (`text`, `token_ids`, `tensor`,
+        /// `scalar`, `record`).
         data: &'static str,
     },
+    /// A tensor summary's `numel` is not the product of its shape.
     #[error(
         "artifact `{artifact}`'s tensor summary says {numel} elements but its shape {shape:?} holds {expected}"
     )]
     SummaryShape {
+        /// The artifact's id.
         artifact: String,
+        /// The shape the summary records.
         shape: Vec<usize>,
+        /// The element count the summary records.
         numel: u64,
+        /// The product of the shape (`u64::MAX` when it overflows).
         expected: u64,
     },
+    /// A scalar (metric) artifact holds NaN or an infinity.
     #[error(
         "metric artifact `{artifact}` has a non-finite value; a metric must be a finite number"
     )]
-    NonFiniteMetric { artifact: String },
+    NonFiniteMetric {
+        /// The artifact's id.
+        artifact: String,
+    },
+    /// A requested kind is neither present, nor recorded as missing (as a
+    /// whole or at some layer), nor recorded as unsupported; holds that
+    /// kind.
     #[error(
         "`{0}` was requested but the trace neither holds it nor records it as missing or unsupported; record what happened instead of dropping it"
     )]
     RequestedNotAccounted(ArtifactKind),
+    /// A kind is recorded as missing as a whole, yet the trace holds
+    /// artifacts of it; holds that kind.
     #[error("`{0}` is recorded as missing, but the trace holds artifacts of that kind")]
     MissingButPresent(ArtifactKind),
+    /// A requested layer of a per-layer kind is neither present nor
+    /// recorded as missing.
     #[error(
         "`{kind}` at layer {layer} was requested but the trace neither holds it nor records that layer as missing"
     )]
-    RequestedLayerNotAccounted { kind: ArtifactKind, layer: usize },
+    RequestedLayerNotAccounted {
+        /// The per-layer kind (`activation`).
+        kind: ArtifactKind,
+        /// The requested layer.
+        layer: usize,
+    },
+    /// A layer is recorded as missing, yet the trace holds that kind at
+    /// that layer.
     #[error("`{kind}` at layer {layer} is recorded as missing, but the trace holds it")]
-    MissingLayerButPresent { kind: ArtifactKind, layer: usize },
+    MissingLayerButPresent {
+        /// The per-layer kind (`activation`).
+        kind: ArtifactKind,
+        /// The layer recorded as missing.
+        layer: usize,
+    },
+    /// A layer is recorded as missing that the request's `layers` does not
+    /// list.
     #[error(
         "`{kind}` at layer {layer} is recorded as missing, but layer {layer} was not requested"
     )]
-    MissingLayerNotRequested { kind: ArtifactKind, layer: usize },
+    MissingLayerNotRequested {
+        /// The per-layer kind (`activation`).
+        kind: ArtifactKind,
+        /// The layer recorded as missing.
+        layer: usize,
+    },
+    /// [`TraceBuilder`](super::TraceBuilder) was given a span id it never
+    /// created; holds that id.
     #[error("the trace builder was given span `{0}`, which it never created")]
     NoSuchSpan(String),
+    /// A kind is recorded as unsupported, yet the trace holds artifacts of
+    /// it; holds that kind.
     #[error("`{0}` is recorded as unsupported, but the trace holds artifacts of that kind")]
     UnsupportedButPresent(ArtifactKind),
+    /// A kind is recorded as missing or unsupported that the request did
+    /// not ask for.
     #[error("`{kind}` is recorded as {listed}, but it was never requested")]
     RecordedButNotRequested {
+        /// The kind recorded.
         kind: ArtifactKind,
+        /// Where it is recorded: `missing` or `unsupported`.
         listed: &'static str,
     },
+    /// A kind appears more than once in the same list.
     #[error("`{kind}` is recorded as {listed} more than once")]
     RecordedTwice {
+        /// The kind repeated.
         kind: ArtifactKind,
+        /// The list: `missing`, `unsupported`, or `missing at the same
+        /// layer`.
         listed: &'static str,
     },
+    /// A missing entry has an empty or blank reason; holds its kind.
     #[error("`{0}` is recorded as missing without a reason; say why it was not produced")]
     MissingWithoutReason(ArtifactKind),
+    /// A kind is recorded as missing though the executor declares it
+    /// unsupported: it belongs under `unsupported`.
     #[error(
         "`{kind}` is recorded as missing, but executor `{executor}` declares it unsupported; record it as unsupported"
     )]
     MissingButDeclaredUnsupported {
+        /// The kind recorded as missing.
         kind: ArtifactKind,
+        /// The executor's name.
         executor: String,
     },
+    /// A kind is recorded as unsupported though the executor declares
+    /// partial or full support: it belongs under `missing`, with a reason.
     #[error(
         "`{kind}` is recorded as unsupported, but executor `{executor}` declares it {level}; record it as missing with a reason"
     )]
     UnsupportedButDeclared {
+        /// The kind recorded as unsupported.
         kind: ArtifactKind,
+        /// The executor's name.
         executor: String,
+        /// The support the executor declares for the kind.
         level: SupportLevel,
     },
+    /// The trace holds an artifact of a kind its executor declares
+    /// unsupported.
     #[error(
         "artifact `{artifact}` is `{kind}`, which executor `{executor}` declares unsupported; the capability declaration or the trace is wrong"
     )]
     ProducedButDeclaredUnsupported {
+        /// The artifact's id.
         artifact: String,
+        /// The artifact's kind.
         kind: ArtifactKind,
+        /// The executor's name.
         executor: String,
     },
+    /// The executor's capabilities leave some artifact kinds out.
     #[error(
         "executor `{executor}` does not declare its support for: {kinds}; list every artifact kind as unsupported, partial or full"
     )]
-    UndeclaredCapabilities { executor: String, kinds: String },
+    UndeclaredCapabilities {
+        /// The executor's name.
+        executor: String,
+        /// The kinds left out, comma-separated.
+        kinds: String,
+    },
+    /// The model's `sha256` is not 64 lowercase hex digits.
     #[error("model `{model}` has sha256 `{sha256}`, which is not 64 lowercase hex digits")]
-    BadModelHash { model: String, sha256: String },
+    BadModelHash {
+        /// The model's name.
+        model: String,
+        /// The hash as recorded.
+        sha256: String,
+    },
 }
 
 /// A trace that breaks one or more rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct TraceError {
+    /// The trace's id.
     pub trace: String,
+    /// Every rule the trace breaks, in the order checked; never empty.
     pub problems: Vec<Problem>,
 }
 

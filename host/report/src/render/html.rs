@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::super::document::{
-    ActivationFindings, DistributionShift, Example, PluginRecord, Report, ReportDelta,
+    ActivationFindings, DistributionShift, Example, GateOutcome, PluginRecord, Redaction, Report,
+    ReportDelta,
 };
 use super::svg::{self, escape as e};
 use super::*;
@@ -218,13 +219,12 @@ fn status(s: ClaimStatus) -> (&'static str, &'static str) {
 }
 
 /// The badge class and label of a gate outcome.
-fn outcome(o: &str) -> (&'static str, String) {
+fn outcome(o: GateOutcome) -> (&'static str, &'static str) {
     match o {
-        "pass" => ("ok", "✔ pass".into()),
-        "warn" => ("warn", "⚠ warn".into()),
-        "fail" => ("bad", "✘ fail".into()),
-        "no_data" => ("na", "∅ no data".into()),
-        other => ("na", other.to_owned()),
+        GateOutcome::Pass => ("ok", "✔ pass"),
+        GateOutcome::Warn => ("warn", "⚠ warn"),
+        GateOutcome::Fail => ("bad", "✘ fail"),
+        GateOutcome::NoData => ("na", "∅ no data"),
     }
 }
 
@@ -958,10 +958,10 @@ fn shown(out: &mut String, label: &str, body: Option<&str>, missing: &str) {
 }
 
 fn example(out: &mut String, x: &Example) {
-    let redaction = match x.redaction.as_str() {
-        "safe" => badge("ok", "safe"),
-        "redacted" => badge("warn", "redacted"),
-        other => badge("na", other),
+    let redaction = match x.redaction {
+        Redaction::Safe => badge("ok", "safe"),
+        Redaction::Redacted => badge("warn", "redacted"),
+        Redaction::Omitted => badge("na", "omitted"),
     };
     let _ = write!(
         out,
@@ -1007,7 +1007,7 @@ fn gates(out: &mut String, r: &Report) {
         .gates
         .iter()
         .map(|g| {
-            let (class, label) = outcome(&g.outcome);
+            let (class, label) = outcome(g.outcome);
             classes.push(match class {
                 "ok" => "row-ok",
                 "warn" => "row-warn",
@@ -1021,10 +1021,10 @@ fn gates(out: &mut String, r: &Report) {
             let lo = g.min_delta.map_or_else(|| "−∞".into(), num);
             let hi = g.max_delta.map_or_else(|| "+∞".into(), num);
             vec![
-                badge(class, &label),
+                badge(class, label),
                 e(&g.name),
                 code(&metric),
-                e(&g.severity),
+                e(g.severity.as_str()),
                 e(&format!("[{lo}, {hi}]")),
                 g.observed_delta.map_or_else(
                     || "<span class=\"note\">not measured</span>".into(),
@@ -1158,8 +1158,12 @@ mod tests {
     }
 
     #[test]
-    fn unknown_gate_outcomes_still_get_a_label() {
-        assert_eq!(outcome("no_data").1, "∅ no data");
-        assert_eq!(outcome("odd").1, "odd");
+    fn every_gate_outcome_has_its_own_badge() {
+        use GateOutcome as G;
+        let labels: Vec<&str> = [G::Pass, G::Warn, G::Fail, G::NoData]
+            .into_iter()
+            .map(|o| outcome(o).1)
+            .collect();
+        assert_eq!(labels, ["✔ pass", "⚠ warn", "✘ fail", "∅ no data"]);
     }
 }

@@ -8,8 +8,8 @@
 use std::fmt::Write as _;
 
 use super::super::document::{
-    ActivationFindings, DistributionShift, EvidenceSection, Example, PluginRecord, Report,
-    Reproducibility,
+    ActivationFindings, DistributionShift, EvidenceSection, Example, GateOutcome, PluginRecord,
+    Report, Reproducibility,
 };
 use super::*;
 use crate::claims::ClaimStatus;
@@ -189,13 +189,12 @@ fn status_label(s: ClaimStatus) -> &'static str {
     }
 }
 
-fn outcome_label(outcome: &str) -> String {
+fn outcome_label(outcome: GateOutcome) -> &'static str {
     match outcome {
-        "pass" => "✔ PASS".into(),
-        "warn" => "⚠ WARN".into(),
-        "fail" => "✘ FAIL".into(),
-        "no_data" => "∅ NO DATA".into(),
-        other => text(&other.to_uppercase()),
+        GateOutcome::Pass => "✔ PASS",
+        GateOutcome::Warn => "⚠ WARN",
+        GateOutcome::Fail => "✘ FAIL",
+        GateOutcome::NoData => "∅ NO DATA",
     }
 }
 
@@ -772,7 +771,7 @@ fn example(out: &mut String, e: &Example) {
         "### {} ({}, {})\n",
         code(&e.prompt_id),
         or_none(e.category.as_deref()),
-        text(&e.redaction)
+        text(e.redaction.as_str())
     );
     let _ = writeln!(out, "Why: {}\n", text(&e.why));
     let block = |out: &mut String, name: &str, body: Option<&str>, hidden: &str| match body {
@@ -818,13 +817,13 @@ fn gates(out: &mut String, r: &Report) {
         .iter()
         .map(|g| {
             vec![
-                format!("**{}**", outcome_label(&g.outcome)),
+                format!("**{}**", outcome_label(g.outcome)),
                 text(&g.name),
                 code(&match &g.category {
                     Some(c) => format!("{}@{c}", g.metric),
                     None => g.metric.clone(),
                 }),
-                text(&g.severity),
+                text(g.severity.as_str()),
                 interval_bounds(g.min_delta, g.max_delta),
                 g.observed_delta
                     .map_or_else(|| "not measured".into(), signed),

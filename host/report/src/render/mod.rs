@@ -1,5 +1,5 @@
 //! The report rendered for people: `report.md` and a self-contained
-//! `report.html` (DESIGN.md section 9), both from [`Report`] alone.
+//! `report.html`, both from [`Report`] alone.
 //!
 //! - [`markdown()`]: tables, fenced blocks for untrusted text, no plots;
 //! - [`html()`]: one file with inline CSS and inline SVG plots, no script,
@@ -22,7 +22,7 @@ pub use markdown::markdown;
 
 use super::document::ReportDelta;
 
-/// The report's sections in DESIGN.md section 9's order: the HTML anchor
+/// The report's sections in the order a reader needs them: the HTML anchor
 /// and the title both renderers use.
 pub const SECTIONS: [(&str, &str); 13] = [
     ("summary", "Summary"),
