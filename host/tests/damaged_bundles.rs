@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use vauban::bundle::{Bundle, BundleWriter, WriteMode};
 use vauban::config::{Prompt, Redaction, Suite};
 use vauban::pipeline::analyze::projections;
+use vauban::report::document::Side;
 
 fn suite() -> Suite {
     Suite::new(
@@ -45,21 +46,33 @@ fn an_activation_with_no_rows_is_an_error_naming_it_not_a_panic() {
     b.verify_all().unwrap();
     let g = Bundle::open(&good).unwrap();
     // ...so the analysis must handle it: an error that names it.
-    let e = projections(&suite(), [("baseline", &g), ("candidate", &b)], &[1.0; 8])
-        .expect_err("no row to project");
+    let e = projections(
+        &suite(),
+        [(Side::Baseline, &g), (Side::Candidate, &b)],
+        &[1.0; 8],
+    )
+    .expect_err("no row to project");
     let text = format!("{e:#}");
     assert!(
         text.contains("activation") && text.contains("`t0`") && text.contains("no token row"),
         "{text}"
     );
     // A direction of another width is said to be one, not dropped.
-    let e = projections(&suite(), [("baseline", &g), ("candidate", &g)], &[1.0; 5])
-        .expect_err("widths differ");
+    let e = projections(
+        &suite(),
+        [(Side::Baseline, &g), (Side::Candidate, &g)],
+        &[1.0; 5],
+    )
+    .expect_err("widths differ");
     assert!(format!("{e:#}").contains("rows of 8 values"), "{e:#}");
     // The good pair projects.
-    let (layers, series) = projections(&suite(), [("baseline", &g), ("candidate", &g)], &[1.0; 8])
-        .unwrap()
-        .unwrap();
+    let (layers, series) = projections(
+        &suite(),
+        [(Side::Baseline, &g), (Side::Candidate, &g)],
+        &[1.0; 8],
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(layers, [1]);
     assert_eq!(series.len(), 2);
 }
@@ -78,8 +91,12 @@ fn a_flipped_bit_in_a_tensor_is_an_error_naming_the_tensor() {
     // Opening reads headers, not data; the analysis then reads the tensor.
     let g = Bundle::open(&good).unwrap();
     let f = Bundle::open(&flipped).unwrap();
-    let e = projections(&suite(), [("baseline", &g), ("candidate", &f)], &[1.0; 8])
-        .expect_err("the damaged tensor is not dropped in silence");
+    let e = projections(
+        &suite(),
+        [(Side::Baseline, &g), (Side::Candidate, &f)],
+        &[1.0; 8],
+    )
+    .expect_err("the damaged tensor is not dropped in silence");
     let text = format!("{e:#}");
     assert!(
         text.contains("cannot read activation") && text.contains("sha256"),

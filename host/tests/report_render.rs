@@ -303,7 +303,11 @@ fn findings(layers: Vec<usize>, values: Vec<Vec<f64>>) -> ActivationFindings {
             .into_iter()
             .enumerate()
             .map(|(i, v)| ProjectionSeries {
-                side: if i % 2 == 0 { "baseline" } else { "candidate" }.into(),
+                side: if i % 2 == 0 {
+                    Side::Baseline
+                } else {
+                    Side::Candidate
+                },
                 category: "c".into(),
                 prompts: 1,
                 mean_projection: v,
@@ -704,6 +708,10 @@ fn schema_enums_are_serdes_spellings() {
     );
     assert_eq!(schema_enum("Severity"), ["warn", "fail"]);
     assert_eq!(schema_enum("Redaction"), ["safe", "redacted", "omitted"]);
+    assert_eq!(
+        schema_enum("PairedTest"),
+        ["mcnemar_exact", "sign_flip_permutation"]
+    );
 }
 
 /// The first Chromium-like browser: `$CHROME`, then the usual names on PATH.

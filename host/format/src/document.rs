@@ -249,8 +249,8 @@ pub struct ReportDelta {
     /// The candidate's interval, as `baseline_rate_ci` is the baseline's:
     /// `[low, high]`, 0/1 metrics only.
     pub candidate_rate_ci: Option<[f64; 2]>,
-    /// `mcnemar_exact` (0/1 metrics) or `sign_flip_permutation`.
-    pub test: String,
+    /// The paired test behind `p_value`.
+    pub test: PairedTest,
     /// Two-sided p-value of `test`; null when no test was run.
     pub p_value: Option<f64>,
     /// Significant at 0.05 and the interval excludes 0.
@@ -324,8 +324,8 @@ pub struct ActivationFindings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectionSeries {
-    /// `baseline` or `candidate`.
-    pub side: String,
+    /// Which model: `baseline` or `candidate`.
+    pub side: Side,
     /// The prompts' category (`all` for prompts without one).
     pub category: String,
     /// Prompts of the suite in this category.
@@ -339,8 +339,8 @@ pub struct ProjectionSeries {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InterventionSummary {
-    /// `baseline` or `candidate`.
-    pub side: String,
+    /// Which model: `baseline` or `candidate`.
+    pub side: Side,
     /// What was done, in words: the side's transformation, or
     /// `<mode> intervention`.
     pub description: String,
@@ -472,8 +472,8 @@ pub struct ScoreRow {
     /// The prompt's category; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
-    /// `baseline` or `candidate`.
-    pub side: String,
+    /// Which model: `baseline` or `candidate`.
+    pub side: Side,
     /// The scorer plugin's name.
     pub scorer: String,
     /// The metric's name, as the scorer declares it.
@@ -767,5 +767,26 @@ impl GateResult {
     pub fn warns(&self) -> bool {
         self.outcome == GateOutcome::Warn
             || (self.outcome == GateOutcome::NoData && self.severity == Severity::Warn)
+    }
+}
+
+/// The paired test behind a delta's p-value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PairedTest {
+    /// McNemar's exact test on the discordant pairs (0/1 metrics).
+    McnemarExact,
+    /// A sign-flip permutation test on the paired differences (10,000
+    /// seeded assignments plus the observed one).
+    SignFlipPermutation,
+}
+
+impl PairedTest {
+    /// The name used in JSON and in the report's tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PairedTest::McnemarExact => "mcnemar_exact",
+            PairedTest::SignFlipPermutation => "sign_flip_permutation",
+        }
     }
 }

@@ -14,8 +14,8 @@ use crate::plugin::claims::MetricDelta;
 use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
-    ActivationFindings, DistributionShift, Example, GateOutcome, GateResult, ProjectionSeries,
-    PromptKl, ReportDelta,
+    ActivationFindings, DistributionShift, Example, GateOutcome, GateResult, PairedTest,
+    ProjectionSeries, PromptKl, ReportDelta, Side,
 };
 use crate::report::stats::{Better, Z95, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
@@ -112,9 +112,9 @@ pub fn deltas(
                     .then(|| rate_ci(pairs.iter().filter(|p| p.candidate == 1.0).count()))
                     .flatten(),
                 test: if binary {
-                    "mcnemar_exact".into()
+                    PairedTest::McnemarExact
                 } else {
-                    "sign_flip_permutation".into()
+                    PairedTest::SignFlipPermutation
                 },
                 p_value: md.p_value,
                 significant,
@@ -526,7 +526,7 @@ pub fn by_position(per_prompt: &[Vec<f64>]) -> Vec<f64> {
 /// to project: damaged evidence is never dropped in silence.
 pub fn projections(
     suite: &Suite,
-    sides: [(&str, &Bundle); 2],
+    sides: [(Side, &Bundle); 2],
     direction: &[f32],
 ) -> anyhow::Result<Option<(Vec<usize>, Vec<ProjectionSeries>)>> {
     let norm = direction
@@ -604,7 +604,7 @@ pub fn projections(
                 .iter()
                 .filter(|p| p.category.as_deref().unwrap_or("all") == cat)
                 .count();
-            series.push((side.to_owned(), cat, prompts, per_layer));
+            series.push((side, cat, prompts, per_layer));
         }
     }
     if layers.is_empty() {
@@ -630,13 +630,13 @@ pub fn projections(
 /// (baseline) and where the candidate moved most from the baseline.
 pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec<String> {
     let mut out = Vec::new();
-    let get = |side: &str| {
+    let get = |side: Side| {
         series
             .iter()
             .filter(move |s| s.side == side)
             .collect::<Vec<_>>()
     };
-    let base = get("baseline");
+    let base = get(Side::Baseline);
     // the pair of categories and the layer with the largest gap
     let mut best: Option<(f64, usize, &ProjectionSeries, &ProjectionSeries)> = None;
     for (i, a) in base.iter().enumerate() {
@@ -659,7 +659,7 @@ pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec
             a.mean_projection[i] - b.mean_projection[i]
         ));
     }
-    for c in get("candidate") {
+    for c in get(Side::Candidate) {
         if let Some(b) = base.iter().find(|b| b.category == c.category)
             && let Some((i, shift)) = c
                 .mean_projection
@@ -745,7 +745,7 @@ mod tests {
         assert!(d.iter().all(|x| x.1.rests_on == [K::Text, K::Logprobs]));
         let overall = &d[0].0;
         assert_eq!((overall.baseline_mean, overall.candidate_mean), (0.5, 0.25));
-        assert_eq!(overall.test, "mcnemar_exact");
+        assert_eq!(overall.test, PairedTest::McnemarExact);
         // b = 2 discordant down, c = 1 up: p = 1 (two-sided exact, n = 3)
         assert_eq!(overall.p_value, Some(1.0));
         assert_eq!(overall.percent_change, Some(-50.0));

@@ -10,7 +10,7 @@ use crate::plugin::claims::{
     WeightEvidence,
 };
 use crate::report::Access;
-use crate::report::document::{ActivationFindings, DistributionShift};
+use crate::report::document::{ActivationFindings, DistributionShift, Side};
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorSummary, Trace};
 
 /// What the run found, by kind.
@@ -58,7 +58,7 @@ fn distribution(d: &DistributionShift) -> Vec<DistributionEvidence> {
 
 /// One item per layer: the mean projection over every prompt, per side.
 fn activations(a: &ActivationFindings) -> Vec<ActivationEvidence> {
-    let side_mean = |side: &str, k: usize| -> Option<(f64, usize)> {
+    let side_mean = |side: Side, k: usize| -> Option<(f64, usize)> {
         let (sum, n) = a
             .series
             .iter()
@@ -71,8 +71,8 @@ fn activations(a: &ActivationFindings) -> Vec<ActivationEvidence> {
         .iter()
         .enumerate()
         .filter_map(|(k, &layer)| {
-            let (baseline_mean, n) = side_mean("baseline", k)?;
-            let (candidate_mean, _) = side_mean("candidate", k)?;
+            let (baseline_mean, n) = side_mean(Side::Baseline, k)?;
+            let (candidate_mean, _) = side_mean(Side::Candidate, k)?;
             Some(ActivationEvidence {
                 id: format!("projection:layer{layer}"),
                 layer: layer as u32,

@@ -10,6 +10,7 @@ use crate::config::Redaction;
 use crate::config::file::Format;
 use crate::report::Access;
 use crate::report::claims::ClaimStatus;
+use crate::report::document::Side;
 use crate::report::document::{
     self, ActivationFindings, BundleRecord, DistributionShift, EvidenceSection,
     InterventionSummary, ModelSide, PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta,
@@ -87,7 +88,7 @@ pub(super) fn activation_findings(
     };
     let projections = analyze::projections(
         &plan.suite,
-        [("baseline", baseline), ("candidate", candidate)],
+        [(Side::Baseline, baseline), (Side::Candidate, candidate)],
         &v,
     )?;
     Ok((analyze::activation_findings(label, sha, projections), None))
@@ -150,9 +151,9 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         let e = interventions
             .entry((r.side.as_str().to_owned(), mode.clone()))
             .or_insert_with(|| InterventionSummary {
-                side: r.side.as_str().to_owned(),
-                description: match r.side.as_str() {
-                    "baseline" => baseline.transformation.clone(),
+                side: r.side,
+                description: match r.side {
+                    Side::Baseline => baseline.transformation.clone(),
                     _ => candidate.transformation.clone(),
                 }
                 .unwrap_or_else(|| format!("{mode} intervention")),
@@ -178,7 +179,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
             && t == crate::config::file::TransformKind::Orthogonalize
         {
             interventions.push(InterventionSummary {
-                side: side.label.clone(),
+                side: [Side::Baseline, Side::Candidate][k],
                 description: side.transformation.clone().unwrap_or_default(),
                 traces: 0,
                 layers: Vec::new(),
@@ -418,7 +419,7 @@ pub(super) fn write_scores(
 ) -> anyhow::Result<PathBuf> {
     let mut text = String::new();
     for p in &plan.suite.prompts {
-        for (side, v) in ["baseline", "candidate"].into_iter().zip(values) {
+        for (side, v) in [Side::Baseline, Side::Candidate].into_iter().zip(values) {
             for d in declared {
                 let Some(&value) = v.get(&(p.id.clone(), d.spec.name.clone())) else {
                     continue;
@@ -426,7 +427,7 @@ pub(super) fn write_scores(
                 let row = document::ScoreRow {
                     prompt_id: p.id.clone(),
                     category: p.category.clone(),
-                    side: side.to_owned(),
+                    side,
                     scorer: d.scorer.clone(),
                     metric: d.spec.name.clone(),
                     value,

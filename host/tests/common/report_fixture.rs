@@ -17,9 +17,9 @@ use vauban::report::access::{
 use vauban::report::claims::ClaimStatus;
 use vauban::report::document::{
     ActivationFindings, BundleRecord, DistributionShift, EvidenceSection, Example, GateOutcome,
-    GateResult, InterventionSummary, ModelSide, PluginFailure, PluginRecord, ProjectionSeries,
-    PromptKl, REPORT_SCHEMA, Redaction, Report, ReportClaim, ReportDelta, Reproducibility,
-    Severity, StageRecord, Summary, TargetChange,
+    GateResult, InterventionSummary, ModelSide, PairedTest, PluginFailure, PluginRecord,
+    ProjectionSeries, PromptKl, REPORT_SCHEMA, Redaction, Report, ReportClaim, ReportDelta,
+    Reproducibility, Severity, StageRecord, Summary, TargetChange,
 };
 use vauban::report::stats::Quality;
 use vauban::trace::ArtifactKind as K;
@@ -92,9 +92,9 @@ fn delta(
         baseline_rate_ci: rate_ci(baseline_mean),
         candidate_rate_ci: rate_ci(candidate_mean),
         test: if rates {
-            "mcnemar_exact".into()
+            PairedTest::McnemarExact
         } else {
-            "sign_flip_permutation".into()
+            PairedTest::SignFlipPermutation
         },
         p_value,
         significant: p_value.is_some_and(|p| p < 0.05)
@@ -202,8 +202,8 @@ pub fn sample_report() -> Report {
         .collect();
 
     let layers: Vec<usize> = (0..30).step_by(3).collect();
-    let series = |side: &str, category: &str, scale: f64| ProjectionSeries {
-        side: side.into(),
+    let series = |side: Side, category: &str, scale: f64| ProjectionSeries {
+        side,
         category: category.into(),
         prompts: 4,
         mean_projection: layers
@@ -397,10 +397,10 @@ pub fn sample_report() -> Report {
             direction_sha256: sha('e'),
             layers: layers.clone(),
             series: vec![
-                series("baseline", "harmful", 1.0),
-                series("baseline", "harmless", 0.2),
-                series("candidate", "harmful", 0.3),
-                series("candidate", "harmless", 0.15),
+                series(Side::Baseline, "harmful", 1.0),
+                series(Side::Baseline, "harmless", 0.2),
+                series(Side::Candidate, "harmful", 0.3),
+                series(Side::Candidate, "harmless", 0.15),
             ],
             findings: vec![
                 "The baseline separates harmful from harmless prompts most at layer 27 (8.1 units)."
@@ -409,7 +409,7 @@ pub fn sample_report() -> Report {
             ],
         }),
         interventions: vec![InterventionSummary {
-            side: "candidate".into(),
+            side: Side::Candidate,
             description: "subtract refusal direction, alpha 1.0".into(),
             traces: 8,
             layers: vec![10, 11, 12, 13, 14],

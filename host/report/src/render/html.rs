@@ -704,7 +704,7 @@ fn delta_table(out: &mut String, metric: &str, rows: &[&ReportDelta]) {
                 ),
                 e(&percent(d.percent_change)),
                 e(&delta_ci(d)),
-                code(&d.test),
+                code(d.test.as_str()),
                 e(&p_value(d.p_value)),
                 quality_badge(d.quality),
             ]
@@ -887,7 +887,7 @@ fn interventions(out: &mut String, r: &Report) {
             .iter()
             .map(|i| {
                 vec![
-                    e(&i.side),
+                    e(i.side.as_str()),
                     e(&i.description),
                     i.traces.to_string(),
                     layer_list(&i.layers),

@@ -518,7 +518,7 @@ fn deltas(out: &mut String, r: &Report) {
                     row.push(rate_ci(d.baseline_rate_ci));
                     row.push(rate_ci(d.candidate_rate_ci));
                 }
-                row.push(code(&d.test));
+                row.push(code(d.test.as_str()));
                 row.push(p_value(d.p_value));
                 row.push(super::svg::quality_name(d.quality).into());
                 row
@@ -654,7 +654,7 @@ fn activations(out: &mut String, r: &Report) {
         .chain(a.series.iter().map(|s| {
             format!(
                 "{} · {} (n={})",
-                text(&s.side),
+                text(s.side.as_str()),
                 text(&s.category),
                 s.prompts
             )
@@ -688,7 +688,7 @@ fn interventions(out: &mut String, r: &Report) {
             .iter()
             .map(|i| {
                 vec![
-                    text(&i.side),
+                    text(i.side.as_str()),
                     text(&i.description),
                     i.traces.to_string(),
                     layers(&i.layers),

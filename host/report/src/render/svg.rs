@@ -429,7 +429,7 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
             .position(|c| *c == s.category)
             .unwrap_or(0)
             % PALETTE.len()];
-        let dash = if s.side == "baseline" {
+        let dash = if s.side == crate::document::Side::Baseline {
             ""
         } else {
             " stroke-dasharray=\"7 4\""
