@@ -13,7 +13,7 @@ use super::wit::WitVersion;
 pub const WIT_PACKAGE: &str = "vauban:plugin";
 /// Its current version. For 0.x the minor version is the breaking one: a
 /// component built against 0.2.y loads in a host of 0.2.z; the host also
-/// runs the earlier versions [`WitVersion`] names.
+/// runs the earlier versions `WitVersion` names (0.1.0).
 pub const WIT_VERSION: &str = "0.2.0";
 
 /// The three plugin worlds.

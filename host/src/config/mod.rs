@@ -1,5 +1,5 @@
 //! The run's configuration: the TOML file `vauban run`, `vauban diff` and
-//! `vauban validate` read ([`file`]), and the prompt suite it names
+//! `vauban validate` read ([`mod@file`]), and the prompt suite it names
 //! ([`suite`]). Checks that need more than the file (paths, plugins,
 //! gate metrics) are the pipeline's plan (`crate::pipeline::plan`).
 

@@ -1,7 +1,7 @@
 //! The report's plots as inline SVG, written by hand: a forest plot of the
 //! metric deltas, per-layer mean projections, and KL by position.
 //!
-//! Every coordinate goes through [`P`], which never prints a non-finite
+//! Every coordinate goes through `P`, which never prints a non-finite
 //! number, and every scale widens a degenerate domain (one point, identical
 //! values) so nothing divides by zero. Text from the report is escaped.
 //! Colours are presentation attributes, which the page's CSS may override

@@ -48,7 +48,7 @@ fn basis(d: &Direction, device: &Device) -> Result<Tensor, candle_core::Error> {
     Tensor::from_slice(&d.basis, (d.rows(), d.width()), device)
 }
 
-/// What [`Intervention::apply`] did.
+/// What [`apply`] did.
 #[derive(Debug)]
 pub struct Outcome {
     /// The new activation for intervening modes: same shape, dtype and
