@@ -516,20 +516,7 @@ fn the_command_writes_the_file_and_prints_json_or_a_table() {
 /// SmolLM2-135M-Instruct, loaded with f32 weights (ten times faster than
 /// its Q4_1 on the CPU).
 fn smollm2() -> Option<Backend> {
-    let dir = std::env::var_os("VAUBAN_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        eprintln!(
-            "skipping: {} is absent; run `bash scripts/fetch-model.sh`",
-            path.display()
-        );
-        return None;
-    }
-    Some(load(&path, WeightMode::F32))
+    Some(load(&common::smollm2_path()?, WeightMode::F32))
 }
 
 #[test]

@@ -659,28 +659,14 @@ fn the_quickstart_config_is_valid() {
     );
 }
 
-/// SmolLM2-135M-Instruct, where `.ci/run` fetches it; `None` (after a
-/// message) when it is absent.
-fn smollm2() -> Option<PathBuf> {
-    let dir = std::env::var_os("VAUBAN_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        eprintln!("skipping: {} is absent", path.display());
-        return None;
-    }
-    Some(path)
-}
-
 #[test]
 fn two_system_prompts_on_one_model_give_a_kl_from_each_sides_own_prompt() {
     // The same weights on both sides; only the system message differs. Each
     // side is teacher-forced after its own rendered prompt, so the KL sees
     // the change (scoring the candidate on the baseline's prompt gave 0).
-    let Some(model) = smollm2() else { return };
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("system.toml");
     std::fs::write(

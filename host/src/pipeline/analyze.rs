@@ -324,27 +324,9 @@ pub fn continuation_reference(
     else {
         return Ok(None);
     };
-    let what = || {
-        format!(
-            "token ids `{}` of trace `{}` in the bundle {}",
-            a.id,
-            t.id,
-            bundle.root().display()
-        )
-    };
-    let r = bundle
-        .tensor(&t.id, &a.id)
-        .with_context(|| format!("cannot read {}", what()))?;
-    let (&[rows, k], crate::trace::DType::U32) = (r.shape, r.dtype) else {
-        anyhow::bail!(
-            "{} is {:?} of shape {:?}, not u32 [positions, k]",
-            what(),
-            r.dtype,
-            r.shape
-        );
-    };
-    if rows == 0 || k == 0 {
-        anyhow::bail!("{} has shape {:?}: no rows", what(), r.shape);
+    let (r, k, what) = table(bundle, "baseline", t, a, "token ids")?;
+    if r.dtype != crate::trace::DType::U32 {
+        anyhow::bail!("{what} is {:?}, not u32 token ids", r.dtype);
     }
     let ids: Vec<u32> = r
         .bytes
@@ -363,6 +345,31 @@ pub fn continuation_reference(
 /// Log-probability rows, one per position.
 type KlRows = Vec<Vec<f32>>;
 
+/// The raw `[positions, k]` tensor of artifact `a` of `t`, with `k` and
+/// the words that name it in errors; an error naming the artifact, the
+/// trace and the bundle when it cannot be read or is not a non-empty table.
+fn table<'b>(
+    bundle: &'b Bundle,
+    side: &str,
+    t: &Trace,
+    a: &crate::trace::Artifact,
+    what: &str,
+) -> anyhow::Result<(crate::trace::TensorRef<'b>, usize, String)> {
+    let what = format!(
+        "{what} `{}` of trace `{}` in the {side} bundle {}",
+        a.id,
+        t.id,
+        bundle.root().display()
+    );
+    let r = bundle
+        .tensor(&t.id, &a.id)
+        .with_context(|| format!("cannot read {what}"))?;
+    match r.shape {
+        &[rows, k] if rows > 0 && k > 0 => Ok((r, k, what)),
+        shape => anyhow::bail!("{what} has shape {shape:?}, not a non-empty [positions, k]"),
+    }
+}
+
 /// The `[positions, k]` rows of the one logprobs artifact of `t` with
 /// `role`, read from `bundle`; `None` when the trace has none.
 fn kl_rows(
@@ -377,24 +384,8 @@ fn kl_rows(
     }) else {
         return Ok(None);
     };
-    let what = || {
-        format!(
-            "logprobs `{}` of trace `{}` in the {side} bundle {}",
-            a.id,
-            t.id,
-            bundle.root().display()
-        )
-    };
-    let r = bundle
-        .tensor(&t.id, &a.id)
-        .with_context(|| format!("cannot read {}", what()))?;
-    let [rows, k] = r.shape[..] else {
-        anyhow::bail!("{} has shape {:?}, not [positions, k]", what(), r.shape);
-    };
+    let (r, k, _) = table(bundle, side, t, a, "logprobs")?;
     let v = r.to_f32_vec();
-    if rows == 0 || k == 0 {
-        anyhow::bail!("{} has shape {:?}: no rows", what(), r.shape);
-    }
     Ok(Some((
         a.labels.clone(),
         v.chunks(k).map(<[f32]>::to_vec).collect(),

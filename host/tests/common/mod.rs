@@ -194,3 +194,25 @@ pub fn max_along(direction: &candle_core::Tensor, w: &candle_core::Tensor) -> f3
     let r = (direction / norm as f64).unwrap().unsqueeze(0).unwrap();
     max_abs(&r.matmul(w).unwrap())
 }
+
+/// SmolLM2-135M-Instruct (Q4_1 GGUF), where `scripts/fetch-model.sh` keeps
+/// it (`$VAUBAN_MODELS`, else `~/.cache/vauban/models`); `None`, after a
+/// message, when it is absent (`.ci/run` always fetches it).
+#[allow(dead_code)] // not every test binary uses the real model
+pub fn smollm2_path() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let dir = std::env::var_os("VAUBAN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
+        });
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        eprintln!(
+            "skipping: {} is absent; run `bash scripts/fetch-model.sh`",
+            path.display()
+        );
+        return None;
+    }
+    Some(path)
+}
