@@ -379,8 +379,7 @@ fn kl_rows(
     role: &str,
 ) -> anyhow::Result<Option<(BTreeMap<String, String>, KlRows)>> {
     let Some(a) = t.artifacts_of(K::Logprobs).find(|a| {
-        a.labels.get("role").map(String::as_str) == Some(role)
-            && matches!(a.data, ArtifactData::Tensor { raw: true, .. })
+        a.role() == Some(role) && matches!(a.data, ArtifactData::Tensor { raw: true, .. })
     }) else {
         return Ok(None);
     };

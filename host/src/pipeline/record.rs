@@ -389,16 +389,7 @@ fn read_cached(dir: &Path) -> anyhow::Result<(Trace, HashMap<String, TensorData>
             b.traces().len()
         );
     };
-    let mut tensors = HashMap::new();
-    for a in &t.artifacts {
-        if let ArtifactData::Tensor { raw: true, .. } = a.data {
-            let r = b.tensor(&t.id, &a.id)?;
-            tensors.insert(
-                a.id.clone(),
-                TensorData::new(r.dtype, r.shape.to_vec(), r.bytes.to_vec())?,
-            );
-        }
-    }
+    let tensors = b.raw_tensors(t)?;
     Ok((t.clone(), tensors))
 }
 

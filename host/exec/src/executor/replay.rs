@@ -16,10 +16,7 @@ use super::{
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
-use crate::trace::{
-    ArtifactData, ArtifactKind, Capabilities, DeviceKind, ModelRef, SupportLevel, TensorData,
-    TraceRequest,
-};
+use crate::trace::{ArtifactKind, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest};
 use vauban_format::bundle::Bundle;
 
 /// A verified bundle, its traces indexed by prompt id.
@@ -108,18 +105,10 @@ impl ReplayExecutor {
                 "the bundle {root} recorded prompt `{id}` with another text than the suite's: it is not a recording of this suite"
             )));
         }
-        let mut tensors = HashMap::new();
-        for a in &trace.artifacts {
-            if let ArtifactData::Tensor { raw: true, .. } = a.data {
-                let r = self
-                    .bundle
-                    .tensor(&trace.id, &a.id)
-                    .map_err(|e| ExecutorError::Replay(format!("{root}: {e}")))?;
-                let data = TensorData::new(r.dtype, r.shape.to_vec(), r.bytes.to_vec())
-                    .map_err(|e| ExecutorError::Replay(format!("{root}: {e}")))?;
-                tensors.insert(a.id.clone(), data);
-            }
-        }
+        let tensors = self
+            .bundle
+            .raw_tensors(&trace)
+            .map_err(|e| ExecutorError::Replay(format!("{root}: {e}")))?;
         Ok(TraceOutput {
             trace,
             tensors,

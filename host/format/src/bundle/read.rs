@@ -15,7 +15,7 @@ use memmap2::Mmap;
 use super::BundleError;
 use super::manifest::{FileEntry, MANIFEST_FILE, Manifest, SCHEMA_VERSION, TensorFileEntry};
 use crate::hash::{sha256_file, sha256_hex};
-use crate::trace::{ArtifactData, DType, TensorRef, Trace, is_sha256_hex};
+use crate::trace::{ArtifactData, DType, TensorData, TensorRef, Trace, is_sha256_hex};
 
 /// An opened, verified bundle.
 #[derive(Debug)]
@@ -131,6 +131,21 @@ impl Bundle {
     /// The trace with this id.
     pub fn trace(&self, id: &str) -> Option<&Trace> {
         self.traces.iter().find(|t| t.id == id)
+    }
+
+    /// Every raw tensor of `trace` (its artifacts with `raw: true`), copied
+    /// out of the bundle by artifact id: what a trace writer takes back.
+    pub fn raw_tensors(&self, trace: &Trace) -> Result<HashMap<String, TensorData>, BundleError> {
+        let mut out = HashMap::new();
+        for a in &trace.artifacts {
+            if let ArtifactData::Tensor { raw: true, .. } = a.data {
+                let r = self.tensor(&trace.id, &a.id)?;
+                let data = TensorData::new(r.dtype, r.shape.to_vec(), r.bytes.to_vec())
+                    .expect("a verified tensor's bytes match its shape");
+                out.insert(a.id.clone(), data);
+            }
+        }
+        Ok(out)
     }
 
     /// The raw data of a tensor artifact, read from the memory map (only the

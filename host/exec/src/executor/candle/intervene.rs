@@ -4,6 +4,8 @@
 //! whatever device `h` lives on (this runs in every decode step); and
 //! [`policy_step`] runs an intervention policy after a watched block.
 
+use std::collections::HashMap;
+
 use candle_core::{DType, Device, Tensor};
 
 use crate::intervene::policy::{Observation, PolicyLog, StepPolicy};
@@ -76,10 +78,27 @@ pub struct Outcome {
 /// the cache length in a decode step), so [`Positions`] work during
 /// generation.
 pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, InterveneError> {
-    Ok(try_apply(iv, h, offset)?)
+    let basis = basis_tensor(&iv.direction, h.device())?;
+    apply_with(iv, &basis, h, offset)
 }
 
-fn try_apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, Fail> {
+/// [`apply`] with `iv`'s basis already on `h`'s device (see
+/// [`basis_tensor`]): a session makes it once, not in every decode step.
+pub fn apply_with(
+    iv: &Intervention,
+    basis: &Tensor,
+    h: &Tensor,
+    offset: usize,
+) -> Result<Outcome, InterveneError> {
+    Ok(try_apply(iv, basis, h, offset)?)
+}
+
+fn try_apply(
+    iv: &Intervention,
+    basis: &Tensor,
+    h: &Tensor,
+    offset: usize,
+) -> Result<Outcome, Fail> {
     iv.check()?;
     let (b, t, d) = match *h.dims() {
         [b, t, d] if h.dtype().is_float() => (b, t, d),
@@ -105,7 +124,7 @@ fn try_apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, Fa
         });
     }
     let x = h.to_dtype(DType::F32)?.reshape((n, d))?;
-    let basis = basis(&iv.direction, dev)?;
+    let basis = basis.to_device(dev)?;
     // Coordinates along every row: [n, k].
     let c = x.matmul(&basis.t()?)?;
 
@@ -204,14 +223,22 @@ fn change(
 
 /// Runs `policy` after block `layer` on `h` (`[1, tokens, d_model]`):
 /// observes, decides, applies. Returns the new activation if an op changed it.
+/// `bases` keeps each watched direction's basis tensor, by name, for the
+/// whole session.
 pub fn policy_step(
     policy: &mut dyn StepPolicy,
     log: &mut PolicyLog,
+    bases: &mut HashMap<String, Tensor>,
     layer: usize,
     offset: usize,
     prefill: bool,
     h: &Tensor,
 ) -> Result<Option<Tensor>, InterveneError> {
+    for w in policy.watches() {
+        if !bases.contains_key(&w.name) {
+            bases.insert(w.name.clone(), basis_tensor(&w.direction, h.device())?);
+        }
+    }
     let mut observations = Vec::new();
     for w in policy
         .watches()
@@ -227,7 +254,7 @@ pub fn policy_step(
             positions: Positions::All,
             condition: None,
         };
-        let out = apply(&probe, h, offset)?;
+        let out = apply_with(&probe, &bases[&w.name], h, offset)?;
         observations.push(Observation {
             layer,
             direction: w.name.clone(),
@@ -255,7 +282,7 @@ pub fn policy_step(
                 ))
             })?;
         for iv in op.interventions(&w.direction) {
-            let out = apply(&iv, current.as_ref().unwrap_or(h), offset)?;
+            let out = apply_with(&iv, &bases[&w.name], current.as_ref().unwrap_or(h), offset)?;
             if let Some(new) = out.hidden {
                 current = Some(new);
             }
@@ -657,12 +684,12 @@ mod tests {
         // Three tokens at positions 5, 6, 7 with x-components 0.5, 3, 2.
         let h = Tensor::new(&[[[0.5f32, 1.0], [3.0, 1.0], [2.0, -1.0]]], &Device::Cpu).unwrap();
         assert!(
-            policy_step(&mut gate, &mut log, 1, 5, true, &h)
+            policy_step(&mut gate, &mut log, &mut HashMap::new(), 1, 5, true, &h)
                 .unwrap()
                 .is_none(),
             "layer 1 is not watched"
         );
-        let out = policy_step(&mut gate, &mut log, 2, 5, true, &h)
+        let out = policy_step(&mut gate, &mut log, &mut HashMap::new(), 2, 5, true, &h)
             .unwrap()
             .unwrap();
         assert_eq!(gate.1, [vec![0.5, 3.0, 2.0]]);

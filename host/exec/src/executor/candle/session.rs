@@ -1,11 +1,12 @@
 //! A generation session on candle: the KV cache, and the block hook that
 //! applies interventions and keeps observed activations.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use candle_core::{DType, IndexOp, Tensor};
 
-use super::intervene::{Outcome, apply, policy_step};
+use super::intervene::{Outcome, apply_with, basis_tensor, policy_step};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::Intervention;
@@ -68,6 +69,11 @@ pub struct RunHook<'a> {
     pub policy: Option<&'a mut dyn StepPolicy>,
     pub policy_log: PolicyLog,
     prefill: bool,
+    /// Each intervention's basis on the model's device, made on first use
+    /// and kept for the session (not rebuilt in every decode step).
+    bases: Vec<Option<Tensor>>,
+    /// The policy's watched directions' bases, by name.
+    policy_bases: HashMap<String, Tensor>,
 }
 
 impl<'a> RunHook<'a> {
@@ -82,6 +88,8 @@ impl<'a> RunHook<'a> {
             policy: None,
             policy_log: PolicyLog::default(),
             prefill: true,
+            bases: vec![None; interventions.len()],
+            policy_bases: HashMap::new(),
         }
     }
 }
@@ -99,8 +107,14 @@ impl BlockHook for RunHook<'_> {
                 continue;
             }
             let current = replaced.as_ref().unwrap_or(resid);
-            let out = apply(iv, current, v.offset)
-                .map_err(|e| ModelError::Hook(format!("intervention at layer {}: {e}", v.layer)))?;
+            let hook_error =
+                |e| ModelError::Hook(format!("intervention at layer {}: {e}", v.layer));
+            if self.bases[i].is_none() {
+                self.bases[i] =
+                    Some(basis_tensor(&iv.direction, current.device()).map_err(hook_error)?);
+            }
+            let basis = self.bases[i].as_ref().expect("made above");
+            let out = apply_with(iv, basis, current, v.offset).map_err(hook_error)?;
             self.effects[i].add(&out, v.offset, self.prefill);
             if let Some(h) = out.hidden {
                 replaced = Some(h);
@@ -111,6 +125,7 @@ impl BlockHook for RunHook<'_> {
             let changed = policy_step(
                 policy,
                 &mut self.policy_log,
+                &mut self.policy_bases,
                 v.layer,
                 v.offset,
                 self.prefill,
