@@ -18,10 +18,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use vauban::executor::candle::CandleExecutor;
+use vauban::executor::candle::model::llama::{LogitsAt, NoHook};
 use vauban::executor::{
     DeviceSpec, GenerateOptions, ModelSpec, PromptForm, RunOptions, generate::generate,
 };
-use vauban::model::llama::{LogitsAt, NoHook, WeightMode};
+use vauban::model::WeightMode;
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -32,7 +33,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() -> anyhow::Result<()> {
     // As the binary does: candle otherwise re-reads the CPU count on every matmul.
     // SAFETY: first thing in main, before any thread starts.
-    unsafe { vauban::executor::device::pin_thread_count() };
+    unsafe { vauban::executor::pin_thread_count() };
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

@@ -8,7 +8,7 @@ use vauban::cli::Cli;
 
 fn main() -> ExitCode {
     // SAFETY: first thing in main; no other thread exists yet to read the environment.
-    unsafe { vauban::executor::device::pin_thread_count() };
+    unsafe { vauban::executor::pin_thread_count() };
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_filter()));

@@ -347,16 +347,16 @@ fn orthogonalize_uses_each_layers_own_control_vector() {
         "{:?}",
         text(&o)
     );
-    let m = vauban::model::LoadedModel::load(
+    let m = vauban::executor::candle::model::LoadedModel::load(
         &out,
-        vauban::model::llama::WeightMode::Native,
+        vauban::model::WeightMode::Native,
         &candle_core::Device::Cpu,
     )
     .unwrap();
     for (layer, k) in [(1, 2), (2, 3)] {
         let w = m
             .model
-            .weight(layer, vauban::model::llama::Matrix::FfnDown)
+            .weight(layer, vauban::model::Matrix::FfnDown)
             .unwrap();
         let along = common::max_along(&d(k), &w);
         assert!(along < 1e-4, "layer {layer}: {along}");

@@ -20,7 +20,7 @@ use vauban::measure::{
     self, MeasureError, MeasureOptions, Measurement, Provenance, Selection, holdout_split,
     read_metadata,
 };
-use vauban::model::llama::WeightMode;
+use vauban::model::WeightMode;
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 const HARMFUL: [&str; 5] = [

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use candle_core::{D, Device, IndexOp};
-use vauban::model::LoadedModel;
-use vauban::model::llama::{WeightMode, log_softmax};
+use vauban::executor::candle::model::LoadedModel;
+use vauban::executor::candle::model::llama::log_softmax;
+use vauban::model::WeightMode;
 
 fn model_path() -> PathBuf {
     let dir = std::env::var_os("VAUBAN_MODELS")
@@ -179,7 +180,12 @@ fn logits_with(m: &LoadedModel, direction: &[f32]) -> Vec<f32> {
     let ids = encode(m, "The capital of France is");
     let (logits, _) = m
         .model
-        .run(&ids, None, &mut hook, vauban::model::llama::LogitsAt::Last)
+        .run(
+            &ids,
+            None,
+            &mut hook,
+            vauban::executor::candle::model::llama::LogitsAt::Last,
+        )
         .unwrap();
     assert_eq!(hook.effects[0].applied.len(), ids.len());
     logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()

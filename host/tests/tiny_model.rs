@@ -9,13 +9,13 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{D, Device, IndexOp, Tensor};
 use common::tiny;
 use vauban::executor::candle::CandleExecutor;
+use vauban::executor::candle::model::LoadedModel;
 use vauban::executor::{
     DeviceSpec, GenerateOptions, InferenceSession, ModelSpec, PromptForm, RunOptions,
     generate::generate,
 };
 use vauban::intervene::InterventionSpec;
-use vauban::model::LoadedModel;
-use vauban::model::llama::{Matrix, WeightMode};
+use vauban::model::{Matrix, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
 const TEXT: &str = "the cat in the hat sat on a mat, then ran in";
@@ -483,7 +483,7 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
     assert!(m.model.orthogonalize(&dt, &[0], &[Matrix::AttnQ]).is_err());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ortho");
-    vauban::model::hf::export(
+    vauban::executor::candle::model::hf::export(
         &m.model,
         &m.tokenizer,
         m.chat_template.as_deref(),
@@ -499,7 +499,10 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
     assert!(max_abs_diff(&a, &b) < 1e-4);
     assert_eq!(back.chat_template.as_deref(), Some(tiny::CHAT_TEMPLATE));
     // Export refuses to overwrite.
-    assert!(vauban::model::hf::export(&m.model, &m.tokenizer, None, &m.special, &out).is_err());
+    assert!(
+        vauban::executor::candle::model::hf::export(&m.model, &m.tokenizer, None, &m.special, &out)
+            .is_err()
+    );
 }
 
 #[test]

@@ -2,9 +2,12 @@
 //!
 //! - [`executor`]: the [`executor::Executor`] trait every caller holds an
 //!   executor through, the [`executor::Backend`] enum that dispatches to a
-//!   backend, the backend-neutral decode loop, and the candle backend;
-//! - [`model`]: the llama-family model on candle, loaded from GGUF or an
-//!   HF folder, with its tokenizer, chat template and sampler;
+//!   backend, the backend-neutral decode loop, and the backends (candle,
+//!   replay);
+//! - [`model`]: what every backend knows about a model before running it:
+//!   its shape, tokenizer, chat template and sampler;
+//! - [`gguf`]: GGUF as a file format (metadata and f32 tensors), for the
+//!   parts that read GGUF files without running them;
 //! - [`intervene`]: direction files read to `f32` and intervention specs
 //!   resolved against a model (the values themselves are
 //!   `vauban_format::intervention`).
@@ -14,3 +17,5 @@ use vauban_format::{hash, input, text, trace};
 pub mod executor;
 pub mod intervene;
 pub mod model;
+
+pub use executor::candle::gguf_file as gguf;

@@ -14,7 +14,7 @@ use crate::executor::{
     RunOptions, StopReason, generate::generate,
 };
 use crate::intervene::{Direction, Intervention, InterventionSpec, load_direction};
-use crate::model::llama::WeightMode;
+use crate::model::WeightMode;
 use crate::model::sample::Sampling;
 use crate::pipeline::progress_bar;
 use crate::plugin::policy::PolicyRun;

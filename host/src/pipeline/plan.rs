@@ -12,7 +12,7 @@ use crate::config::file::{
 };
 use crate::config::{Redaction, Suite};
 use crate::executor::DeviceSpec;
-use crate::model::llama::WeightMode;
+use crate::model::WeightMode;
 use crate::report::{AccessLevel, ClaimStrength};
 
 /// Which side of the comparison.
@@ -349,8 +349,9 @@ impl Plan {
             if !recorded {
                 // What `run` would refuse, refused here: a device this build
                 // or machine cannot open, layers the model does not have.
-                device.open().map_err(|e| at(&format!("{key}.device"), e))?;
-                let shape = crate::model::LoadedModel::read_config(&model)
+                crate::executor::check_device(device)
+                    .map_err(|e| at(&format!("{key}.device"), e))?;
+                let shape = crate::model::read_config(&model)
                     .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
                 let measures = name == SideName::Baseline;
                 let checked = ModelCheck {

@@ -1,29 +1,10 @@
-//! Device names on the command line (`cpu`, `cuda`, `cuda:1`, `metal`) and
-//! the candle device they open.
+//! Device names on the command line (`cpu`, `cuda`, `cuda:1`, `metal`).
+//! Each backend opens them its own way (`candle::device::open`).
 
 use std::fmt;
 use std::str::FromStr;
 
-use candle_core::Device;
-
 use crate::trace::DeviceKind;
-
-/// candle works out its default thread count (reading /proc/cpuinfo and
-/// cgroup files) on every matmul unless `RAYON_NUM_THREADS` is set; that
-/// cost 27% of decode time for SmolLM2 with f32 weights (19.6 → 26.7 tok/s,
-/// `vauban -v generate … --weights f32` with and without the variable).
-/// This works the default out once and pins it.
-///
-/// # Safety
-/// Sets an environment variable: call it before any other thread starts
-/// (first thing in `main`).
-pub unsafe fn pin_thread_count() {
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        let n = candle_core::utils::get_num_threads();
-        // SAFETY: the caller guarantees no other thread runs yet.
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
-    }
-}
 
 /// A device as the user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,30 +21,6 @@ impl DeviceSpec {
             DeviceSpec::Cpu => DeviceKind::Cpu,
             DeviceSpec::Cuda(_) => DeviceKind::Cuda,
             DeviceSpec::Metal(_) => DeviceKind::Metal,
-        }
-    }
-
-    /// Opens the device; a GPU this build was not compiled for is refused
-    /// with the feature to build with (never a silent fall-back to the CPU).
-    pub fn open(self) -> Result<Device, String> {
-        match self {
-            DeviceSpec::Cpu => Ok(Device::Cpu),
-            DeviceSpec::Cuda(i) => {
-                if !candle_core::utils::cuda_is_available() {
-                    return Err(format!(
-                        "device `{self}`: this vauban was built without CUDA; rebuild with `cargo build --release --features cuda`"
-                    ));
-                }
-                Device::new_cuda(i).map_err(|e| format!("device `{self}`: {e}"))
-            }
-            DeviceSpec::Metal(i) => {
-                if !candle_core::utils::metal_is_available() {
-                    return Err(format!(
-                        "device `{self}`: this vauban was built without Metal; rebuild with `cargo build --release --features metal`"
-                    ));
-                }
-                Device::new_metal(i).map_err(|e| format!("device `{self}`: {e}"))
-            }
         }
     }
 }
@@ -125,12 +82,5 @@ mod tests {
                 .unwrap_err()
                 .contains("not a device index")
         );
-    }
-
-    #[cfg(not(feature = "cuda"))]
-    #[test]
-    fn cuda_without_the_feature_names_the_feature() {
-        let e = DeviceSpec::Cuda(0).open().unwrap_err();
-        assert!(e.contains("--features cuda"), "{e}");
     }
 }

@@ -1,16 +1,15 @@
 //! The executor seam: who runs a model and records its trace.
 //!
 //! One [`Executor`] trait and one [`Backend`] enum with a variant per
-//! backend. Optional backends (torch, mlx) will sit behind default-off
-//! cargo features; in the default build the enum has the one `Candle`
-//! variant and every method is a single-arm match, so dispatch folds into
-//! a direct call. The per-token loop lives inside an
-//! [`InferenceSession`] (`prefill` / `decode_step`), never behind a
-//! per-token indirection.
+//! backend (candle, the embedded default; replay of recorded bundles).
+//! Optional backends (torch, mlx) will sit behind default-off cargo
+//! features. Dispatch is a `match` per call, never per token: the per-token
+//! loop lives inside an [`InferenceSession`] (`prefill` / `decode_step`).
 
 pub mod candle;
 pub mod device;
 pub mod generate;
+pub mod recorder;
 pub mod replay;
 
 use std::collections::HashMap;
@@ -19,7 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
-use crate::model::llama::WeightMode;
+use crate::model::WeightMode;
 use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
 };
@@ -28,6 +27,24 @@ use self::candle::{CandleExecutor, CandleSession};
 use self::replay::{ReplayExecutor, ReplaySession};
 pub use device::DeviceSpec;
 pub use generate::{GenerateOptions, Generation, StopReason, TopLogprobs};
+
+/// Pins the worker-thread count of the backends' thread pools before any
+/// thread starts (see `candle::device::pin_thread_count`).
+///
+/// # Safety
+/// Sets an environment variable: call it first thing in `main`, before any
+/// other thread exists.
+pub unsafe fn pin_thread_count() {
+    // SAFETY: forwarded from the caller.
+    unsafe { candle::device::pin_thread_count() }
+}
+
+/// Whether the embedded backend can open `device` in this build: a GPU
+/// the build was not compiled for is an error naming the feature to build
+/// with (what `vauban validate` checks before any weights load).
+pub fn check_device(device: DeviceSpec) -> Result<(), String> {
+    candle::device::open(device).map(drop)
+}
 
 /// A run that could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +136,38 @@ impl ReferenceContinuation {
             completion,
             support,
         }
+    }
+
+    /// Refuses a reference this model cannot score: no support rows, more
+    /// rows than the continuation has positions (`completion.len() + 1`),
+    /// rows of different widths, or a token id outside a vocabulary of
+    /// `vocab`. Returns the rows and their width `k`.
+    pub fn check(&self, vocab: usize) -> Result<(usize, usize), ExecutorError> {
+        let rows = self.support.len();
+        let k = self.support.first().map_or(0, Vec::len);
+        if rows == 0
+            || rows > self.completion.len() + 1
+            || self.support.iter().any(|s| s.len() != k)
+        {
+            return Err(ExecutorError::Request(format!(
+                "reference continuation of `{}`: {rows} support rows for {} tokens (want 1 to {}, each of the same width)",
+                self.trace_id,
+                self.completion.len(),
+                self.completion.len() + 1
+            )));
+        }
+        if let Some(bad) = self
+            .support
+            .iter()
+            .flatten()
+            .find(|&&id| id as usize >= vocab)
+        {
+            return Err(ExecutorError::Request(format!(
+                "reference continuation of `{}`: token id {bad} is outside this model's vocabulary of {vocab}",
+                self.trace_id
+            )));
+        }
+        Ok((rows, k))
     }
 
     /// sha256 of the completion and support ids as little-endian u32s,

@@ -13,12 +13,11 @@
 use std::io::Cursor;
 use std::path::Path;
 
-use candle_core::Device;
-use candle_core::quantized::gguf_file::Content;
 use safetensors::{Dtype, SafeTensors};
 
 use super::InterveneError;
 use super::primitive::Direction;
+use crate::gguf::GgufFile;
 
 /// The formats a direction file can have, by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,25 +108,20 @@ pub fn load_direction(
             (String::new(), values, shape)
         }
         Format::Gguf => {
-            let mut reader = Cursor::new(&bytes[..]);
-            let content = Content::read(&mut reader).map_err(|e| unreadable(e.to_string()))?;
-            let mut names: Vec<String> = content.tensor_infos.keys().cloned().collect();
-            names.sort();
+            let mut file = GgufFile::read(Cursor::new(&bytes[..])).map_err(unreadable)?;
+            let names = file.tensor_names();
             let name = choose(path, &names, tensor, layer)?;
-            // Bound the tensor by the file before candle sizes it (no ggml
-            // type packs more than 8 values a byte).
-            let dims = content.tensor_infos[&name].shape.dims().to_vec();
+            // Bound the tensor by the file before the reader sizes it (no
+            // ggml type packs more than 8 values a byte).
+            let dims = file.tensor_shape(&name).unwrap_or_default();
             let count = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
             if count.is_none_or(|c| c / 8 > bytes.len()) {
                 return Err(unreadable(format!(
                     "tensor `{name}` claims shape {dims:?}, more than the file holds"
                 )));
             }
-            let values = content
-                .tensor(&mut reader, &name, &Device::Cpu)
-                .and_then(|q| q.dequantize(&Device::Cpu))
-                .and_then(|t| t.flatten_all())
-                .and_then(|t| t.to_vec1::<f32>())
+            let values = file
+                .read_f32(&name)
                 .map_err(|e| unreadable(format!("tensor `{name}`: {e}")))?;
             (name, values, dims)
         }
@@ -286,9 +280,7 @@ fn npy(bytes: &[u8]) -> Result<(Vec<f32>, Vec<usize>), String> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::Tensor;
-    use candle_core::quantized::gguf_file::{self, Value};
-    use candle_core::quantized::{GgmlDType, QTensor};
+    use crate::gguf::{MetaValue, write_f32};
 
     use super::*;
 
@@ -438,16 +430,17 @@ mod tests {
     fn gguf_control_vector_by_layer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cv.gguf");
-        let cpu = Device::Cpu;
-        let q =
-            |v: &[f32]| QTensor::quantize(&Tensor::new(v, &cpu).unwrap(), GgmlDType::F32).unwrap();
-        let (d1, d2) = (q(&[1.0, 0.0, 0.0, 0.0]), q(&[0.0, 0.0, 0.5, 0.0]));
-        let arch = Value::String("controlvector".into());
         let mut file = std::fs::File::create(&path).unwrap();
-        gguf_file::write(
+        write_f32(
             &mut file,
-            &[("general.architecture", &arch)],
-            &[("direction.1", &d1), ("direction.2", &d2)],
+            &[(
+                "general.architecture",
+                MetaValue::Str("controlvector".into()),
+            )],
+            &[
+                ("direction.1", &[4], &[1.0, 0.0, 0.0, 0.0]),
+                ("direction.2", &[4], &[0.0, 0.0, 0.5, 0.0]),
+            ],
         )
         .unwrap();
         drop(file);

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::Content;
 use serde::{Deserialize, Serialize};
 
 use super::ModelError;
+use crate::gguf::GgufFile;
 
 /// Architectures whose tensors follow llama's names and layout.
 pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
@@ -152,26 +152,26 @@ impl LlamaConfig {
     }
 
     /// The config from GGUF metadata.
-    pub fn from_gguf(path: &Path, content: &Content) -> Result<Self, ModelError> {
+    pub fn from_gguf<R: std::io::Read + std::io::Seek>(
+        path: &Path,
+        file: &GgufFile<R>,
+    ) -> Result<Self, ModelError> {
         let md = |key: &str| {
-            content
-                .metadata
-                .get(key)
-                .ok_or_else(|| ModelError::Metadata {
-                    path: path.to_path_buf(),
-                    key: key.to_owned(),
-                    problem: "is missing".into(),
-                })
+            file.meta(key).ok_or_else(|| ModelError::Metadata {
+                path: path.to_path_buf(),
+                key: key.to_owned(),
+                problem: "is missing".into(),
+            })
         };
-        let bad = |key: &str, e: candle_core::Error| ModelError::Metadata {
+        let bad = |key: &str, e: String| ModelError::Metadata {
             path: path.to_path_buf(),
             key: key.to_owned(),
             problem: format!("has the wrong type: {e}"),
         };
         let arch = md("general.architecture")?
-            .to_string()
+            .to_str()
             .map_err(|e| bad("general.architecture", e))?
-            .clone();
+            .to_owned();
         if !LLAMA_FAMILY.contains(&arch.as_str()) {
             return Err(ModelError::UnsupportedArchitecture {
                 path: path.to_path_buf(),
@@ -187,42 +187,35 @@ impl LlamaConfig {
         };
         let opt_f = |key: &str| -> Result<Option<f32>, ModelError> {
             let key = format!("{arch}.{key}");
-            match content.metadata.get(&key) {
+            match file.meta(&key) {
                 Some(v) => v.to_f32().map(Some).map_err(|e| bad(&key, e)),
                 None => Ok(None),
             }
         };
         // A key that is absent may default; one that is present must parse.
         let opt_u = |key: &str| -> Result<Option<usize>, ModelError> {
-            match content.metadata.contains_key(&format!("{arch}.{key}")) {
+            match file.meta(&format!("{arch}.{key}")).is_some() {
                 true => u(key).map(Some),
                 false => Ok(None),
             }
         };
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
-        let head_dim = match content
-            .metadata
-            .contains_key(&format!("{arch}.attention.key_length"))
-        {
+        let head_dim = match file.meta(&format!("{arch}.attention.key_length")).is_some() {
             true => u("attention.key_length")?,
             false => hidden / heads.max(1),
         };
-        let tokens = content
-            .metadata
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.to_vec().ok())
-            .map(|v| v.len());
+        let tokens = file
+            .meta("tokenizer.ggml.tokens")
+            .and_then(|v| v.array_len());
         let vocab = match (opt_u("vocab_size")?, tokens) {
             (Some(v), _) => v,
             (None, Some(n)) => n,
             (None, None) => u("vocab_size")?,
         };
-        let scaling = match content
-            .metadata
-            .get(&format!("{arch}.rope.scaling.type"))
-            .and_then(|v| v.to_string().ok())
-            .map(String::as_str)
+        let scaling = match file
+            .meta(&format!("{arch}.rope.scaling.type"))
+            .and_then(|v| v.to_str().ok())
         {
             Some("linear") => opt_f("rope.scaling.factor")?
                 .filter(|f| *f != 1.0)
@@ -253,8 +246,8 @@ impl LlamaConfig {
                 RopeStyle::Interleaved
             },
             rope_scaling: scaling,
-            qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
-            tied_embeddings: !content.tensor_infos.contains_key("output.weight"),
+            qkv_bias: file.has_tensor("blk.0.attn_q.bias"),
+            tied_embeddings: !file.has_tensor("output.weight"),
             context_length: opt_u("context_length")?,
             architecture: arch,
         })
@@ -410,6 +403,43 @@ pub struct HfRopeScaling {
     pub high_freq_factor: Option<f32>,
     #[serde(default)]
     pub original_max_position_embeddings: Option<f32>,
+}
+
+/// An HF folder's `config.json`: as written, and as the model's shape.
+pub fn read_hf_config(dir: &Path) -> Result<(HfConfig, LlamaConfig), ModelError> {
+    let config_path = dir.join("config.json");
+    let text =
+        crate::input::read_text(&config_path, crate::input::MAX_SMALL_FILE_BYTES).map_err(|e| {
+            ModelError::Io {
+                path: config_path.clone(),
+                source: crate::input::io_error(e),
+            }
+        })?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    let hf: HfConfig =
+        serde_path_to_error::deserialize(&mut de).map_err(|e| ModelError::Config {
+            path: config_path.clone(),
+            key: e.path().to_string(),
+            problem: e.inner().to_string(),
+        })?;
+    let config = LlamaConfig::from_hf(&config_path, &hf)?;
+    config.check(&config_path)?;
+    Ok((hf, config))
+}
+
+/// The model's shape from a GGUF header (no tensor data is read).
+pub fn read_gguf_config(path: &Path) -> Result<LlamaConfig, ModelError> {
+    let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = GgufFile::read(file).map_err(|message| ModelError::Gguf {
+        path: path.to_path_buf(),
+        message,
+    })?;
+    let config = LlamaConfig::from_gguf(path, &file)?;
+    config.check(path)?;
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -1,27 +1,75 @@
-//! Models with hook points: our own transformer code on candle, written for
-//! observation and intervention from the start.
+//! What every backend knows about a model before it runs one: its shape,
+//! its tokenizer and chat template, how to sample from it, and the errors
+//! of loading one. The forward passes live with each backend
+//! (`executor::candle::model` for the embedded one).
 //!
 //! - [`config`]: the shape of a llama-family model, from GGUF or config.json;
-//! - [`llama`]: the forward pass, its block hook, the KV cache, weight access;
-//! - [`gguf`] / [`hf`]: loading a GGUF file or an HF folder (and exporting one);
 //! - [`tokenizer`]: the tokenizer a GGUF file describes;
 //! - [`chat`]: the model's own chat template, rendered with minijinja;
 //! - [`sample`]: greedy and seeded next-token choice.
 
 pub mod chat;
 pub mod config;
-pub mod gguf;
-pub mod hf;
-pub mod llama;
 pub mod sample;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-use candle_core::Device;
-
 use config::LlamaConfig;
-use llama::{Llama, Matrix, WeightMode};
+
+/// How to hold matrix weights in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightMode {
+    /// As the file stores them: quantized GGUF stays quantized (small, and
+    /// slow on CPU for formats candle has no fast kernel for, such as Q4_1).
+    #[default]
+    Native,
+    /// Dequantized to f32 at load: more memory, often faster on CPU.
+    F32,
+}
+
+/// The matrices of a block, by their role.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Matrix {
+    AttnQ,
+    AttnK,
+    AttnV,
+    /// Writes the attention output into the residual stream.
+    AttnOutput,
+    FfnGate,
+    FfnUp,
+    /// Writes the MLP output into the residual stream.
+    FfnDown,
+}
+
+impl Matrix {
+    pub const ALL: [Matrix; 7] = [
+        Matrix::AttnQ,
+        Matrix::AttnK,
+        Matrix::AttnV,
+        Matrix::AttnOutput,
+        Matrix::FfnGate,
+        Matrix::FfnUp,
+        Matrix::FfnDown,
+    ];
+
+    /// The GGUF tensor name stem (`blk.N.<stem>.weight`).
+    pub fn gguf_stem(self) -> &'static str {
+        match self {
+            Matrix::AttnQ => "attn_q",
+            Matrix::AttnK => "attn_k",
+            Matrix::AttnV => "attn_v",
+            Matrix::AttnOutput => "attn_output",
+            Matrix::FfnGate => "ffn_gate",
+            Matrix::FfnUp => "ffn_up",
+            Matrix::FfnDown => "ffn_down",
+        }
+    }
+}
 
 /// A model that cannot be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -103,8 +151,10 @@ pub enum ModelError {
     Export(String),
     #[error("{0}")]
     Hook(String),
+    /// A backend's tensor library failed (each backend converts its own
+    /// error type into this).
     #[error("tensor computation failed: {0}")]
-    Compute(#[from] candle_core::Error),
+    Compute(Box<dyn std::error::Error + Send + Sync>),
 }
 
 fn at(path: &Option<PathBuf>) -> String {
@@ -141,7 +191,7 @@ impl ModelError {
     pub fn hf_names(self) -> Self {
         match self {
             ModelError::MissingTensor { tensor, path } => ModelError::MissingTensor {
-                tensor: hf::hf_name(&tensor),
+                tensor: hf_name(&tensor),
                 path,
             },
             ModelError::ShapeMismatch {
@@ -150,7 +200,7 @@ impl ModelError {
                 expected,
                 path,
             } => ModelError::ShapeMismatch {
-                tensor: hf::hf_name(&tensor),
+                tensor: hf_name(&tensor),
                 found,
                 expected,
                 path,
@@ -158,6 +208,38 @@ impl ModelError {
             e => e,
         }
     }
+}
+
+/// The HF name of a weight asked for by its GGUF name.
+pub fn hf_name(gguf: &str) -> String {
+    match gguf {
+        "token_embd.weight" => return "model.embed_tokens.weight".into(),
+        "output_norm.weight" => return "model.norm.weight".into(),
+        "output.weight" => return "lm_head.weight".into(),
+        _ => {}
+    }
+    let Some(rest) = gguf.strip_prefix("blk.") else {
+        return gguf.to_owned();
+    };
+    let Some((layer, rest)) = rest.split_once('.') else {
+        return gguf.to_owned();
+    };
+    let Some((stem, kind)) = rest.split_once('.') else {
+        return gguf.to_owned();
+    };
+    let part = match stem {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return gguf.to_owned(),
+    };
+    format!("model.layers.{layer}.{part}.{kind}")
 }
 
 /// The special tokens generation and prompting need.
@@ -187,7 +269,8 @@ impl Special {
     }
 }
 
-fn not_a_model(path: &Path) -> ModelError {
+/// Why `path` is neither a GGUF file nor an HF folder.
+pub fn not_a_model(path: &Path) -> ModelError {
     ModelError::Io {
         path: path.to_path_buf(),
         source: std::io::Error::new(
@@ -205,126 +288,19 @@ pub enum ModelFormat {
     HfFolder,
 }
 
-/// A loaded model with its tokenizer, chat template and special tokens.
-pub struct LoadedModel {
-    pub path: PathBuf,
-    pub format: ModelFormat,
-    /// A short name for reports (file or folder name).
-    pub name: String,
-    pub config: LlamaConfig,
-    pub tokenizer: tokenizers::Tokenizer,
-    pub chat_template: Option<String>,
-    pub special: Special,
-    pub model: Llama,
-    /// The files the weights came from (for hashing).
-    pub weight_files: Vec<PathBuf>,
-    pub weight_mode: WeightMode,
-}
-
-impl LoadedModel {
-    /// Loads a GGUF file or an HF folder; anything else is refused naming the path.
-    pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<Self, ModelError> {
-        let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if meta.is_dir() {
-            hf::load(path, mode, device)
-        } else if path.extension().is_some_and(|e| e == "gguf") {
-            gguf::load(path, mode, device)
-        } else {
-            Err(not_a_model(path))
-        }
-    }
-
-    /// The model's shape without its weights: the GGUF header, or an HF
-    /// folder's `config.json` (what `vauban validate` checks a config
-    /// against, in milliseconds).
-    pub fn read_config(path: &Path) -> Result<config::LlamaConfig, ModelError> {
-        let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if meta.is_dir() {
-            hf::read_config(path)
-        } else if path.extension().is_some_and(|e| e == "gguf") {
-            gguf::read_config(path)
-        } else {
-            Err(not_a_model(path))
-        }
-    }
-
-    /// A short name for a model path: its file or folder name.
-    pub(crate) fn name_of(path: &Path) -> String {
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string())
-    }
-
-    /// Token ids of a raw prompt: no special tokens parsed from the text's
-    /// meaning beyond the tokenizer's own, BOS first when the model asks for it.
-    pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>, ModelError> {
-        let mut ids = self.encode(text)?;
-        if let Some((bos, _)) = &self.special.bos
-            && self.special.add_bos
-            && ids.first() != Some(bos)
-        {
-            ids.insert(0, *bos);
-        }
-        Ok(ids)
-    }
-
-    /// Token ids of already-rendered text (a chat template adds its own BOS).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
-        Ok(self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| ModelError::Tokenizer(format!("cannot encode the prompt: {e}")))?
-            .get_ids()
-            .to_vec())
-    }
-
-    /// Text of token ids, special tokens included.
-    pub fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
-        self.tokenizer
-            .decode(ids, false)
-            .map_err(|e| ModelError::Tokenizer(format!("cannot decode tokens: {e}")))
-    }
-
-    /// The chat template, compiled; an error when the model has none.
-    pub fn chat(&self) -> Result<chat::ChatTemplate, ModelError> {
-        let source = self.chat_template.clone().ok_or_else(|| {
-            ModelError::Tokenizer(format!(
-                "{} has no chat template; pass --raw to send the prompt as plain text",
-                self.path.display()
-            ))
-        })?;
-        chat::ChatTemplate::new(
-            source,
-            self.special.bos.as_ref().map(|b| b.1.clone()),
-            self.special.eos.first().map(|e| e.1.clone()),
-        )
-        .map_err(|e| ModelError::Tokenizer(format!("{}: chat template: {e}", self.path.display())))
-    }
-
-    /// sha256 of the vocabulary: every token's text in id order, one a
-    /// line, added tokens included. Two models with equal hashes index the
-    /// same tokens (what comparing their distributions needs); an id the
-    /// tokenizer has no text for hashes as an empty line.
-    pub fn vocabulary_sha256(&self) -> String {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        for id in 0..self.tokenizer.get_vocab_size(true) as u32 {
-            if let Some(t) = self.tokenizer.id_to_token(id) {
-                h.update(t.as_bytes());
-            }
-            h.update(b"\n");
-        }
-        hex::encode(h.finalize())
-    }
-
-    /// Whether `id` ends a generation.
-    pub fn is_eos(&self, id: u32) -> bool {
-        self.special.eos.iter().any(|(e, _)| *e == id)
+/// The model's shape without its weights: the GGUF header, or an HF
+/// folder's `config.json` (what `vauban validate` checks a config against,
+/// in milliseconds).
+pub fn read_config(path: &Path) -> Result<LlamaConfig, ModelError> {
+    let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_dir() {
+        Ok(config::read_hf_config(path)?.1)
+    } else if path.extension().is_some_and(|e| e == "gguf") {
+        config::read_gguf_config(path)
+    } else {
+        Err(not_a_model(path))
     }
 }

@@ -5,7 +5,6 @@
 //! `<|im_start|>user` into `<|im_start|>` `Ġuser`; this builds the
 //! pre-tokenizer from the metadata instead.
 
-use candle_core::quantized::gguf_file::{Content, Value};
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
@@ -13,27 +12,27 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::ModelError;
+use crate::gguf::GgufFile;
 
 /// GGUF token type of control tokens (`<|im_start|>`...), matched whole.
 const CONTROL: i32 = 3;
 
 /// A byte-level BPE tokenizer from `tokenizer.ggml.*` metadata.
-pub fn from_gguf(content: &Content) -> Result<Tokenizer, ModelError> {
+pub fn from_gguf<R: std::io::Read + std::io::Seek>(
+    file: &GgufFile<R>,
+) -> Result<Tokenizer, ModelError> {
     let err = |m: String| ModelError::Tokenizer(m);
     let get = |key: &str| {
-        content
-            .metadata
-            .get(key)
+        file.meta(key)
             .ok_or_else(|| err(format!("GGUF metadata has no `{key}`")))
     };
     let strings = |key: &str| -> Result<Vec<String>, ModelError> {
         get(key)?
-            .to_vec()
-            .and_then(|v| v.iter().map(|s| s.to_string().cloned()).collect())
+            .strings()
             .map_err(|e| err(format!("`{key}` is not a list of strings: {e}")))
     };
-    match get("tokenizer.ggml.model")?.to_string() {
-        Ok(m) if m == "gpt2" => {}
+    match get("tokenizer.ggml.model")?.to_str() {
+        Ok("gpt2") => {}
         other => {
             return Err(err(format!(
                 "tokenizer model {other:?} is not supported; byte-level BPE (`gpt2`) is"
@@ -41,14 +40,11 @@ pub fn from_gguf(content: &Content) -> Result<Tokenizer, ModelError> {
         }
     }
     let tokens = strings("tokenizer.ggml.tokens")?;
-    let types: Vec<i32> = get("tokenizer.ggml.token_type")?
-        .to_vec()
-        .and_then(|v| v.iter().map(Value::to_i32).collect())
-        .map_err(|e| {
-            err(format!(
-                "`tokenizer.ggml.token_type` is not a list of i32: {e}"
-            ))
-        })?;
+    let types: Vec<i32> = get("tokenizer.ggml.token_type")?.i32s().map_err(|e| {
+        err(format!(
+            "`tokenizer.ggml.token_type` is not a list of i32: {e}"
+        ))
+    })?;
     let merges = strings("tokenizer.ggml.merges")?
         .into_iter()
         .map(|m| match m.split_once(' ') {
@@ -58,8 +54,8 @@ pub fn from_gguf(content: &Content) -> Result<Tokenizer, ModelError> {
             ))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let add_prefix_space = match content.metadata.get("tokenizer.ggml.add_space_prefix") {
-        Some(v) => v.to_bool().map_err(|e| err(e.to_string()))?,
+    let add_prefix_space = match file.meta("tokenizer.ggml.add_space_prefix") {
+        Some(v) => v.to_bool().map_err(err)?,
         None => false,
     };
 
@@ -74,8 +70,8 @@ pub fn from_gguf(content: &Content) -> Result<Tokenizer, ModelError> {
         .map_err(|e| err(format!("cannot build the BPE model: {e}")))?;
     let mut tokenizer = Tokenizer::new(bpe);
     let byte_level = ByteLevel::new(add_prefix_space, true, true);
-    let pre = match content.metadata.get("tokenizer.ggml.pre") {
-        Some(v) => v.to_string().map_err(|e| err(e.to_string()))?.clone(),
+    let pre = match file.meta("tokenizer.ggml.pre") {
+        Some(v) => v.to_str().map_err(err)?.to_owned(),
         None => "default".to_owned(),
     };
     match pre.as_str() {

@@ -1,6 +1,9 @@
 //! The embedded default executor: our llama-family forward on candle.
 
+pub mod device;
+pub mod gguf_file;
 pub mod intervene;
+pub mod model;
 mod session;
 mod trace;
 
@@ -10,15 +13,15 @@ use candle_core::Device;
 
 pub use session::{CandleSession, RunHook, Site};
 
+use self::model::LoadedModel;
 use super::{
     Executor, ExecutorError, LastTokenState, ModelDims, ModelSpec, PromptForm, RunOptions,
     TraceOutput, WeightChange,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
-use crate::model::LoadedModel;
+use crate::model::Matrix;
 use crate::model::chat::Message;
-use crate::model::llama::Matrix;
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
@@ -40,7 +43,7 @@ pub struct CandleExecutor {
 impl CandleExecutor {
     /// Loads the model at `spec.path` on `spec.device`.
     pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
-        let device = spec.device.open().map_err(ExecutorError::Device)?;
+        let device = device::open(spec.device).map_err(ExecutorError::Device)?;
         let model = LoadedModel::load(&spec.path, spec.weights, &device)?;
         Ok(CandleExecutor {
             model,
@@ -248,7 +251,7 @@ impl CandleExecutor {
 
     pub fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
         let m = &self.model;
-        crate::model::hf::export(
+        model::hf::export(
             &m.model,
             &m.tokenizer,
             m.chat_template.as_deref(),
@@ -325,11 +328,4 @@ impl Executor for CandleExecutor {
     fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
         CandleExecutor::export_hf(self, dir)
     }
-}
-
-/// Resident memory of this process, in bytes (Linux); `None` elsewhere.
-pub fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
 }

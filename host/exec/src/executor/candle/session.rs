@@ -7,12 +7,12 @@ use std::time::Instant;
 use candle_core::{DType, IndexOp, Tensor};
 
 use super::intervene::{Outcome, apply_with, basis_tensor, policy_step};
+use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
 use crate::model::ModelError;
-use crate::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming};
 
 /// Where in a block an activation was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,41 +8,10 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
-use super::config::{HfConfig, LlamaConfig, RopeStyle};
-use super::llama::{Llama, Weight, WeightMode};
-use super::{LoadedModel, ModelError, ModelFormat, Special};
-
-/// The HF name of a weight asked for by its GGUF name.
-pub fn hf_name(gguf: &str) -> String {
-    match gguf {
-        "token_embd.weight" => return "model.embed_tokens.weight".into(),
-        "output_norm.weight" => return "model.norm.weight".into(),
-        "output.weight" => return "lm_head.weight".into(),
-        _ => {}
-    }
-    let Some(rest) = gguf.strip_prefix("blk.") else {
-        return gguf.to_owned();
-    };
-    let Some((layer, rest)) = rest.split_once('.') else {
-        return gguf.to_owned();
-    };
-    let Some((stem, kind)) = rest.split_once('.') else {
-        return gguf.to_owned();
-    };
-    let part = match stem {
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return gguf.to_owned(),
-    };
-    format!("model.layers.{layer}.{part}.{kind}")
-}
+use super::LoadedModel;
+use super::llama::{Llama, Weight};
+use crate::model::config::{self, RopeStyle};
+use crate::model::{ModelError, ModelFormat, Special, WeightMode, chat, hf_name};
 
 /// llama.cpp's row permutation of Q and K (`[out, in]`, `heads` heads),
 /// which turns `rotate_half` pairs into adjacent pairs. `inverse` undoes it.
@@ -58,32 +27,6 @@ pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, Mod
 }
 
 /// Loads an HF folder.
-/// The model's shape from an HF folder's `config.json`.
-pub fn read_config(dir: &Path) -> Result<LlamaConfig, ModelError> {
-    Ok(read_hf_config(dir)?.1)
-}
-
-fn read_hf_config(dir: &Path) -> Result<(HfConfig, LlamaConfig), ModelError> {
-    let config_path = dir.join("config.json");
-    let text =
-        crate::input::read_text(&config_path, crate::input::MAX_SMALL_FILE_BYTES).map_err(|e| {
-            ModelError::Io {
-                path: config_path.clone(),
-                source: crate::input::io_error(e),
-            }
-        })?;
-    let mut de = serde_json::Deserializer::from_str(&text);
-    let hf: HfConfig =
-        serde_path_to_error::deserialize(&mut de).map_err(|e| ModelError::Config {
-            path: config_path.clone(),
-            key: e.path().to_string(),
-            problem: e.inner().to_string(),
-        })?;
-    let config = LlamaConfig::from_hf(&config_path, &hf)?;
-    config.check(&config_path)?;
-    Ok((hf, config))
-}
-
 pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
     let file = |name: &str| dir.join(name);
     let read = |path: &Path| {
@@ -92,7 +35,7 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel
             source,
         })
     };
-    let (hf, config) = read_hf_config(dir)?;
+    let (hf, config) = config::read_hf_config(dir)?;
 
     let tokenizer_path = file("tokenizer.json");
     if !tokenizer_path.is_file() {
@@ -118,7 +61,7 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel
     let jinja = file("chat_template.jinja");
     let chat_template = match jinja.is_file() {
         true => Some(read(&jinja)?),
-        false => super::chat::template_from_tokenizer_config(&tc)
+        false => chat::template_from_tokenizer_config(&tc)
             .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tc_path.display())))?,
     };
     let token_text = |key: &str| -> Option<String> {
@@ -150,7 +93,7 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel
                 problem: e.to_string(),
             })?;
         if let Some(v) = config.get("eos_token_id") {
-            let ids: super::config::EosIds =
+            let ids: config::EosIds =
                 serde_json::from_value(v.clone()).map_err(|e| ModelError::Config {
                     path: gen_path.clone(),
                     key: "eos_token_id".into(),
@@ -415,10 +358,10 @@ pub fn export(
     }
     match &c.rope_scaling {
         None => {}
-        Some(super::config::RopeScaling::Linear { factor }) => {
+        Some(config::RopeScaling::Linear { factor }) => {
             config["rope_scaling"] = serde_json::json!({"rope_type": "linear", "factor": factor});
         }
-        Some(super::config::RopeScaling::Llama3 {
+        Some(config::RopeScaling::Llama3 {
             factor,
             low_freq_factor,
             high_freq_factor,
@@ -428,7 +371,7 @@ pub fn export(
                 "low_freq_factor": low_freq_factor, "high_freq_factor": high_freq_factor,
                 "original_max_position_embeddings": original_max_position_embeddings});
         }
-        Some(super::config::RopeScaling::FreqFactors { .. }) => {
+        Some(config::RopeScaling::FreqFactors { .. }) => {
             return Err(ModelError::Export(
                 "this model's RoPE frequency factors (GGUF rope_freqs) have no config.json form; export is not supported for it".into(),
             ));

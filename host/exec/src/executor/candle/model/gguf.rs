@@ -6,60 +6,42 @@ use std::fs::File;
 use std::path::Path;
 
 use candle_core::Device;
-use candle_core::quantized::gguf_file::Content;
 
-use super::config::LlamaConfig;
-use super::llama::{Llama, Weight, WeightMode};
-use super::{LoadedModel, ModelError, ModelFormat, Special};
+use super::LoadedModel;
+use super::llama::{Llama, Weight};
+use crate::executor::candle::gguf_file::GgufFile;
+use crate::model::config::{LlamaConfig, RopeScaling};
+use crate::model::{ModelError, ModelFormat, Special, WeightMode, tokenizer};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
-/// The model's shape from the GGUF header (no tensor data is read).
-pub fn read_config(path: &Path) -> Result<LlamaConfig, ModelError> {
-    let mut file = File::open(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let config = LlamaConfig::from_gguf(path, &content)?;
-    config.check(path)?;
-    Ok(config)
-}
-
 pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
     let io = |source| ModelError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = File::open(path).map_err(io)?;
-    let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let mut config = LlamaConfig::from_gguf(path, &content)?;
-    if config.rope_scaling.is_none() && content.tensor_infos.contains_key("rope_freqs.weight") {
-        let factors = content
-            .tensor(&mut file, "rope_freqs.weight", &Device::Cpu)
-            .and_then(|q| q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>())
-            .map_err(|e| ModelError::Tensor {
+    let mut file =
+        GgufFile::read(File::open(path).map_err(io)?).map_err(|message| ModelError::Gguf {
+            path: path.to_path_buf(),
+            message,
+        })?;
+    let mut config = LlamaConfig::from_gguf(path, &file)?;
+    if config.rope_scaling.is_none() && file.has_tensor("rope_freqs.weight") {
+        let factors = file
+            .read_f32("rope_freqs.weight")
+            .map_err(|problem| ModelError::Tensor {
                 path: path.to_path_buf(),
                 tensor: "rope_freqs.weight".into(),
-                problem: e.to_string(),
+                problem,
             })?;
-        config.rope_scaling = Some(super::config::RopeScaling::FreqFactors { factors });
+        config.rope_scaling = Some(RopeScaling::FreqFactors { factors });
     }
     config.check(path)?;
-    let tokenizer = super::tokenizer::from_gguf(&content)?;
+    let tokenizer = tokenizer::from_gguf(&file)?;
     let md_str = |key: &str| {
-        content
-            .metadata
-            .get(key)
-            .and_then(|v| v.to_string().ok())
-            .cloned()
+        file.meta(key)
+            .and_then(|v| v.to_str().ok().map(str::to_owned))
     };
-    let md_u32 = |key: &str| content.metadata.get(key).and_then(|v| v.to_u32().ok());
+    let md_u32 = |key: &str| file.meta(key).and_then(|v| v.to_u32().ok());
     let special = Special::from_ids(
         &tokenizer,
         md_u32("tokenizer.ggml.bos_token_id"),
@@ -77,13 +59,12 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
             }
             v
         }),
-        content
-            .metadata
-            .get("tokenizer.ggml.add_bos_token")
+        file.meta("tokenizer.ggml.add_bos_token")
             .and_then(|v| v.to_bool().ok())
             .unwrap_or(false),
     );
     let chat_template = md_str("tokenizer.chat_template");
+    let (content, mut file) = file.into_parts();
     let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
         if !content.tensor_infos.contains_key(name) {
             return Ok(None);

@@ -15,8 +15,8 @@ use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
 
-use super::ModelError;
-use super::config::{LlamaConfig, RopeStyle};
+use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::{Matrix, ModelError, WeightMode};
 
 /// A weight as its file stores it.
 pub enum Weight {
@@ -41,18 +41,6 @@ impl Weight {
             Weight::Dense(t) => t.to_dtype(DType::F32)?,
         })
     }
-}
-
-/// How to hold matrix weights in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WeightMode {
-    /// As the file stores them: quantized GGUF stays quantized (small, and
-    /// slow on CPU for formats candle has no fast kernel for, such as Q4_1).
-    #[default]
-    Native,
-    /// Dequantized to f32 at load: more memory, often faster on CPU.
-    F32,
 }
 
 /// A projection `y = x Wᵀ (+ b)`.
@@ -107,48 +95,6 @@ struct Block {
     gate: Linear,
     up: Linear,
     down: Linear,
-}
-
-/// The matrices of a block, by their role.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Matrix {
-    AttnQ,
-    AttnK,
-    AttnV,
-    /// Writes the attention output into the residual stream.
-    AttnOutput,
-    FfnGate,
-    FfnUp,
-    /// Writes the MLP output into the residual stream.
-    FfnDown,
-}
-
-impl Matrix {
-    pub const ALL: [Matrix; 7] = [
-        Matrix::AttnQ,
-        Matrix::AttnK,
-        Matrix::AttnV,
-        Matrix::AttnOutput,
-        Matrix::FfnGate,
-        Matrix::FfnUp,
-        Matrix::FfnDown,
-    ];
-
-    /// The GGUF tensor name stem (`blk.N.<stem>.weight`).
-    pub fn gguf_stem(self) -> &'static str {
-        match self {
-            Matrix::AttnQ => "attn_q",
-            Matrix::AttnK => "attn_k",
-            Matrix::AttnV => "attn_v",
-            Matrix::AttnOutput => "attn_output",
-            Matrix::FfnGate => "ffn_gate",
-            Matrix::FfnUp => "ffn_up",
-            Matrix::FfnDown => "ffn_down",
-        }
-    }
 }
 
 /// What the hook sees after one block.

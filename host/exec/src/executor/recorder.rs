@@ -1,0 +1,584 @@
+//! The trace recorder every backend writes through.
+//!
+//! A backend runs its stages and computes its values; the recorder owns
+//! what is the same for all of them: the spans and their profiles, the
+//! standard artifacts (prompt text and tokens, the generation, the
+//! next-token KL rows, the reference continuation, intervention records,
+//! the run profile), the choice between raw tensors and summaries, the raw
+//! tensors kept beside the trace, and the "missing" entries for what was
+//! asked for and not produced. A second backend then records the same
+//! artifacts with the same roles and labels, which is what the report and
+//! the contract tests read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use super::{Effect, ExecutorError, Generation, ReferenceContinuation, TraceOutput};
+use crate::intervene::Intervention;
+use crate::intervene::policy::{PolicyLog, StepPolicy};
+use crate::trace::{
+    ArtifactData, ArtifactKind as K, Capabilities, ModelRef, Stage, StageProfile, TensorData,
+    TraceBuilder, TraceRequest,
+};
+
+/// Artifact labels from `(key, value)` pairs.
+pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Resident memory of this process, for stage profiles (Linux; `None`
+/// elsewhere).
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// A trace under construction, with the raw tensors it will reference.
+pub struct Recorder {
+    builder: TraceBuilder,
+    request: TraceRequest,
+    device: String,
+    tensors: HashMap<String, TensorData>,
+    /// The latest span, which the run's profile record hangs from.
+    last_span: Option<String>,
+}
+
+impl Recorder {
+    /// Starts the trace of `request` run as `trace_id`.
+    pub fn new(
+        trace_id: String,
+        model: ModelRef,
+        capabilities: Capabilities,
+        device: String,
+        request: &TraceRequest,
+    ) -> Self {
+        Recorder {
+            builder: TraceBuilder::new(
+                trace_id,
+                model,
+                capabilities,
+                device.clone(),
+                request.clone(),
+            ),
+            request: request.clone(),
+            device,
+            tensors: HashMap::new(),
+            last_span: None,
+        }
+    }
+
+    /// Whether the request asks for `kind`.
+    pub fn wants(&self, kind: K) -> bool {
+        self.request.wants(kind)
+    }
+
+    /// A profile of the stage that began at `start` over `tokens` tokens,
+    /// on this run's device, with the process's resident memory now.
+    pub fn profile(&self, start: Instant, tokens: usize) -> StageProfile {
+        StageProfile {
+            duration_ns: start.elapsed().as_nanos() as u64,
+            device: self.device.clone(),
+            batch_size: 1,
+            token_count: tokens as u64,
+            memory_bytes: resident_bytes(),
+            ..Default::default()
+        }
+    }
+
+    /// Opens a span of `stage`.
+    pub fn span(&mut self, stage: Stage, profile: StageProfile) -> String {
+        let span = self.builder.span(stage, profile);
+        self.last_span = Some(span.clone());
+        span
+    }
+
+    /// The prompt as given (`text`; or, for a token-id request, its
+    /// detokenized text labelled `from = token_ids`), the prompt as the
+    /// chat template rendered it, and its token ids: each as requested.
+    pub fn prompt(
+        &mut self,
+        span: &str,
+        text: Result<&str, String>,
+        rendered: Option<&str>,
+        ids: &[u32],
+    ) {
+        if self.wants(K::Text) {
+            let (text, l) = match text {
+                Ok(t) => (t.to_owned(), labels(&[("role", "prompt")])),
+                Err(detokenized) => (
+                    detokenized,
+                    labels(&[("role", "prompt"), ("from", "token_ids")]),
+                ),
+            };
+            self.builder
+                .artifact_with(span, K::Text, ArtifactData::Text { text }, None, l);
+            if let Some(r) = rendered {
+                self.builder.artifact_with(
+                    span,
+                    K::Text,
+                    ArtifactData::Text { text: r.to_owned() },
+                    None,
+                    labels(&[("role", "rendered_prompt")]),
+                );
+            }
+        }
+        if self.wants(K::Tokens) {
+            self.builder.artifact_with(
+                span,
+                K::Tokens,
+                ArtifactData::TokenIds { ids: ids.to_vec() },
+                None,
+                labels(&[("role", "prompt")]),
+            );
+        }
+    }
+
+    /// A tensor artifact: raw when the request asks for raw tensors (kept
+    /// beside the trace), a summary otherwise.
+    pub fn tensor(
+        &mut self,
+        span: &str,
+        kind: K,
+        layer: Option<usize>,
+        labels: BTreeMap<String, String>,
+        data: TensorData,
+    ) {
+        let raw = self.request.raw_tensors;
+        self.put(span, kind, layer, labels, data, raw);
+    }
+
+    /// A tensor artifact always kept raw: rows the report computes from
+    /// (the next-token KL), which a summary could not replace.
+    fn raw_tensor(
+        &mut self,
+        span: &str,
+        kind: K,
+        labels: BTreeMap<String, String>,
+        data: TensorData,
+    ) {
+        self.put(span, kind, None, labels, data, true);
+    }
+
+    fn put(
+        &mut self,
+        span: &str,
+        kind: K,
+        layer: Option<usize>,
+        labels: BTreeMap<String, String>,
+        data: TensorData,
+        raw: bool,
+    ) {
+        let id = self.builder.artifact_with(
+            span,
+            kind,
+            ArtifactData::tensor(data.as_ref(), raw),
+            layer,
+            labels,
+        );
+        if raw {
+            self.tensors.insert(id, data);
+        }
+    }
+
+    /// Records that `kind`, asked for, was not produced, and why.
+    pub fn missing(&mut self, kind: K, reason: &str) {
+        self.builder.missing(kind, reason);
+    }
+
+    /// What a generation produced, as requested: the completion's text and
+    /// tokens, the chosen tokens' log-probabilities, and the top-k rows of
+    /// every distribution sampled from (`role = continuation`, with their
+    /// ids as `continuation_top_k`; always raw).
+    pub fn generation(&mut self, span: &str, g: &Generation) {
+        if self.wants(K::Text) {
+            self.builder.artifact_with(
+                span,
+                K::Text,
+                ArtifactData::Text {
+                    text: g.text.clone(),
+                },
+                None,
+                labels(&[("role", "completion")]),
+            );
+        }
+        if self.wants(K::Tokens) {
+            self.builder.artifact_with(
+                span,
+                K::Tokens,
+                ArtifactData::TokenIds { ids: g.ids.clone() },
+                None,
+                labels(&[("role", "completion")]),
+            );
+        }
+        if !self.wants(K::Logprobs) {
+            return;
+        }
+        if !g.logprobs.is_empty() {
+            let data = TensorData::from_f32(vec![g.logprobs.len()], &g.logprobs).expect("1-D");
+            self.tensor(
+                span,
+                K::Logprobs,
+                None,
+                labels(&[("role", "completion"), ("values", "chosen token")]),
+                data,
+            );
+        }
+        if let Some(first) = g.top.first() {
+            let k = first.ids.len();
+            let values: Vec<f32> = g.top.iter().flat_map(|r| r.logprobs.clone()).collect();
+            let data = TensorData::from_f32(vec![g.top.len(), k], &values).expect("2-D");
+            self.raw_tensor(
+                span,
+                K::Logprobs,
+                labels(&[
+                    ("role", "continuation"),
+                    ("values", "top_k"),
+                    ("k", &k.to_string()),
+                ]),
+                data,
+            );
+            let ids: Vec<u32> = g.top.iter().flat_map(|r| r.ids.clone()).collect();
+            let data = TensorData::from_u32(vec![g.top.len(), k], &ids).expect("2-D");
+            self.raw_tensor(
+                span,
+                K::Tokens,
+                labels(&[("role", "continuation_top_k"), ("k", &k.to_string())]),
+                data,
+            );
+        }
+    }
+
+    /// Another side's continuation scored after this run's prompt: the
+    /// `[positions, k]` log-probabilities (`role = reference_continuation`,
+    /// labelled with the reference's trace and digest; always raw) and the
+    /// continuation's tokens.
+    pub fn reference(&mut self, span: &str, r: &ReferenceContinuation, scores: TensorData) {
+        let k = scores.shape.get(1).copied().unwrap_or(0).to_string();
+        self.raw_tensor(
+            span,
+            K::Logprobs,
+            labels(&[
+                ("role", "reference_continuation"),
+                ("values", "at_reference_top_k"),
+                ("k", &k),
+                ("reference_trace", &r.trace_id),
+                ("reference_sha256", &r.sha256),
+            ]),
+            scores,
+        );
+        self.builder.artifact_with(
+            span,
+            K::Tokens,
+            ArtifactData::TokenIds {
+                ids: r.completion.clone(),
+            },
+            None,
+            labels(&[("role", "reference_continuation")]),
+        );
+    }
+
+    /// The intervene span: one record per intervention with what it did
+    /// (`effects`, in the same order), and one for the policy when there is
+    /// one. With neither, an intervention result asked for is recorded as
+    /// missing, with the reason.
+    pub fn interventions(
+        &mut self,
+        interventions: &[Intervention],
+        effects: &[Effect],
+        policy: Option<(&dyn StepPolicy, &PolicyLog)>,
+        intervene_ns: u64,
+    ) {
+        if interventions.is_empty() && policy.is_none() {
+            if self.wants(K::InterventionResult) {
+                self.builder.missing(
+                    K::InterventionResult,
+                    "no intervention was given for this run",
+                );
+            }
+            return;
+        }
+        let seen: usize = effects.iter().map(|e| e.positions.len()).sum();
+        let mut p = StageProfile {
+            duration_ns: intervene_ns,
+            device: self.device.clone(),
+            batch_size: 1,
+            token_count: seen as u64,
+            ..Default::default()
+        };
+        p.notes.insert(
+            "timing".into(),
+            "accumulated inside the prefill and decode passes, after each intervened block".into(),
+        );
+        let span = self.builder.span(Stage::Intervene, p);
+        for (iv, effect) in interventions.iter().zip(effects) {
+            let value = serde_json::json!({
+                "intervention": iv.record(),
+                "effect": effect_record(effect),
+            });
+            self.builder.artifact_with(
+                &span,
+                K::InterventionResult,
+                ArtifactData::Record { value },
+                Some(iv.layer),
+                labels(&[("mode", &iv.mode.to_string())]),
+            );
+        }
+        if let Some((policy, log)) = policy {
+            let who = policy.describe();
+            let watches: Vec<serde_json::Value> = policy
+                .watches()
+                .iter()
+                .map(|w| {
+                    serde_json::json!({
+                        "name": w.name,
+                        "layers": w.layers,
+                        "direction": w.direction.source,
+                        "sha256": w.direction.file_sha256,
+                    })
+                })
+                .collect();
+            let value = serde_json::json!({"policy": who, "watches": watches, "log": log});
+            self.builder.artifact_with(
+                &span,
+                K::InterventionResult,
+                ArtifactData::Record { value },
+                None,
+                labels(&[("policy", &who)]),
+            );
+        }
+    }
+
+    /// The run's throughput record (`prefill_tokens_per_s`,
+    /// `decode_tokens_per_s`, resident memory), on the latest span, when
+    /// the request asks for a profile.
+    pub fn run_profile(&mut self, prefill_tokens: usize, prefill_ns: u64, g: Option<&Generation>) {
+        let Some(span) = self.last_span.clone().filter(|_| self.wants(K::Profile)) else {
+            return;
+        };
+        let prompt_ns = prefill_ns.max(1);
+        let mut value = serde_json::json!({
+            "prefill_tokens": prefill_tokens,
+            "prefill_tokens_per_s": prefill_tokens as f64 / (prompt_ns as f64 / 1e9),
+            "resident_bytes": resident_bytes(),
+        });
+        if let Some(g) = g {
+            value["decode_steps"] = g.decode_steps.into();
+            if g.decode_ns > 0 {
+                value["decode_tokens_per_s"] =
+                    (g.decode_steps as f64 / (g.decode_ns as f64 / 1e9)).into();
+            }
+        }
+        self.builder
+            .artifact(&span, K::Profile, ArtifactData::Record { value });
+    }
+
+    /// The trace, checked, with its raw tensors.
+    pub fn finish(self, generation: Option<Generation>) -> Result<TraceOutput, ExecutorError> {
+        Ok(TraceOutput {
+            trace: self.builder.finish()?,
+            tensors: self.tensors,
+            generation,
+        })
+    }
+}
+
+/// Checks a request against the model before any work: layers in range,
+/// activations and weight snapshots with layers to take them at, and
+/// something to run.
+pub fn check_request(
+    layers: usize,
+    request: &TraceRequest,
+    interventions: &[Intervention],
+) -> Result<(), ExecutorError> {
+    let in_range = |l: &[usize]| match l.iter().find(|&&x| x >= layers) {
+        Some(&layer) => Err(crate::model::ModelError::LayerOutOfRange {
+            layer,
+            count: layers,
+        }),
+        None => Ok(()),
+    };
+    in_range(&request.layers)?;
+    if request.wants(K::Activation) && request.layers.is_empty() {
+        return Err(ExecutorError::Request(
+            "activations were requested with no layers; pass --layers".into(),
+        ));
+    }
+    if request.wants(K::WeightSnapshot) && request.layers.is_empty() {
+        return Err(ExecutorError::Request(
+            "weight snapshots were requested with no layers; pass --layers".into(),
+        ));
+    }
+    for iv in interventions {
+        in_range(&[iv.layer])?;
+    }
+    if request.text.is_none() && request.token_ids.is_none() {
+        return Err(ExecutorError::Request(
+            "the request has neither text nor token ids".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The effect part of an intervention record.
+fn effect_record(e: &Effect) -> serde_json::Value {
+    let applied = e.applied.iter().filter(|a| **a).count();
+    let first: Vec<f32> = e
+        .projections
+        .iter()
+        .map(|p| p.first().copied().unwrap_or(f32::NAN))
+        .collect();
+    let finite: Vec<f32> = first.iter().copied().filter(|v| v.is_finite()).collect();
+    let mean = match finite.len() {
+        0 => None,
+        n => Some(finite.iter().map(|&v| v as f64).sum::<f64>() / n as f64),
+    };
+    serde_json::json!({
+        "tokens_seen": e.positions.len(),
+        "tokens_applied": applied,
+        "prefill_tokens": e.prefill_tokens,
+        "decode_tokens": e.positions.len() - e.prefill_tokens,
+        "delta_norm": e.delta_sq.sqrt(),
+        "projection_before": {
+            "mean": mean,
+            "min": finite.iter().copied().reduce(f32::min),
+            "max": finite.iter().copied().reduce(f32::max),
+        },
+        "positions": e.positions,
+        "projections_before": e.projections,
+        "applied": e.applied,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{StopReason, TopLogprobs};
+    use crate::trace::{DeviceKind, SupportLevel};
+
+    fn request(observe: &[K], raw: bool) -> TraceRequest {
+        TraceRequest {
+            prompt_id: Some("q1".into()),
+            category: None,
+            expected_behavior: None,
+            text: Some("hi".into()),
+            token_ids: None,
+            observe: observe.to_vec(),
+            layers: vec![],
+            raw_tensors: raw,
+        }
+    }
+
+    fn recorder(req: &TraceRequest) -> Recorder {
+        let caps = Capabilities::uniform("test", &[DeviceKind::Cpu], SupportLevel::Full);
+        Recorder::new(
+            "t1".into(),
+            ModelRef {
+                name: "m".into(),
+                ..Default::default()
+            },
+            caps,
+            "cpu".into(),
+            req,
+        )
+    }
+
+    fn generation() -> Generation {
+        Generation {
+            ids: vec![5, 6],
+            text: "ab".into(),
+            stop: StopReason::Eos { id: 2 },
+            logprobs: vec![-0.1, -0.2],
+            top: (0..3)
+                .map(|i| TopLogprobs {
+                    ids: vec![i, i + 1],
+                    logprobs: vec![-0.1, -2.5],
+                })
+                .collect(),
+            prefill_ns: 1,
+            decode_ns: 2,
+            decode_steps: 1,
+        }
+    }
+
+    #[test]
+    fn a_generation_keeps_its_kl_rows_raw_whatever_the_request_says() {
+        let req = request(
+            &[K::Text, K::Tokens, K::Logits, K::Logprobs, K::Profile],
+            false,
+        );
+        let mut rec = recorder(&req);
+        let span = rec.span(Stage::Tokenize, rec.profile(Instant::now(), 1));
+        rec.prompt(&span, Ok("hi"), Some("<user>hi"), &[1, 2]);
+        let span = rec.span(Stage::Decode, rec.profile(Instant::now(), 1));
+        let g = generation();
+        rec.generation(&span, &g);
+        rec.missing(K::Logits, "this test records no logits");
+        rec.run_profile(2, 10, Some(&g));
+        let out = rec.finish(Some(g)).unwrap();
+        let roles: Vec<(K, Option<&str>)> = out
+            .trace
+            .artifacts
+            .iter()
+            .map(|a| (a.kind, a.role()))
+            .collect();
+        for want in [
+            (K::Text, Some("prompt")),
+            (K::Text, Some("rendered_prompt")),
+            (K::Tokens, Some("prompt")),
+            (K::Text, Some("completion")),
+            (K::Tokens, Some("completion")),
+            (K::Logprobs, Some("completion")),
+            (K::Logprobs, Some("continuation")),
+            (K::Tokens, Some("continuation_top_k")),
+        ] {
+            assert!(roles.contains(&want), "{want:?} missing from {roles:?}");
+        }
+        // Only the KL rows are kept raw in a summary-only request, as [3, 2].
+        assert_eq!(out.tensors.len(), 2, "{:?}", out.tensors.keys());
+        for t in out.tensors.values() {
+            assert_eq!(t.shape, vec![3, 2]);
+        }
+        let profile = out.trace.artifacts_of(K::Profile).next().unwrap();
+        assert_eq!(
+            profile.producer, span,
+            "the profile hangs from the last span"
+        );
+    }
+
+    #[test]
+    fn an_intervention_result_asked_for_and_not_made_is_missing_with_a_reason() {
+        let req = request(&[K::Text, K::InterventionResult], true);
+        let mut rec = recorder(&req);
+        let span = rec.span(Stage::Tokenize, rec.profile(Instant::now(), 1));
+        rec.prompt(&span, Err("detokenized".into()), None, &[1]);
+        rec.interventions(&[], &[], None, 0);
+        let out = rec.finish(None).unwrap();
+        let missing = &out.trace.missing;
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert_eq!(missing[0].kind, K::InterventionResult);
+        assert!(missing[0].reason.contains("no intervention"), "{missing:?}");
+        let prompt = out.trace.artifacts_of(K::Text).next().unwrap();
+        assert_eq!(
+            prompt.labels.get("from").map(String::as_str),
+            Some("token_ids")
+        );
+    }
+
+    #[test]
+    fn requests_the_model_cannot_serve_are_refused_before_any_work() {
+        let mut req = request(&[K::Activation], false);
+        let e = check_request(4, &req, &[]).unwrap_err().to_string();
+        assert!(e.contains("pass --layers"), "{e}");
+        req.layers = vec![4];
+        let e = check_request(4, &req, &[]).unwrap_err().to_string();
+        assert!(e.contains("layer 4 is out of range"), "{e}");
+        req.layers = vec![3];
+        req.text = None;
+        let e = check_request(4, &req, &[]).unwrap_err().to_string();
+        assert!(e.contains("neither text nor token ids"), "{e}");
+    }
+}
