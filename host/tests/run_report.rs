@@ -221,7 +221,7 @@ claim_strength = "model_change_audit"
     }
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
-        stdout.contains("gate       impossible: fail"),
+        stdout.contains("gate       impossible: ✘ fail"),
         "{}",
         text(&o)
     );

@@ -12,7 +12,10 @@
 //! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
 //!   bootstrap, KL divergence) for baseline-versus-candidate deltas;
 //! - [`render`]: the report as Markdown and as self-contained HTML with
-//!   inline SVG plots.
+//!   inline SVG plots, both printed from one view of the report; its
+//!   [`render::words`] spells the figures and status words (p-values,
+//!   deltas, qualities, claim statuses, gate outcomes) for every other
+//!   view too, such as the command line's summary.
 
 use vauban_format::{evidence, text, trace};
 

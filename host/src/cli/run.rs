@@ -7,6 +7,7 @@ use clap::Args;
 
 use crate::pipeline::{self, Plan};
 use crate::report::document::Report;
+use crate::report::render::words;
 
 /// Arguments of `vauban run`.
 #[derive(Debug, Args)]
@@ -105,7 +106,8 @@ fn finish(o: pipeline::Outcome, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The one-screen summary.
+/// The one-screen summary, in the report's own words and number forms
+/// (`render::words`, which the Markdown and HTML printers use too).
 fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out, "{}", r.title)?;
     writeln!(out, "{}", r.summary.headline)?;
@@ -130,23 +132,22 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
     {
         writeln!(
             out,
-            "  {:<34} {:>9.4} → {:>9.4}  {:+9.4}  p={:<8} {}{}",
+            "  {:<34} {:>9} → {:>9}  {:>9}  p={:<8} {}{}",
             d.id,
-            d.baseline_mean,
-            d.candidate_mean,
-            d.delta,
-            d.p_value.map_or("–".into(), |p| format!("{p:.3}")),
-            serde_json::to_value(d.quality)?
-                .as_str()
-                .unwrap_or_default(),
+            words::num(d.baseline_mean),
+            words::num(d.candidate_mean),
+            words::signed(d.delta),
+            words::p_value(d.p_value),
+            words::quality(d.quality),
             if d.significant { " *" } else { "" }
         )?;
     }
     if let Some(k) = &r.distribution {
         writeln!(
             out,
-            "KL         first token {:.4} nats, continuation mean {:.4} nats",
-            k.first_token_kl_mean, k.mean_kl
+            "KL         first token {} nats, continuation mean {} nats",
+            words::num(k.first_token_kl_mean),
+            words::num(k.mean_kl)
         )?;
     }
     writeln!(
@@ -158,7 +159,7 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(
             out,
             "  [{}] {} ({})",
-            serde_json::to_value(c.status)?.as_str().unwrap_or_default(),
+            words::claim_status(c.status),
             crate::text::excerpt(&c.statement, 100),
             c.strength.map_or("no strength", |s| s.as_str())
         )?;
@@ -168,7 +169,7 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
             out,
             "gate       {}: {} ({})",
             g.name,
-            g.outcome.as_str(),
+            words::gate_outcome(g.outcome),
             g.message
         )?;
     }

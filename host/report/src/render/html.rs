@@ -1,21 +1,17 @@
-//! `report.html`: one self-contained file. Inline CSS (light and dark via
-//! `prefers-color-scheme`), inline SVG plots, no script, no font, image or
-//! stylesheet fetched from anywhere; a Content-Security-Policy that allows
-//! nothing else makes that hold even if a string slipped through. Every
-//! report string is escaped, since prompts and model outputs are untrusted.
-//! Statuses carry a word and a symbol as well as a colour.
+//! `report.html`: the report's view printed as one self-contained file.
+//! Inline CSS (light and dark via `prefers-color-scheme`), inline SVG
+//! plots, no script, no font, image or stylesheet fetched from anywhere; a
+//! Content-Security-Policy that allows nothing else makes that hold even
+//! if a string slipped through. Every report string is escaped, since
+//! prompts and model outputs are untrusted. Statuses carry a word and a
+//! symbol as well as a colour.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::super::document::{
-    ActivationFindings, DistributionShift, Example, GateOutcome, PluginRecord, Redaction, Report,
-    ReportDelta,
-};
-use super::svg::{self, escape as e};
-use super::*;
-use crate::claims::ClaimStatus;
-use crate::stats::Quality;
+use super::svg::escape as e;
+use super::view::{self, Align, Block, Card, Claim, Column, Example, Inline, Shown, Table};
+use super::words::{Tone, short_hash};
+use crate::document::Report;
 
 const CSS: &str = r#"
 :root{color-scheme:light dark;--fg:#1f2328;--muted:#59636e;--bg:#fff;--panel:#f6f8fa;--border:#d1d9e0;--link:#0969da;
@@ -75,8 +71,9 @@ footer{color:var(--muted);font-size:.8rem;text-align:center;padding:1.5rem}
 
 /// Renders `report` as one self-contained HTML page.
 pub fn html(report: &Report) -> String {
+    let doc = view::document(report);
     let mut out = String::with_capacity(64 * 1024);
-    let title = e(&report.title);
+    let title = e(&doc.title);
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -85,68 +82,127 @@ pub fn html(report: &Report) -> String {
          style-src 'unsafe-inline'; img-src data:\">\n\
          <meta name=\"generator\" content=\"vauban {}\">\n<title>{title}</title>\n\
          <style>{CSS}</style>\n</head>\n<body>\n",
-        e(&report.reproducibility.tool_version)
+        e(&doc.tool_version)
     );
     let _ = writeln!(
         out,
-        "<header class=\"top\"><h1>{title}</h1><p class=\"meta\">Created {} · schema <code>{}</code> \
-         · access level <code>{}</code> · strongest claim <code>{}</code></p></header>",
-        e(&report.created_at),
-        e(&report.schema),
-        report.access.level.as_str(),
-        report.access.claim_strength.as_str()
+        "<header class=\"top\"><h1>{title}</h1><p class=\"meta\">{}</p></header>",
+        inlines(&doc.byline)
     );
     out.push_str(
         "<div class=\"layout\">\n<nav class=\"toc\" aria-label=\"Contents\"><h2>Contents</h2><ol>",
     );
-    for (id, name) in SECTIONS {
-        let _ = write!(out, "<li><a href=\"#{id}\">{name}</a></li>");
+    for s in &doc.sections {
+        let _ = write!(out, "<li><a href=\"#{}\">{}</a></li>", s.anchor, s.title);
     }
     out.push_str("</ol></nav>\n<main>\n");
-    let sections: [fn(&mut String, &Report); 13] = [
-        summary,
-        target_change,
-        access,
-        evidence,
-        claims,
-        deltas,
-        distribution,
-        activations,
-        interventions,
-        examples,
-        gates,
-        limitations,
-        reproducibility,
-    ];
-    for (i, ((id, name), section)) in SECTIONS.iter().zip(sections).enumerate() {
+    for (i, s) in doc.sections.iter().enumerate() {
         let _ = write!(
             out,
-            "<section id=\"{id}\">\n<h2><span class=\"num\">{}.</span>{name}</h2>\n",
-            i + 1
+            "<section id=\"{}\">\n<h2><span class=\"num\">{}.</span>{}</h2>\n",
+            s.anchor,
+            i + 1,
+            s.title
         );
-        section(&mut out, report);
+        for b in &s.blocks {
+            block(&mut out, b);
+        }
         out.push_str("</section>\n");
     }
     let _ = write!(
         out,
         "</main>\n</div>\n<footer>Written by vauban {} from report.json (schema {}).</footer>\n\
          </body>\n</html>\n",
-        e(&report.reproducibility.tool_version),
-        e(&report.schema)
+        e(&doc.tool_version),
+        e(&doc.schema)
     );
     out
+}
+
+/// Escapes vauban's own words for element content: they hold no quote
+/// that matters outside an attribute, and stay readable in the source.
+fn plain(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The CSS class of a tone (badges, cards, row stripes).
+fn class(tone: Tone) -> &'static str {
+    match tone {
+        Tone::Ok => "ok",
+        Tone::Warn => "warn",
+        Tone::Bad => "bad",
+        Tone::Info => "info",
+        Tone::Na => "na",
+    }
 }
 
 fn code(s: &str) -> String {
     format!("<code>{}</code>", e(s))
 }
 
-fn note(out: &mut String, s: &str) {
-    let _ = writeln!(out, "<p class=\"note\">{}</p>", e(s));
-}
-
-fn badge(class: &str, label: &str) -> String {
-    format!("<span class=\"badge {class}\">{}</span>", e(label))
+/// One block. Headings of a section's fixed parts run into what follows;
+/// everything else ends its line, which keeps the source diffable.
+fn block(out: &mut String, b: &Block) {
+    match b {
+        Block::Lead(s) => {
+            let _ = writeln!(out, "<p class=\"headline\">{}</p>", e(s));
+        }
+        Block::Paragraph(p) => {
+            let _ = writeln!(out, "<p>{}</p>", inlines(p));
+        }
+        Block::Note(s) => {
+            let _ = writeln!(out, "<p class=\"note\">{}</p>", e(s));
+        }
+        Block::List(items) => {
+            list(out, items);
+            out.push('\n');
+        }
+        Block::Fields(fields) => {
+            out.push_str("<dl class=\"kv\">");
+            for (name, value) in fields {
+                let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", plain(name), inlines(value));
+            }
+            out.push_str("</dl>\n");
+        }
+        Block::Heading(h) => {
+            let _ = writeln!(out, "<h3>{}</h3>", inlines(h));
+        }
+        Block::Subheading(s) => {
+            let _ = write!(out, "<h3>{}</h3>", plain(s));
+        }
+        Block::Cards(cards) => {
+            out.push_str("<div class=\"cards\">");
+            for c in cards {
+                card(out, c);
+            }
+            out.push_str("</div>\n");
+        }
+        Block::Table(t) => table(out, t),
+        Block::Fenced { caption, text, .. } => {
+            if let Some(caption) = caption {
+                let _ = write!(out, "<p>{}:</p>", plain(caption));
+            }
+            let _ = write!(out, "<pre><code>{}</code></pre>", e(text));
+        }
+        Block::Plot { svg, caption } => {
+            let _ = writeln!(
+                out,
+                "<figure>{svg}<figcaption>{}</figcaption></figure>",
+                plain(caption)
+            );
+        }
+        Block::Details { summary, blocks } => {
+            let _ = write!(out, "<details><summary>{}</summary>", inlines(summary));
+            for b in blocks {
+                block(out, b);
+            }
+            out.push_str("</details>\n");
+        }
+        Block::Claims(claims) => self::claims(out, claims),
+        Block::Example(x) => example(out, x),
+    }
 }
 
 fn list(out: &mut String, items: &[String]) {
@@ -154,995 +210,214 @@ fn list(out: &mut String, items: &[String]) {
     for item in items {
         let _ = write!(out, "<li>{}</li>", e(item));
     }
-    out.push_str("</ul>\n");
+    out.push_str("</ul>");
 }
 
-/// A table; `align` has one of `l`/`r` per column; cells are HTML already.
-/// `row_classes`, when given, has one class per row (a status stripe).
-fn table(
-    out: &mut String,
-    headers: &[&str],
-    align: &str,
-    rows: &[Vec<String>],
-    row_classes: &[&str],
-) {
-    let class = |i: usize| {
-        if align.as_bytes().get(i) == Some(&b'r') {
+fn card(out: &mut String, c: &Card) {
+    let _ = write!(
+        out,
+        "<div class=\"card {}\"><b>{}</b><span>{}</span></div>",
+        c.tone.map_or("", class),
+        // Identifiers break after their underscores, not mid-word.
+        e(&c.value).replace('_', "_<wbr>"),
+        e(c.label)
+    );
+}
+
+/// Inline runs, concatenated.
+fn inlines(runs: &[Inline]) -> String {
+    runs.iter().map(inline).collect()
+}
+
+fn inline(run: &Inline) -> String {
+    match run {
+        Inline::Text(s) => e(s),
+        Inline::Plain(s) => plain(s),
+        Inline::Highlight(s) => format!("<b>{}</b>", plain(s)),
+        Inline::Strong(runs) => format!("<b>{}</b>", inlines(runs)),
+        Inline::Code(s) => code(s),
+        // Code spans are boxed on the page: a space sets them apart.
+        Inline::Codes(items) => items.iter().map(|i| code(i)).collect::<Vec<_>>().join(" "),
+        Inline::Hash(h) => format!("<code title=\"{}\">{}</code>", e(h), e(&short_hash(h))),
+        Inline::Missing(s) => format!("<span class=\"note\">{}</span>", e(s)),
+        Inline::Badge(tone, label) => badge(*tone, label),
+        Inline::Status(tone, label) => badge(*tone, label),
+        Inline::Aside(runs) => format!(" <small>({})</small>", inlines(runs)),
+        Inline::Below(runs) => format!("<br><small>{}</small>", inlines(runs)),
+    }
+}
+
+fn badge(tone: Tone, label: &str) -> String {
+    format!("<span class=\"badge {}\">{}</span>", class(tone), e(label))
+}
+
+/// Whether a cell has nothing to show under another.
+fn is_missing(cell: &[Inline]) -> bool {
+    cell.iter().all(|i| matches!(i, Inline::Missing(_)))
+}
+
+/// A table. A detail column is no column here: each of its cells sits
+/// under the cell it details, unless it is missing.
+fn table(out: &mut String, t: &Table) {
+    let own: Vec<(usize, &Column)> = t
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.under.is_none())
+        .collect();
+    let headers: Vec<(String, Align)> = own
+        .iter()
+        .map(|(_, c)| (inlines(&c.header), c.align))
+        .collect();
+    let rows: Vec<(Option<Tone>, Vec<String>)> = t
+        .rows
+        .iter()
+        .map(|row| {
+            let cells = own
+                .iter()
+                .map(|&(j, _)| {
+                    let mut cell = inlines(&row.cells[j]);
+                    for (k, c) in t.columns.iter().enumerate() {
+                        let Some(under) = c.under.as_ref().filter(|u| u.column == j) else {
+                            continue;
+                        };
+                        if is_missing(&row.cells[k]) {
+                            continue;
+                        }
+                        let title = under
+                            .title
+                            .map_or_else(String::new, |t| format!(" title=\"{}\"", e(t)));
+                        let _ =
+                            write!(cell, "<br><small{title}>{}</small>", inlines(&row.cells[k]));
+                    }
+                    cell
+                })
+                .collect();
+            (row.tone, cells)
+        })
+        .collect();
+    grid(out, &headers, &rows);
+}
+
+/// A table from escaped headers and HTML cells, each row with an optional
+/// status stripe.
+fn grid(out: &mut String, headers: &[(String, Align)], rows: &[(Option<Tone>, Vec<String>)]) {
+    let numeric = |i: usize| {
+        if headers.get(i).is_some_and(|(_, a)| *a == Align::Right) {
             " class=\"n\""
         } else {
             ""
         }
     };
     out.push_str("<table><thead><tr>");
-    for (i, h) in headers.iter().enumerate() {
-        let _ = write!(out, "<th{}>{}</th>", class(i), e(h));
+    for (i, (h, _)) in headers.iter().enumerate() {
+        let _ = write!(out, "<th{}>{h}</th>", numeric(i));
     }
     out.push_str("</tr></thead><tbody>");
-    for (r, row) in rows.iter().enumerate() {
-        match row_classes.get(r) {
-            Some(c) => {
-                let _ = write!(out, "<tr class=\"{c}\">");
+    for (tone, cells) in rows {
+        match tone {
+            Some(t) => {
+                let _ = write!(out, "<tr class=\"row-{}\">", class(*t));
             }
             None => out.push_str("<tr>"),
         }
-        for (i, cell) in row.iter().enumerate() {
-            let _ = write!(out, "<td{}>{cell}</td>", class(i));
+        for (i, cell) in cells.iter().enumerate() {
+            let _ = write!(out, "<td{}>{cell}</td>", numeric(i));
         }
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>\n");
 }
 
-fn or_none(s: Option<&str>) -> String {
-    s.map_or_else(|| "<span class=\"note\">none</span>".into(), e)
-}
-
-fn codes<T: AsRef<str>>(items: &[T]) -> String {
-    if items.is_empty() {
-        "<span class=\"note\">none</span>".into()
-    } else {
-        items
-            .iter()
-            .map(|i| code(i.as_ref()))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
-
-/// The badge class and label of a claim status.
-fn status(s: ClaimStatus) -> (&'static str, &'static str) {
-    match s {
-        ClaimStatus::Accepted => ("ok", "✔ accepted"),
-        ClaimStatus::Downgraded => ("warn", "▼ downgraded"),
-        ClaimStatus::Rejected => ("bad", "✘ rejected"),
-    }
-}
-
-/// The badge class and label of a gate outcome.
-fn outcome(o: GateOutcome) -> (&'static str, &'static str) {
-    match o {
-        GateOutcome::Pass => ("ok", "✔ pass"),
-        GateOutcome::Warn => ("warn", "⚠ warn"),
-        GateOutcome::Fail => ("bad", "✘ fail"),
-        GateOutcome::NoData => ("na", "∅ no data"),
-    }
-}
-
-fn quality_badge(q: Quality) -> String {
-    let class = match q {
-        Quality::Improved => "ok",
-        Quality::Regressed => "bad",
-        Quality::Unchanged => "na",
-        Quality::Neutral => "info",
-    };
-    badge(class, svg::quality_name(q))
-}
-
-fn card(out: &mut String, value: &str, label: &str, class: &str) {
-    let _ = write!(
-        out,
-        "<div class=\"card {class}\"><b>{}</b><span>{}</span></div>",
-        // Identifiers break after their underscores, not mid-word.
-        e(value).replace('_', "_<wbr>"),
-        e(label)
-    );
-}
-
-fn summary(out: &mut String, r: &Report) {
-    let s = &r.summary;
-    let _ = writeln!(out, "<p class=\"headline\">{}</p>", e(&s.headline));
-    if !s.lines.is_empty() {
-        list(out, &s.lines);
-    }
-    out.push_str("<div class=\"cards\">");
-    card(out, &s.prompts.to_string(), "paired prompts", "");
-    card(out, r.access.level.as_str(), "access level", "");
-    card(
-        out,
-        r.access.claim_strength.as_str(),
-        "strongest claim allowed",
-        "",
-    );
-    card(out, &s.claims_accepted.to_string(), "claims accepted", "");
-    card(
-        out,
-        &s.claims_downgraded.to_string(),
-        "claims downgraded",
-        if s.claims_downgraded > 0 { "warn" } else { "" },
-    );
-    card(
-        out,
-        &s.claims_rejected.to_string(),
-        "claims rejected",
-        if s.claims_rejected > 0 { "bad" } else { "" },
-    );
-    card(
-        out,
-        &s.gates_failed.to_string(),
-        "gates failed",
-        if s.gates_failed > 0 { "bad" } else { "" },
-    );
-    card(
-        out,
-        &s.gates_warned.to_string(),
-        "gates warned",
-        if s.gates_warned > 0 { "warn" } else { "" },
-    );
-    card(
-        out,
-        &s.plugin_failures.to_string(),
-        "plugin failures",
-        if s.plugin_failures > 0 { "warn" } else { "" },
-    );
-    out.push_str("</div>\n");
-}
-
-fn target_change(out: &mut String, r: &Report) {
-    let t = &r.target_change;
-    let _ = writeln!(
-        out,
-        "<dl class=\"kv\"><dt>change</dt><dd>{}</dd><dt>transformation kind</dt><dd>{}</dd>\
-         <dt>transformation</dt><dd>{}</dd></dl>",
-        or_none(t.description.as_deref()),
-        t.transformation_kind
-            .as_deref()
-            .map_or_else(|| or_none(None), code),
-        or_none(t.transformation_summary.as_deref())
-    );
-    let rows: Vec<Vec<String>> = [&t.baseline, &t.candidate]
-        .iter()
-        .map(|m| {
-            vec![
-                e(&m.label),
-                e(&m.model_name),
-                m.model_sha256.as_deref().map_or_else(
-                    || "<span class=\"note\">unknown</span>".into(),
-                    |h| format!("<code title=\"{}\">{}</code>", e(h), e(&short_hash(h))),
-                ),
-                code(&m.executor),
-                code(&m.device),
-                or_none(m.transformation.as_deref()),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "side",
-            "model",
-            "sha256",
-            "executor",
-            "device",
-            "host-applied transformation",
-        ],
-        "llllll",
-        &rows,
-        &[],
-    );
-}
-
-fn access(out: &mut String, r: &Report) {
-    let a = &r.access;
-    let _ = writeln!(
-        out,
-        "<p>Access level <b>{}</b>; the strongest claim it allows is <b>{}</b>. The level comes \
-         from what the traces hold, not from what was requested.</p>",
-        code(a.level.as_str()),
-        code(a.claim_strength.as_str())
-    );
-    out.push_str("<h3>This report can claim</h3>");
-    if a.can_claim.is_empty() {
-        note(out, "No claim strength is supported by the evidence.");
-    } else {
-        let rows: Vec<Vec<String>> = a
-            .can_claim
-            .iter()
-            .map(|s| vec![badge("ok", "✔ can claim"), code(s.as_str()), e(s.needs())])
-            .collect();
-        let classes = vec!["row-ok"; rows.len()];
-        table(out, &["", "strength", "backed by"], "lll", &rows, &classes);
-    }
-    out.push_str("<h3>This report cannot claim</h3>");
-    if a.cannot_claim.is_empty() {
-        note(out, "Every claim strength is supported by the evidence.");
-    } else {
-        let rows: Vec<Vec<String>> = a
-            .cannot_claim
-            .iter()
-            .map(|u| {
-                vec![
-                    badge("bad", "✘ cannot claim"),
-                    code(u.strength.as_str()),
-                    e(&u.reason),
-                ]
-            })
-            .collect();
-        let classes = vec!["row-bad"; rows.len()];
-        table(out, &["", "strength", "why not"], "lll", &rows, &classes);
-    }
-    out.push_str("<h3>Missing evidence</h3>");
-    if a.missing_evidence.is_empty() {
-        note(
-            out,
-            "Nothing: every kind of evidence the levels use is present on both sides.",
-        );
-    } else {
-        list(out, &a.missing_evidence);
-    }
-    out.push_str("<h3>Causal scope</h3>");
-    match &a.causal_scope {
-        Some(scope) => {
-            let _ = writeln!(out, "<p>{}</p>", e(scope));
-        }
-        None => note(out, NO_CAUSAL),
-    }
-}
-
-fn plugins_table(out: &mut String, plugins: &[PluginRecord], full: bool) {
-    let rows: Vec<Vec<String>> = plugins
-        .iter()
-        .map(|p| {
-            let hash = if full {
-                code(&p.sha256)
-            } else {
-                format!(
-                    "<code title=\"{}\">{}</code>",
-                    e(&p.sha256),
-                    e(&short_hash(&p.sha256))
-                )
-            };
-            if full {
-                // The path under the name keeps the full hash on one line.
-                vec![
-                    format!("{}<br><small>{}</small>", code(&p.name), e(&p.path)),
-                    code(&p.world),
-                    code(&p.version),
-                    code(&p.wit_version),
-                    hash,
-                ]
-            } else {
-                vec![code(&p.name), code(&p.version), code(&p.wit_version), hash]
-            }
-        })
-        .collect();
-    if full {
-        table(
-            out,
-            &["plugin", "world", "version", "WIT", "sha256"],
-            "lllll",
-            &rows,
-            &[],
-        );
-    } else {
-        table(
-            out,
-            &["plugin", "version", "WIT", "sha256"],
-            "llll",
-            &rows,
-            &[],
-        );
-    }
-}
-
-fn evidence(out: &mut String, r: &Report) {
-    let ev = &r.evidence;
-    let _ = writeln!(out, "<p><b>{}</b> paired prompts.</p>", ev.prompts);
-    if ev.categories.is_empty() {
-        note(out, "No prompt has a category.");
-    } else {
-        let rows: Vec<Vec<String>> = ev
-            .categories
-            .iter()
-            .map(|(c, n)| vec![e(c), n.to_string()])
-            .collect();
-        table(out, &["category", "prompts"], "lr", &rows, &[]);
-    }
-    let kinds: Vec<&str> = ev.kinds_in_both.iter().map(|k| k.as_str()).collect();
-    let _ = writeln!(
-        out,
-        "<p>Kinds in every trace of both sides: {}</p>",
-        codes(&kinds)
-    );
-    out.push_str("<h3>Coverage</h3>");
-    if r.access.coverage.is_empty() {
-        note(out, "No coverage: the traces hold no artifact.");
-    } else {
-        let frac = |n: usize, of: usize| format!("{n} / {of}");
-        let mut classes = Vec::new();
-        let rows: Vec<Vec<String>> = r
-            .access
-            .coverage
-            .iter()
-            .map(|c| {
-                let full = c.baseline == c.of_baseline && c.candidate == c.of_candidate;
-                classes.push(if full { "row-ok" } else { "row-warn" });
-                vec![
-                    code(c.kind.as_str()),
-                    frac(c.baseline, c.of_baseline),
-                    match (c.candidate, c.of_candidate) {
-                        (Some(n), Some(of)) => frac(n, of),
-                        _ => "n/a (no candidate)".into(),
-                    },
-                    if full {
-                        badge("ok", "complete")
-                    } else {
-                        badge("warn", "partial")
-                    },
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &[
-                "artifact kind",
-                "baseline traces",
-                "candidate traces",
-                "coverage",
-            ],
-            "lrrl",
-            &rows,
-            &classes,
-        );
-    }
-    out.push_str("<h3>Scorers</h3>");
-    if ev.scorers.is_empty() {
-        note(out, "No scorer ran.");
-    } else {
-        plugins_table(out, &ev.scorers, false);
-    }
-    out.push_str("<h3>Claim mappers</h3>");
-    if ev.claim_mappers.is_empty() {
-        note(out, "No claim mapper ran.");
-    } else {
-        plugins_table(out, &ev.claim_mappers, false);
-    }
-    out.push_str("<h3>Plugin failures</h3>");
-    if ev.plugin_failures.is_empty() {
-        note(out, "No plugin failed.");
-    } else {
-        let rows: Vec<Vec<String>> = ev
-            .plugin_failures
-            .iter()
-            .map(|f| {
-                vec![
-                    code(&f.plugin),
-                    e(&f.stage),
-                    f.failure
-                        .as_deref()
-                        .map_or_else(|| "n/a".into(), |x| badge("bad", x)),
-                    e(&f.message),
-                ]
-            })
-            .collect();
-        let classes = vec!["row-bad"; rows.len()];
-        table(
-            out,
-            &["plugin", "stage", "failure", "message"],
-            "llll",
-            &rows,
-            &classes,
-        );
-    }
-}
-
-fn claims(out: &mut String, r: &Report) {
-    if r.claims.is_empty() {
-        note(out, NO_CLAIMS);
-        return;
-    }
-    let mut classes = Vec::new();
-    let rows: Vec<Vec<String>> = r
-        .claims
+/// The claims as a table of four columns, so it fits beside the
+/// contents: the citations and the mapper sit under the statement.
+fn claims(out: &mut String, claims: &[Claim]) {
+    let headers: Vec<(String, Align)> =
+        Claim::COLUMNS.iter().map(|h| (e(h), Align::Left)).collect();
+    let rows: Vec<(Option<Tone>, Vec<String>)> = claims
         .iter()
         .map(|c| {
-            let (class, label) = status(c.status);
-            classes.push(match class {
-                "ok" => "row-ok",
-                "warn" => "row-warn",
-                _ => "row-bad",
-            });
-            let strength = match c.strength {
-                Some(s) if s == c.proposed_strength => code(s.as_str()),
-                Some(s) => format!(
-                    "{}<br><small>proposed {}</small>",
-                    code(s.as_str()),
-                    code(c.proposed_strength.as_str())
-                ),
-                None => format!(
-                    "none<br><small>proposed {}</small>",
-                    code(c.proposed_strength.as_str())
-                ),
-            };
             let mut why = String::new();
             if !c.reasons.is_empty() {
-                why.push_str("<ul>");
-                for reason in &c.reasons {
-                    let _ = write!(why, "<li>{}</li>", e(reason));
-                }
-                why.push_str("</ul>");
+                list(&mut why, &c.reasons);
             }
             if !c.limitations.is_empty() {
-                why.push_str("<small>limitations:</small><ul>");
-                for l in &c.limitations {
-                    let _ = write!(why, "<li>{}</li>", e(l));
-                }
-                why.push_str("</ul>");
+                let _ = write!(why, "<small>{}:</small>", Claim::LIMITATIONS);
+                list(&mut why, &c.limitations);
             }
             if why.is_empty() {
-                why = "<span class=\"note\">none</span>".into();
+                why = inline(&Inline::Missing(Claim::NO_REASONS));
             }
-            // Four columns, so the table fits beside the contents: the
-            // citations and the mapper sit under the statement.
-            vec![
-                badge(class, label),
+            let cells = vec![
+                inline(&Inline::Status(c.tone, c.status)),
                 format!(
-                    "<div class=\"wide\">{}</div><small>mapper: {}</small><br>{}",
+                    "<div class=\"wide\">{}</div><small>{}: {}</small><br>{}",
                     e(&c.statement),
+                    Claim::MAPPER,
                     code(&c.mapper),
                     evidence_list(&c.evidence)
                 ),
-                strength,
+                inlines(&c.strength),
                 format!("<div class=\"wide\">{why}</div>"),
-            ]
+            ];
+            (Some(c.tone), cells)
         })
         .collect();
-    table(
-        out,
-        &["status", "claim", "strength", "reasons and limitations"],
-        "llll",
-        &rows,
-        &classes,
-    );
+    grid(out, &headers, &rows);
 }
 
-/// A claim's cited evidence; a long list folds away so the claim stays readable.
-fn evidence_list(ids: &[String]) -> String {
-    if ids.len() > 6 {
-        format!(
-            "<details class=\"cites\"><summary>evidence: {} ids</summary>{}</details>",
+/// A claim's cited evidence; a long list folds away so the claim stays
+/// readable.
+fn evidence_list(evidence: &Inline) -> String {
+    match evidence {
+        Inline::Codes(ids) if ids.len() > 6 => format!(
+            "<details class=\"cites\"><summary>{}: {} ids</summary>{}</details>",
+            Claim::EVIDENCE,
             ids.len(),
-            codes(ids)
-        )
-    } else {
-        format!("<small>evidence: {}</small>", codes(ids))
-    }
-}
-
-fn deltas(out: &mut String, r: &Report) {
-    if r.metric_deltas.is_empty() {
-        note(out, NO_DELTAS);
-        return;
-    }
-    if let Some(plot) = svg::forest_plot(&r.metric_deltas) {
-        let _ = writeln!(
-            out,
-            "<figure>{plot}<figcaption>Delta per metric and category with its 95% paired \
-             bootstrap interval; dashed line: no change; hollow marker: no interval.\
-             </figcaption></figure>"
-        );
-    }
-    out.push_str(
-        "<p>Delta is candidate − baseline; change is the delta over |baseline| in percent; 95% CI \
-         is the paired bootstrap interval of the delta; the bracket under a 0/1 metric's \
-         rate is that side's Wilson 95% interval; p is McNemar's exact test for 0/1 metrics and a \
-         sign-flip permutation test otherwise; * marks p &lt; 0.05 with a CI excluding 0.</p>\n",
-    );
-    for (metric, rows) in deltas_by_metric(&r.metric_deltas) {
-        delta_table(out, metric, &rows);
-    }
-}
-
-fn delta_table(out: &mut String, metric: &str, rows: &[&ReportDelta]) {
-    let first = rows[0];
-    let polarity = match first.polarity {
-        crate::evidence::Polarity::HigherIsBetter => "higher is better",
-        crate::evidence::Polarity::LowerIsBetter => "lower is better",
-        crate::evidence::Polarity::Neutral => "no better direction",
-    };
-    let _ = writeln!(
-        out,
-        "<h3>{} <small>({}, {polarity}, scorer {})</small></h3>",
-        code(metric),
-        e(&first.unit),
-        code(&first.scorer)
-    );
-    // A rate's Wilson interval sits under the rate itself, which keeps the
-    // table narrow enough to read without scrolling.
-    let with_ci = |mean: f64, ci: Option<[f64; 2]>| match ci {
-        Some(_) => format!(
-            "{}<br><small title=\"Wilson 95% interval\">{}</small>",
-            num(mean),
-            e(&rate_ci(ci))
+            inline(evidence)
         ),
-        None => num(mean),
-    };
-    let headers = [
-        "category",
-        "n",
-        "baseline",
-        "candidate",
-        "delta",
-        "change",
-        "95% CI",
-        "test",
-        "p",
-        "quality",
-    ];
-    let align = "lrrrrrrlrl";
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|d| {
-            vec![
-                e(category_label(d.category.as_deref())),
-                d.n.to_string(),
-                with_ci(d.baseline_mean, d.baseline_rate_ci),
-                with_ci(d.candidate_mean, d.candidate_rate_ci),
-                format!(
-                    "<b>{}</b>{}",
-                    e(&signed(d.delta)),
-                    if d.significant { " *" } else { "" }
-                ),
-                e(&percent(d.percent_change)),
-                e(&delta_ci(d)),
-                code(d.test.as_str()),
-                e(&p_value(d.p_value)),
-                quality_badge(d.quality),
-            ]
-        })
-        .collect();
-    table(out, &headers, align, &cells, &[]);
-}
-
-fn distribution(out: &mut String, r: &Report) {
-    let Some(d): Option<&DistributionShift> = r.distribution.as_ref() else {
-        note(out, &no_distribution(r));
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "<p>KL(baseline ‖ candidate) between next-token distributions along the baseline's \
-         continuation, each side after its own prompt, in nats, over {}.</p>",
-        e(&kl_support(d))
-    );
-    out.push_str("<div class=\"cards\">");
-    card(
-        out,
-        &num(d.first_token_kl_mean),
-        "first-token KL, mean over prompts",
-        "",
-    );
-    card(
-        out,
-        &num(d.mean_kl),
-        "mean KL over the teacher-forced continuation",
-        "",
-    );
-    out.push_str("</div>\n");
-    if d.by_category.is_empty() {
-        note(out, "No category has a KL figure.");
-    } else {
-        let rows: Vec<Vec<String>> = d
-            .by_category
-            .iter()
-            .map(|(c, v)| vec![e(c), num(*v)])
-            .collect();
-        table(out, &["category", "first-token KL"], "lr", &rows, &[]);
-    }
-    match svg::kl_by_position_plot(&d.by_position) {
-        Some(plot) => {
-            let _ = writeln!(
-                out,
-                "<figure>{plot}<figcaption>Mean KL by generated position ({} positions).\
-                 </figcaption></figure>",
-                d.by_position.len()
-            );
-        }
-        None => note(out, "No per-position KL was recorded."),
-    }
-    if d.per_prompt.is_empty() {
-        note(out, "No per-prompt KL was recorded.");
-    } else {
-        let _ = write!(
-            out,
-            "<details><summary>Per prompt ({} prompts)</summary>",
-            d.per_prompt.len()
-        );
-        let rows: Vec<Vec<String>> = d
-            .per_prompt
-            .iter()
-            .map(|p| {
-                vec![
-                    code(&p.prompt_id),
-                    or_none(p.category.as_deref()),
-                    num(p.first_token_kl),
-                    num(p.mean_kl),
-                    p.positions.to_string(),
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &[
-                "prompt",
-                "category",
-                "first-token KL",
-                "mean KL",
-                "positions",
-            ],
-            "llrrr",
-            &rows,
-            &[],
-        );
-        out.push_str("</details>\n");
+        _ => format!("<small>{}: {}</small>", Claim::EVIDENCE, inline(evidence)),
     }
 }
 
-fn activations(out: &mut String, r: &Report) {
-    let Some(a): Option<&ActivationFindings> = r.activation_findings.as_ref() else {
-        note(out, NO_ACTIVATIONS);
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "<p>Mean projection of the last prompt token's residual onto the direction {} \
-         (sha256 <code title=\"{}\">{}</code>), per layer, per side and category.</p>",
-        code(&a.direction),
-        e(&a.direction_sha256),
-        e(&short_hash(&a.direction_sha256))
-    );
-    if a.findings.is_empty() {
-        note(out, "No finding was derived.");
-    } else {
-        list(out, &a.findings);
-    }
-    match svg::projection_plot(a) {
-        Some(plot) => {
-            let _ = writeln!(
-                out,
-                "<figure>{plot}<figcaption>Solid lines: baseline; dashed: candidate; one colour \
-                 per category.</figcaption></figure>"
-            );
-        }
-        None => {
-            note(out, "No projection series was recorded.");
-            return;
-        }
-    }
-    let headers: Vec<String> = std::iter::once("layer".to_string())
-        .chain(
-            a.series
-                .iter()
-                .map(|s| format!("{} · {} (n={})", s.side, s.category, s.prompts)),
-        )
-        .collect();
-    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let rows: Vec<Vec<String>> = a
-        .layers
-        .iter()
-        .enumerate()
-        .map(|(i, layer)| {
-            std::iter::once(layer.to_string())
-                .chain(
-                    a.series
-                        .iter()
-                        .map(|s| opt(s.mean_projection.get(i).copied())),
-                )
-                .collect()
-        })
-        .collect();
-    out.push_str("<details><summary>Mean projection per layer (table)</summary>");
-    table(out, &header_refs, &"r".repeat(headers.len()), &rows, &[]);
-    out.push_str("</details>\n");
-}
-
-fn labels(labels: &BTreeMap<String, String>) -> String {
-    if labels.is_empty() {
-        return "<span class=\"note\">none</span>".into();
-    }
-    labels
-        .iter()
-        .map(|(k, v)| code(&format!("{k}={v}")))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn layer_list(layers: &[usize]) -> String {
-    if layers.is_empty() {
-        "n/a".into()
-    } else {
-        layers
-            .iter()
-            .map(|l| l.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-fn interventions(out: &mut String, r: &Report) {
-    if r.interventions.is_empty() {
-        note(out, NO_INTERVENTIONS);
-    } else {
-        let rows: Vec<Vec<String>> = r
-            .interventions
-            .iter()
-            .map(|i| {
-                vec![
-                    e(i.side.as_str()),
-                    e(&i.description),
-                    i.traces.to_string(),
-                    layer_list(&i.layers),
-                    labels(&i.labels),
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &["side", "intervention", "traces", "layers", "labels"],
-            "llrll",
-            &rows,
-            &[],
-        );
-    }
-    let refs = &r.access.interventions;
-    if !refs.is_empty() {
-        let _ = write!(
-            out,
-            "<details><summary>Intervention records, the scope of any causal statement ({})</summary>",
-            refs.len()
-        );
-        let rows: Vec<Vec<String>> = refs
-            .iter()
-            .map(|i| {
-                vec![
-                    code(i.side.as_str()),
-                    code(&i.trace),
-                    code(&i.artifact),
-                    i.layer.map_or_else(|| "n/a".into(), |l| l.to_string()),
-                    labels(&i.labels),
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &["side", "trace", "artifact", "layer", "labels"],
-            "lllrl",
-            &rows,
-            &[],
-        );
-        out.push_str("</details>\n");
-    }
-}
-
-fn examples(out: &mut String, r: &Report) {
-    if r.examples.is_empty() {
-        note(out, NO_EXAMPLES);
-        return;
-    }
-    for x in &r.examples {
-        example(out, x);
-    }
-}
-
-/// A text block, or a note saying it is not shown.
-fn shown(out: &mut String, label: &str, body: Option<&str>, missing: &str) {
-    let _ = write!(out, "<div><b>{}</b>", e(label));
-    match body {
-        Some(b) => {
-            let _ = write!(out, "<pre>{}</pre>", e(b));
-        }
-        None => {
-            let _ = write!(out, "<div class=\"hidden-text\">{}</div>", e(missing));
-        }
-    }
-    out.push_str("</div>");
-}
-
+/// An example as an article: the prompt, then the two outputs side by
+/// side.
 fn example(out: &mut String, x: &Example) {
-    let redaction = match x.redaction {
-        Redaction::Safe => badge("ok", "safe"),
-        Redaction::Redacted => badge("warn", "redacted"),
-        Redaction::Omitted => badge("na", "omitted"),
-    };
     let _ = write!(
         out,
-        "<article class=\"example\"><h3>{} <small>{}</small> {redaction}</h3>\
-         <p><b>Why:</b> {}</p>",
-        code(&x.prompt_id),
-        or_none(x.category.as_deref()),
+        "<article class=\"example\"><h3>{} <small>{}</small> {}</h3>\
+         <p><b>{}:</b> {}</p>",
+        code(&x.id),
+        inline(&x.category),
+        inline(&x.redaction),
+        Example::WHY,
         e(&x.why)
     );
-    shown(out, "Prompt", x.prompt.as_deref(), "omitted");
+    let [prompt, sides @ ..] = &x.texts;
+    shown(out, prompt);
     out.push_str("<div class=\"sides\">");
-    shown(
-        out,
-        "Baseline output",
-        x.baseline_output.as_deref(),
-        "hidden",
-    );
-    shown(
-        out,
-        "Candidate output",
-        x.candidate_output.as_deref(),
-        "hidden",
-    );
+    for s in sides {
+        shown(out, s);
+    }
     out.push_str("</div>");
-    if !x.changed_metrics.is_empty() {
-        let rows: Vec<Vec<String>> = x
-            .changed_metrics
-            .iter()
-            .map(|(m, [b, c])| vec![code(m), num(*b), num(*c)])
-            .collect();
-        table(out, &["metric", "baseline", "candidate"], "lrr", &rows, &[]);
+    if let Some(t) = &x.metrics {
+        table(out, t);
     }
     out.push_str("</article>\n");
 }
 
-fn gates(out: &mut String, r: &Report) {
-    if r.gates.is_empty() {
-        note(out, NO_GATES);
-        return;
+/// A text block, or a note saying it is not shown.
+fn shown(out: &mut String, s: &Shown) {
+    let _ = write!(out, "<div><b>{}</b>", e(s.label));
+    match &s.text {
+        Ok(body) => {
+            let _ = write!(out, "<pre>{}</pre>", e(body));
+        }
+        Err(missing) => {
+            let _ = write!(out, "<div class=\"hidden-text\">{}</div>", e(missing));
+        }
     }
-    let mut classes = Vec::new();
-    let rows: Vec<Vec<String>> = r
-        .gates
-        .iter()
-        .map(|g| {
-            let (class, label) = outcome(g.outcome);
-            classes.push(match class {
-                "ok" => "row-ok",
-                "warn" => "row-warn",
-                "bad" => "row-bad",
-                _ => "row-na",
-            });
-            let metric = match &g.category {
-                Some(c) => format!("{}@{c}", g.metric),
-                None => g.metric.clone(),
-            };
-            let lo = g.min_delta.map_or_else(|| "−∞".into(), num);
-            let hi = g.max_delta.map_or_else(|| "+∞".into(), num);
-            vec![
-                badge(class, label),
-                e(&g.name),
-                code(&metric),
-                e(g.severity.as_str()),
-                e(&format!("[{lo}, {hi}]")),
-                g.observed_delta.map_or_else(
-                    || "<span class=\"note\">not measured</span>".into(),
-                    |d| e(&signed(d)),
-                ),
-                e(&g.message),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "outcome",
-            "gate",
-            "metric",
-            "severity",
-            "allowed delta",
-            "observed delta",
-            "message",
-        ],
-        "llllrrl",
-        &rows,
-        &classes,
-    );
-}
-
-fn limitations(out: &mut String, r: &Report) {
-    if r.limitations.is_empty() {
-        note(out, NO_LIMITATIONS);
-    } else {
-        list(out, &r.limitations);
-    }
-}
-
-fn reproducibility(out: &mut String, r: &Report) {
-    let p = &r.reproducibility;
-    let _ = writeln!(
-        out,
-        "<p>Command:</p><pre><code>{}</code></pre>\
-         <dl class=\"kv\"><dt>tool version</dt><dd>{}</dd><dt>config</dt><dd>{}</dd>\
-         <dt>config sha256</dt><dd>{}</dd><dt>suite sha256</dt><dd>{}</dd></dl>",
-        e(&p.command),
-        code(&p.tool_version),
-        code(&p.config_path),
-        code(&p.config_sha256),
-        code(&p.suite_sha256)
-    );
-    let _ = writeln!(
-        out,
-        "<details><summary>Config text ({})</summary><pre><code>{}</code></pre></details>",
-        e(&p.config_path),
-        e(&p.config_text)
-    );
-    out.push_str("<h3>Models</h3>");
-    if p.models.is_empty() {
-        note(out, "No model hash was recorded.");
-    } else {
-        let rows: Vec<Vec<String>> = p.models.iter().map(|(s, h)| vec![e(s), code(h)]).collect();
-        table(out, &["side", "sha256"], "ll", &rows, &[]);
-    }
-    out.push_str("<h3>Plugins</h3>");
-    if p.plugins.is_empty() {
-        note(out, "No plugin ran.");
-    } else {
-        plugins_table(out, &p.plugins, true);
-    }
-    out.push_str("<h3>Trace bundles</h3>");
-    if p.bundles.is_empty() {
-        note(out, "No trace bundle was recorded.");
-    } else {
-        let rows: Vec<Vec<String>> = p
-            .bundles
-            .iter()
-            .map(|(s, b)| {
-                vec![
-                    e(s),
-                    code(&b.path),
-                    code(&b.manifest_sha256),
-                    b.traces.to_string(),
-                    b.reused.to_string(),
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &["side", "path", "manifest sha256", "traces", "reused"],
-            "lllrr",
-            &rows,
-            &[],
-        );
-    }
-    out.push_str("<h3>Seeds</h3>");
-    if p.seeds.is_empty() {
-        note(out, "No seed was recorded.");
-    } else {
-        let rows: Vec<Vec<String>> = p
-            .seeds
-            .iter()
-            .map(|(k, v)| vec![e(k), v.to_string()])
-            .collect();
-        table(out, &["seed", "value"], "lr", &rows, &[]);
-    }
-    out.push_str("<h3>Stage timings</h3>");
-    if p.stages.is_empty() {
-        note(out, "No stage timing was recorded.");
-    } else {
-        let mut rows: Vec<Vec<String>> = p
-            .stages
-            .iter()
-            .map(|s| vec![e(&s.stage), num(s.seconds), e(&s.note)])
-            .collect();
-        rows.push(vec![
-            "<b>total</b>".into(),
-            format!("<b>{}</b>", num(total_seconds(&p.stages))),
-            String::new(),
-        ]);
-        table(out, &["stage", "seconds", "note"], "lrl", &rows, &[]);
-    }
+    out.push_str("</div>");
 }
 
 #[cfg(test)]
@@ -1158,12 +433,10 @@ mod tests {
     }
 
     #[test]
-    fn every_gate_outcome_has_its_own_badge() {
-        use GateOutcome as G;
-        let labels: Vec<&str> = [G::Pass, G::Warn, G::Fail, G::NoData]
-            .into_iter()
-            .map(|o| outcome(o).1)
-            .collect();
-        assert_eq!(labels, ["✔ pass", "⚠ warn", "✘ fail", "∅ no data"]);
+    fn own_words_escape_only_what_element_content_needs() {
+        assert_eq!(
+            plain("p < 0.05 & the baseline's"),
+            "p &lt; 0.05 &amp; the baseline's"
+        );
     }
 }

@@ -11,7 +11,8 @@ use std::fmt::{self, Write as _};
 
 use super::super::document::{ActivationFindings, ReportDelta};
 use super::super::stats::Quality;
-use super::{category_label, deltas_by_metric, num, signed};
+use super::deltas_by_metric;
+use super::words::{self, num, signed};
 
 /// Escapes text for XML and HTML (text and attribute values).
 pub fn escape(s: &str) -> String {
@@ -53,14 +54,10 @@ pub fn quality_colour(q: Quality) -> &'static str {
     }
 }
 
-/// The word for a quality.
+/// The word for a quality ([`words::quality`], kept here for the plots'
+/// callers).
 pub fn quality_name(q: Quality) -> &'static str {
-    match q {
-        Quality::Improved => "improved",
-        Quality::Regressed => "regressed",
-        Quality::Unchanged => "unchanged",
-        Quality::Neutral => "neutral",
-    }
+    words::quality(q)
 }
 
 /// Colours for categories, distinguishable for common colour blindness
@@ -262,7 +259,11 @@ pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
     let mut y = legend_h;
     for (metric, rows) in groups {
         let first = rows[0];
-        let header = format!("{metric} ({}, {})", first.unit, polarity_words(first));
+        let header = format!(
+            "{metric} ({}, {})",
+            first.unit,
+            words::polarity(first.polarity)
+        );
         text(&mut out, 8.0, y + 16.0, "start", "panel-title", &header);
         y += 24.0;
         let values = rows
@@ -294,7 +295,7 @@ pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
                 cy + 4.0,
                 "end",
                 "label",
-                &clip(category_label(d.category.as_deref()), 28),
+                &clip(words::category(d.category.as_deref()), 28),
             );
             let ci = match (d.ci_low, d.ci_high) {
                 (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() => Some((lo, hi)),
@@ -332,16 +333,16 @@ pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
                 );
             }
             let ci_words = match ci {
-                Some((lo, hi)) => format!("[{}, {}]", num(lo), num(hi)),
+                Some((lo, hi)) => words::interval(Some(lo), Some(hi)),
                 None => "no interval".into(),
             };
-            let words = format!(
+            let value = format!(
                 "{} {ci_words} · {}{}",
                 signed(d.delta),
                 quality_name(d.quality),
                 if d.significant { " *" } else { "" }
             );
-            text(&mut out, PLOT.1 + 12.0, cy + 4.0, "start", "value", &words);
+            text(&mut out, PLOT.1 + 12.0, cy + 4.0, "start", "value", &value);
             out.push_str("</g>");
             y += ROW;
         }
@@ -350,15 +351,6 @@ pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
     }
     out.push_str("</svg>");
     Some(out)
-}
-
-fn polarity_words(d: &ReportDelta) -> &'static str {
-    use crate::evidence::Polarity;
-    match d.polarity {
-        Polarity::HigherIsBetter => "higher is better",
-        Polarity::LowerIsBetter => "lower is better",
-        Polarity::Neutral => "no better direction",
-    }
 }
 
 /// Per-layer mean projection, one line per (side, category) series:

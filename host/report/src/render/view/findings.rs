@@ -1,0 +1,422 @@
+//! Sections 5 to 9: the claims and the measurements behind them
+//! (behavioural deltas, distribution shift, activations, interventions).
+
+use super::{Block, Claim, Inline, Table, code, codes, plain, text, text_or_none};
+use crate::document::{ActivationFindings, DistributionShift, Report, ReportDelta};
+use crate::render::words;
+use crate::render::{deltas_by_metric, svg};
+
+const NO_CLAIMS: &str = "No claims: no claim mapper proposed one.";
+const NO_DELTAS: &str = "No behavioural deltas: no scorer produced a metric on both sides.";
+const NO_DISTRIBUTION: &str = "No distribution shift: the traces hold no logprobs on both sides.";
+const NO_ACTIVATIONS: &str = "No activation findings: they need raw activations recorded on \
+                              both sides and a direction to project them onto.";
+const NO_INTERVENTIONS: &str =
+    "No intervention results: the traces record no intervention or transformation.";
+/// What the access section says without a recorded intervention.
+pub(super) const NO_CAUSAL: &str = "No causal statement is allowed: no intervention was recorded.";
+
+/// Positions listed in the KL table; the full series is in report.json
+/// (and in the page's plot).
+const MAX_POSITIONS: usize = 32;
+
+/// Section 5: every claim after the host's check.
+pub(super) fn claims(r: &Report) -> Vec<Block> {
+    if r.claims.is_empty() {
+        return vec![Block::Note(NO_CLAIMS.into())];
+    }
+    let claims = r
+        .claims
+        .iter()
+        .map(|c| {
+            let proposed =
+                || Inline::Below(vec![plain("proposed "), code(c.proposed_strength.as_str())]);
+            let strength = match c.strength {
+                Some(s) if s == c.proposed_strength => vec![code(s.as_str())],
+                Some(s) => vec![code(s.as_str()), proposed()],
+                None => vec![plain("none"), proposed()],
+            };
+            Claim {
+                status: words::claim_status(c.status),
+                tone: words::claim_status_tone(c.status),
+                statement: c.statement.clone(),
+                strength,
+                evidence: codes(&c.evidence),
+                reasons: c.reasons.clone(),
+                limitations: c.limitations.clone(),
+                mapper: c.mapper.clone(),
+            }
+        })
+        .collect();
+    vec![Block::Claims(claims)]
+}
+
+/// Section 6: the forest plot, how to read the tables, then one table per
+/// metric.
+pub(super) fn deltas(r: &Report) -> Vec<Block> {
+    if r.metric_deltas.is_empty() {
+        return vec![Block::Note(NO_DELTAS.into())];
+    }
+    let mut blocks = Vec::new();
+    if let Some(svg) = svg::forest_plot(&r.metric_deltas) {
+        blocks.push(Block::Plot {
+            svg,
+            caption: "Delta per metric and category with its 95% paired bootstrap interval; \
+                      dashed line: no change; hollow marker: no interval."
+                .into(),
+        });
+    }
+    blocks.push(Block::Paragraph(vec![
+        plain(
+            "Delta is candidate − baseline; change is the delta over |baseline| in percent; \
+             95% CI is the paired bootstrap interval of the delta; the rate CIs of a 0/1 metric \
+             are each side's Wilson 95% interval; p is McNemar's exact test for 0/1 \
+             metrics and a sign-flip permutation test otherwise; ",
+        ),
+        code("*"),
+        plain(" marks p < 0.05 with a CI excluding 0."),
+    ]));
+    for (metric, rows) in deltas_by_metric(&r.metric_deltas) {
+        let first = rows[0];
+        blocks.push(Block::Heading(vec![
+            code(metric),
+            Inline::Aside(vec![
+                text(&first.unit),
+                plain(", "),
+                plain(words::polarity(first.polarity)),
+                plain(", scorer "),
+                code(&first.scorer),
+            ]),
+        ]));
+        blocks.push(Block::Table(delta_table(&rows)));
+    }
+    blocks
+}
+
+/// One metric's deltas, overall first.
+fn delta_table(rows: &[&ReportDelta]) -> Table {
+    // Wilson columns only for metrics that have rates (0/1 values).
+    let rates = rows
+        .iter()
+        .any(|d| d.baseline_rate_ci.is_some() || d.candidate_rate_ci.is_some());
+    // A row without a rate says so in its own column; under a rate on
+    // the page, an absent interval is simply not shown.
+    let rate = |ci: Option<[f64; 2]>| match ci {
+        Some(_) => plain(words::rate_interval(ci)),
+        None => Inline::Missing("n/a"),
+    };
+    let cells = rows
+        .iter()
+        .map(|d| {
+            let mut row = vec![
+                vec![text(words::category(d.category.as_deref()))],
+                vec![plain(d.n.to_string())],
+                vec![plain(words::num(d.baseline_mean))],
+                vec![plain(words::num(d.candidate_mean))],
+                {
+                    let mut delta = vec![Inline::Highlight(words::signed(d.delta))];
+                    if d.significant {
+                        delta.push(plain(" *"));
+                    }
+                    delta
+                },
+                vec![plain(words::percent(d.percent_change))],
+                vec![plain(words::interval(d.ci_low, d.ci_high))],
+            ];
+            if rates {
+                row.push(vec![rate(d.baseline_rate_ci)]);
+                row.push(vec![rate(d.candidate_rate_ci)]);
+            }
+            row.push(vec![code(d.test.as_str())]);
+            row.push(vec![plain(words::p_value(d.p_value))]);
+            row.push(vec![Inline::Badge(
+                words::quality_tone(d.quality),
+                words::quality(d.quality).into(),
+            )]);
+            row
+        })
+        .collect();
+    let mut headers = vec![
+        "category",
+        "n",
+        "baseline",
+        "candidate",
+        "delta",
+        "change",
+        "95% CI",
+    ];
+    if rates {
+        headers.extend(["baseline rate CI", "candidate rate CI"]);
+    }
+    headers.extend(["test", "p", "quality"]);
+    let align = if rates { "lrrrrrrrrlrl" } else { "lrrrrrrlrl" };
+    let table = Table::new(&headers, align, cells);
+    if rates {
+        // Under each side's rate on the page, which keeps the table
+        // narrow enough to read without scrolling.
+        const WILSON: Option<&str> = Some("Wilson 95% interval");
+        table.detail(7, 2, WILSON).detail(8, 3, WILSON)
+    } else {
+        table
+    }
+}
+
+/// Why the report has no distribution shift.
+fn no_distribution(r: &Report) -> String {
+    match &r.distribution_unavailable {
+        Some(why) => format!("No distribution shift: {why}."),
+        None => NO_DISTRIBUTION.into(),
+    }
+}
+
+/// The tokens the KL is over, in words.
+fn kl_support(d: &DistributionShift) -> String {
+    match (d.top_k, d.baseline_rest_mass) {
+        (Some(k), Some(rest)) => format!(
+            "the baseline's {k} most likely tokens at each position plus one bucket for the rest \
+             ({:.2}% of the baseline's probability on average; the KL is a lower bound)",
+            rest * 100.0
+        ),
+        _ => format!("the {} support", d.support),
+    }
+}
+
+/// Section 7: the KL figures, by category, by position (plotted, and
+/// tabled up to [`MAX_POSITIONS`]) and by prompt.
+pub(super) fn distribution(r: &Report) -> Vec<Block> {
+    let Some(d) = r.distribution.as_ref() else {
+        return vec![Block::Note(no_distribution(r))];
+    };
+    let mut blocks = vec![
+        Block::Paragraph(vec![
+            plain(
+                "KL(baseline ‖ candidate) between next-token distributions along the \
+                 baseline's continuation, each side after its own prompt, in nats, over ",
+            ),
+            // Holds the support's name, which comes from the traces.
+            text(&kl_support(d)),
+            plain("."),
+        ]),
+        Block::Cards(vec![
+            super::Card {
+                value: words::num(d.first_token_kl_mean),
+                label: "first-token KL, mean over prompts",
+                tone: None,
+            },
+            super::Card {
+                value: words::num(d.mean_kl),
+                label: "mean KL over the teacher-forced continuation",
+                tone: None,
+            },
+        ]),
+    ];
+    blocks.push(if d.by_category.is_empty() {
+        Block::Note("No category has a KL figure.".into())
+    } else {
+        let rows = d
+            .by_category
+            .iter()
+            .map(|(c, v)| vec![vec![text(c)], vec![plain(words::num(*v))]])
+            .collect();
+        Block::Table(Table::new(&["category", "first-token KL"], "lr", rows))
+    });
+    match svg::kl_by_position_plot(&d.by_position) {
+        Some(svg) => {
+            blocks.push(Block::Plot {
+                svg,
+                caption: format!(
+                    "Mean KL by generated position ({} positions).",
+                    d.by_position.len()
+                ),
+            });
+            let rows = d
+                .by_position
+                .iter()
+                .take(MAX_POSITIONS)
+                .enumerate()
+                .map(|(i, v)| vec![vec![plain(i.to_string())], vec![plain(words::num(*v))]])
+                .collect();
+            let mut folded = vec![Block::Table(Table::new(
+                &["position", "mean KL"],
+                "rr",
+                rows,
+            ))];
+            if d.by_position.len() > MAX_POSITIONS {
+                folded.push(Block::Note(format!(
+                    "{} more positions in report.json.",
+                    d.by_position.len() - MAX_POSITIONS
+                )));
+            }
+            blocks.push(Block::Details {
+                summary: vec![plain("Mean KL by generated position (table)")],
+                blocks: folded,
+            });
+        }
+        None => blocks.push(Block::Note("No per-position KL was recorded.".into())),
+    }
+    blocks.push(if d.per_prompt.is_empty() {
+        Block::Note("No per-prompt KL was recorded.".into())
+    } else {
+        let rows = d
+            .per_prompt
+            .iter()
+            .map(|p| {
+                vec![
+                    vec![code(&p.prompt_id)],
+                    vec![text_or_none(p.category.as_deref())],
+                    vec![plain(words::num(p.first_token_kl))],
+                    vec![plain(words::num(p.mean_kl))],
+                    vec![plain(p.positions.to_string())],
+                ]
+            })
+            .collect();
+        Block::Details {
+            summary: vec![plain(format!(
+                "Per prompt ({} prompts)",
+                d.per_prompt.len()
+            ))],
+            blocks: vec![Block::Table(Table::new(
+                &[
+                    "prompt",
+                    "category",
+                    "first-token KL",
+                    "mean KL",
+                    "positions",
+                ],
+                "llrrr",
+                rows,
+            ))],
+        }
+    });
+    blocks
+}
+
+/// Section 8: the direction, the findings, and the per-layer projections
+/// (plotted, and tabled).
+pub(super) fn activations(r: &Report) -> Vec<Block> {
+    let Some(a): Option<&ActivationFindings> = r.activation_findings.as_ref() else {
+        return vec![Block::Note(NO_ACTIVATIONS.into())];
+    };
+    let mut blocks = vec![Block::Paragraph(vec![
+        plain("Mean projection of the last prompt token's residual onto the direction "),
+        code(&a.direction),
+        plain(" (sha256 "),
+        Inline::Hash(a.direction_sha256.clone()),
+        plain("), per layer, per side and category."),
+    ])];
+    blocks.push(if a.findings.is_empty() {
+        Block::Note("No finding was derived.".into())
+    } else {
+        Block::List(a.findings.clone())
+    });
+    let Some(svg) = svg::projection_plot(a) else {
+        blocks.push(Block::Note("No projection series was recorded.".into()));
+        return blocks;
+    };
+    blocks.push(Block::Plot {
+        svg,
+        caption: "Solid lines: baseline; dashed: candidate; one colour per category.".into(),
+    });
+    let headers: Vec<Vec<Inline>> = std::iter::once(vec![plain("layer")])
+        .chain(a.series.iter().map(|s| {
+            vec![
+                plain(s.side.as_str()),
+                plain(" · "),
+                text(&s.category),
+                plain(format!(" (n={})", s.prompts)),
+            ]
+        }))
+        .collect();
+    let rows = a
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| {
+            std::iter::once(vec![plain(layer.to_string())])
+                .chain(
+                    a.series
+                        .iter()
+                        .map(|s| vec![plain(words::num_or_na(s.mean_projection.get(i).copied()))]),
+                )
+                .collect()
+        })
+        .collect();
+    let align = "r".repeat(headers.len());
+    blocks.push(Block::Details {
+        summary: vec![plain("Mean projection per layer (table)")],
+        blocks: vec![Block::Table(Table::with_headers(headers, &align, rows))],
+    });
+    blocks
+}
+
+/// Section 9: the interventions and transformations, then each record a
+/// causal statement may rest on.
+pub(super) fn interventions(r: &Report) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    if r.interventions.is_empty() {
+        blocks.push(Block::Note(NO_INTERVENTIONS.into()));
+    } else {
+        let rows = r
+            .interventions
+            .iter()
+            .map(|i| {
+                let layers = if i.layers.is_empty() {
+                    "n/a".into()
+                } else {
+                    i.layers
+                        .iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                vec![
+                    vec![plain(i.side.as_str())],
+                    vec![text(&i.description)],
+                    vec![plain(i.traces.to_string())],
+                    vec![plain(layers)],
+                    vec![labels(&i.labels)],
+                ]
+            })
+            .collect();
+        blocks.push(Block::Table(Table::new(
+            &["side", "intervention", "traces", "layers", "labels"],
+            "llrll",
+            rows,
+        )));
+    }
+    let refs = &r.access.interventions;
+    if !refs.is_empty() {
+        let rows = refs
+            .iter()
+            .map(|i| {
+                vec![
+                    vec![code(i.side.as_str())],
+                    vec![code(&i.trace)],
+                    vec![code(&i.artifact)],
+                    vec![plain(
+                        i.layer.map_or_else(|| "n/a".into(), |l| l.to_string()),
+                    )],
+                    vec![labels(&i.labels)],
+                ]
+            })
+            .collect();
+        blocks.push(Block::Details {
+            summary: vec![plain(format!(
+                "Intervention records, the scope of any causal statement ({})",
+                refs.len()
+            ))],
+            blocks: vec![Block::Table(Table::new(
+                &["side", "trace", "artifact", "layer", "labels"],
+                "lllrl",
+                rows,
+            ))],
+        });
+    }
+    blocks
+}
+
+/// An intervention's labels as `key=value` identifiers.
+fn labels(labels: &std::collections::BTreeMap<String, String>) -> Inline {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    codes(&pairs)
+}

@@ -1,0 +1,328 @@
+//! Sections 1 to 4: what the report found at a glance, what was compared,
+//! what the evidence allows it to claim, and what the evidence is.
+
+use super::{Block, Card, Inline, Table, code, codes, plain, text, text_or_none};
+use crate::document::{PluginRecord, Report};
+use crate::render::words::Tone;
+
+/// The tone of a count that calls for attention when it is not zero.
+fn alarm(n: usize, tone: Tone) -> Option<Tone> {
+    (n > 0).then_some(tone)
+}
+
+/// Section 1: the headline, its lines, and the counts a reader checks
+/// first (as cards).
+pub(super) fn summary(r: &Report) -> Vec<Block> {
+    let s = &r.summary;
+    let mut blocks = vec![Block::Lead(s.headline.clone())];
+    if !s.lines.is_empty() {
+        blocks.push(Block::List(s.lines.clone()));
+    }
+    let card = |value: String, label, tone| Card { value, label, tone };
+    blocks.push(Block::Cards(vec![
+        card(s.prompts.to_string(), "paired prompts", None),
+        card(r.access.level.as_str().into(), "access level", None),
+        card(
+            r.access.claim_strength.as_str().into(),
+            "strongest claim allowed",
+            None,
+        ),
+        card(s.claims_accepted.to_string(), "claims accepted", None),
+        card(
+            s.claims_downgraded.to_string(),
+            "claims downgraded",
+            alarm(s.claims_downgraded, Tone::Warn),
+        ),
+        card(
+            s.claims_rejected.to_string(),
+            "claims rejected",
+            alarm(s.claims_rejected, Tone::Bad),
+        ),
+        card(
+            s.gates_failed.to_string(),
+            "gates failed",
+            alarm(s.gates_failed, Tone::Bad),
+        ),
+        card(
+            s.gates_warned.to_string(),
+            "gates warned",
+            alarm(s.gates_warned, Tone::Warn),
+        ),
+        card(
+            s.plugin_failures.to_string(),
+            "plugin failures",
+            alarm(s.plugin_failures, Tone::Warn),
+        ),
+    ]));
+    blocks
+}
+
+/// Section 2: the change in words, then the two models side by side.
+pub(super) fn target_change(r: &Report) -> Vec<Block> {
+    let t = &r.target_change;
+    let fields = Block::Fields(vec![
+        ("change", vec![text_or_none(t.description.as_deref())]),
+        (
+            "transformation kind",
+            vec![
+                t.transformation_kind
+                    .as_deref()
+                    .map_or(Inline::Missing("none"), code),
+            ],
+        ),
+        (
+            "transformation",
+            vec![text_or_none(t.transformation_summary.as_deref())],
+        ),
+    ]);
+    let rows = [&t.baseline, &t.candidate]
+        .iter()
+        .map(|m| {
+            vec![
+                vec![text(&m.label)],
+                vec![text(&m.model_name)],
+                vec![
+                    m.model_sha256
+                        .as_ref()
+                        .map_or(Inline::Missing("unknown"), |h| Inline::Hash(h.clone())),
+                ],
+                vec![code(&m.executor)],
+                vec![code(&m.device)],
+                vec![text_or_none(m.transformation.as_deref())],
+            ]
+        })
+        .collect();
+    let table = Table::new(
+        &[
+            "side",
+            "model",
+            "sha256",
+            "executor",
+            "device",
+            "host-applied transformation",
+        ],
+        "llllll",
+        rows,
+    );
+    vec![fields, Block::Table(table)]
+}
+
+/// Section 3: the access level, what it allows and what it does not, and
+/// the scope of any causal statement.
+pub(super) fn access(r: &Report) -> Vec<Block> {
+    let a = &r.access;
+    let mut blocks = vec![Block::Paragraph(vec![
+        plain("Access level "),
+        Inline::Strong(vec![code(a.level.as_str())]),
+        plain("; the strongest claim it allows is "),
+        Inline::Strong(vec![code(a.claim_strength.as_str())]),
+        plain(
+            ". The level comes from what the traces hold, not from what was \
+             requested.",
+        ),
+    ])];
+    blocks.push(Block::Subheading("This report can claim"));
+    if a.can_claim.is_empty() {
+        blocks.push(Block::Note(
+            "No claim strength is supported by the evidence.".into(),
+        ));
+    } else {
+        let rows = a
+            .can_claim
+            .iter()
+            .map(|s| {
+                vec![
+                    vec![Inline::Badge(Tone::Ok, "✔ can claim".into())],
+                    vec![code(s.as_str())],
+                    vec![text(s.needs())],
+                ]
+            })
+            .collect();
+        let table = Table::new(&["", "strength", "backed by"], "lll", rows)
+            .toned(a.can_claim.iter().map(|_| Tone::Ok));
+        blocks.push(Block::Table(table));
+    }
+    blocks.push(Block::Subheading("This report cannot claim"));
+    if a.cannot_claim.is_empty() {
+        blocks.push(Block::Note(
+            "Every claim strength is supported by the evidence.".into(),
+        ));
+    } else {
+        let rows = a
+            .cannot_claim
+            .iter()
+            .map(|u| {
+                vec![
+                    vec![Inline::Badge(Tone::Bad, "✘ cannot claim".into())],
+                    vec![code(u.strength.as_str())],
+                    vec![text(&u.reason)],
+                ]
+            })
+            .collect();
+        let table = Table::new(&["", "strength", "why not"], "lll", rows)
+            .toned(a.cannot_claim.iter().map(|_| Tone::Bad));
+        blocks.push(Block::Table(table));
+    }
+    blocks.push(Block::Subheading("Missing evidence"));
+    blocks.push(if a.missing_evidence.is_empty() {
+        Block::Note(
+            "Nothing: every kind of evidence the levels use is present on both sides.".into(),
+        )
+    } else {
+        Block::List(a.missing_evidence.clone())
+    });
+    blocks.push(Block::Subheading("Causal scope"));
+    blocks.push(match &a.causal_scope {
+        Some(scope) => Block::Paragraph(vec![text(scope)]),
+        None => Block::Note(super::findings::NO_CAUSAL.into()),
+    });
+    blocks
+}
+
+/// Plugins as a table: name, version, WIT and a short hash; with `full`,
+/// the whole hash, the world and the path (the reproducibility section).
+pub(super) fn plugins_table(plugins: &[PluginRecord], full: bool) -> Table {
+    let rows = plugins
+        .iter()
+        .map(|p| {
+            let mut row = vec![
+                vec![code(&p.name)],
+                vec![code(&p.version)],
+                vec![code(&p.wit_version)],
+                vec![if full {
+                    code(&p.sha256)
+                } else {
+                    Inline::Hash(p.sha256.clone())
+                }],
+            ];
+            if full {
+                row.push(vec![code(&p.world)]);
+                row.push(vec![code(&p.path)]);
+            }
+            row
+        })
+        .collect();
+    if full {
+        // The path sits under the name on the page, which keeps the full
+        // hash on one line.
+        Table::new(
+            &["plugin", "version", "WIT", "sha256", "world", "path"],
+            "llllll",
+            rows,
+        )
+        .detail(5, 0, None)
+    } else {
+        Table::new(&["plugin", "version", "WIT", "sha256"], "llll", rows)
+    }
+}
+
+/// Section 4: the prompts, the artifact coverage, and the plugins that ran
+/// or failed.
+pub(super) fn evidence(r: &Report) -> Vec<Block> {
+    let e = &r.evidence;
+    let mut blocks = vec![Block::Paragraph(vec![
+        Inline::Highlight(e.prompts.to_string()),
+        plain(" paired prompts."),
+    ])];
+    blocks.push(if e.categories.is_empty() {
+        Block::Note("No prompt has a category.".into())
+    } else {
+        let rows = e
+            .categories
+            .iter()
+            .map(|(c, n)| vec![vec![text(c)], vec![plain(n.to_string())]])
+            .collect();
+        Block::Table(Table::new(&["category", "prompts"], "lr", rows))
+    });
+    let kinds: Vec<&str> = e.kinds_in_both.iter().map(|k| k.as_str()).collect();
+    blocks.push(Block::Paragraph(vec![
+        plain("Kinds in every trace of both sides: "),
+        codes(&kinds),
+        plain("."),
+    ]));
+    blocks.push(Block::Subheading("Coverage"));
+    blocks.push(if r.access.coverage.is_empty() {
+        Block::Note("No coverage: the traces hold no artifact.".into())
+    } else {
+        let frac = |n: usize, of: usize| plain(format!("{n} / {of}"));
+        let complete = |c: &crate::access::KindCoverage| {
+            c.baseline == c.of_baseline && c.candidate == c.of_candidate
+        };
+        let rows = r
+            .access
+            .coverage
+            .iter()
+            .map(|c| {
+                vec![
+                    vec![code(c.kind.as_str())],
+                    vec![frac(c.baseline, c.of_baseline)],
+                    vec![match (c.candidate, c.of_candidate) {
+                        (Some(n), Some(of)) => frac(n, of),
+                        _ => plain("n/a (no candidate)"),
+                    }],
+                    vec![if complete(c) {
+                        Inline::Badge(Tone::Ok, "complete".into())
+                    } else {
+                        Inline::Badge(Tone::Warn, "partial".into())
+                    }],
+                ]
+            })
+            .collect();
+        let tones = r
+            .access
+            .coverage
+            .iter()
+            .map(|c| if complete(c) { Tone::Ok } else { Tone::Warn });
+        Block::Table(
+            Table::new(
+                &[
+                    "artifact kind",
+                    "baseline traces",
+                    "candidate traces",
+                    "coverage",
+                ],
+                "lrrl",
+                rows,
+            )
+            .toned(tones),
+        )
+    });
+    blocks.push(Block::Subheading("Scorers"));
+    blocks.push(if e.scorers.is_empty() {
+        Block::Note("No scorer ran.".into())
+    } else {
+        Block::Table(plugins_table(&e.scorers, false))
+    });
+    blocks.push(Block::Subheading("Claim mappers"));
+    blocks.push(if e.claim_mappers.is_empty() {
+        Block::Note("No claim mapper ran.".into())
+    } else {
+        Block::Table(plugins_table(&e.claim_mappers, false))
+    });
+    blocks.push(Block::Subheading("Plugin failures"));
+    blocks.push(if e.plugin_failures.is_empty() {
+        Block::Note("No plugin failed.".into())
+    } else {
+        let rows = e
+            .plugin_failures
+            .iter()
+            .map(|f| {
+                vec![
+                    vec![code(&f.plugin)],
+                    vec![text(&f.stage)],
+                    vec![
+                        f.failure
+                            .as_ref()
+                            .map_or(plain("n/a"), |x| Inline::Badge(Tone::Bad, x.clone())),
+                    ],
+                    vec![text(&f.message)],
+                ]
+            })
+            .collect();
+        Block::Table(
+            Table::new(&["plugin", "stage", "failure", "message"], "llll", rows)
+                .toned(e.plugin_failures.iter().map(|_| Tone::Bad)),
+        )
+    });
+    blocks
+}
