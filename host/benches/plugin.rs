@@ -5,11 +5,7 @@
 //! figures; asserts only that both paths agree.
 //!
 //! Run: `cargo bench -p vauban --bench plugin -- 10000` (traces, default
-//! 10,000). Builds the plugins first, as the tests do.
-
-#[allow(dead_code)]
-#[path = "../tests/common/plugins.rs"]
-mod plugins;
+//! 10,000). The plugins are built by `vauban-test-artifacts`, as for the tests.
 
 use std::time::{Duration, Instant};
 
@@ -71,7 +67,7 @@ fn main() -> anyhow::Result<()> {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(10_000);
-    let wasm = plugins::wasm("vauban-plugin-refusal");
+    let wasm = std::path::PathBuf::from(vauban_test_artifacts::VAUBAN_PLUGIN_REFUSAL);
     let cache = tempfile::tempdir()?;
 
     // Compile, then load from this host's cache.

@@ -2,7 +2,8 @@
 //! claim with evidence.
 //!
 //! This crate is the run itself (config → plan → executors → traces →
-//! plugins → evidence → claims → report files) and the command line. It
+//! plugins → evidence → claims → report files); the `vauban` binary is a
+//! thin shell over it (`vauban-cli`, `host/cli`). It
 //! re-exports the host's other crates under the names the code uses:
 //! - [`trace`], [`bundle`] (`vauban-format`): the evidence-bearing record
 //!   of a run and its files;
@@ -15,16 +16,14 @@
 //!
 //! Its own modules: [`config`] (the TOML run config and prompt suites),
 //! [`pipeline`] (the plan and the run), [`measure`] (the refusal direction,
-//! from harmful and harmless prompts), [`profile`] (cost summaries and
-//! sweeps) and [`cli`] (the `vauban` command line, a thin shell over the
-//! rest).
+//! from harmful and harmless prompts) and [`profile`] (cost summaries and
+//! sweeps).
 
 pub use vauban_exec::{executor, intervene, model};
 pub use vauban_format::{atomic_file, bundle, hash, input, text, trace};
 pub use vauban_plugin_host as plugin;
 pub use vauban_report as report;
 
-pub mod cli;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzz_targets;

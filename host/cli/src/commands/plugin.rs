@@ -11,14 +11,14 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 
-use crate::bundle::Bundle;
-use crate::plugin::claims::{EvidenceSet, ProposedClaim};
-use crate::plugin::policy::Observation;
-use crate::plugin::{
+use vauban::bundle::Bundle;
+use vauban::plugin::claims::{EvidenceSet, ProposedClaim};
+use vauban::plugin::policy::Observation;
+use vauban::plugin::{
     ClaimMapper, HostOptions, Plugin, PluginHost, Policy, SandboxOptions, Scorer, WIT_PACKAGE,
     WIT_VERSION, World,
 };
-use crate::trace::{ArtifactKind, Trace};
+use vauban::trace::{ArtifactKind, Trace};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -117,7 +117,7 @@ impl SandboxArgs {
     }
 
     fn sandbox(&self) -> anyhow::Result<SandboxOptions> {
-        crate::plugin::sandbox::check_limits(Some(self.deadline_ms), Some(self.memory_mib))
+        vauban::plugin::sandbox::check_limits(Some(self.deadline_ms), Some(self.memory_mib))
             .map_err(|(field, e)| anyhow::anyhow!("--{}: {e}", field.replace('_', "-")))?;
         if let Some(d) = &self.data_dir
             && !d.is_dir()
@@ -144,7 +144,7 @@ pub(super) fn config_json(path: Option<&Path>) -> anyhow::Result<String> {
     let Some(path) = path else {
         return Ok("{}".into());
     };
-    let text = crate::input::read_text(path, crate::input::MAX_SMALL_FILE_BYTES)
+    let text = vauban::input::read_text(path, vauban::input::MAX_SMALL_FILE_BYTES)
         .with_context(|| format!("cannot read the plugin config {}", path.display()))?;
     let value: serde_json::Value = match path.extension().and_then(|e| e.to_str()) {
         Some("json") => serde_json::from_str(&text)
@@ -304,7 +304,7 @@ fn test(args: &TestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.update {
         let mut text = serde_json::to_string_pretty(&golden)?;
         text.push('\n');
-        crate::atomic_file::write(expect, text.as_bytes())
+        vauban::atomic_file::write(expect, text.as_bytes())
             .with_context(|| format!("cannot write {}", expect.display()))?;
         writeln!(out, "updated {}", expect.display())?;
         return Ok(());
@@ -335,7 +335,7 @@ struct ObservationJson {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path, flag: &str) -> anyhow::Result<T> {
-    let text = crate::input::read_text(path, crate::input::MAX_SMALL_FILE_BYTES)
+    let text = vauban::input::read_text(path, vauban::input::MAX_SMALL_FILE_BYTES)
         .with_context(|| format!("cannot read {flag} {}", path.display()))?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(de).map_err(|e| {

@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use vauban::cli::Cli;
+use commands::Cli;
+
+mod commands;
 
 fn main() -> ExitCode {
     // SAFETY: first thing in main; no other thread exists yet to read the environment.
@@ -25,7 +27,7 @@ fn main() -> ExitCode {
         // A closed pipe (`vauban trace inspect B | head`) is the reader's choice, not an error.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         // Failed regression gates: the reports are written; exit code 2.
-        Err(err) if err.downcast_ref::<vauban::cli::GatesFailed>().is_some() => {
+        Err(err) if err.downcast_ref::<commands::GatesFailed>().is_some() => {
             eprintln!("{}", vauban::text::printable(&err.to_string()));
             ExitCode::from(2)
         }

@@ -8,18 +8,18 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::bundle::{BundleWriter, WriteMode};
-use crate::executor::{
+use vauban::bundle::{BundleWriter, WriteMode};
+use vauban::executor::{
     Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
     RunOptions, StopReason, generate::generate,
 };
-use crate::intervene::{Direction, Intervention, InterventionSpec, load_direction};
-use crate::model::WeightMode;
-use crate::model::sample::Sampling;
-use crate::pipeline::progress_bar;
-use crate::plugin::policy::PolicyRun;
-use crate::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
-use crate::trace::{ArtifactKind as K, TraceRequest};
+use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
+use vauban::model::WeightMode;
+use vauban::model::sample::Sampling;
+use vauban::pipeline::progress_bar;
+use vauban::plugin::policy::PolicyRun;
+use vauban::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
+use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 /// Which model, where, and how its weights are held.
 #[derive(Debug, Args)]
@@ -161,7 +161,7 @@ impl PromptArgs {
             top_k: self.top_k,
             seed: self.seed,
         };
-        crate::model::sample::Sampler::new(s.clone())?;
+        vauban::model::sample::Sampler::new(s.clone())?;
         let sampling = match self.temperature {
             0.0 => None,
             t => Some(Sampling {
@@ -360,12 +360,12 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 t.spans.len(),
                 t.artifacts_of(K::Tokens)
                     .find_map(|a| match &a.data {
-                        crate::trace::ArtifactData::TokenIds { ids } => Some(ids.len()),
+                        vauban::trace::ArtifactData::TokenIds { ids } => Some(ids.len()),
                         _ => None,
                     })
                     .unwrap_or(0),
                 match &output.generation {
-                    Some(g) => format!(", completion: {:?}", crate::text::excerpt(&g.text, 80)),
+                    Some(g) => format!(", completion: {:?}", vauban::text::excerpt(&g.text, 80)),
                     None => String::new(),
                 }
             )?;
@@ -518,7 +518,7 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
     let mut used = std::collections::BTreeSet::new();
     for &layer in &layers {
         let direction =
-            crate::intervene::load_direction(&args.direction, args.tensor.as_deref(), None, layer)
+            vauban::intervene::load_direction(&args.direction, args.tensor.as_deref(), None, layer)
                 .with_context(|| format!("--direction for layer {layer}"))?;
         used.insert(direction.tensor.clone());
         changes.extend(exec.orthogonalize(&direction, &[layer])?);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The component for a plugin crate (`vauban-plugin-refusal`, `vauban-test-evil`).

@@ -9,13 +9,13 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use super::model::ModelArgs;
-use crate::config::Suite;
-use crate::executor::Executor;
-use crate::measure::{
+use vauban::config::Suite;
+use vauban::executor::Executor;
+use vauban::measure::{
     DEFAULT_HOLDOUT, DEFAULT_MAX_KL, LayerScore, MeasureError, MeasureOptions, Phase, Progress,
     Provenance, holdout_split, measure,
 };
-use crate::pipeline::progress_bar;
+use vauban::pipeline::progress_bar;
 
 /// Arguments of `vauban measure`.
 #[derive(Debug, Args)]
@@ -116,7 +116,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let harmless = load_set(&args.harmless, "harmless", args.holdout)?;
     let exec = args.model.load()?;
     options.candidate_layers(exec.dims().layers)?;
-    if exec.is_quantized() && exec.device_kind() == crate::trace::DeviceKind::Cpu {
+    if exec.is_quantized() && exec.device_kind() == vauban::trace::DeviceKind::Cpu {
         // Hundreds of forward passes: SmolLM2's Q4_1 makes this minutes
         // instead of under one (docs/executor.md, Figures).
         tracing::warn!(
@@ -174,7 +174,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "model_sha256": provenance.model_sha256,
             "harmful_sha256": provenance.harmful_sha256,
             "harmless_sha256": provenance.harmless_sha256,
-            "method": crate::measure::METHOD,
+            "method": vauban::measure::METHOD,
             "scores": s,
         });
         serde_json::to_writer_pretty(&mut *out, &doc)?;
@@ -196,7 +196,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         s.counts.harmful_holdout + s.counts.harmful_train,
         s.counts.harmless_holdout,
         s.counts.harmless_holdout + s.counts.harmless_train,
-        crate::text::list(
+        vauban::text::list(
             &s.refusal_tokens
                 .iter()
                 .map(|t| format!("{:?}", t.token))
@@ -208,8 +208,8 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         "chosen layer {} ({}): refusal score {:.3} -> {:.3} with the direction ablated, harmless KL {:.4} nats (bound {})",
         c.layer,
         match s.selection {
-            crate::measure::Selection::Fixed => "given by --layer",
-            crate::measure::Selection::LowestRefusalWithinKl =>
+            vauban::measure::Selection::Fixed => "given by --layer",
+            vauban::measure::Selection::LowestRefusalWithinKl =>
                 "lowest refusal score within the KL bound",
         },
         s.baseline_refusal_score,

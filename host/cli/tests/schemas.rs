@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 fn doc(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
+        .join("../..")
         .join("docs")
         .join(name)
 }

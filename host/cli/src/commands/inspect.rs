@@ -7,10 +7,10 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::bundle::{Bundle, Manifest};
-use crate::profile::{TraceProfileSummary, summarize_trace};
-use crate::text::{excerpt, list};
-use crate::trace::{ArtifactData, ArtifactKind, MissingArtifact, Stage, Trace};
+use vauban::bundle::{Bundle, Manifest};
+use vauban::profile::{TraceProfileSummary, summarize_trace};
+use vauban::text::{excerpt, list};
+use vauban::trace::{ArtifactData, ArtifactKind, MissingArtifact, Stage, Trace};
 
 /// Everything `inspect` shows.
 #[derive(Debug, Serialize)]
@@ -28,9 +28,9 @@ pub struct ManifestView {
     pub schema_version: u32,
     pub tool: String,
     pub created_at: String,
-    pub executors: Vec<crate::trace::Capabilities>,
-    pub models: Vec<crate::trace::ModelRef>,
-    pub plugins: Vec<crate::bundle::PluginRef>,
+    pub executors: Vec<vauban::trace::Capabilities>,
+    pub models: Vec<vauban::trace::ModelRef>,
+    pub plugins: Vec<vauban::bundle::PluginRef>,
     pub files: usize,
     pub bytes: u64,
 }

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::bundle::Bundle;
-use crate::profile::{SweepAxis, SweepOptions, summarize_sweep};
+use vauban::bundle::Bundle;
+use vauban::profile::{SweepAxis, SweepOptions, summarize_sweep};
 
 /// Audit how a language model's behaviour changed, and prove each claim with evidence.
 ///
@@ -186,8 +186,8 @@ impl Cli {
             Command::Plugin(command) => plugin::run(command, out),
             Command::Schema(args) => {
                 let schema = match args.which {
-                    SchemaKind::Config => crate::config::schema(),
-                    SchemaKind::Report => crate::report::document::schema(),
+                    SchemaKind::Config => vauban::config::schema(),
+                    SchemaKind::Report => vauban::report::document::schema(),
                 };
                 out.write_all(schema.as_bytes())?;
                 Ok(())

@@ -560,7 +560,7 @@ pub fn sample_report() -> Report {
 
 /// The schema at `docs/report.schema.json`, parsed.
 pub fn report_schema() -> serde_json::Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report.schema.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/report.schema.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))

@@ -23,7 +23,7 @@ fn stderr(o: &Output) -> String {
 
 /// The bundle shipped in `examples/`, which the README's first command inspects.
 fn demo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bundles/demo")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/bundles/demo")
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -522,7 +522,7 @@ fn smollm2() -> Option<Backend> {
 #[test]
 fn smollm2_ablating_the_chosen_direction_lowers_refusal_within_the_kl_bound() {
     let Some(exec) = smollm2() else { return };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/prompts");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/prompts");
     let harmful = Suite::load(&root.join("harmful.jsonl")).unwrap();
     let harmless = Suite::load(&root.join("harmless.jsonl")).unwrap();
     // The top of the default range (6 to 24) keeps the debug-build runtime

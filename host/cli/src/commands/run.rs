@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::pipeline::{self, Plan};
-use crate::report::document::Report;
-use crate::report::render::words;
+use vauban::pipeline::{self, Plan};
+use vauban::report::document::Report;
+use vauban::report::render::words;
 
 /// Arguments of `vauban run`.
 #[derive(Debug, Args)]
@@ -160,7 +160,7 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
             out,
             "  [{}] {} ({})",
             words::claim_status(c.status),
-            crate::text::excerpt(&c.statement, 100),
+            vauban::text::excerpt(&c.statement, 100),
             c.strength.map_or("no strength", |s| s.as_str())
         )?;
     }
