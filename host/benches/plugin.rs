@@ -10,10 +10,8 @@
 use std::time::{Duration, Instant};
 
 use vauban::plugin::{HostOptions, PluginHost, SandboxOptions, Scorer};
-use vauban::trace::{
-    ArtifactData, ArtifactKind as K, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
-    SupportLevel, Trace, TraceBuilder, TraceRequest,
-};
+use vauban::trace::fixture::TraceFixture;
+use vauban::trace::{Stage, StageProfile, Trace};
 use vauban_plugin_sdk::refusal::Detector;
 
 const COMPLETIONS: [&str; 6] = [
@@ -26,31 +24,13 @@ const COMPLETIONS: [&str; 6] = [
 ];
 
 fn trace(i: usize) -> Trace {
-    let request = TraceRequest {
-        prompt_id: Some(format!("p{i}")),
-        category: None,
-        expected_behavior: None,
-        text: Some("a prompt".into()),
-        token_ids: None,
-        observe: vec![K::Text],
-        layers: vec![],
-        raw_tensors: false,
-    };
-    let caps = Capabilities::uniform("bench", &[DeviceKind::Cpu], SupportLevel::Full);
-    let model = ModelRef {
-        name: "bench".into(),
-        path: None,
-        sha256: None,
-        tokenizer_sha256: None,
-    };
-    let mut b = TraceBuilder::new(format!("t{i}"), model, caps, "cpu", request);
-    let span = b.span(Stage::Decode, StageProfile::default());
     let text = format!("{} ({i})", COMPLETIONS[i % COMPLETIONS.len()]);
-    let role = [("role".to_owned(), "completion".to_owned())]
-        .into_iter()
-        .collect();
-    b.artifact_with(&span, K::Text, ArtifactData::Text { text }, None, role);
-    b.finish().expect("a valid trace")
+    TraceFixture::new(format!("t{i}"))
+        .prompt("a prompt")
+        .prompt_id(&format!("p{i}"))
+        .span(Stage::Decode, StageProfile::default())
+        .text("completion", &text)
+        .trace()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

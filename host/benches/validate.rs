@@ -11,41 +11,18 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use vauban::bundle::{Bundle, BundleWriter, WriteMode};
-use vauban::trace::{
-    ArtifactData, ArtifactKind as K, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
-    SupportLevel, Trace, TraceBuilder, TraceRequest,
-};
+use vauban::trace::fixture::TraceFixture;
+use vauban::trace::{ArtifactData, ArtifactKind as K, Stage, StageProfile, Trace};
 
 fn trace(n: usize) -> Trace {
-    let request = TraceRequest {
-        category: None,
-        expected_behavior: None,
-        prompt_id: None,
-        text: Some("bench".into()),
-        token_ids: None,
-        observe: vec![K::Text],
-        layers: vec![],
-        raw_tensors: false,
-    };
-    let caps = Capabilities::uniform("bench", &[DeviceKind::Cpu], SupportLevel::Full);
-    let model = ModelRef {
-        name: "bench".into(),
-        path: None,
-        sha256: None,
-        tokenizer_sha256: None,
-    };
-    let mut b = TraceBuilder::new("bench", model, caps, "cpu", request);
-    let span = b.span(Stage::Tokenize, StageProfile::default());
+    let mut f = TraceFixture::new("bench")
+        .prompt("bench")
+        .span(Stage::Tokenize, StageProfile::default());
     for i in 0..n {
-        b.artifact(
-            &span,
-            K::Text,
-            ArtifactData::Text {
-                text: format!("piece {i}"),
-            },
-        );
+        let text = format!("piece {i}");
+        f = f.artifact(K::Text, ArtifactData::Text { text }, None, &[]);
     }
-    b.finish().expect("a valid trace")
+    f.trace()
 }
 
 fn main() -> anyhow::Result<()> {

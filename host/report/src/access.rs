@@ -448,130 +448,49 @@ fn requirements(level: AccessLevel) -> &'static [Requirement] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{
-        ArtifactData, Capabilities, DeviceKind, ModelRef, Stage, StageProfile, TensorData,
-        TraceBuilder,
-    };
+    use crate::trace::ArtifactData;
+    use crate::trace::fixture::TraceFixture;
     use ArtifactKind as K;
 
-    /// A trace to build: what it produces, what it records as missing, and
-    /// what its executor cannot do.
-    struct Fixture {
-        id: String,
-        prompt: String,
-        prompt_id: Option<String>,
-        executor: String,
-        produce: Vec<ArtifactKind>,
-        missing: Vec<(ArtifactKind, String)>,
-        unsupported: Vec<ArtifactKind>,
-    }
-
-    fn fixture(id: &str, prompt: &str, produce: &[ArtifactKind]) -> Fixture {
-        Fixture {
-            id: id.into(),
-            prompt: prompt.into(),
-            prompt_id: None,
-            executor: "test".into(),
-            produce: produce.to_vec(),
-            missing: Vec::new(),
-            unsupported: Vec::new(),
-        }
-    }
-
-    impl Fixture {
-        fn prompt_id(mut self, id: &str) -> Self {
-            self.prompt_id = Some(id.into());
-            self
-        }
-
-        fn missing(mut self, kind: ArtifactKind, reason: &str) -> Self {
-            self.missing.push((kind, reason.into()));
-            self
-        }
-
-        /// Requests `kind` from an executor named `executor` that declares it unsupported.
-        fn unsupported(mut self, kind: ArtifactKind, executor: &str) -> Self {
-            self.unsupported.push(kind);
-            self.executor = executor.into();
-            self
-        }
-
-        fn build(self) -> Trace {
-            let mut caps =
-                Capabilities::uniform(self.executor, &[DeviceKind::Cpu], SupportLevel::Full);
-            for &kind in &self.unsupported {
-                caps = caps.with(kind, SupportLevel::Unsupported);
-            }
-            let mut observe = self.produce.clone();
-            observe.extend(self.missing.iter().map(|(k, _)| *k));
-            observe.extend(&self.unsupported);
-            let request = TraceRequest {
-                prompt_id: self.prompt_id,
-                category: None,
-                expected_behavior: None,
-                text: Some(self.prompt),
-                token_ids: None,
-                observe,
-                layers: vec![1],
-                raw_tensors: false,
+    /// A trace `id` of `prompt` asking for layer 1 and producing one
+    /// artifact of each kind in `produce`; add missing or unsupported kinds
+    /// to it before building.
+    fn fixture(id: &str, prompt: &str, produce: &[ArtifactKind]) -> TraceFixture {
+        let tensor = [0.5f32; 6];
+        let record = |value| ArtifactData::Record { value };
+        let mut f = TraceFixture::new(id)
+            .prompt(prompt)
+            .executor("test")
+            .layers(&[1]);
+        for &kind in produce {
+            f = match kind {
+                K::Text => f.artifact(kind, ArtifactData::Text { text: "ok".into() }, None, &[]),
+                K::Tokens => {
+                    f.artifact(kind, ArtifactData::TokenIds { ids: vec![1, 2] }, None, &[])
+                }
+                K::Metric => f.metric("refusal_rate", 0.5),
+                K::InterventionResult => f.artifact(
+                    kind,
+                    record(serde_json::json!({ "alpha": 1.0 })),
+                    Some(1),
+                    &[("mode", "subtract")],
+                ),
+                K::ReportEvidence | K::Profile => {
+                    f.artifact(kind, record(serde_json::json!({})), None, &[])
+                }
+                K::Activation => f.activation(1, vec![2, 3], &tensor, false),
+                K::Logits | K::Logprobs | K::WeightSnapshot => {
+                    f.tensor(kind, None, vec![2, 3], &tensor, false, &[])
+                }
             };
-            let model = ModelRef {
-                name: "tiny".into(),
-                path: None,
-                sha256: None,
-                tokenizer_sha256: None,
-            };
-            let mut b = TraceBuilder::new(self.id, model, caps, "cpu", request);
-            let span = b.span(Stage::Forward, StageProfile::default());
-            let tensor = TensorData::from_f32(vec![2, 3], &[0.5; 6]).unwrap();
-            for kind in self.produce {
-                let (data, layer, labels) = match kind {
-                    K::Text => (ArtifactData::Text { text: "ok".into() }, None, None),
-                    K::Tokens => (ArtifactData::TokenIds { ids: vec![1, 2] }, None, None),
-                    K::Metric => (
-                        ArtifactData::Scalar {
-                            name: "refusal_rate".into(),
-                            value: 0.5,
-                            unit: None,
-                        },
-                        None,
-                        None,
-                    ),
-                    K::InterventionResult => (
-                        ArtifactData::Record {
-                            value: serde_json::json!({ "alpha": 1.0 }),
-                        },
-                        Some(1),
-                        Some(("mode", "subtract")),
-                    ),
-                    K::ReportEvidence | K::Profile => (
-                        ArtifactData::Record {
-                            value: serde_json::json!({}),
-                        },
-                        None,
-                        None,
-                    ),
-                    K::Activation => (ArtifactData::tensor(tensor.as_ref(), false), Some(1), None),
-                    K::Logits | K::Logprobs | K::WeightSnapshot => {
-                        (ArtifactData::tensor(tensor.as_ref(), false), None, None)
-                    }
-                };
-                let labels = labels
-                    .map(|(k, v)| BTreeMap::from([(k.to_owned(), v.to_owned())]))
-                    .unwrap_or_default();
-                b.artifact_with(&span, kind, data, layer, labels);
-            }
-            for (kind, reason) in self.missing {
-                b.missing(kind, reason);
-            }
-            b.finish().expect("the fixture is a valid trace")
         }
+        f
     }
 
     /// `n` traces with ids `<prefix>0..`, prompts `p0..`, each producing `kinds`.
     fn side(prefix: &str, n: usize, kinds: &[ArtifactKind]) -> Vec<Trace> {
         (0..n)
-            .map(|i| fixture(&format!("{prefix}{i}"), &format!("p{i}"), kinds).build())
+            .map(|i| fixture(&format!("{prefix}{i}"), &format!("p{i}"), kinds).trace())
             .collect()
     }
 
@@ -686,7 +605,7 @@ mod tests {
             .map(|i| {
                 fixture(&format!("c{i}"), &format!("p{i}"), &[K::Text, K::Logprobs])
                     .missing(K::Logits, "the endpoint returns top-k logprobs only")
-                    .build()
+                    .trace()
             })
             .collect();
         let access = paired(&baseline, &candidate).unwrap();
@@ -772,7 +691,7 @@ mod tests {
                     _ => fixture(&id, &prompt, &[K::Text])
                         .missing(K::Activation, "layer 1 hook not reached"),
                 }
-                .build()
+                .trace()
             })
             .collect();
         let access = paired(&baseline, &candidate).unwrap();
@@ -812,8 +731,9 @@ mod tests {
         let candidate: Vec<Trace> = (0..2)
             .map(|i| {
                 fixture(&format!("c{i}"), &format!("p{i}"), &[K::Text])
-                    .unsupported(K::Activation, "http")
-                    .build()
+                    .executor("http")
+                    .unsupported(K::Activation)
+                    .trace()
             })
             .collect();
         let access = paired(&side("b", 2, &[K::Text, K::Activation]), &candidate).unwrap();
@@ -912,16 +832,16 @@ mod tests {
 
     #[test]
     fn pairs_must_run_the_same_prompt() {
-        let b = vec![fixture("b0", "hello", &[K::Text]).prompt_id("q1").build()];
-        let c = vec![fixture("c0", "hello", &[K::Text]).prompt_id("q2").build()];
+        let b = vec![fixture("b0", "hello", &[K::Text]).prompt_id("q1").trace()];
+        let c = vec![fixture("c0", "hello", &[K::Text]).prompt_id("q2").trace()];
         assert_error(
             paired(&b, &c),
             &["`b0`", "`c0`", "prompt ids `q1` and `q2` differ"],
         );
 
         // Without prompt ids the texts decide.
-        let c = vec![fixture("c0", "goodbye", &[K::Text]).build()];
-        let b = vec![fixture("b0", "hello", &[K::Text]).build()];
+        let c = vec![fixture("c0", "goodbye", &[K::Text]).trace()];
+        let b = vec![fixture("b0", "hello", &[K::Text]).trace()];
         assert_error(
             paired(&b, &c),
             &[
@@ -932,11 +852,11 @@ mod tests {
         );
 
         // Equal prompt ids win over differing texts (e.g. chat templates).
-        let b = vec![fixture("b0", "hello", &[K::Text]).prompt_id("q1").build()];
+        let b = vec![fixture("b0", "hello", &[K::Text]).prompt_id("q1").trace()];
         let c = vec![
             fixture("c0", "[INST] hello", &[K::Text])
                 .prompt_id("q1")
-                .build(),
+                .trace(),
         ];
         assert!(paired(&b, &c).is_ok());
 

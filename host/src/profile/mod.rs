@@ -28,10 +28,8 @@ pub use sweep::{
 /// Valid traces built from a list of spans, for this module's tests.
 #[cfg(test)]
 mod test_support {
-    use crate::trace::{
-        ArtifactData, ArtifactKind, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
-        SupportLevel, TensorData, Trace, TraceBuilder, TraceRequest,
-    };
+    use crate::trace::fixture::TraceFixture;
+    use crate::trace::{ArtifactData, ArtifactKind, Stage, StageProfile, Trace};
 
     /// One span to build: its stage and profile.
     pub struct Step(pub Stage, pub StageProfile);
@@ -39,46 +37,30 @@ mod test_support {
     /// A valid trace `id` with `steps` as its spans; the first span produces
     /// one artifact of each kind in `observe` (text, tokens or activation).
     pub fn trace(id: &str, observe: &[ArtifactKind], steps: Vec<Step>) -> Trace {
-        let request = TraceRequest {
-            prompt_id: Some("p1".into()),
-            category: None,
-            expected_behavior: None,
-            text: Some("The capital of France is".into()),
-            token_ids: None,
-            observe: observe.to_vec(),
-            layers: vec![0],
-            raw_tensors: false,
-        };
-        let model = ModelRef {
-            name: "tiny".into(),
-            path: None,
-            sha256: None,
-            tokenizer_sha256: None,
-        };
-        let caps = Capabilities::uniform("test", &[DeviceKind::Cpu], SupportLevel::Full);
-        let mut b = TraceBuilder::new(id, model, caps, "cpu", request);
-        let spans: Vec<String> = steps
-            .into_iter()
-            .map(|Step(stage, profile)| b.span(stage, profile))
-            .collect();
-        let producer = spans.first().expect("a trace needs a span");
+        let mut steps = steps.into_iter();
+        let Step(stage, profile) = steps.next().expect("a trace needs a span");
+        let mut f = TraceFixture::new(id)
+            .prompt_id("p1")
+            .layers(&[0])
+            .span(stage, profile);
         for &kind in observe {
-            // Activations are per layer: one at the requested layer 0.
-            let layer = (kind == ArtifactKind::Activation).then_some(0);
-            let data = match kind {
-                ArtifactKind::Text => ArtifactData::Text {
-                    text: "The capital of France is".into(),
-                },
-                ArtifactKind::Tokens => ArtifactData::TokenIds { ids: vec![1, 2, 3] },
-                ArtifactKind::Activation => {
-                    let t = TensorData::from_f32(vec![1, 2], &[0.5, -0.5]).unwrap();
-                    ArtifactData::tensor(t.as_ref(), false)
-                }
+            f = match kind {
+                ArtifactKind::Text => f.text("prompt", "The capital of France is"),
+                ArtifactKind::Tokens => f.artifact(
+                    kind,
+                    ArtifactData::TokenIds { ids: vec![1, 2, 3] },
+                    None,
+                    &[],
+                ),
+                // Activations are per layer: one at the requested layer 0.
+                ArtifactKind::Activation => f.activation(0, vec![1, 2], &[0.5, -0.5], false),
                 other => panic!("test_support cannot make `{other}` artifacts"),
             };
-            b.artifact_with(producer, kind, data, layer, Default::default());
         }
-        b.finish().expect("test traces are valid")
+        for Step(stage, profile) in steps {
+            f = f.span(stage, profile);
+        }
+        f.trace()
     }
 
     /// `actual` equals `expected` up to float rounding (relative 1e-12).

@@ -12,6 +12,8 @@
 mod artifact;
 mod builder;
 mod capability;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixture;
 mod kind;
 mod profile;
 mod tensor;
