@@ -5,8 +5,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use commands::Cli;
+use exit::Exit;
 
 mod commands;
+mod exit;
 
 fn main() -> ExitCode {
     // SAFETY: first thing in main; no other thread exists yet to read the environment.
@@ -22,20 +24,23 @@ fn main() -> ExitCode {
     // Everything printed passes through `printable`: plugins, models and
     // bundles supply text, and none of it may drive the terminal.
     let mut stdout = vauban::text::PrintableWriter::new(std::io::stdout().lock());
-    match cli.run(&mut stdout) {
-        Ok(()) => ExitCode::SUCCESS,
+    // A usage error never reaches here: clap prints it and exits with
+    // `Exit::Usage` (2) while parsing.
+    let exit = match cli.run(&mut stdout) {
+        Ok(()) => Exit::Success,
         // A closed pipe (`vauban trace inspect B | head`) is the reader's choice, not an error.
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
-        // Failed regression gates: the reports are written; exit code 2.
+        Err(err) if is_broken_pipe(&err) => Exit::Success,
+        // Failed regression gates: the reports are written.
         Err(err) if err.downcast_ref::<commands::GatesFailed>().is_some() => {
             eprintln!("{}", vauban::text::printable(&err.to_string()));
-            ExitCode::from(2)
+            Exit::GateFailed
         }
         Err(err) => {
             eprintln!("error: {}", vauban::text::printable(&message(&err)));
-            ExitCode::FAILURE
+            Exit::Error
         }
-    }
+    };
+    ExitCode::from(exit)
 }
 
 /// The error and its causes, joined by `: `, leaving out a cause whose text

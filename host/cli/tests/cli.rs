@@ -184,3 +184,46 @@ fn sweep_refuses_unstable_coverage_unless_allowed() {
         stdout(&allowed)
     );
 }
+
+#[test]
+fn each_kind_of_failure_has_its_own_exit_code_and_help_lists_them() {
+    // 2: the command line itself is wrong (clap), never a gate.
+    for args in [
+        &["run", "--bogus", "x.toml"][..],
+        &["run"][..],
+        &["generate", "--temperature"][..],
+    ] {
+        let o = vauban(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    // 1: the command ran and failed, naming what failed.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent.toml");
+    let o = vauban(&["validate", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("absent.toml"), "{}", stderr(&o));
+    let o = vauban(&["trace", "inspect", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // 0: done.
+    let o = vauban(&["trace", "validate", demo().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // (3, a failed `fail` gate after every report is written, is checked
+    // by run_report.rs, which runs a model.)
+
+    // The table is in the help of the binary and of the commands that can
+    // fail a gate, one line per code.
+    for args in [
+        &["--help"][..],
+        &["run", "--help"][..],
+        &["diff", "--help"][..],
+    ] {
+        let help = stdout(&vauban(args));
+        assert!(help.contains("Exit codes:"), "{args:?}: {help}");
+        for code in ["0", "1", "2", "3"] {
+            assert!(
+                help.contains(&format!("\n  {code}  ")),
+                "{args:?}: no line for exit code {code}: {help}"
+            );
+        }
+    }
+}

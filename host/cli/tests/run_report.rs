@@ -211,8 +211,8 @@ claim_strength = "model_change_audit"
     let o = vauban(&["run", s.config.to_str().unwrap()]);
     assert_eq!(
         o.status.code(),
-        Some(2),
-        "a failed gate exits 2: {}",
+        Some(3),
+        "a failed gate exits 3: {}",
         text(&o)
     );
     let out = s.dir.path().join("out");
@@ -305,7 +305,7 @@ claim_strength = "model_change_audit"
     std::fs::remove_dir_all(&first).unwrap();
     std::fs::remove_dir_all(out.join("traces/baseline")).unwrap();
     let o2 = vauban(&["run", s.config.to_str().unwrap()]);
-    assert_eq!(o2.status.code(), Some(2), "{}", text(&o2));
+    assert_eq!(o2.status.code(), Some(3), "{}", text(&o2));
     let r2 = report(&out);
     let reused = r2["reproducibility"]["bundles"]["baseline"]["reused"]
         .as_u64()
@@ -342,7 +342,7 @@ claim_strength = "model_change_audit"
         "--out",
         replay_out.to_str().unwrap(),
     ]);
-    assert_eq!(o3.status.code(), Some(2), "{}", text(&o3));
+    assert_eq!(o3.status.code(), Some(3), "{}", text(&o3));
     let r3 = report(&replay_out);
     report_fixture::validate_against_schema(&r3);
     // The KL is computed from rows recorded in the traces, so the replay
@@ -416,7 +416,7 @@ claim_strength = "model_change_audit"
     let mixed_config = s.dir.path().join("mixed.toml");
     std::fs::write(&mixed_config, mixed).unwrap();
     let o4 = vauban(&["run", mixed_config.to_str().unwrap()]);
-    assert_eq!(o4.status.code(), Some(2), "{}", text(&o4));
+    assert_eq!(o4.status.code(), Some(3), "{}", text(&o4));
     let r4 = report(&s.dir.path().join("mixed"));
     for key in ["metric_deltas", "distribution", "gates"] {
         assert_eq!(r[key], r4[key], "{key} differs with the candidate replayed");
@@ -714,4 +714,58 @@ plugin = "behavior"
     }
     let rest = d["baseline_rest_mass"].as_f64().unwrap();
     assert!((0.0..1.0).contains(&rest), "{rest}");
+}
+
+/// A suite file is read as editors write it (a UTF-8 byte-order mark is
+/// fine) and its errors point into the suite file, not the config.
+#[test]
+fn suite_file_errors_name_the_suite_file_and_line() {
+    let s = setup("", "");
+    let original = std::fs::read_to_string(&s.config).unwrap();
+    let start = original.find("[suite]").unwrap();
+    let end = original.find("[observe]").unwrap();
+    let config = format!(
+        "{}[suite]\nfile = \"suite.jsonl\"\n\n{}",
+        &original[..start],
+        &original[end..]
+    );
+    std::fs::write(&s.config, config).unwrap();
+    let suite = s.dir.path().join("suite.jsonl");
+    let validate = || vauban(&["validate", "--offline", s.config.to_str().unwrap()]);
+
+    // A byte-order mark, as Windows editors write it: accepted.
+    let good = "{\"id\": \"a\", \"text\": \"the cat\"}\n{\"id\": \"b\", \"text\": \"a hat\"}\n";
+    std::fs::write(&suite, format!("\u{feff}{good}")).unwrap();
+    let o = validate();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // A duplicate id: the suite file and the line of the second one.
+    std::fs::write(
+        &suite,
+        format!("{good}{{\"id\": \"a\", \"text\": \"again\"}}\n"),
+    )
+    .unwrap();
+    let o = validate();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("suite.jsonl:3:") && err.contains("used twice"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("run.toml"),
+        "the config is not the place: {err}"
+    );
+
+    // Bytes that are not UTF-8: line, column and byte offset.
+    let mut bytes = b"{\"id\": \"a\", \"text\": \"ok\"}\n{\"id\": \"b\", \"text\": \"caf".to_vec();
+    bytes.extend([0xe9, b'"', b'}', b'\n']);
+    std::fs::write(&suite, bytes).unwrap();
+    let o = validate();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("suite.jsonl:2:") && err.contains("byte 0xe9 at byte offset 50 (column 25)"),
+        "{err}"
+    );
 }

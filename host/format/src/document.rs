@@ -714,7 +714,7 @@ impl Redaction {
 pub enum Severity {
     /// Reported; the run still succeeds.
     Warn,
-    /// The run exits with code 2 (after writing every report).
+    /// The run exits with code 3 (after writing every report).
     #[default]
     Fail,
 }
@@ -757,7 +757,7 @@ impl GateOutcome {
 
 impl GateResult {
     /// Whether the gate failed: `fail`, or `no_data` with severity `fail`
-    /// (the exit code 2 of `vauban run`).
+    /// (the exit code 3 of `vauban run`).
     pub fn fails(&self) -> bool {
         self.outcome == GateOutcome::Fail
             || (self.outcome == GateOutcome::NoData && self.severity == Severity::Fail)

@@ -68,8 +68,11 @@ pub enum SuiteError {
 /// The largest suite file read (about a million short prompts).
 pub const MAX_SUITE_BYTES: u64 = 256 << 20;
 
+/// The suite file's text. A UTF-8 byte-order mark (which Windows editors
+/// write) is dropped; bytes that are not UTF-8 are an error naming the
+/// line, column and byte offset.
 fn read_suite_file(path: &Path) -> Result<String, SuiteError> {
-    crate::input::read_text(path, MAX_SUITE_BYTES).map_err(|e| match e {
+    let bytes = crate::input::read_bounded(path, MAX_SUITE_BYTES).map_err(|e| match e {
         crate::input::ReadProblem::Io(source) => SuiteError::Read {
             path: path.to_owned(),
             source,
@@ -78,7 +81,29 @@ fn read_suite_file(path: &Path) -> Result<String, SuiteError> {
             path: path.to_owned(),
             problem: format!("{other}; give a .jsonl or .toml file"),
         },
-    })
+    })?;
+    let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    match std::str::from_utf8(body) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(e) => {
+            let at = e.valid_up_to();
+            let line_start = body[..at]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
+            let line = body[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            let offset = at + (bytes.len() - body.len());
+            Err(SuiteError::Line {
+                path: path.to_owned(),
+                line,
+                message: format!(
+                    "not UTF-8 text: byte 0x{:02x} at byte offset {offset} (column {}); save the suite as UTF-8",
+                    body[at],
+                    at - line_start + 1
+                ),
+            })
+        }
+    }
 }
 
 /// A checked list of prompts.
@@ -97,15 +122,28 @@ impl Suite {
     /// Reads a `.jsonl` or `.toml` suite file and checks it.
     pub fn load(path: &Path) -> Result<Suite, SuiteError> {
         let text = read_suite_file(path)?;
-        let prompts = match path.extension().and_then(|e| e.to_str()) {
-            Some("jsonl") => parse_jsonl(path, &text)?,
+        let (prompts, lines) = match path.extension().and_then(|e| e.to_str()) {
+            Some("jsonl") => parse_jsonl(path, &text)?.into_iter().unzip(),
             Some("toml") => {
-                toml::from_str::<TomlSuite>(&text)
+                let prompts = toml::from_str::<TomlSuite>(&text)
                     .map_err(|e| SuiteError::Toml {
                         path: path.to_owned(),
                         message: e.to_string(),
                     })?
-                    .prompts
+                    .prompts;
+                // The line of each `[[prompts]]` table, when every prompt
+                // is one (an inline array has no per-prompt header).
+                let headers: Vec<usize> = text
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| l.trim_start().starts_with("[[prompts]]"))
+                    .map(|(i, _)| i + 1)
+                    .collect();
+                let lines = match headers.len() == prompts.len() {
+                    true => headers,
+                    false => Vec::new(),
+                };
+                (prompts, lines)
             }
             _ => {
                 return Err(SuiteError::Extension {
@@ -113,22 +151,33 @@ impl Suite {
                 });
             }
         };
-        Suite::new(prompts, &path.display().to_string())
+        Suite::check(prompts, &path.display().to_string(), &lines)
     }
 
     /// Checks prompts given inline (`place` names them in errors).
     pub fn new(prompts: Vec<Prompt>, place: &str) -> Result<Suite, SuiteError> {
-        let invalid = |message: String| SuiteError::Invalid {
-            place: place.to_owned(),
-            message,
+        Suite::check(prompts, place, &[])
+    }
+
+    /// Checks prompts; `lines` (when given) holds each prompt's line in
+    /// the file `place`, so an error points at the prompt itself.
+    fn check(prompts: Vec<Prompt>, place: &str, lines: &[usize]) -> Result<Suite, SuiteError> {
+        let at_prompt = |i: usize| match lines.get(i) {
+            Some(line) => format!("{place}:{line}"),
+            None => place.to_owned(),
         };
         if prompts.is_empty() {
-            return Err(invalid(
-                "the suite has no prompts; add at least one".to_owned(),
-            ));
+            return Err(SuiteError::Invalid {
+                place: place.to_owned(),
+                message: "the suite has no prompts; add at least one".to_owned(),
+            });
         }
         let mut seen = BTreeSet::new();
         for (i, p) in prompts.iter().enumerate() {
+            let invalid = |message: String| SuiteError::Invalid {
+                place: at_prompt(i),
+                message,
+            };
             let at = format!("prompt {} (id `{}`)", i + 1, p.id);
             if p.id.trim().is_empty() {
                 return Err(invalid(format!("prompt {} has an empty id", i + 1)));
@@ -169,7 +218,8 @@ impl Suite {
     }
 }
 
-fn parse_jsonl(path: &Path, text: &str) -> Result<Vec<Prompt>, SuiteError> {
+/// The prompts of a JSONL suite, each with its line.
+fn parse_jsonl(path: &Path, text: &str) -> Result<Vec<(Prompt, usize)>, SuiteError> {
     let mut prompts = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -180,7 +230,7 @@ fn parse_jsonl(path: &Path, text: &str) -> Result<Vec<Prompt>, SuiteError> {
             line: i + 1,
             message: format!("{e} (each line is one prompt: {{\"id\": …, \"text\": …}})"),
         })?;
-        prompts.push(prompt);
+        prompts.push((prompt, i + 1));
     }
     Ok(prompts)
 }
@@ -211,6 +261,34 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.prompts[1].redaction, Redaction::Redacted);
         assert_eq!(a.categories().into_iter().collect::<Vec<_>>(), ["harmless"]);
+    }
+
+    #[test]
+    fn a_toml_suite_error_names_the_prompts_table_line() {
+        let (_d, p) = write(
+            "s.toml",
+            "# suite\n[[prompts]]\nid = \"a\"\ntext = \"Hi\"\n\n[[prompts]]\nid = \"b\"\ntext = \"\"\n",
+        );
+        let e = Suite::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("s.toml:6:") && e.contains("text is empty"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_dropped_and_a_bom_alone_is_not_text_to_parse() {
+        let (_d, p) = write("s.jsonl", "\u{feff}{\"id\":\"a\",\"text\":\"Hi\"}\n");
+        assert_eq!(Suite::load(&p).unwrap().prompts[0].id, "a");
+        // Offsets count the mark: the bad byte is the file's 6th.
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("b.jsonl");
+        std::fs::write(&bad, b"\xEF\xBB\xBF{\"\xff").unwrap();
+        let e = Suite::load(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("b.jsonl:1:") && e.contains("byte 0xff at byte offset 5 (column 3)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -179,7 +179,7 @@ pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
         .collect()
 }
 
-/// Whether a gate result stops the run (exit code 2).
+/// Whether a gate result fails the run (exit code 3).
 pub fn gate_fails(g: &GateResult) -> bool {
     g.fails()
 }

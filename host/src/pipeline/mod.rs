@@ -38,7 +38,7 @@ pub struct Outcome {
     pub report: Report,
     /// The files written, in order.
     pub files: Vec<PathBuf>,
-    /// Gates whose failure sets exit code 2.
+    /// Gates whose failure sets exit code 3.
     pub failed_gates: usize,
 }
 

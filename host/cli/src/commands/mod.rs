@@ -23,7 +23,12 @@ use vauban::profile::{SweepAxis, SweepOptions, summarize_sweep};
 /// vauban records an evidence-bearing trace of every run (trace bundles), and
 /// bounds every claim of its report by what the traces actually contain.
 #[derive(Debug, Parser)]
-#[command(name = "vauban", version, propagate_version = true)]
+#[command(
+    name = "vauban",
+    version,
+    propagate_version = true,
+    after_help = crate::exit::TABLE
+)]
 pub struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -42,9 +47,11 @@ pub struct Cli {
 pub enum Command {
     /// Run a config: trace the baseline and the candidate on a prompt
     /// suite, score, check claims, write report.json/.md/.html. Exit code
-    /// 2 when a regression gate fails (after every report is written).
+    /// 3 when a `fail` gate fails (after every report is written).
+    #[command(after_help = crate::exit::TABLE)]
     Run(run::RunArgs),
     /// Build the report from two recorded bundles, with no model (replay).
+    #[command(after_help = crate::exit::TABLE)]
     Diff(run::DiffArgs),
     /// Check a config without running it.
     Validate(run::ValidateArgs),

@@ -44,7 +44,8 @@ pub struct ValidateArgs {
     pub offline: bool,
 }
 
-/// Failed regression gates: the reports are written, the exit code is 2.
+/// Failed regression gates: the reports are written, the exit code is 3
+/// (`Exit::GateFailed`).
 #[derive(Debug, thiserror::Error)]
 #[error("{failed} regression gate(s) failed; the reports are written ({files})")]
 pub struct GatesFailed {
