@@ -167,6 +167,11 @@ fn bad_input_is_refused_with_a_clear_error_and_no_panic() {
             "mode=`sideways` is unknown; valid modes: project, subtract",
         ),
         (vec!["--temperature=-1".into()], "temperature"),
+        // Separated from its flag, a negative value is still a value.
+        (
+            vec!["--temperature".into(), "-1".into()],
+            "`-1` is out of range: use 0 for greedy decoding",
+        ),
         (
             vec!["--layers".into(), "1,1".into()],
             "--layers lists layer 1 twice",
@@ -176,7 +181,7 @@ fn bad_input_is_refused_with_a_clear_error_and_no_panic() {
             "--block-outputs needs --layers",
         ),
         (vec!["--stop".into(), "".into()], "--stop number 1 is empty"),
-        (vec!["--top-p".into(), "0".into()], "top_p"),
+        (vec!["--top-p".into(), "0".into()], "--top-p"),
     ];
     for (extra, expected) in cases {
         let mut args = vec![

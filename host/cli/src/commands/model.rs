@@ -83,10 +83,12 @@ pub struct PromptArgs {
     #[arg(long, conflicts_with = "raw")]
     pub system: Option<String>,
     /// Sampling temperature; 0 (the default) is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    // Negative numbers parse, so `-1` gets a range error rather than
+    // "unexpected argument".
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = temperature)]
     pub temperature: f32,
     /// Nucleus sampling: keep the most probable tokens up to this total probability.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = probability)]
     pub top_p: f32,
     /// Keep only the k most probable tokens.
     #[arg(long)]
@@ -535,4 +537,26 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
         args.out.display()
     )?;
     Ok(())
+}
+
+/// A sampling temperature: a finite number ≥ 0 (0 is greedy).
+fn temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        Ok(_) => Err(format!(
+            "`{s}` is out of range: use 0 for greedy decoding or a positive temperature such as 0.7"
+        )),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
+}
+
+/// A probability mass in (0, 1].
+fn probability(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        Ok(_) => Err(format!(
+            "`{s}` is out of range: use a value in (0, 1], such as 0.9"
+        )),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
 }

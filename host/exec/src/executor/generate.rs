@@ -183,6 +183,13 @@ pub fn generate(
             &mut decode_steps,
         )?;
     }
+    // A generation cut by its budget can end inside a character: the
+    // tokenizer shows those bytes as U+FFFD. The text ends at the last
+    // whole character; the ids keep every token generated.
+    if matches!(stop, StopReason::MaxTokens | StopReason::ContextFull { .. }) {
+        let whole = text.trim_end_matches('\u{FFFD}').len();
+        text.truncate(whole);
+    }
     if text.len() > emitted && text.is_char_boundary(emitted) {
         on_text(&text[emitted..]);
     }
@@ -400,6 +407,30 @@ mod tests {
     fn lossy(ids: &[u32]) -> Result<String, ExecutorError> {
         let bytes: Vec<u8> = ids.iter().map(|&i| i as u8).collect();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[test]
+    fn a_budget_that_ends_inside_a_character_ends_the_text_before_it() {
+        let opts = GenerateOptions {
+            max_tokens: 4,
+            ..Default::default()
+        };
+        let mut streamed = String::new();
+        let g = generate(
+            &mut Bytes { pos: 0 },
+            &[1],
+            None,
+            &opts,
+            &|_| false,
+            &lossy,
+            &mut |t| streamed.push_str(t),
+        )
+        .unwrap();
+        // a b c and the first byte of é: the text stops after `c`.
+        assert_eq!(g.ids.len(), 4);
+        assert_eq!(g.text, "abc");
+        assert_eq!(streamed, "abc");
+        assert_eq!(g.stop, StopReason::MaxTokens);
     }
 
     #[test]
