@@ -769,3 +769,57 @@ fn suite_file_errors_name_the_suite_file_and_line() {
         "{err}"
     );
 }
+
+/// `validate` reads every direction file the transformation names, as
+/// `run` would, before any weights load, and refuses one that is missing,
+/// not safetensors, or of the wrong width, at its key.
+#[test]
+fn validate_reads_the_direction_files_a_run_would_read() {
+    let s = setup("", "");
+    let original = std::fs::read_to_string(&s.config).unwrap();
+    let t = candle_core::Tensor::from_vec(
+        vec![1f32; tiny::HIDDEN + 1],
+        tiny::HIDDEN + 1,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    candle_core::safetensors::save(
+        &std::collections::HashMap::from([("direction".to_string(), t)]),
+        s.dir.path().join("wide.safetensors"),
+    )
+    .unwrap();
+    std::fs::write(s.dir.path().join("notes.safetensors"), "0.1 0.2 0.3 0.4\n").unwrap();
+    let transform = "kind = \"ablate\"\ndirection = \"d.safetensors\"";
+    assert!(original.contains(transform));
+    let cases = [
+        (
+            "kind = \"ablate\"\ndirection = \"wide.safetensors\"".to_owned(),
+            vec![
+                "candidate.transform.direction",
+                "wide.safetensors has width 65 but",
+                "has hidden size 64",
+            ],
+        ),
+        (
+            "kind = \"ablate\"\ndirection = \"notes.safetensors\"".to_owned(),
+            vec![
+                "candidate.transform.direction",
+                "its first 8 bytes give a header length of",
+            ],
+        ),
+        (
+            "kind = \"intervene\"\ninterventions = [\"layer=1,mode=subtract,direction=absent.safetensors\"]"
+                .to_owned(),
+            vec!["candidate.transform.interventions[0]", "absent.safetensors"],
+        ),
+    ];
+    for (replacement, needles) in cases {
+        std::fs::write(&s.config, original.replace(transform, &replacement)).unwrap();
+        let o = vauban(&["validate", "--offline", s.config.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{replacement}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{replacement}: no {n:?} in {err}");
+        }
+    }
+}

@@ -705,6 +705,7 @@ impl ModelCheck<'_> {
                     spec.layer,
                 ));
             }
+            self.directions(t, shape, at)?;
         }
         if let Some(m) = config.measure.as_ref().filter(|_| self.measures) {
             if let Some(&l) = m.layers.iter().find(|&&l| l >= depth) {
@@ -724,6 +725,56 @@ impl ModelCheck<'_> {
             )));
         }
         Ok(None)
+    }
+
+    /// Every direction file the transformation reads, read as `run` reads
+    /// it (the tensor and row each layer takes) and checked against the
+    /// model's width: a file that is missing, unreadable, lacks the tensor
+    /// or has the wrong width is refused at its key. Direction files are
+    /// small (one row or one per layer), so this costs milliseconds.
+    fn directions(
+        &self,
+        t: &TransformPlan,
+        shape: &crate::model::config::LlamaConfig,
+        at: &At<'_>,
+    ) -> anyhow::Result<()> {
+        let key = self.key;
+        let width_error = |file: &Path, width: usize| {
+            format!(
+                "{} has width {width} but {} has hidden size {}; measure the direction on this model",
+                file.display(),
+                self.model.display(),
+                shape.hidden
+            )
+        };
+        if let Some(DirectionRef::File(file)) = &t.direction {
+            let field = format!("{key}.transform.direction");
+            let layers: Vec<usize> = match t.layers.is_empty() {
+                true => (0..shape.layers).collect(),
+                false => t.layers.clone(),
+            };
+            for layer in layers {
+                let d = crate::intervene::load_direction(file, t.tensor.as_deref(), None, layer)
+                    .map_err(|e| at(&field, e.to_string()))?;
+                if d.width() != shape.hidden {
+                    return Err(at(&field, width_error(file, d.width())));
+                }
+            }
+        }
+        for (i, spec) in t.interventions.iter().enumerate() {
+            let field = format!("{key}.transform.interventions[{i}]");
+            let d = crate::intervene::load_direction(
+                &spec.direction,
+                spec.tensor.as_deref(),
+                spec.row,
+                spec.layer,
+            )
+            .map_err(|e| at(&field, e.to_string()))?;
+            if d.width() != shape.hidden {
+                return Err(at(&field, width_error(&spec.direction, d.width())));
+            }
+        }
+        Ok(())
     }
 }
 

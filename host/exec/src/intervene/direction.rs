@@ -75,7 +75,8 @@ pub fn load_direction(
     };
     let (name, values, shape): (String, Vec<f32>, Vec<usize>) = match format {
         Format::Safetensors => {
-            let st = SafeTensors::deserialize(&bytes).map_err(|e| unreadable(e.to_string()))?;
+            let st = SafeTensors::deserialize(&bytes)
+                .map_err(|e| unreadable(safetensors_problem(&bytes, e)))?;
             let names: Vec<String> = st.names().into_iter().map(str::to_owned).collect();
             let name = choose(path, &names, tensor, layer)?;
             let view = st.tensor(&name).map_err(|e| unreadable(e.to_string()))?;
@@ -128,6 +129,31 @@ pub fn load_direction(
     };
     let source = path.display().to_string();
     Direction::new(source, name, sha, row, &values, &shape)
+}
+
+/// Why `bytes` is not a safetensors file, in words: the format starts with
+/// an 8-byte little-endian header length, then that many bytes of JSON.
+fn safetensors_problem(bytes: &[u8], e: safetensors::SafeTensorError) -> String {
+    let Some(head) = bytes.get(..8) else {
+        return format!(
+            "it has {} bytes, fewer than the 8 that give a safetensors header's length",
+            bytes.len()
+        );
+    };
+    let header = u64::from_le_bytes(head.try_into().expect("8 bytes"));
+    if header > (bytes.len() - 8) as u64 {
+        return format!(
+            "its first 8 bytes give a header length of {header} bytes, and the file has {} \
+             bytes after them",
+            bytes.len() - 8
+        );
+    }
+    match std::str::from_utf8(&bytes[8..8 + header as usize]) {
+        Ok(json) if json.trim_start().starts_with('{') => {
+            format!("its header is damaged: {e}")
+        }
+        _ => format!("its {header}-byte header is not a JSON object ({e})"),
+    }
 }
 
 /// Little-endian float values of `dtype` as f32.
@@ -421,7 +447,18 @@ mod tests {
         std::fs::write(&path, b"garbage").unwrap();
         let err = load_direction(&path, None, None, 0).unwrap_err();
         assert!(
-            err.to_string().contains("not a readable safetensors file"),
+            err.to_string().contains("not a readable safetensors file")
+                && err.to_string().contains("fewer than the 8"),
+            "{err}"
+        );
+        // A text file renamed: its first 8 bytes read as an absurd length.
+        std::fs::write(&path, b"0.1 0.2 0.3 0.4\n").unwrap();
+        let err = load_direction(&path, None, None, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("its first 8 bytes give a header length of 2319967542282628656 bytes")
+                && err.contains("8 bytes after them"),
             "{err}"
         );
     }
