@@ -383,3 +383,65 @@ fn orthogonalize_uses_each_layers_own_control_vector() {
         text(&o)
     );
 }
+
+/// The file `vauban measure` writes (`direction` beside `per_layer`) works
+/// as-is in `model orthogonalize`; a file with several tensors and no
+/// default gets the fix in this command's syntax (`--tensor NAME`).
+#[test]
+fn orthogonalize_reads_the_measure_layout_as_is_and_names_its_own_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let t = |rows: usize| {
+        let v: Vec<f32> = (0..rows * tiny::HIDDEN)
+            .map(|i| ((i % 5) as f32 - 2.0) / 4.0)
+            .collect();
+        let t = candle_core::Tensor::new(v.as_slice(), &candle_core::Device::Cpu).unwrap();
+        match rows {
+            1 => t,
+            _ => t.reshape((rows, tiny::HIDDEN)).unwrap(),
+        }
+    };
+    let measured = dir.path().join("refusal.safetensors");
+    candle_core::safetensors::save(
+        &[
+            ("direction".to_string(), t(1)),
+            ("per_layer".to_string(), t(tiny::LAYERS)),
+        ]
+        .into_iter()
+        .collect(),
+        &measured,
+    )
+    .unwrap();
+    let run = |file: &Path, out: &str| {
+        vauban(&[
+            "model",
+            "orthogonalize",
+            "--model",
+            s(&model),
+            "--direction",
+            s(file),
+            "--out",
+            s(&dir.path().join(out)),
+        ])
+    };
+    let o = run(&measured, "ortho");
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(text(&o).0.contains("along direction ("), "{:?}", text(&o));
+
+    let other = dir.path().join("two.safetensors");
+    candle_core::safetensors::save(
+        &[("a".to_string(), t(1)), ("b".to_string(), t(1))]
+            .into_iter()
+            .collect(),
+        &other,
+    )
+    .unwrap();
+    let o = run(&other, "ortho2");
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("a, b") && stderr.contains("pick one with --tensor NAME"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tensor=NAME"), "{stderr}");
+}

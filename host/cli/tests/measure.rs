@@ -271,6 +271,12 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
     .parse()
     .unwrap();
     spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    // …and as-is, naming no tensor: `direction` is the default.
+    let spec: InterventionSpec = format!("layer={layer},mode=subtract,direction={}", out.display())
+        .parse()
+        .unwrap();
+    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    assert_eq!(iv.direction.basis, m.direction());
 
     let meta = read_metadata(&out).unwrap();
     let get = |k: &str| meta.get(k).map(String::as_str);

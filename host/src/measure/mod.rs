@@ -19,8 +19,9 @@
 //!
 //! - [`measure`] runs it on a loaded model and returns a [`Measurement`];
 //! - [`Measurement::save`] writes the directions and their provenance as a
-//!   `.safetensors` file that `--intervene …,direction=FILE,tensor=direction`
-//!   and `vauban model orthogonalize --tensor direction` read;
+//!   `.safetensors` file that `--intervene …,direction=FILE`, `vauban model
+//!   orthogonalize --direction FILE` and a config's transform read as-is
+//!   (`direction` is the tensor they take when none is named);
 //! - [`read_metadata`] and [`Provenance::matches`] tell a caller whether a
 //!   saved direction was measured from the same model and prompt files.
 

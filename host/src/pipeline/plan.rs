@@ -595,6 +595,9 @@ fn direction_ref(
     Ok(DirectionRef::File(p))
 }
 
+/// How a config names a direction file's tensor, for errors.
+pub const PICK_IN_CONFIG: &str = "`tensor = \"NAME\"` in the transform table";
+
 /// The largest steering or ablation coefficient a config may give.
 pub const MAX_ALPHA: f32 = 1e4;
 /// The most new tokens per prompt, whatever the model's context.
@@ -755,7 +758,7 @@ impl ModelCheck<'_> {
             };
             for layer in layers {
                 let d = crate::intervene::load_direction(file, t.tensor.as_deref(), None, layer)
-                    .map_err(|e| at(&field, e.to_string()))?;
+                    .map_err(|e| at(&field, e.picked_with(PICK_IN_CONFIG).to_string()))?;
                 if d.width() != shape.hidden {
                     return Err(at(&field, width_error(file, d.width())));
                 }

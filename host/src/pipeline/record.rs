@@ -19,7 +19,7 @@ use crate::intervene::{Intervention, Mode, Positions, load_direction};
 use crate::model::sample::Sampling;
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
 
-use super::plan::{DirectionRef, Plan, SideBackend, SidePlan};
+use super::plan::{DirectionRef, PICK_IN_CONFIG, Plan, SideBackend, SidePlan};
 
 /// A loaded model with its transformation applied.
 pub struct LoadedSide {
@@ -84,6 +84,7 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
                 let mut norm = 0.0;
                 for &layer in &layers {
                     let d = load_direction(&path, tensor.as_deref(), None, layer)
+                        .map_err(|e| e.picked_with(PICK_IN_CONFIG))
                         .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
                     if d.width() != dims.hidden {
                         bail!(

@@ -219,7 +219,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "wrote {0}: `direction` [{1}] (layer {2}) and `per_layer` [{3}, {1}]; ablate it with --intervene layer=L,mode=subtract,direction={0},tensor=direction at every layer L",
+        "wrote {0}: `direction` [{1}] (layer {2}) and `per_layer` [{3}, {1}]; ablate it with --intervene layer=L,mode=subtract,direction={0} at every layer L",
         args.out.display(),
         s.d_model,
         c.layer,

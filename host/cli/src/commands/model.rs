@@ -514,13 +514,15 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
         false => args.layers.clone(),
     };
     exec.check_layers(&layers).context("--layers")?;
-    // Each layer's direction: the file's one tensor, `--tensor`, or
-    // `direction.L` for layer L (a control-vector file).
+    // Each layer's direction: `--tensor`, the file's one tensor,
+    // `direction.L` for layer L (a control vector), or `direction` (the
+    // file `vauban measure` writes).
     let mut changes = Vec::new();
     let mut used = std::collections::BTreeSet::new();
     for &layer in &layers {
         let direction =
             vauban::intervene::load_direction(&args.direction, args.tensor.as_deref(), None, layer)
+                .map_err(|e| e.picked_with("--tensor NAME"))
                 .with_context(|| format!("--direction for layer {layer}"))?;
         used.insert(direction.tensor.clone());
         changes.extend(exec.orthogonalize(&direction, &[layer])?);

@@ -101,8 +101,8 @@ pub fn load_direction(
                 return Err(InterveneError::NoSuchTensor {
                     path: path.to_path_buf(),
                     tensor: t.to_owned(),
-                    available: "one unnamed array (a .npy file has no names), so drop tensor="
-                        .into(),
+                    available: "one unnamed array (a .npy file has no names)".into(),
+                    pick: "none: drop the tensor name",
                 });
             }
             let (values, shape) = npy(&bytes).map_err(unreadable)?;
@@ -199,6 +199,7 @@ fn choose(
                 path: path.to_path_buf(),
                 tensor: t.to_owned(),
                 available: available(),
+                pick: "tensor=NAME",
             })
         };
     }
@@ -209,15 +210,21 @@ fn choose(
             message: "it holds no tensors".into(),
         }),
         [only] => Ok(only.clone()),
+        // A control vector (`direction.<layer>`, as llama.cpp and repeng
+        // write them), then the file `vauban measure` writes (`direction`,
+        // the chosen layer's, beside `per_layer`).
         _ => {
             let by_layer = format!("direction.{layer}");
             if names.contains(&by_layer) {
                 Ok(by_layer)
+            } else if names.iter().any(|n| n == "direction") {
+                Ok("direction".to_owned())
             } else {
                 Err(InterveneError::AmbiguousTensor {
                     path: path.to_path_buf(),
                     layer,
                     available: available(),
+                    pick: "tensor=NAME",
                 })
             }
         }
@@ -399,7 +406,35 @@ mod tests {
         assert!(load(b"not an npy file".to_vec()).contains("magic"));
         std::fs::write(&path, npy_bytes("<f4", "(1,)", false, &le(&[1.0]))).unwrap();
         let err = load_direction(&path, Some("x"), None, 0).unwrap_err();
-        assert!(err.to_string().contains("drop tensor="), "{err}");
+        assert!(err.to_string().contains("drop the tensor name"), "{err}");
+    }
+
+    #[test]
+    fn the_file_vauban_measure_writes_gives_its_chosen_direction() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("refusal.safetensors");
+        save(
+            &path,
+            &[
+                ("direction", Dtype::F32, vec![3], le(&[0.0, 0.0, 2.0])),
+                (
+                    "per_layer",
+                    Dtype::F32,
+                    vec![2, 3],
+                    le(&[1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+                ),
+            ],
+        );
+        for layer in [0, 1, 5] {
+            let d = load_direction(&path, None, None, layer).unwrap();
+            assert_eq!(
+                (d.tensor.as_str(), d.basis.as_slice()),
+                ("direction", &[0.0, 0.0, 2.0][..])
+            );
+        }
+        // Each layer's own row, asked for by name and row.
+        let d = load_direction(&path, Some("per_layer"), Some(1), 0).unwrap();
+        assert_eq!(d.basis, [0.0, 1.0, 0.0]);
     }
 
     #[test]
@@ -432,6 +467,11 @@ mod tests {
             msg.contains("basis, refusal") && msg.contains("tensor=NAME"),
             "{msg}"
         );
+        let e = load_direction(&path, None, None, 3)
+            .unwrap_err()
+            .picked_with("--tensor NAME")
+            .to_string();
+        assert!(e.ends_with("pick one with --tensor NAME"), "{e}");
         let d = load_direction(&path, Some("basis"), None, 3).unwrap();
         assert_eq!((d.rows(), d.width()), (2, 3));
         assert_eq!(d.basis, [1.0, 0.0, 0.0, 0.0, 2.0, 0.0]);

@@ -136,7 +136,7 @@ pub enum InterveneError {
     },
     /// The tensor named with `tensor=` is not in the file (or a name was
     /// given for a `.npy` file, which has none).
-    #[error("{path} has no tensor `{tensor}`; it holds: {available}; pick one with tensor=NAME")]
+    #[error("{path} has no tensor `{tensor}`; it holds: {available}; pick one with {pick}")]
     NoSuchTensor {
         /// The direction file.
         path: PathBuf,
@@ -144,11 +144,14 @@ pub enum InterveneError {
         tensor: String,
         /// The names the file holds, comma-separated.
         available: String,
+        /// How to name a tensor in the syntax the user wrote (see
+        /// [`InterveneError::picked_with`]).
+        pick: &'static str,
     },
     /// No tensor was named, the file holds several, and none is
-    /// `direction.<layer>`.
+    /// `direction.<layer>` or `direction`.
     #[error(
-        "{path} holds several tensors and none is `direction.{layer}`: {available}; pick one with tensor=NAME"
+        "{path} holds several tensors and none is `direction.{layer}` or `direction`: {available}; pick one with {pick}"
     )]
     AmbiguousTensor {
         /// The direction file.
@@ -157,6 +160,8 @@ pub enum InterveneError {
         layer: usize,
         /// The names the file holds, comma-separated.
         available: String,
+        /// How to name a tensor in the syntax the user wrote.
+        pick: &'static str,
     },
     /// The chosen tensor cannot be a direction: not float, not 1-D or 2-D,
     /// empty, non-finite, or the row asked for is out of range.
@@ -175,4 +180,38 @@ pub enum InterveneError {
     /// An intervention policy failed or returned what cannot be applied.
     #[error("{0}")]
     Policy(String),
+}
+
+impl InterveneError {
+    /// The same error, with the fix for a missing or ambiguous tensor
+    /// written in the caller's syntax (`--tensor NAME` for a command flag,
+    /// `tensor = "NAME"` in a config table); `tensor=NAME`, the
+    /// `--intervene` syntax, otherwise.
+    pub fn picked_with(self, syntax: &'static str) -> Self {
+        match self {
+            InterveneError::NoSuchTensor {
+                path,
+                tensor,
+                available,
+                ..
+            } => InterveneError::NoSuchTensor {
+                path,
+                tensor,
+                available,
+                pick: syntax,
+            },
+            InterveneError::AmbiguousTensor {
+                path,
+                layer,
+                available,
+                ..
+            } => InterveneError::AmbiguousTensor {
+                path,
+                layer,
+                available,
+                pick: syntax,
+            },
+            other => other,
+        }
+    }
 }
