@@ -345,6 +345,28 @@ pub fn continuation_reference(
 /// Log-probability rows, one per position.
 type KlRows = Vec<Vec<f32>>;
 
+/// The raw tensor of artifact `a` of `t`, with the words that name it in
+/// errors (`{what} `id` of trace `t` in the {side} bundle PATH`); an error
+/// in those words when it cannot be read.
+fn raw_tensor<'b>(
+    bundle: &'b Bundle,
+    side: impl std::fmt::Display,
+    t: &Trace,
+    a: &crate::trace::Artifact,
+    what: &str,
+) -> anyhow::Result<(crate::trace::TensorRef<'b>, String)> {
+    let what = format!(
+        "{what} `{}` of trace `{}` in the {side} bundle {}",
+        a.id,
+        t.id,
+        bundle.root().display()
+    );
+    let r = bundle
+        .tensor(&t.id, &a.id)
+        .with_context(|| format!("cannot read {what}"))?;
+    Ok((r, what))
+}
+
 /// The raw `[positions, k]` tensor of artifact `a` of `t`, with `k` and
 /// the words that name it in errors; an error naming the artifact, the
 /// trace and the bundle when it cannot be read or is not a non-empty table.
@@ -355,15 +377,7 @@ fn table<'b>(
     a: &crate::trace::Artifact,
     what: &str,
 ) -> anyhow::Result<(crate::trace::TensorRef<'b>, usize, String)> {
-    let what = format!(
-        "{what} `{}` of trace `{}` in the {side} bundle {}",
-        a.id,
-        t.id,
-        bundle.root().display()
-    );
-    let r = bundle
-        .tensor(&t.id, &a.id)
-        .with_context(|| format!("cannot read {what}"))?;
+    let (r, what) = raw_tensor(bundle, side, t, a, what)?;
     match r.shape {
         &[rows, k] if rows > 0 && k > 0 => Ok((r, k, what)),
         shape => anyhow::bail!("{what} has shape {shape:?}, not a non-empty [positions, k]"),
@@ -542,32 +556,17 @@ pub fn projections(
                 else {
                     continue;
                 };
-                let what = || {
-                    format!(
-                        "activation `{}` of trace `{}` in the {side} bundle {}",
-                        a.id,
-                        t.id,
-                        bundle.root().display()
-                    )
-                };
-                let r = bundle
-                    .tensor(&t.id, &a.id)
-                    .with_context(|| format!("cannot read {}", what()))?;
+                let (r, what) = raw_tensor(bundle, side, t, a, "activation")?;
                 let width = r.shape.last().copied().unwrap_or(0);
                 if width != direction.len() {
                     anyhow::bail!(
-                        "{} has rows of {width} values; the report's direction has {}: they are not from the same model",
-                        what(),
+                        "{what} has rows of {width} values; the report's direction has {}: they are not from the same model",
                         direction.len()
                     );
                 }
                 let v = r.to_f32_vec();
                 let Some(start) = v.len().checked_sub(width).filter(|_| !v.is_empty()) else {
-                    anyhow::bail!(
-                        "{} has shape {:?}: no token row to project",
-                        what(),
-                        r.shape
-                    );
+                    anyhow::bail!("{what} has shape {:?}: no token row to project", r.shape);
                 };
                 let last = &v[start..];
                 let p: f64 = last

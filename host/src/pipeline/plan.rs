@@ -762,6 +762,11 @@ impl ModelCheck<'_> {
                 if d.width() != shape.hidden {
                     return Err(at(&field, width_error(file, d.width())));
                 }
+                // Only a control vector (`direction.L`) differs by layer;
+                // any other tensor is the same for all, so once is enough.
+                if d.tensor != format!("direction.{layer}") {
+                    break;
+                }
             }
         }
         for (i, spec) in t.interventions.iter().enumerate() {

@@ -117,24 +117,26 @@ impl Recorder {
             self.builder
                 .artifact_with(span, K::Text, ArtifactData::Text { text }, None, l);
             if let Some(r) = rendered {
-                self.builder.artifact_with(
-                    span,
-                    K::Text,
-                    ArtifactData::Text { text: r.to_owned() },
-                    None,
-                    labels(&[("role", "rendered_prompt")]),
-                );
+                self.text(span, "rendered_prompt", r.to_owned());
             }
         }
         if self.wants(K::Tokens) {
-            self.builder.artifact_with(
-                span,
-                K::Tokens,
-                ArtifactData::TokenIds { ids: ids.to_vec() },
-                None,
-                labels(&[("role", "prompt")]),
-            );
+            self.token_ids(span, "prompt", ids.to_vec());
         }
+    }
+
+    /// A text artifact labelled with its `role`.
+    fn text(&mut self, span: &str, role: &str, text: String) {
+        let l = labels(&[("role", role)]);
+        self.builder
+            .artifact_with(span, K::Text, ArtifactData::Text { text }, None, l);
+    }
+
+    /// Token ids labelled with their `role`.
+    fn token_ids(&mut self, span: &str, role: &str, ids: Vec<u32>) {
+        let l = labels(&[("role", role)]);
+        self.builder
+            .artifact_with(span, K::Tokens, ArtifactData::TokenIds { ids }, None, l);
     }
 
     /// A tensor artifact: raw when the request asks for raw tensors (kept
@@ -195,24 +197,10 @@ impl Recorder {
     /// ids as `continuation_top_k`; always raw).
     pub fn generation(&mut self, span: &str, g: &Generation) {
         if self.wants(K::Text) {
-            self.builder.artifact_with(
-                span,
-                K::Text,
-                ArtifactData::Text {
-                    text: g.text.clone(),
-                },
-                None,
-                labels(&[("role", "completion")]),
-            );
+            self.text(span, "completion", g.text.clone());
         }
         if self.wants(K::Tokens) {
-            self.builder.artifact_with(
-                span,
-                K::Tokens,
-                ArtifactData::TokenIds { ids: g.ids.clone() },
-                None,
-                labels(&[("role", "completion")]),
-            );
+            self.token_ids(span, "completion", g.ids.clone());
         }
         if !self.wants(K::Logprobs) {
             return;
@@ -270,15 +258,7 @@ impl Recorder {
             ]),
             scores,
         );
-        self.builder.artifact_with(
-            span,
-            K::Tokens,
-            ArtifactData::TokenIds {
-                ids: r.completion.clone(),
-            },
-            None,
-            labels(&[("role", "reference_continuation")]),
-        );
+        self.token_ids(span, "reference_continuation", r.completion.clone());
     }
 
     /// The intervene span: one record per intervention with what it did

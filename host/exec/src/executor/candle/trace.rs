@@ -68,18 +68,17 @@ pub(super) fn run(
     let mut p = rec.profile(start, ids.len());
     p.output_bytes = (ids.len() * 4) as u64;
     let span = rec.span(Stage::Tokenize, p);
-    if rec.wants(K::Text) {
-        let text = match &request.text {
-            Some(text) => Ok(text.as_str()),
-            None => Err(exec.detokenize(&ids)?),
-        };
-        let rendered = rendered
-            .as_deref()
-            .filter(|_| matches!(options.prompt, PromptForm::Chat { .. }));
-        rec.prompt(&span, text, rendered, &ids);
-    } else {
-        rec.prompt(&span, Ok(""), None, &ids);
-    }
+    // The prompt as given, or (for token ids) detokenized, which only a
+    // request for text pays for.
+    let text = match &request.text {
+        Some(text) => Ok(text.as_str()),
+        None if rec.wants(K::Text) => Err(exec.detokenize(&ids)?),
+        None => Err(String::new()),
+    };
+    let rendered = rendered
+        .as_deref()
+        .filter(|_| matches!(options.prompt, PromptForm::Chat { .. }));
+    rec.prompt(&span, text, rendered, &ids);
 
     // prepare_batch: the session, its cache and hook.
     let start = Instant::now();
