@@ -19,7 +19,7 @@
 //! from harmful and harmless prompts) and [`profile`] (cost summaries and
 //! sweeps).
 
-pub use vauban_exec::{executor, intervene, model};
+pub use vauban_exec::{executor, gguf, intervene, model};
 pub use vauban_format::{atomic_file, bundle, hash, input, text, trace};
 pub use vauban_plugin_host as plugin;
 pub use vauban_report as report;

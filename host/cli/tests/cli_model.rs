@@ -366,6 +366,43 @@ fn orthogonalize_uses_each_layers_own_control_vector() {
         let along = common::max_along(&d(k), &w);
         assert!(along < 1e-4, "layer {layer}: {along}");
     }
+    // No --layers: the layers the control vector holds (as llama.cpp reads
+    // it, a layer it lacks is left alone); a layer named and missing is an
+    // error naming what the file holds.
+    let o = vauban(&[
+        "model",
+        "orthogonalize",
+        "--model",
+        s(&model),
+        "--direction",
+        s(&cv),
+        "--out",
+        s(&dir.path().join("all")),
+    ]);
+    let (said, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        said.contains("in 2 layers along direction.1, direction.2"),
+        "{said}"
+    );
+    let o = vauban(&[
+        "model",
+        "orthogonalize",
+        "--model",
+        s(&model),
+        "--direction",
+        s(&cv),
+        "--layers",
+        "0,1",
+        "--out",
+        s(&dir.path().join("zero")),
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("layer 0") && err.contains("direction.1, direction.2"),
+        "{err}"
+    );
     // An existing --out is refused before any work.
     let o = vauban(&[
         "model",

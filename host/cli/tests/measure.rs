@@ -312,7 +312,70 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
     assert!(!unknown_model.matches(&meta));
 
     let bad = m.save(&dir.path().join("refusal.npy"), &other).unwrap_err();
-    assert!(bad.to_string().contains(".safetensors"), "{bad}");
+    assert!(
+        bad.to_string().contains(".safetensors") && bad.to_string().contains(".gguf"),
+        "{bad}"
+    );
+}
+
+/// llama.cpp's control-vector loader (`llama_control_vector_load_one`)
+/// reads `direction.N` for N ≥ 1 as f32 of width n_embd and applies it to
+/// the output of block N; `general.architecture` says what the file is.
+#[test]
+fn a_measurement_saved_as_gguf_is_a_llama_cpp_control_vector() {
+    let (_, _, exec) = tiny_exec();
+    let m = run(exec, &lenient()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let harmful = write_suite(&dir.path().join("harmful.jsonl"), &suite("harm", &HARMFUL));
+    let harmless = write_suite(
+        &dir.path().join("harmless.jsonl"),
+        &suite("safe", &HARMLESS),
+    );
+    let provenance = Provenance::of_files(exec, &harmful, &harmless).unwrap();
+    let out = dir.path().join("refusal.gguf");
+    m.save(&out, &provenance).unwrap();
+
+    let mut file = vauban::gguf::GgufFile::read(std::fs::File::open(&out).unwrap()).unwrap();
+    let meta = |k: &str| file.meta(k).unwrap_or_else(|| panic!("no {k}"));
+    assert_eq!(
+        meta("general.architecture").to_str().unwrap(),
+        "controlvector"
+    );
+    assert_eq!(meta("controlvector.model_hint").to_str().unwrap(), "llama");
+    let count = tiny::LAYERS - 1;
+    assert_eq!(
+        meta("controlvector.layer_count").to_u32().unwrap(),
+        count as u32
+    );
+    // Every layer but 0, which llama.cpp refuses.
+    let mut want: Vec<String> = (1..tiny::LAYERS)
+        .map(|l| format!("direction.{l}"))
+        .collect();
+    want.sort();
+    assert_eq!(file.tensor_names(), want);
+    for l in 1..tiny::LAYERS {
+        let name = format!("direction.{l}");
+        assert_eq!(file.tensor_shape(&name), Some(vec![tiny::HIDDEN]));
+        assert_eq!(file.read_f32(&name).unwrap(), m.per_layer[l], "{name}");
+    }
+
+    // Read back as a direction, naming no tensor: each layer its own.
+    let layer = tiny::LAYERS - 1;
+    let d = load_direction(&out, None, None, layer).unwrap();
+    assert_eq!(d.tensor, format!("direction.{layer}"));
+    assert_eq!(d.basis, m.per_layer[layer]);
+    let spec: InterventionSpec = format!("layer=1,mode=subtract,direction={}", out.display())
+        .parse()
+        .unwrap();
+    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    assert_eq!(iv.direction.basis, m.per_layer[1]);
+
+    // vauban's provenance rides along in string metadata, so a run can
+    // tell a control vector it measured from one it did not.
+    let read = read_metadata(&out).unwrap();
+    assert_eq!(read["vauban.layer"], m.chosen_layer().to_string());
+    assert_eq!(read["general.architecture"], "controlvector");
+    assert!(provenance.matches(&read));
 }
 
 #[test]
@@ -517,6 +580,27 @@ fn the_command_writes_the_file_and_prints_json_or_a_table() {
     let o = vauban(&[&base[..], &["--layers", "2..2"]].concat());
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("selects no layer"));
+
+    // --out FILE.gguf writes a control vector; another extension is a
+    // usage mistake named before the model loads.
+    let cv = dir.path().join("d.gguf");
+    let mut args = base.to_vec();
+    args[8] = s(&cv);
+    let o = vauban(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = vauban::gguf::GgufFile::read(std::fs::File::open(&cv).unwrap()).unwrap();
+    assert_eq!(
+        file.meta("general.architecture").unwrap().to_str().unwrap(),
+        "controlvector"
+    );
+    args[8] = "d.npy";
+    let o = vauban(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--out d.npy") && err.contains(".gguf"),
+        "{err}"
+    );
 }
 
 /// SmolLM2-135M-Instruct, loaded with f32 weights (ten times faster than

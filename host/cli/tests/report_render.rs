@@ -444,15 +444,20 @@ fn deltas_show_every_statistic() {
     assert!(
         md.contains(
             "| harmful | 4 | 1 | 0.25 | -0.75 | -75% | [-1, -0.5] | [0.8, 1] | [0.05, 0.45] | \
-             `mcnemar_exact` | 0.0625 | neutral |"
+             `mcnemar_exact` | 0.0625 | 0.125 | neutral |"
         ),
         "{md}"
     );
     // A zero baseline has no percent change; a missing interval says so.
     assert!(md.contains("| harmless | 4 | 0 | 0 | 0 | n/a (baseline 0) | [0, 0] |"));
     assert!(md.contains("| edge &lt;&amp;&gt; case | 1 | 0.4 | 0.55 | +0.15 | +37.5% | n/a |"));
-    // Significant deltas are starred.
+    // Significant deltas (on the adjusted p) are starred, and the legend
+    // names the adjustment and its family.
     assert!(md.contains("| overall | 8 | 41.5 | 57.25 | +15.75 * |"));
+    assert!(
+        md.contains("marks an adjusted p < 0.05 with a CI excluding 0. Adjusted p is p after Holm-Bonferroni adjustment (controlling the family-wise error rate) over the family of every paired test of this report"),
+        "{md}"
+    );
     let html = render::html(&r);
     assert!(html.contains(
         "<td class=\"n\">1<br><small title=\"Wilson 95% interval\">[0.8, 1]</small></td>"

@@ -65,6 +65,9 @@ pub struct Report {
     pub examples: Vec<Example>,
     /// One outcome per configured regression gate, in the config's order.
     pub gates: Vec<GateResult>,
+    /// How the deltas' p-values were adjusted for being tested together.
+    #[serde(default)]
+    pub multiple_comparisons: MultipleComparisons,
     /// What the report cannot say and why, one sentence each.
     pub limitations: Vec<String>,
     /// What is needed to repeat the run.
@@ -253,7 +256,11 @@ pub struct ReportDelta {
     pub test: PairedTest,
     /// Two-sided p-value of `test`; null when no test was run.
     pub p_value: Option<f64>,
-    /// Significant at 0.05 and the interval excludes 0.
+    /// `p_value` adjusted for the report's family of tests
+    /// ([`Report::multiple_comparisons`]); null when no test was run.
+    #[serde(default)]
+    pub p_adjusted: Option<f64>,
+    /// The adjusted p-value is below 0.05 and the interval excludes 0.
     pub significant: bool,
     /// How the change reads given the metric's polarity and interval.
     pub quality: Quality,
@@ -767,6 +774,70 @@ impl GateResult {
     pub fn warns(&self) -> bool {
         self.outcome == GateOutcome::Warn
             || (self.outcome == GateOutcome::NoData && self.severity == Severity::Warn)
+    }
+}
+
+/// The family of tests whose p-values were adjusted together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultipleComparisons {
+    /// The adjustment (the config's `report.multiple_comparisons`).
+    pub method: Adjustment,
+    /// The significance level the adjusted p-values are compared with.
+    pub alpha: f64,
+    /// How many tests the family holds: every delta with a p-value.
+    pub tests: usize,
+    /// Which tests were counted together, in words.
+    pub family: String,
+}
+
+impl Default for MultipleComparisons {
+    /// A report from before adjustment existed: raw p-values, no family.
+    fn default() -> Self {
+        MultipleComparisons {
+            method: Adjustment::None,
+            alpha: 0.05,
+            tests: 0,
+            family: String::new(),
+        }
+    }
+}
+
+/// How p-values tested together are adjusted.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Adjustment {
+    /// Holm-Bonferroni: controls the family-wise error rate (the chance of
+    /// any false positive in the family) under any dependence.
+    #[default]
+    Holm,
+    /// Benjamini-Hochberg: controls the false discovery rate (the expected
+    /// share of false positives among the significant deltas); more power
+    /// when many metrics moved.
+    BenjaminiHochberg,
+    /// No adjustment: each p-value as its test gave it.
+    None,
+}
+
+impl Adjustment {
+    /// The name used in JSON and configs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adjustment::Holm => "holm",
+            Adjustment::BenjaminiHochberg => "benjamini_hochberg",
+            Adjustment::None => "none",
+        }
+    }
+
+    /// The method's name in a sentence.
+    pub fn name(self) -> &'static str {
+        match self {
+            Adjustment::Holm => "Holm-Bonferroni",
+            Adjustment::BenjaminiHochberg => "Benjamini-Hochberg",
+            Adjustment::None => "no adjustment",
+        }
     }
 }
 

@@ -219,8 +219,10 @@ pub struct MetricDelta {
     #[serde(default)]
     pub ci_high: Option<f64>,
     /// Two-sided p-value of the paired test (McNemar's exact test when
-    /// every value is 0 or 1, a sign-flip permutation test otherwise);
-    /// `None` when no test was run.
+    /// every value is 0 or 1, a sign-flip permutation test otherwise),
+    /// adjusted for every test of the report (Holm-Bonferroni unless the
+    /// config's `report.multiple_comparisons` says otherwise; the report's
+    /// delta keeps the raw value too); `None` when no test was run.
     #[serde(default)]
     pub p_value: Option<f64>,
     /// Paired prompts: prompts with a value on both sides.

@@ -125,6 +125,48 @@ pub fn kl_divergence_with_rest(p_log: &[f32], q_log: &[f32]) -> Option<(f64, f64
     Some((kept + rest, p_rest))
 }
 
+/// How a family of p-values is adjusted for multiple comparisons.
+pub use vauban_format::document::Adjustment;
+
+/// The p-values of one family adjusted by `method`, in the input's order.
+///
+/// - Holm-Bonferroni (step-down): the i-th smallest p becomes
+///   `max over j ≤ i of min(1, (m − j + 1)·p(j))`; rejecting where the
+///   adjusted value is below α keeps the family-wise error rate at α under
+///   any dependence between the tests.
+/// - Benjamini-Hochberg (step-up): the i-th smallest p becomes
+///   `min over j ≥ i of min(1, m·p(j)/j)`; rejecting below α keeps the
+///   false discovery rate at α for independent or positively dependent
+///   tests (an overall delta and its categories' deltas are positively
+///   dependent).
+/// - None: the raw values.
+///
+/// NaN stays NaN and is not counted in `m`.
+pub fn adjust_p_values(p: &[f64], method: Adjustment) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&i| !p[i].is_nan()).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let m = order.len() as f64;
+    let mut out = p.to_vec();
+    match method {
+        Adjustment::None => {}
+        Adjustment::Holm => {
+            let mut running = 0.0f64;
+            for (rank, &i) in order.iter().enumerate() {
+                running = running.max(((m - rank as f64) * p[i]).min(1.0));
+                out[i] = running;
+            }
+        }
+        Adjustment::BenjaminiHochberg => {
+            let mut running = 1.0f64;
+            for (rank, &i) in order.iter().enumerate().rev() {
+                running = running.min((m * p[i] / (rank + 1) as f64).min(1.0));
+                out[i] = running;
+            }
+        }
+    }
+    out
+}
+
 /// The direction of a metric that is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Better {
@@ -253,6 +295,38 @@ mod tests {
         assert!(close(kl_divergence(&p0, &q).unwrap(), -(0.9f64.ln()), 1e-6));
         assert_eq!(kl_divergence(&p, &q[..1]), None);
         assert_eq!(kl_divergence(&[f32::NAN, 0.0], &q), None);
+    }
+
+    #[test]
+    fn holm_and_bh_match_r_p_adjust() {
+        // R: p.adjust(c(0.01, 0.04, 0.03, 0.005, 0.2), "holm") and "BH".
+        let p = [0.01, 0.04, 0.03, 0.005, 0.2];
+        let holm = adjust_p_values(&p, Adjustment::Holm);
+        for (got, want) in holm.iter().zip([0.04, 0.09, 0.09, 0.025, 0.2]) {
+            assert!(close(*got, want, 1e-12), "holm {holm:?}");
+        }
+        let bh = adjust_p_values(&p, Adjustment::BenjaminiHochberg);
+        for (got, want) in bh.iter().zip([0.025, 0.05, 0.05, 0.025, 0.2]) {
+            assert!(close(*got, want, 1e-12), "bh {bh:?}");
+        }
+        assert_eq!(adjust_p_values(&p, Adjustment::None), p.to_vec());
+        // 0.029 alone stays 0.029; among 40 tests Holm lifts it above 0.05.
+        assert_eq!(adjust_p_values(&[0.029], Adjustment::Holm), vec![0.029]);
+        let mut many = vec![0.5; 39];
+        many.push(0.029);
+        assert!(adjust_p_values(&many, Adjustment::Holm)[39] > 0.05);
+        // Adjusted values never fall below the raw ones and stay ≤ 1.
+        let big = [0.9, 0.8, 0.7];
+        for method in [Adjustment::Holm, Adjustment::BenjaminiHochberg] {
+            let a = adjust_p_values(&big, method);
+            assert!(
+                a.iter().zip(&big).all(|(a, p)| a >= p && *a <= 1.0),
+                "{a:?}"
+            );
+        }
+        let with_nan = adjust_p_values(&[f64::NAN, 0.01, 0.02], Adjustment::Holm);
+        assert!(with_nan[0].is_nan());
+        assert!(close(with_nan[1], 0.02, 1e-12) && close(with_nan[2], 0.02, 1e-12));
     }
 
     #[test]

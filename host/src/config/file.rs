@@ -319,6 +319,11 @@ pub struct ReportSection {
     pub direction: Option<String>,
     #[serde(default)]
     pub direction_tensor: Option<String>,
+    /// How the deltas' p-values are adjusted for being tested together:
+    /// `holm` (family-wise error, the default), `benjamini_hochberg` (false
+    /// discovery rate) or `none`.
+    #[serde(default)]
+    pub multiple_comparisons: crate::report::document::Adjustment,
 }
 
 fn default_title() -> String {
@@ -347,6 +352,7 @@ impl Default for ReportSection {
             formats: all_formats(),
             direction: None,
             direction_tensor: None,
+            multiple_comparisons: Default::default(),
         }
     }
 }

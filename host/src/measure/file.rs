@@ -1,5 +1,8 @@
 //! The direction file: a `.safetensors` file with the chosen direction,
-//! every layer's direction, and where they came from in its metadata.
+//! every layer's direction, and where they came from in its metadata; or
+//! the same per-layer directions as a llama.cpp control vector (`.gguf`),
+//! the form llama.cpp (`--control-vector`), repeng and cvector-generator
+//! share directions in.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -17,6 +20,9 @@ use crate::executor::{Backend, Executor};
 pub struct Provenance {
     /// The model's short name (file or folder name), for readers.
     pub model: String,
+    /// The model's architecture (`llama`, `qwen2`...), when the executor
+    /// knows it: a control vector's `controlvector.model_hint`.
+    pub architecture: Option<String>,
     /// The weights' sha256; `None` when unknown (weights changed in
     /// memory), and then no saved file [`matches`](Provenance::matches).
     pub model_sha256: Option<String>,
@@ -44,6 +50,7 @@ impl Provenance {
         };
         Ok(Provenance {
             model: exec.model_ref().name,
+            architecture: exec.architecture(),
             model_sha256: exec.model_ref().sha256,
             harmful_sha256: hash(harmful)?,
             harmless_sha256: hash(harmless)?,
@@ -92,18 +99,33 @@ impl Measurement {
         m
     }
 
-    /// Writes `direction` (f32 `[d_model]`, the chosen unit direction) and
-    /// `per_layer` (f32 `[n_layers, d_model]`) with [`Measurement::metadata`]
-    /// to `path`, atomically (a reader never sees half a file).
+    /// Writes the measurement to `path`, atomically (a reader never sees
+    /// half a file), in the format its extension names:
+    /// - `.safetensors`: `direction` (f32 `[d_model]`, the chosen unit
+    ///   direction) and `per_layer` (f32 `[n_layers, d_model]`), with
+    ///   [`Measurement::metadata`];
+    /// - `.gguf`: a llama.cpp control vector, see [`Measurement::save_gguf`].
     pub fn save(&self, path: &Path, provenance: &Provenance) -> Result<(), MeasureError> {
-        if !path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
-        {
-            return Err(MeasureError::Extension {
-                path: path.to_path_buf(),
-            });
-        }
+        let bytes = match extension(path) {
+            Some(FileFormat::Safetensors) => self.safetensors_bytes(path, provenance)?,
+            Some(FileFormat::Gguf) => self.gguf_bytes(path, provenance)?,
+            None => {
+                return Err(MeasureError::Extension {
+                    path: path.to_path_buf(),
+                });
+            }
+        };
+        crate::atomic_file::write(path, &bytes).map_err(|source| MeasureError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    fn safetensors_bytes(
+        &self,
+        path: &Path,
+        provenance: &Provenance,
+    ) -> Result<Vec<u8>, MeasureError> {
         let encode = |message: String| MeasureError::Encode {
             path: path.to_path_buf(),
             message,
@@ -129,11 +151,89 @@ impl Measurement {
         let metadata: HashMap<String, String> = self.metadata(provenance).into_iter().collect();
         let bytes =
             safetensors::serialize(views, Some(metadata)).map_err(|e| encode(e.to_string()))?;
-        let bytes = with_sorted_metadata(bytes).map_err(encode)?;
-        crate::atomic_file::write(path, &bytes).map_err(|source| MeasureError::Io {
+        with_sorted_metadata(bytes).map_err(encode)
+    }
+
+    /// A llama.cpp control vector: one f32 tensor `direction.L` of width
+    /// d_model per layer L ≥ 1 (the residual after block L, as vauban
+    /// numbers layers and llama.cpp applies `direction.L`), metadata
+    /// `general.architecture = controlvector`, `controlvector.model_hint`
+    /// (the model's architecture) and `controlvector.layer_count`, plus
+    /// [`Measurement::metadata`] (llama.cpp ignores keys it does not know;
+    /// vauban reads them back for reuse).
+    ///
+    /// Layer 0 is not written: llama.cpp refuses `direction.0` (it cannot
+    /// steer the embedding output). The directions are the measured unit
+    /// vectors, harmful minus harmless: a positive `--control-vector-scaled`
+    /// factor pushes towards refusal, a negative one away from it.
+    fn gguf_bytes(&self, path: &Path, provenance: &Provenance) -> Result<Vec<u8>, MeasureError> {
+        use crate::gguf::MetaValue;
+        let d_model = self.scores.d_model;
+        let names: Vec<String> = (1..self.per_layer.len())
+            .map(|l| format!("direction.{l}"))
+            .collect();
+        let shape = [d_model];
+        let tensors: Vec<(&str, &[usize], &[f32])> = names
+            .iter()
+            .zip(&self.per_layer[1..])
+            .map(|(n, v)| (n.as_str(), &shape[..], v.as_slice()))
+            .collect();
+        let layer_count = u32::try_from(names.len()).map_err(|_| MeasureError::Encode {
             path: path.to_path_buf(),
-            source,
-        })
+            message: format!("{} layers do not fit a GGUF u32", names.len()),
+        })?;
+        let mut metadata = vec![
+            (
+                "general.architecture".to_owned(),
+                MetaValue::Str("controlvector".into()),
+            ),
+            (
+                "controlvector.model_hint".to_owned(),
+                MetaValue::Str(
+                    provenance
+                        .architecture
+                        .clone()
+                        .unwrap_or_else(|| "unknown".into()),
+                ),
+            ),
+            (
+                "controlvector.layer_count".to_owned(),
+                MetaValue::U32(layer_count),
+            ),
+        ];
+        metadata.extend(
+            self.metadata(provenance)
+                .into_iter()
+                .map(|(k, v)| (k, MetaValue::Str(v))),
+        );
+        let metadata: Vec<(&str, MetaValue)> = metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let mut out = std::io::Cursor::new(Vec::new());
+        crate::gguf::write_f32(&mut out, &metadata, &tensors).map_err(|message| {
+            MeasureError::Encode {
+                path: path.to_path_buf(),
+                message,
+            }
+        })?;
+        Ok(out.into_inner())
+    }
+}
+
+/// The formats [`Measurement::save`] writes, by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileFormat {
+    Safetensors,
+    Gguf,
+}
+
+fn extension(path: &Path) -> Option<FileFormat> {
+    let e = path.extension()?.to_str()?.to_ascii_lowercase();
+    match e.as_str() {
+        "safetensors" => Some(FileFormat::Safetensors),
+        "gguf" => Some(FileFormat::Gguf),
+        _ => None,
     }
 }
 
@@ -167,8 +267,9 @@ fn with_sorted_metadata(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// The `__metadata__` strings of a `.safetensors` file (empty when it has
-/// none), for [`Provenance::matches`] and `vauban.layer`.
+/// The metadata strings of a direction file (empty when it has none): a
+/// `.safetensors` file's `__metadata__`, or a `.gguf` control vector's
+/// string values; for [`Provenance::matches`] and `vauban.layer`.
 pub fn read_metadata(path: &Path) -> Result<BTreeMap<String, String>, MeasureError> {
     let bytes =
         crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
@@ -177,10 +278,25 @@ pub fn read_metadata(path: &Path) -> Result<BTreeMap<String, String>, MeasureErr
                 source: crate::input::io_error(e),
             }
         })?;
-    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| MeasureError::Read {
+    let read = |format: &'static str, message: String| MeasureError::Read {
         path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+        format,
+        message,
+    };
+    if extension(path) == Some(FileFormat::Gguf) {
+        let file = crate::gguf::GgufFile::read(std::io::Cursor::new(&bytes))
+            .map_err(|m| read("GGUF", m))?;
+        return Ok(file
+            .meta_keys()
+            .into_iter()
+            .filter_map(|k| {
+                let v = file.meta(&k)?.to_str().ok()?.to_owned();
+                Some((k, v))
+            })
+            .collect());
+    }
+    let (_, meta) =
+        SafeTensors::read_metadata(&bytes).map_err(|e| read("safetensors", e.to_string()))?;
     Ok(meta
         .metadata()
         .clone()

@@ -303,10 +303,16 @@ pub enum MeasureError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: a direction file must end in .safetensors; name it e.g. refusal.safetensors")]
+    #[error(
+        "{path}: a direction file must end in .safetensors (vauban's file: the chosen direction and every layer's) or .gguf (a llama.cpp control vector); name it e.g. refusal.safetensors"
+    )]
     Extension { path: PathBuf },
-    #[error("{path} is not a readable safetensors file: {message}")]
-    Read { path: PathBuf, message: String },
+    #[error("{path} is not a readable {format} file: {message}")]
+    Read {
+        path: PathBuf,
+        format: &'static str,
+        message: String,
+    },
     #[error("cannot encode the direction file {path}: {message}")]
     Encode { path: PathBuf, message: String },
     #[error(transparent)]

@@ -14,10 +14,10 @@ use crate::plugin::claims::MetricDelta;
 use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
-    ActivationFindings, DistributionShift, Example, GateOutcome, GateResult, PairedTest,
-    ProjectionSeries, PromptKl, ReportDelta, Side,
+    ActivationFindings, Adjustment, DistributionShift, Example, GateOutcome, GateResult,
+    MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, ReportDelta, Side,
 };
-use crate::report::stats::{Better, Z95, quality, wilson};
+use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
 
 /// One side's metric values: (prompt id, metric) → value.
@@ -88,8 +88,6 @@ pub fn deltas(
             let n = pairs.len() as u64;
             let rate_ci = |ones: usize| wilson(ones as u64, n, Z95).map(|(a, b)| [a, b]);
             let ci = md.ci_low.zip(md.ci_high);
-            let significant = md.p_value.is_some_and(|p| p < 0.05)
-                && ci.is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0);
             let rd = ReportDelta {
                 id: id.clone(),
                 metric: m.clone(),
@@ -117,13 +115,70 @@ pub fn deltas(
                     PairedTest::SignFlipPermutation
                 },
                 p_value: md.p_value,
-                significant,
+                // Set with `significant` once the whole family is known.
+                p_adjusted: None,
+                significant: false,
                 quality: quality(md.delta, ci, better(d.spec.polarity)),
             };
             out.push((rd, md));
         }
     }
     out
+}
+
+/// The significance level adjusted p-values are compared with.
+pub const ALPHA: f64 = 0.05;
+
+/// Adjusts every delta's p-value for the family of all deltas with a
+/// p-value (every metric, overall and per category: the tests one report
+/// reads together), and decides `significant` on the adjusted value. The
+/// claim mappers' deltas (`MetricDelta::p_value`) get the adjusted value,
+/// so a mapper comparing it with its alpha needs no correction of its own.
+pub fn adjust(
+    deltas: &mut [(ReportDelta, MetricDelta)],
+    method: Adjustment,
+    categories: usize,
+) -> MultipleComparisons {
+    let tested: Vec<usize> = (0..deltas.len())
+        .filter(|&i| deltas[i].0.p_value.is_some())
+        .collect();
+    let raw: Vec<f64> = tested
+        .iter()
+        .map(|&i| deltas[i].0.p_value.unwrap_or(f64::NAN))
+        .collect();
+    let adjusted = adjust_p_values(&raw, method);
+    for (&i, &p) in tested.iter().zip(&adjusted) {
+        deltas[i].0.p_adjusted = Some(p);
+        deltas[i].1.p_value = Some(p);
+    }
+    for (rd, _) in deltas.iter_mut() {
+        let excludes_zero = rd
+            .ci_low
+            .zip(rd.ci_high)
+            .is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0);
+        rd.significant = rd.p_adjusted.is_some_and(|p| p < ALPHA) && excludes_zero;
+    }
+    let metrics = {
+        let mut m: Vec<&str> = deltas.iter().map(|d| d.0.metric.as_str()).collect();
+        m.sort_unstable();
+        m.dedup();
+        m.len()
+    };
+    let groups = match categories {
+        0 => "over all prompts".to_owned(),
+        1 => "over all prompts and in 1 category".to_owned(),
+        c => format!("over all prompts and in each of {c} categories"),
+    };
+    MultipleComparisons {
+        method,
+        alpha: ALPHA,
+        tests: tested.len(),
+        family: format!(
+            "every paired test of this report: {} metric(s) {groups}, {} test(s) with a p-value",
+            metrics,
+            tested.len()
+        ),
+    }
 }
 
 /// Each gate's outcome against the deltas.
@@ -744,6 +799,54 @@ mod tests {
         assert!(!overall.significant);
         let x = &d[1].0;
         assert_eq!((x.delta, x.n), (-1.0, 2));
+    }
+
+    #[test]
+    fn significance_is_decided_on_the_p_value_adjusted_for_the_family() {
+        // Every prompt went 1 → 0: the interval excludes 0.
+        let b = values(&[("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0)]);
+        let c = values(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]);
+        let one = deltas(&suite(), &declared(Polarity::Neutral), &b, &c, 7).remove(0);
+        assert!(one.0.ci_high.unwrap() < 0.0);
+        // 40 tests; the one that moved has p = 0.029, the others 0.5.
+        let family = |method| {
+            let mut d: Vec<_> = (0..40)
+                .map(|i| {
+                    let mut x = one.clone();
+                    let p = if i == 7 { 0.029 } else { 0.5 };
+                    (x.0.p_value, x.1.p_value) = (Some(p), Some(p));
+                    x
+                })
+                .collect();
+            let m = adjust(&mut d, method, 2);
+            (d, m)
+        };
+        let (d, m) = family(Adjustment::Holm);
+        assert_eq!((m.method, m.tests, m.alpha), (Adjustment::Holm, 40, 0.05));
+        assert!(m.family.contains("in each of 2 categories"), "{}", m.family);
+        // Holm: 40 × 0.029 > 1, capped at 1: not significant.
+        assert_eq!(d[7].0.p_value, Some(0.029));
+        assert_eq!(d[7].0.p_adjusted, Some(1.0));
+        assert!(d.iter().all(|x| !x.0.significant));
+        // Claim mappers see the adjusted value.
+        assert_eq!(d[7].1.p_value, Some(1.0));
+        let (d, _) = family(Adjustment::BenjaminiHochberg);
+        assert!(!d[7].0.significant);
+        assert!(d[7].0.p_adjusted.unwrap() > 0.05);
+        // Unadjusted, the same delta is significant (the old behaviour).
+        let (d, m) = family(Adjustment::None);
+        assert_eq!(m.tests, 40);
+        assert!(d[7].0.significant && d[7].0.p_adjusted == Some(0.029));
+        assert_eq!(d.iter().filter(|x| x.0.significant).count(), 1);
+        // A delta without a test is outside the family and never significant.
+        let mut d = vec![one.clone(), one.clone()];
+        (d[1].0.p_value, d[1].1.p_value) = (None, None);
+        (d[0].0.p_value, d[0].1.p_value) = (Some(0.001), Some(0.001));
+        let m = adjust(&mut d, Adjustment::Holm, 0);
+        assert_eq!(m.tests, 1);
+        assert_eq!(d[0].0.p_adjusted, Some(0.001));
+        assert!(d[0].0.significant && !d[1].0.significant);
+        assert_eq!(d[1].0.p_adjusted, None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod analyze;
 mod evidence;
+pub mod interrupt;
 pub mod plan;
 pub mod record;
 mod report;
@@ -33,6 +34,11 @@ use crate::report::{Evidence, access_from_evidence};
 
 pub use plan::{Plan, SideBackend, SideName};
 
+/// The `tracing` target of what a user should see by default (not a
+/// warning, not a debug detail): "reusing 3 of 6 recorded baseline traces".
+/// The binary prints these as plain lines; `-q` hides them.
+pub const NOTICE: &str = "vauban::notice";
+
 /// What a finished run produced.
 pub struct Outcome {
     pub report: Report,
@@ -42,9 +48,17 @@ pub struct Outcome {
     pub failed_gates: usize,
 }
 
-/// Times the stages of a run.
+/// Times the stages of a run, and stops before the next one when the
+/// user asked ([`interrupt`]).
 #[derive(Default)]
-struct Stages(Vec<StageRecord>);
+struct Stages(Vec<StageRecord>, Kept);
+
+/// What the trace stage has kept, for the message of a stop after it.
+#[derive(Default)]
+struct Kept {
+    sides: Vec<interrupt::Kept>,
+    cache: PathBuf,
+}
 
 impl Stages {
     fn run<T>(
@@ -52,6 +66,14 @@ impl Stages {
         stage: &str,
         f: impl FnOnce(&mut String) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
+        if interrupt::requested() {
+            return Err(interrupt::Interrupted {
+                during: stage.to_owned(),
+                kept: self.1.sides.clone(),
+                cache: self.1.cache.clone(),
+            }
+            .into());
+        }
         let start = Instant::now();
         let _span = tracing::info_span!("stage", stage).entered();
         let mut note = String::new();
@@ -197,16 +219,25 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         *note = format!("level {}", a.level);
         Ok(a)
     })?;
-    let deltas = stages.run("statistics", |note| {
-        let d = analyze::deltas(
+    let (deltas, multiple_comparisons) = stages.run("statistics", |note| {
+        let mut d = analyze::deltas(
             &plan.suite,
             &declared,
             &values[0],
             &values[1],
             plan.config.seed,
         );
-        *note = format!("{} paired deltas", d.len());
-        Ok(d)
+        let family = analyze::adjust(
+            &mut d,
+            plan.config.report.multiple_comparisons,
+            plan.suite.categories().len(),
+        );
+        *note = format!(
+            "{} paired deltas, p-values adjusted by {}",
+            d.len(),
+            family.method.name()
+        );
+        Ok((d, family))
     })?;
     // From the recorded rows alone, so a replay gives the live run's KL.
     let (distribution, distribution_unavailable): (Option<DistributionShift>, Option<String>) =
@@ -323,6 +354,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         declared: &declared,
         values: &values,
         deltas: deltas.into_iter().map(|d| d.0).collect(),
+        multiple_comparisons,
         distribution,
         distribution_unavailable,
         activation_findings,
@@ -377,6 +409,7 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     let n = plan.suite.prompts.len();
     let cache = plan.output.join("traces").join("cache");
     let mut recorded: Vec<record::Recorded> = Vec::new();
+    let mut recorded_kept: Vec<interrupt::Kept> = Vec::new();
     for (side, plan_side) in [(&baseline, &plan.baseline), (&candidate, &plan.candidate)] {
         let name = plan_side.name.as_str();
         // The candidate scores the baseline's continuations after its own
@@ -387,10 +420,12 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
             }
             _ => std::collections::HashMap::new(),
         };
+        stages.1.cache = cache.clone();
         let r = stages.run(&format!("trace {name}"), |note| {
             let settings = record::RunSettings::from_plan(plan, side)?;
             let progress = progress_bar(n as u64, name);
             let r = record::record_side(
+                name,
                 side,
                 plan_side.system.as_deref(),
                 &settings,
@@ -399,11 +434,25 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
                 &cache,
                 &plan.output.join("traces").join(name),
                 &progress,
-            )?;
+            );
             progress.finish_and_clear();
+            let r = r.map_err(|e| match e.downcast::<interrupt::Interrupted>() {
+                // Stopped on this side: the sides before it are whole.
+                Ok(mut stop) => {
+                    stop.kept.splice(0..0, recorded_kept.iter().cloned());
+                    anyhow::Error::new(stop)
+                }
+                Err(e) => e,
+            })?;
             *note = format!("{n} traces, {} reused", r.reused);
             Ok(r)
         })?;
+        recorded_kept.push(interrupt::Kept {
+            side: name.to_owned(),
+            kept: n,
+            of: n,
+        });
+        stages.1.sides = recorded_kept.clone();
         recorded.push(r);
     }
     let c = recorded.pop().expect("two sides");

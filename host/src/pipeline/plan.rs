@@ -262,6 +262,18 @@ impl Plan {
 
         let measure = match &config.measure {
             None => None,
+            Some(m) if m.out.extension().is_none_or(|e| e != "safetensors") => {
+                // The run reads the chosen direction back from its file
+                // (`direction`); a control vector holds only per-layer ones.
+                return Err(at(
+                    "measure.out",
+                    format!(
+                        "`{}`: a run's measured direction is saved as .safetensors (the chosen direction and every layer's); \
+                         `vauban measure --out FILE.gguf` writes a llama.cpp control vector",
+                        m.out.display()
+                    ),
+                ));
+            }
             Some(m) => Some(MeasurePlan {
                 harmful: resolve("measure.harmful", &m.harmful)?,
                 harmless: resolve("measure.harmless", &m.harmless)?,

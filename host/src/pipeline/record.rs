@@ -296,6 +296,7 @@ pub struct Recorded {
 /// after each prompt (the candidate's side of the KL).
 #[allow(clippy::too_many_arguments)]
 pub fn record_side(
+    name: &str,
     side: &LoadedSide,
     system: Option<&str>,
     settings: &RunSettings,
@@ -309,38 +310,35 @@ pub fn record_side(
         std::fs::create_dir_all(cache)
             .with_context(|| format!("cannot create {}", cache.display()))?;
     }
+    // A replay serves recorded traces: nothing to resume, nothing to keep.
+    let cached = !side.exec.is_replay();
+    let runs: Vec<(RunOptions, TraceRequest, PathBuf)> = prompts
+        .iter()
+        .map(|p| {
+            let request = settings.request(p);
+            let options = RunOptions {
+                trace_id: p.id.clone(),
+                prompt: settings.form(system),
+                interventions: side.interventions.clone(),
+                block_outputs: false,
+                generate: settings.generate.clone(),
+                reference: references.get(&p.id).cloned(),
+            };
+            let dir = cache.join(cache_key(side, &request, &options));
+            (options, request, dir)
+        })
+        .collect();
+    let recorded_before = runs.iter().filter(|r| cached && r.2.exists()).count();
+    if recorded_before > 0 {
+        tracing::info!(
+            target: super::NOTICE,
+            "reusing {recorded_before} of {} recorded {name} traces",
+            prompts.len()
+        );
+    }
     let mut parts: Vec<(Trace, HashMap<String, TensorData>)> = Vec::new();
     let mut reused = 0;
-    for p in prompts {
-        let request = settings.request(p);
-        let options = RunOptions {
-            trace_id: p.id.clone(),
-            prompt: settings.form(system),
-            interventions: side.interventions.clone(),
-            block_outputs: false,
-            generate: settings.generate.clone(),
-            reference: references.get(&p.id).cloned(),
-        };
-        let key = crate::hash::sha256_hex(
-            json!({
-                "tool": env!("CARGO_PKG_VERSION"),
-                "side": side.fingerprint,
-                "request": request,
-                "form": format!("{:?}", options.prompt),
-                "generate": {
-                    "max_tokens": options.generate.max_tokens,
-                    "sampling": options.generate.sampling.as_ref().map(|s| format!("{s:?}")),
-                    "stop": options.generate.stop,
-                    "top_logprobs": options.generate.top_logprobs,
-                },
-                "reference": options.reference.as_ref().map(|r| &r.sha256),
-            })
-            .to_string()
-            .as_bytes(),
-        );
-        let dir = cache.join(&key);
-        // A replay serves recorded traces: nothing to resume, nothing to keep.
-        let cached = !side.exec.is_replay();
+    for (p, (options, request, dir)) in prompts.iter().zip(runs) {
         if cached && dir.exists() {
             match read_cached(&dir) {
                 Ok(part) => {
@@ -355,6 +353,18 @@ pub fn record_side(
                     p.id
                 ),
             }
+        }
+        if cached && super::interrupt::requested() {
+            return Err(super::interrupt::Interrupted {
+                during: "tracing".into(),
+                kept: vec![super::interrupt::Kept {
+                    side: name.to_owned(),
+                    kept: parts.len(),
+                    of: prompts.len(),
+                }],
+                cache: cache.to_path_buf(),
+            }
+            .into());
         }
         let mut out = side
             .exec
@@ -377,6 +387,27 @@ pub fn record_side(
     w.finish()?;
     let bundle = Bundle::open(bundle_path)?;
     Ok(Recorded { bundle, reused })
+}
+
+/// The trace cache's key of one run: everything that decides its trace.
+fn cache_key(side: &LoadedSide, request: &TraceRequest, options: &RunOptions) -> String {
+    crate::hash::sha256_hex(
+        json!({
+            "tool": env!("CARGO_PKG_VERSION"),
+            "side": side.fingerprint,
+            "request": request,
+            "form": format!("{:?}", options.prompt),
+            "generate": {
+                "max_tokens": options.generate.max_tokens,
+                "sampling": options.generate.sampling.as_ref().map(|s| format!("{s:?}")),
+                "stop": options.generate.stop,
+                "top_logprobs": options.generate.top_logprobs,
+            },
+            "reference": options.reference.as_ref().map(|r| &r.sha256),
+        })
+        .to_string()
+        .as_bytes(),
+    )
 }
 
 /// A cached single-trace bundle, verified, with its raw tensors.

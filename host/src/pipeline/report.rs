@@ -12,9 +12,9 @@ use crate::report::Access;
 use crate::report::claims::ClaimStatus;
 use crate::report::document::Side;
 use crate::report::document::{
-    self, ActivationFindings, BundleRecord, DistributionShift, EvidenceSection,
-    InterventionSummary, ModelSide, PluginFailure, PluginRecord, Report, ReportClaim, ReportDelta,
-    Reproducibility, StageRecord, Summary, TargetChange,
+    self, ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection,
+    InterventionSummary, ModelSide, MultipleComparisons, PluginFailure, PluginRecord, Report,
+    ReportClaim, ReportDelta, Reproducibility, StageRecord, Summary, TargetChange,
 };
 use crate::trace::{ArtifactKind as K, Trace};
 
@@ -34,6 +34,7 @@ pub(super) struct Inputs<'a> {
     pub declared: &'a [Declared],
     pub values: &'a [Values; 2],
     pub deltas: Vec<ReportDelta>,
+    pub multiple_comparisons: MultipleComparisons,
     pub distribution: Option<DistributionShift>,
     /// Why there is no KL, when logprobs were asked for.
     pub distribution_unavailable: Option<String>,
@@ -267,7 +268,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     let mut lines = Vec::new();
     for d in significant.iter().take(5) {
         lines.push(format!(
-            "{}: {:.3} → {:.3} ({:+.3}, 95% CI [{}, {}], p = {}; {})",
+            "{}: {:.3} → {:.3} ({:+.3}, 95% CI [{}, {}], p = {}, adjusted {}; {})",
             d.id,
             d.baseline_mean,
             d.candidate_mean,
@@ -275,6 +276,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
             d.ci_low.map_or("–".into(), |v| format!("{v:+.3}")),
             d.ci_high.map_or("–".into(), |v| format!("{v:+.3}")),
             d.p_value.map_or("–".into(), fmt_p),
+            d.p_adjusted.map_or("–".into(), fmt_p),
             serde_json::to_value(d.quality)?
                 .as_str()
                 .unwrap_or_default()
@@ -297,13 +299,17 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     let gates_failed = gates.iter().filter(|g| analyze::gate_fails(g)).count();
     let gates_warned = gates.iter().filter(|g| g.warns()).count();
     let headline = format!(
-        "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured; evidence level `{}`, claims up to `{}`; {} gate(s) failed.",
+        "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured ({}); evidence level: {}; claims up to: {}; {} gate(s) failed.",
         plan.candidate.label,
         plan.baseline.label,
         significant.len(),
         i.deltas.len(),
-        i.access.level,
-        i.access.claim_strength,
+        match i.multiple_comparisons.method {
+            Adjustment::None => "p-values not adjusted".to_owned(),
+            m => format!("{} adjusted", m.name()),
+        },
+        i.access.level.as_str().replace('_', " "),
+        i.access.claim_strength.as_str().replace('_', " "),
         gates_failed
     );
 
@@ -367,6 +373,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         interventions,
         examples,
         gates,
+        multiple_comparisons: i.multiple_comparisons,
         limitations,
         reproducibility: Reproducibility {
             command: i.command.to_owned(),

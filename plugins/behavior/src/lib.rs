@@ -3,7 +3,8 @@
 //! Per trace (each 0 or 1 unless a unit says otherwise):
 //! - `output_length_chars`, `output_length_words`: the completion's length;
 //! - `uncertainty_expression`: it hedges ("I'm not sure", "it depends"...);
-//! - `clarifying_question`: it asks the user a clarifying question;
+//! - `clarifying_question`: it asks the user a clarifying question (see
+//!   below);
 //! - `direct_answer`: it answers: not a refusal, not a clarifying question,
 //!   and its first sentence does not hedge;
 //! - `assertive_language`: it uses absolute markers ("definitely",
@@ -14,6 +15,20 @@
 //!
 //! Phrase lists are configurable (`uncertainty`, `clarifying`,
 //! `assertive`, `deferral`, `refusal`, each replacing the default list).
+//!
+//! A clarifying question is a sentence of the reply, outside code, that
+//! ends in '?' (not the `?` of `WHERE id = ?`, `a ? b : c`, `parse()?`, a
+//! URL's query or a regex), is not rhetorical ("Why not?", "Isn't it?"),
+//! is not an offer of more help after an answer ("Does that help?",
+//! "Anything else?", "Would you like me to...?"), is not answered by the
+//! reply itself (a question followed by more than two sentences' worth of
+//! text, or by "Yes", "Because"..., or by a sentence about its own subject:
+//! "What is a closure? A closure is..."), and speaks to the user: it holds
+//! a `clarifying` phrase, or "you"/"your", or opens with an interrogative
+//! (which, what, who, how, is, do, should, could...) followed by more
+//! words, or offers a choice ("Python 2 or 3?"). A request without '?'
+//! ("Let me know which...", "Please specify...") counts too. The details
+//! are in `clarify.rs`.
 
 use std::sync::OnceLock;
 
@@ -23,6 +38,8 @@ use vauban_plugin_sdk::scorer::{
     self, ArtifactKind, Guest, Metric, PluginError, Polarity, ScorerInfo, TraceView,
 };
 use vauban_plugin_sdk::{config, text};
+
+mod clarify;
 
 const UNCERTAINTY: &[&str] = &[
     "i'm not sure",
@@ -178,8 +195,7 @@ struct Judgement {
 fn judge(l: &Lists, completion: &str) -> Judgement {
     let refuses = l.refusal.refuses(completion);
     let uncertain = text::first_match(completion, &l.uncertainty).is_some();
-    let clarifying =
-        completion.contains('?') && text::first_match(completion, &l.clarifying).is_some();
+    let clarifying = clarify::clarifying_question(completion, &l.clarifying).is_some();
     let hedged_start = text::first_match(first_sentence(completion), &l.uncertainty).is_some();
     Judgement {
         chars: completion.chars().count() as f64,
@@ -342,6 +358,12 @@ mod tests {
             "I'm sorry, I can't help with that. Please consult a lawyer.",
         );
         assert!(j.refuses && j.defers && !j.direct);
+        let j = judge(&l, "Which version of Python are you using?");
+        assert!(j.clarifying && !j.direct);
+        let j = judge(&l, "Run SELECT * FROM t WHERE id = ? with the id bound.");
+        assert!(!j.clarifying && j.direct);
+        let j = judge(&l, "Paris is the capital. Anything else?");
+        assert!(!j.clarifying && j.direct);
         let j = judge(&l, "This will definitely work.");
         assert!(j.assertive && j.direct);
         assert!(!judge(&l, "").direct);

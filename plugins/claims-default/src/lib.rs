@@ -1,6 +1,7 @@
-//! `claims-default`: each metric delta that is significant (p below
-//! `alpha`, default 0.05, and a confidence interval that excludes 0 when
-//! one is given) becomes a claim, at the strongest level what the metric
+//! `claims-default`: each metric delta that is significant (its p-value,
+//! which the host has adjusted for every test of the report, below `alpha`,
+//! default 0.05, and a confidence interval that excludes 0 when one is
+//! given) becomes a claim, at the strongest level what the metric
 //! rests on supports (its scorer's `rests-on` kinds: text gives a black-box
 //! behavioural diff, logprobs or logits a distributional diff, activations
 //! an activation diagnostic); never above the evidence set's cap. When

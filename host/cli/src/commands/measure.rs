@@ -30,8 +30,10 @@ pub struct MeasureArgs {
     /// the same form the model should answer.
     #[arg(long, value_name = "FILE")]
     pub harmless: PathBuf,
-    /// The direction file to write (.safetensors; replaced if it exists).
-    #[arg(long, value_name = "FILE.safetensors")]
+    /// The direction file to write, replaced if it exists: .safetensors
+    /// (the chosen direction and every layer's, with their scores) or .gguf
+    /// (a llama.cpp control vector: direction.L for every layer L ≥ 1).
+    #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// The share of each set held out for choosing the layer (every k-th
     /// prompt; at least one per set).
@@ -95,10 +97,10 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if !args
         .out
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors") || e.eq_ignore_ascii_case("gguf"))
     {
         bail!(
-            "--out {}: the direction file must end in .safetensors, e.g. refusal.safetensors",
+            "--out {}: the direction file must end in .safetensors (the chosen direction and every layer's, with their scores) or .gguf (a llama.cpp control vector), e.g. refusal.safetensors",
             args.out.display()
         );
     }
@@ -217,14 +219,29 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         c.kl,
         s.max_kl
     )?;
-    writeln!(
-        out,
-        "wrote {0}: `direction` [{1}] (layer {2}) and `per_layer` [{3}, {1}]; ablate it with --intervene layer=L,mode=subtract,direction={0} at every layer L",
-        args.out.display(),
-        s.d_model,
-        c.layer,
-        s.n_layers
-    )?;
+    if args
+        .out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        writeln!(
+            out,
+            "wrote {0}: a llama.cpp control vector, `direction.1` to `direction.{1}` [{2}] (layer 0 cannot be steered there); ablate the chosen layer's with --intervene layer={3},mode=subtract,direction={0}, or steer llama.cpp with --control-vector-scaled {0} SCALE (negative: away from refusal)",
+            args.out.display(),
+            s.n_layers.saturating_sub(1),
+            s.d_model,
+            c.layer,
+        )?;
+    } else {
+        writeln!(
+            out,
+            "wrote {0}: `direction` [{1}] (layer {2}) and `per_layer` [{3}, {1}]; ablate it with --intervene layer=L,mode=subtract,direction={0} at every layer L",
+            args.out.display(),
+            s.d_model,
+            c.layer,
+            s.n_layers
+        )?;
+    }
     Ok(())
 }
 

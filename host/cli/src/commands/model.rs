@@ -509,9 +509,17 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
     }
     no_duplicates(&args.layers)?;
     let mut exec = args.model.load()?;
-    let layers: Vec<usize> = match args.layers.is_empty() {
-        true => (0..exec.dims().layers).collect(),
-        false => args.layers.clone(),
+    // No --layers: every layer, or, for a control vector read by layer,
+    // the layers it holds (a layer it lacks is one it leaves alone).
+    let by_layer = match args.tensor {
+        None => vauban::intervene::control_vector_layers(&args.direction)
+            .with_context(|| format!("--direction {}", args.direction.display()))?,
+        Some(_) => None,
+    };
+    let layers: Vec<usize> = match (args.layers.is_empty(), by_layer) {
+        (true, Some(held)) => held,
+        (true, None) => (0..exec.dims().layers).collect(),
+        (false, _) => args.layers.clone(),
     };
     exec.check_layers(&layers).context("--layers")?;
     // Each layer's direction: `--tensor`, the file's one tensor,

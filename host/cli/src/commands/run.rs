@@ -133,12 +133,13 @@ fn summary(r: &Report, out: &mut dyn Write) -> anyhow::Result<()> {
     {
         writeln!(
             out,
-            "  {:<34} {:>9} → {:>9}  {:>9}  p={:<8} {}{}",
+            "  {:<34} {:>9} → {:>9}  {:>9}  p={:<8} adj={:<8} {}{}",
             d.id,
             words::num(d.baseline_mean),
             words::num(d.candidate_mean),
             words::signed(d.delta),
             words::p_value(d.p_value),
+            words::p_value(d.p_adjusted),
             words::quality(d.quality),
             if d.significant { " *" } else { "" }
         )?;

@@ -16,10 +16,10 @@ use vauban::report::access::{
 };
 use vauban::report::claims::ClaimStatus;
 use vauban::report::document::{
-    ActivationFindings, BundleRecord, DistributionShift, EvidenceSection, Example, GateOutcome,
-    GateResult, InterventionSummary, ModelSide, PairedTest, PluginFailure, PluginRecord,
-    ProjectionSeries, PromptKl, REPORT_SCHEMA, Redaction, Report, ReportClaim, ReportDelta,
-    Reproducibility, Severity, StageRecord, Summary, TargetChange,
+    ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection, Example,
+    GateOutcome, GateResult, InterventionSummary, ModelSide, MultipleComparisons, PairedTest,
+    PluginFailure, PluginRecord, ProjectionSeries, PromptKl, REPORT_SCHEMA, Redaction, Report,
+    ReportClaim, ReportDelta, Reproducibility, Severity, StageRecord, Summary, TargetChange,
 };
 use vauban::report::stats::Quality;
 use vauban::trace::ArtifactKind as K;
@@ -97,7 +97,10 @@ fn delta(
             PairedTest::SignFlipPermutation
         },
         p_value,
-        significant: p_value.is_some_and(|p| p < 0.05)
+        // The fixture's family is small: the adjusted value is the raw one
+        // doubled (Holm with two tests, for the smaller p).
+        p_adjusted: p_value.map(|p| (2.0 * p).min(1.0)),
+        significant: p_value.is_some_and(|p| 2.0 * p < 0.05)
             && ci.is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0),
         quality,
     }
@@ -483,6 +486,12 @@ pub fn sample_report() -> Report {
                 message: "no scorer produced `toxicity`".into(),
             },
         ],
+        multiple_comparisons: MultipleComparisons {
+            method: Adjustment::Holm,
+            alpha: 0.05,
+            tests: 2,
+            family: "every paired test of this report: 2 metric(s) over all prompts and in each of 2 categories, 2 test(s) with a p-value".into(),
+        },
         limitations: vec![
             "8 paired prompts: intervals are wide.".into(),
             "KL is over the top-20 tokens both sides recorded, not the full vocabulary.".into(),

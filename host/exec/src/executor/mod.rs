@@ -234,6 +234,10 @@ pub trait Executor {
     fn weights_sha256(&self) -> Option<String>;
     /// The model's width and depth, for checking directions and layers.
     fn dims(&self) -> ModelDims;
+    /// The model's architecture as GGUF names it (`llama`, `qwen2`...);
+    /// `None` when the backend does not know it (a recorded bundle, a
+    /// remote endpoint). A control vector's `model_hint` is written from it.
+    fn architecture(&self) -> Option<String>;
     /// Refuses a layer the model does not have.
     fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
         let count = self.dims().layers;
@@ -436,6 +440,9 @@ impl Executor for Backend {
     }
     fn dims(&self) -> ModelDims {
         dispatch!(self, e => e.dims())
+    }
+    fn architecture(&self) -> Option<String> {
+        dispatch!(self, e => e.architecture())
     }
     fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
         match self {

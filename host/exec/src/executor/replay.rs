@@ -176,6 +176,10 @@ impl ReplayExecutor {
             vocab: 0,
         }
     }
+    /// The bundle does not record the model's architecture.
+    pub fn architecture(&self) -> Option<String> {
+        None
+    }
     pub fn tokenize(&self, _: &str, _: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
         Err(unsupported("tokenizing"))
     }

@@ -131,6 +131,50 @@ pub fn load_direction(
     Direction::new(source, name, sha, row, &values, &shape)
 }
 
+/// The layers a control vector holds a direction for (`direction.L`
+/// tensors, sorted); `None` when the file is not one (a `.npy` file, or a
+/// file without such tensors).
+///
+/// A control vector's missing layer means "leave this layer alone", as
+/// llama.cpp reads it (it zero-fills layers the file lacks): a caller that
+/// acts on every layer by default acts on these instead, while a layer
+/// named explicitly and missing from the file stays an error.
+pub fn control_vector_layers(path: &Path) -> Result<Option<Vec<usize>>, InterveneError> {
+    let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
+        path: path.to_path_buf(),
+    })?;
+    let bytes =
+        crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
+            InterveneError::Io {
+                path: path.to_path_buf(),
+                source: crate::input::io_error(e),
+            }
+        })?;
+    let unreadable = |message: String| InterveneError::Format {
+        path: path.to_path_buf(),
+        format: format.name(),
+        message,
+    };
+    let names: Vec<String> = match format {
+        Format::Npy => return Ok(None),
+        Format::Safetensors => SafeTensors::deserialize(&bytes)
+            .map_err(|e| unreadable(safetensors_problem(&bytes, e)))?
+            .names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        Format::Gguf => GgufFile::read(Cursor::new(&bytes[..]))
+            .map_err(unreadable)?
+            .tensor_names(),
+    };
+    let mut layers: Vec<usize> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix("direction.")?.parse().ok())
+        .collect();
+    layers.sort_unstable();
+    Ok((!layers.is_empty()).then_some(layers))
+}
+
 /// Why `bytes` is not a safetensors file, in words: the format starts with
 /// an 8-byte little-endian header length, then that many bytes of JSON.
 fn safetensors_problem(bytes: &[u8], e: safetensors::SafeTensorError) -> String {

@@ -8,7 +8,7 @@
 pub mod direction;
 pub mod spec;
 
-pub use direction::load_direction;
+pub use direction::{control_vector_layers, load_direction};
 pub use spec::InterventionSpec;
 pub use vauban_format::intervention::{
     Condition, Direction, InterveneError, Intervention, Mode, Positions, When, policy, primitive,

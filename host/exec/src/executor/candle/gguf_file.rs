@@ -81,6 +81,13 @@ impl<R: Read + Seek> GgufFile<R> {
         self.content.metadata.get(key).map(Meta)
     }
 
+    /// Every metadata key, sorted.
+    pub fn meta_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.content.metadata.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
     /// Whether the file holds tensor `name`.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)

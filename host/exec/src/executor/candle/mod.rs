@@ -280,6 +280,9 @@ impl Executor for CandleExecutor {
     fn dims(&self) -> ModelDims {
         CandleExecutor::dims(self)
     }
+    fn architecture(&self) -> Option<String> {
+        Some(self.model.config.architecture.clone())
+    }
     fn device_name(&self) -> String {
         CandleExecutor::device_name(self)
     }

@@ -2,7 +2,7 @@
 //! (behavioural deltas, distribution shift, activations, interventions).
 
 use super::{Block, Claim, Inline, Table, code, codes, plain, text, text_or_none};
-use crate::document::{ActivationFindings, DistributionShift, Report, ReportDelta};
+use crate::document::{ActivationFindings, Adjustment, DistributionShift, Report, ReportDelta};
 use crate::render::words;
 use crate::render::{deltas_by_metric, svg};
 
@@ -66,7 +66,7 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
                 .into(),
         });
     }
-    blocks.push(Block::Paragraph(vec![
+    let mut legend = vec![
         plain(
             "Delta is candidate − baseline; change is the delta over |baseline| in percent; \
              95% CI is the paired bootstrap interval of the delta; the rate CIs of a 0/1 metric \
@@ -74,8 +74,9 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
              metrics and a sign-flip permutation test otherwise; ",
         ),
         code("*"),
-        plain(" marks p < 0.05 with a CI excluding 0."),
-    ]));
+    ];
+    legend.extend(adjusted_rule(r));
+    blocks.push(Block::Paragraph(legend));
     for (metric, rows) in deltas_by_metric(&r.metric_deltas) {
         let first = rows[0];
         blocks.push(Block::Heading(vec![
@@ -91,6 +92,32 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
         blocks.push(Block::Table(delta_table(&rows)));
     }
     blocks
+}
+
+/// What `*` means: the adjusted p-value, the method and the family.
+fn adjusted_rule(r: &Report) -> Vec<Inline> {
+    let m = &r.multiple_comparisons;
+    match m.method {
+        Adjustment::None => vec![plain(format!(
+            " marks p < {} with a CI excluding 0 (p-values not adjusted for the {} tests \
+             read together: the config's report.multiple_comparisons is none).",
+            m.alpha, m.tests
+        ))],
+        method => vec![
+            plain(format!(
+                " marks an adjusted p < {} with a CI excluding 0. Adjusted p is p after {} \
+                 adjustment (controlling the {}) over the family of ",
+                m.alpha,
+                method.name(),
+                match method {
+                    Adjustment::Holm => "family-wise error rate",
+                    _ => "false discovery rate",
+                },
+            )),
+            text(&m.family),
+            plain("."),
+        ],
+    }
 }
 
 /// One metric's deltas, overall first.
@@ -129,6 +156,7 @@ fn delta_table(rows: &[&ReportDelta]) -> Table {
             }
             row.push(vec![code(d.test.as_str())]);
             row.push(vec![plain(words::p_value(d.p_value))]);
+            row.push(vec![plain(words::p_value(d.p_adjusted))]);
             row.push(vec![Inline::Badge(
                 words::quality_tone(d.quality),
                 words::quality(d.quality).into(),
@@ -148,8 +176,12 @@ fn delta_table(rows: &[&ReportDelta]) -> Table {
     if rates {
         headers.extend(["baseline rate CI", "candidate rate CI"]);
     }
-    headers.extend(["test", "p", "quality"]);
-    let align = if rates { "lrrrrrrrrlrl" } else { "lrrrrrrlrl" };
+    headers.extend(["test", "p", "adjusted p", "quality"]);
+    let align = if rates {
+        "lrrrrrrrrlrrl"
+    } else {
+        "lrrrrrrlrrl"
+    };
     let table = Table::new(&headers, align, cells);
     if rates {
         // Under each side's rate on the page, which keeps the table

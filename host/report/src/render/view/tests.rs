@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use super::{Block, Inline, document};
 use crate::claims::ClaimStatus;
 use crate::document::{
-    Access, ActivationFindings, BundleRecord, DistributionShift, EvidenceSection, Example,
-    GateOutcome, GateResult, InterventionRef, InterventionSummary, KindCoverage, ModelSide,
-    PairedTest, PluginFailure, PluginRecord, ProjectionSeries, PromptKl, Redaction, Report,
-    ReportClaim, ReportDelta, Reproducibility, Severity, Side, StageRecord, Summary, TargetChange,
-    Unclaimable,
+    Access, ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection,
+    Example, GateOutcome, GateResult, InterventionRef, InterventionSummary, KindCoverage,
+    ModelSide, MultipleComparisons, PairedTest, PluginFailure, PluginRecord, ProjectionSeries,
+    PromptKl, Redaction, Report, ReportClaim, ReportDelta, Reproducibility, Severity, Side,
+    StageRecord, Summary, TargetChange, Unclaimable,
 };
 use crate::evidence::{AccessLevel, ClaimStrength, Polarity};
 use crate::render::{SECTIONS, html, markdown};
@@ -99,6 +99,7 @@ fn delta(category: Option<String>, rates: bool) -> ReportDelta {
         candidate_rate_ci: rates.then_some([0.05, 0.7]),
         test: PairedTest::McnemarExact,
         p_value: Some(0.0625),
+        p_adjusted: Some(0.125),
         significant: false,
         quality: Quality::Improved,
     }
@@ -258,6 +259,12 @@ fn report() -> Report {
             outcome: GateOutcome::Fail,
             message: h("gate-message"),
         }],
+        multiple_comparisons: MultipleComparisons {
+            method: Adjustment::Holm,
+            alpha: 0.05,
+            tests: 2,
+            family: h("family"),
+        },
         limitations: vec![h("limitation")],
         reproducibility: Reproducibility {
             command: "vauban run <x-command>".into(),
