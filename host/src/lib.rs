@@ -27,6 +27,7 @@ pub use vauban_report as report;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzz_targets;
+pub mod interrupt;
 pub mod measure;
 pub mod pipeline;
 pub mod profile;

@@ -18,6 +18,10 @@ pub enum Exit {
     /// `severity = "fail"` failed: the model regressed by the config's own
     /// measure.
     GateFailed,
+    /// `run` or `diff` stopped on Ctrl-C (SIGINT) between prompts; every
+    /// finished trace is kept and the same command resumes. 128 + 2, as a
+    /// shell reports a process SIGINT ended.
+    Interrupted,
 }
 
 impl Exit {
@@ -28,6 +32,7 @@ impl Exit {
             Exit::Error => 1,
             Exit::Usage => 2,
             Exit::GateFailed => 3,
+            Exit::Interrupted => 130,
         }
     }
 }
@@ -44,7 +49,8 @@ Exit codes:
   0  success; with run/diff, no `fail` gate failed
   1  error: config, model, plugin, bundle or file (the message names it)
   2  usage: unknown flag, missing argument, bad value
-  3  run/diff wrote every report and a `severity = \"fail\"` gate failed";
+  3  run/diff wrote every report and a `severity = \"fail\"` gate failed
+  130  interrupted (Ctrl-C): finished traces are kept; run the same command to resume";
 
 #[cfg(test)]
 mod tests {
@@ -52,7 +58,13 @@ mod tests {
 
     #[test]
     fn every_outcome_has_its_own_code_and_a_line_in_the_table() {
-        let all = [Exit::Success, Exit::Error, Exit::Usage, Exit::GateFailed];
+        let all = [
+            Exit::Success,
+            Exit::Error,
+            Exit::Usage,
+            Exit::GateFailed,
+            Exit::Interrupted,
+        ];
         let mut codes: Vec<u8> = all.iter().map(|e| e.code()).collect();
         codes.dedup();
         assert_eq!(codes.len(), all.len(), "{codes:?}");

@@ -14,12 +14,10 @@ fn main() -> ExitCode {
     // SAFETY: first thing in main; no other thread exists yet to read the environment.
     unsafe { vauban::executor::pin_thread_count() };
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_filter()));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    logging(cli.log_filter());
+    if cli.quiet {
+        vauban::pipeline::progress::hide();
+    }
 
     // Everything printed passes through `printable`: plugins, models and
     // bundles supply text, and none of it may drive the terminal.
@@ -35,12 +33,55 @@ fn main() -> ExitCode {
             eprintln!("{}", vauban::text::printable(&err.to_string()));
             Exit::GateFailed
         }
+        // Ctrl-C: the pipeline's own words say what was kept.
+        Err(err) if interrupted(&err).is_some() => {
+            let stop = interrupted(&err).expect("checked");
+            eprintln!("{}", vauban::text::printable(&stop.to_string()));
+            Exit::Interrupted
+        }
         Err(err) => {
             eprintln!("error: {}", vauban::text::printable(&message(&err)));
             Exit::Error
         }
     };
     ExitCode::from(exit)
+}
+
+/// Logs on stderr: the pipeline's notices ("reusing 3 of 6 recorded
+/// baseline traces") as plain lines, everything else with time, level and
+/// target; colour only on a terminal, so a log file holds no escape codes.
+/// `RUST_LOG` replaces `default` (`-q` and `-v` set it).
+fn logging(default: &str) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::prelude::*;
+    use vauban::pipeline::NOTICE;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::stderr().is_terminal();
+    let notices = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .without_time()
+        .with_level(false)
+        .with_target(false)
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() == NOTICE
+        }));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() != NOTICE
+        }));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(notices)
+        .with(logs)
+        .init();
+}
+
+fn interrupted(err: &anyhow::Error) -> Option<&vauban::interrupt::Interrupted> {
+    err.chain().find_map(|c| c.downcast_ref())
 }
 
 /// The error and its causes, joined by `: `, leaving out a cause whose text

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::plugins::{root, wasm};
@@ -73,13 +73,15 @@ fn golden_flow_update_pass_fail_with_diff() {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         vauban(&refs)
     };
-    // A missing golden file is a clear error, not a pass.
+    // A missing golden file is a clear error, not a pass, and says how
+    // to create it.
     let o = run(&[]);
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o).1;
     assert!(
-        text(&o).1.contains("cannot read --expect"),
-        "{}",
-        text(&o).1
+        err.contains(&format!("--expect {}: no such file", golden.display()))
+            && err.contains("run the same command with --update"),
+        "{err}"
     );
 
     let o = run(&["--update"]);
@@ -351,35 +353,92 @@ fn control_characters_from_a_plugin_never_reach_the_terminal() {
 
 #[test]
 fn the_example_third_party_scorer_runs_as_documented() {
-    let o = vauban(&[
-        "plugin",
-        "test",
-        s(&wasm("uppercase-scorer")),
-        "--traces",
-        &fixture(),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{:?}", text(&o));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let bundle = vauban::bundle::Bundle::open(root().join("tests/fixtures/smollm2-chat")).unwrap();
-    for t in bundle.traces() {
-        let completion = t
-            .artifacts_of(vauban::trace::ArtifactKind::Text)
-            .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
-            .map(|a| match &a.data {
-                vauban::trace::ArtifactData::Text { text } => text.clone(),
-                _ => unreachable!(),
-            })
-            .unwrap();
-        let letters = completion.chars().filter(|c| c.is_alphabetic()).count() as f64;
-        let upper = completion.chars().filter(|c| c.is_uppercase()).count() as f64;
-        assert_eq!(
-            j["metrics"][&t.id]["uppercase_ratio"].as_f64(),
-            Some(upper / letters),
-            "{}",
-            t.id
-        );
+    let dir = tempfile::tempdir().unwrap();
+    let run = |traces: &Path, config: Option<&str>| {
+        let mut args = vec![
+            "plugin".to_owned(),
+            "test".into(),
+            s(&wasm("uppercase-scorer")).into(),
+            "--traces".into(),
+            s(traces).into(),
+            "--json".into(),
+        ];
+        if let Some(c) = config {
+            let path = dir.path().join("uppercase.toml");
+            std::fs::write(&path, c).unwrap();
+            args.extend(["--config".into(), s(&path).into()]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        vauban(&refs)
+    };
+    // The recorded chat fixture, and two traces with code in backticks.
+    let code = dir.path().join("code-bundle");
+    let mut w =
+        vauban::bundle::BundleWriter::create(&code, vauban::bundle::WriteMode::CreateNew).unwrap();
+    for (id, completion) in [
+        ("c0", "Set `MAX_LEN` to 64 in `CONFIG`."),
+        ("c1", "Use `ls -la` or `LS`? NO."),
+    ] {
+        let t = common::trace_completion(id, completion, None);
+        w.add_trace(&t, &Default::default()).unwrap();
     }
+    w.finish().unwrap();
+    let completions = |bundle: &Path| -> Vec<(String, String)> {
+        vauban::bundle::Bundle::open(bundle)
+            .unwrap()
+            .traces()
+            .iter()
+            .map(|t| {
+                let completion = t
+                    .artifacts_of(vauban::trace::ArtifactKind::Text)
+                    .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
+                    .map(|a| match &a.data {
+                        vauban::trace::ArtifactData::Text { text } => text.clone(),
+                        _ => unreachable!(),
+                    })
+                    .unwrap();
+                (t.id.clone(), completion)
+            })
+            .collect()
+    };
+    let ratio = |text: &str| {
+        let letters = text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+        let upper = text.chars().filter(|c| c.is_uppercase()).count() as f64;
+        upper / letters
+    };
+    // With no config, and with `skip_code = true` (text between
+    // backticks left out), as the guide documents.
+    let chat = PathBuf::from(fixture());
+    let mut seen = Vec::new();
+    for bundle in [&chat, &code] {
+        for (config, skip) in [(None, false), (Some("skip_code = true\n"), true)] {
+            let o = run(bundle, config);
+            assert!(o.status.success(), "{:?}", text(&o));
+            let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            for (id, completion) in completions(bundle) {
+                let prose: String = match skip {
+                    true => completion.split('`').step_by(2).collect(),
+                    false => completion.clone(),
+                };
+                let got = j["metrics"][&id]["uppercase_ratio"].as_f64();
+                assert_eq!(got, Some(ratio(&prose)), "{id}");
+                seen.push((id, skip, got));
+            }
+        }
+    }
+    // Skipping code changes what the code bundle's traces score.
+    let of = |id: &str, skip| seen.iter().find(|s| s.0 == id && s.1 == skip).unwrap().2;
+    assert!(of("c0", true) < of("c0", false));
+    // A misspelt key: serde's words, with the key.
+    let o = run(&chat, Some("skip_cod = true\n"));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o)
+            .1
+            .contains("unknown field `skip_cod`, expected `skip_code`"),
+        "{}",
+        text(&o).1
+    );
 }
 
 /// A unit direction of the tiny model's width, as safetensors.

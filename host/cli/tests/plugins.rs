@@ -930,7 +930,7 @@ fn one_huge_random_request_is_refused_within_the_deadline() {
     assert!(took < 2 * deadline, "random_huge took {took:?}");
     let (f, _) = failure(r);
     assert!(
-        matches!(f, Failure::Trap { ref message } if message.contains("exceeds limit 1048576")),
+        matches!(f, Failure::Trap { ref message, .. } if message.contains("exceeds limit 1048576")),
         "{f:?}"
     );
 }
@@ -994,9 +994,30 @@ fn a_data_directory_holding_a_fifo_is_not_granted() {
 fn a_panic_and_a_stack_overflow_are_traps_with_stderr() {
     let host = host();
     let (r, _) = attack(&host, "panic", SandboxOptions::default());
+    // The panic's message leads; the trap and the wasm backtrace follow.
+    let said = r
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        said.starts_with(
+            "plugin vauban-test-evil: `score` panicked: evil plugin panics on purpose (at "
+        ),
+        "{said}"
+    );
+    let backtrace = said
+        .find("wasm backtrace:")
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(said.find("trap: ").is_some_and(|t| t < backtrace), "{said}");
     let (f, stderr) = failure(r);
     assert_eq!(f.kind(), "trap");
     assert!(stderr.contains("evil plugin panics on purpose"), "{stderr}");
+    let Failure::Trap { message, backtrace } = &f else {
+        panic!("{f:?}")
+    };
+    assert!(!message.contains("wasm backtrace"), "{message}");
+    assert!(backtrace.is_some(), "{f:?}");
     let (r, _) = attack(&host, "stack", SandboxOptions::default());
     let (f, _) = failure(r);
     assert_eq!(f.kind(), "trap");

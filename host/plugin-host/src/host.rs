@@ -311,6 +311,15 @@ pub(crate) fn arm(
     Ok(())
 }
 
+/// At most 4 KiB of a trap's text, cut on a character boundary.
+fn bounded(mut text: String) -> String {
+    if text.len() > 4096 {
+        text.truncate(text.floor_char_boundary(4096));
+        text.push_str(" [...]");
+    }
+    text
+}
+
 /// Turns what wasmtime returned into the typed failure.
 pub(crate) fn classify(e: &wasmtime::Error, sandbox: &SandboxOptions) -> Failure {
     if e.downcast_ref::<MemoryLimitHit>().is_some() {
@@ -326,12 +335,26 @@ pub(crate) fn classify(e: &wasmtime::Error, sandbox: &SandboxOptions) -> Failure
             fuel: sandbox.fuel.unwrap_or(0),
         },
         _ => {
-            let mut message = format!("{e:#}");
-            if message.len() > 4096 {
-                message.truncate(message.floor_char_boundary(4096));
-                message.push_str(" [...]");
+            // The wasm backtrace is wasmtime's outermost context: keep it
+            // apart, so the reason (and a guest's panic message) comes first.
+            let backtrace = e.downcast_ref::<wasmtime::WasmBacktrace>().map(|b| {
+                let text = b.to_string();
+                // Its display opens with a heading the report gives itself.
+                let frames = text
+                    .trim_end()
+                    .trim_start_matches("error while executing at wasm backtrace:");
+                bounded(frames.trim_start_matches('\n').to_owned())
+            });
+            let skip = usize::from(backtrace.is_some());
+            let causes: Vec<String> = e.chain().skip(skip).map(|c| c.to_string()).collect();
+            let message = match causes.is_empty() {
+                true => format!("{e:#}"),
+                false => causes.join(": "),
+            };
+            Failure::Trap {
+                message: bounded(message),
+                backtrace,
             }
-            Failure::Trap { message }
         }
     }
 }

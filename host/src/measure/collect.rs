@@ -146,6 +146,18 @@ struct Sums {
     holdout_logprobs: Vec<Vec<f32>>,
 }
 
+/// Stops a measurement the user interrupted (nothing is written).
+pub(super) fn stop_if_asked() -> Result<(), MeasureError> {
+    match crate::interrupt::requested() {
+        true => Err(MeasureError::Interrupted(crate::interrupt::Interrupted {
+            at: "while measuring the refusal direction".into(),
+            kept: Vec::new(),
+            cache: std::path::PathBuf::new(),
+        })),
+        false => Ok(()),
+    }
+}
+
 fn run_set(
     exec: &Backend,
     set: &Set,
@@ -160,6 +172,7 @@ fn run_set(
         holdout_logprobs: Vec::new(),
     };
     for p in &set.prompts {
+        stop_if_asked()?;
         let state = exec
             .last_token_state(&p.ids)
             .map_err(|e| MeasureError::Prompt {

@@ -317,6 +317,9 @@ pub enum MeasureError {
     Encode { path: PathBuf, message: String },
     #[error(transparent)]
     Executor(Box<ExecutorError>),
+    /// The user asked to stop (Ctrl-C); nothing was written.
+    #[error("{0}")]
+    Interrupted(#[source] crate::interrupt::Interrupted),
 }
 
 impl From<ExecutorError> for MeasureError {

@@ -68,6 +68,7 @@ pub(super) fn score_candidates(
     };
     let mut scores = Vec::with_capacity(candidates.len());
     for &layer in candidates {
+        super::collect::stop_if_asked()?;
         let direction = Direction::new(
             format!("measured refusal direction, layer {layer}"),
             "per_layer",

@@ -9,8 +9,8 @@
 
 pub mod analyze;
 mod evidence;
-pub mod interrupt;
 pub mod plan;
+pub mod progress;
 pub mod record;
 mod report;
 
@@ -24,6 +24,7 @@ use anyhow::{Context, bail};
 use crate::bundle::Bundle;
 use crate::config::Suite;
 use crate::executor::Executor;
+use crate::interrupt;
 use crate::plugin::claims::ClaimMapper;
 use crate::plugin::scorer::Scorer;
 use crate::plugin::{HostOptions, PluginHost, SandboxOptions};
@@ -68,7 +69,7 @@ impl Stages {
     ) -> anyhow::Result<T> {
         if interrupt::requested() {
             return Err(interrupt::Interrupted {
-                during: stage.to_owned(),
+                at: format!("before the stage `{stage}`"),
                 kept: self.1.sides.clone(),
                 cache: self.1.cache.clone(),
             }
@@ -89,17 +90,8 @@ impl Stages {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal), the
-/// one every long command shows.
-pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>10} {bar:30} {pos}/{len} [{elapsed}]")
-            .expect("a valid template"),
-    );
-    bar.set_message(what.to_owned());
-    bar
-}
+/// The bar every long command shows ([`progress::bar`]).
+pub use progress::bar as progress_bar;
 
 /// Everything the report is built from.
 pub(crate) struct Gathered {
@@ -134,6 +126,8 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
     let scored = stages.run("score", |note| {
         let mut declared = Vec::new();
         let mut values = [analyze::Values::new(), analyze::Values::new()];
+        // One step per scorer and side.
+        let bar = progress::bar(2 * plan.scorers.len() as u64, "scoring");
         for p in &plan.scorers {
             let scorer = match host
                 .load(&p.path)
@@ -142,6 +136,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
                 Ok(s) => s,
                 Err(e) => {
                     failures.push(failure(&p.name, "load", &e));
+                    bar.inc(2);
                     continue;
                 }
             };
@@ -155,7 +150,10 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
             .enumerate()
             {
                 let src: Arc<dyn crate::plugin::tensors::TensorSource> = bundle.clone();
-                match scorer.score(traces, Some(src)) {
+                bar.set_message(format!("{} {}", p.name, ["baseline", "candidate"][i]));
+                let scored = scorer.score(traces, Some(src));
+                bar.inc(1);
+                match scored {
                     Ok(outcome) => {
                         for m in outcome.metrics {
                             let id = traces
@@ -201,6 +199,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
                 }));
             }
         }
+        bar.finish_and_clear();
         *note = format!(
             "{} metric(s) from {} scorer(s)",
             declared.len(),
@@ -388,7 +387,10 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
 /// and the baseline is a model), trace every prompt on both.
 fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     let baseline = stages.run("load baseline", |note| {
-        let s = record::load_side(&plan.baseline, None)?;
+        let spinner = progress::spinner("loading the baseline model");
+        let s = record::load_side(&plan.baseline, None);
+        spinner.finish_and_clear();
+        let s = s?;
         *note = s.exec.model_ref().name;
         Ok(s)
     })?;
@@ -399,7 +401,10 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
         _ => None,
     };
     let candidate = stages.run("load candidate", |note| {
-        let s = record::load_side(&plan.candidate, measured.as_deref())?;
+        let spinner = progress::spinner("loading the candidate model");
+        let s = record::load_side(&plan.candidate, measured.as_deref());
+        spinner.finish_and_clear();
+        let s = s?;
         *note = s
             .describe
             .clone()

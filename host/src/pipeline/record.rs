@@ -354,10 +354,10 @@ pub fn record_side(
                 ),
             }
         }
-        if cached && super::interrupt::requested() {
-            return Err(super::interrupt::Interrupted {
-                during: "tracing".into(),
-                kept: vec![super::interrupt::Kept {
+        if cached && crate::interrupt::requested() {
+            return Err(crate::interrupt::Interrupted {
+                at: "while tracing".into(),
+                kept: vec![crate::interrupt::Kept {
                     side: name.to_owned(),
                     kept: parts.len(),
                     of: prompts.len(),

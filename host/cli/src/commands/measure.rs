@@ -126,6 +126,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     let provenance = Provenance::of_files(&exec, &args.harmful, &args.harmless)?;
+    super::run::stop_between_prompts_on_ctrl_c();
 
     let bar: RefCell<Option<(Phase, indicatif::ProgressBar)>> = RefCell::new(None);
     let progress = |p: Progress| {

@@ -169,7 +169,7 @@ impl Cli {
     pub fn log_filter(&self) -> &'static str {
         match (self.quiet, self.verbose) {
             (true, _) => "error",
-            (false, 0) => "warn",
+            (false, 0) => "warn,vauban::notice=info",
             (false, 1) => "debug",
             (false, _) => "trace",
         }

@@ -309,6 +309,12 @@ fn test(args: &TestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "updated {}", expect.display())?;
         return Ok(());
     }
+    if !expect.exists() {
+        bail!(
+            "--expect {}: no such file; to create it from this output, run the same command with --update",
+            expect.display()
+        );
+    }
     let expected: Golden = read_json(expect, "--expect")?;
     let diffs = diff(&expected, &golden);
     if diffs.is_empty() {

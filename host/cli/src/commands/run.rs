@@ -75,7 +75,25 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     for w in &plan.warnings {
         tracing::warn!("{w}");
     }
+    stop_between_prompts_on_ctrl_c();
     finish(pipeline::run(&plan, &command_line())?, out)
+}
+
+/// The first Ctrl-C asks the pipeline to stop before its next prompt or
+/// stage (it then says what it kept, and `vauban` exits 130); a second one
+/// stops at once (the prompt in flight is lost; every file written so far
+/// is whole, since each is written atomically).
+pub(crate) fn stop_between_prompts_on_ctrl_c() {
+    let installed = ctrlc::set_handler(|| {
+        if vauban::interrupt::requested() {
+            std::process::exit(i32::from(crate::exit::Exit::Interrupted.code()));
+        }
+        vauban::interrupt::request();
+        eprintln!("stopping after the prompt in flight (Ctrl-C again to stop at once)");
+    });
+    if let Err(e) = installed {
+        tracing::warn!("Ctrl-C will stop the run at once, keeping finished traces: {e}");
+    }
 }
 
 /// `vauban diff BASELINE CANDIDATE --config CONFIG`.
@@ -84,6 +102,7 @@ pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // `diff` is `run` with both sides replayed from their bundles.
     plan.baseline.replay(args.baseline.clone());
     plan.candidate.replay(args.candidate.clone());
+    stop_between_prompts_on_ctrl_c();
     finish(pipeline::run(&plan, &command_line())?, out)
 }
 

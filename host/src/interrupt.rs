@@ -2,8 +2,8 @@
 //! what was recorded.
 //!
 //! The binary's signal handler calls [`request`]; the trace stage checks
-//! [`requested`] before each prompt it would record, and the pipeline
-//! before each later stage. A stopped run returns [`Interrupted`], which
+//! [`requested`] before each prompt it would record, measuring before each
+//! prompt and layer, and the pipeline before each stage. A stopped run returns [`Interrupted`], which
 //! says what was kept: every finished trace is already in the trace cache
 //! (written atomically as it is made), so the same command resumes.
 
@@ -37,8 +37,9 @@ pub struct Kept {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.message())]
 pub struct Interrupted {
-    /// What was running (`tracing`, or a later stage's name).
-    pub during: String,
+    /// Where it stopped, in words: `while tracing`, `before the stage
+    /// \`score\``.
+    pub at: String,
     /// Each side traced so far, in order.
     pub kept: Vec<Kept>,
     /// Where the traces are kept.
@@ -46,8 +47,8 @@ pub struct Interrupted {
 }
 
 impl Interrupted {
-    /// `interrupted: 3 of 6 baseline traces kept in out/traces/cache; run
-    /// the same command to resume`.
+    /// `interrupted while tracing: 3 of 6 baseline traces kept in
+    /// out/traces/cache; run the same command to resume`.
     pub fn message(&self) -> String {
         let sides: Vec<String> = self
             .kept
@@ -58,13 +59,13 @@ impl Interrupted {
             })
             .collect();
         let kept = match sides.as_slice() {
-            [] => "no trace recorded yet".to_owned(),
+            [] => "nothing was recorded yet".to_owned(),
             [one] => format!("{one} kept in {}", self.cache.display()),
             many => format!("{} kept in {}", many.join(" and "), self.cache.display()),
         };
         format!(
-            "interrupted during {}: {kept}; run the same command to resume",
-            self.during
+            "interrupted {}: {kept}; run the same command to resume",
+            self.at
         )
     }
 }
@@ -81,20 +82,20 @@ mod tests {
             of,
         };
         let i = |kept| Interrupted {
-            during: "tracing".into(),
+            at: "while tracing".into(),
             kept,
             cache: PathBuf::from("out/traces/cache"),
         };
         assert_eq!(
             i(vec![k("baseline", 3, 6)]).to_string(),
-            "interrupted during tracing: 3 of 6 baseline traces kept in out/traces/cache; \
+            "interrupted while tracing: 3 of 6 baseline traces kept in out/traces/cache; \
              run the same command to resume"
         );
         assert_eq!(
             i(vec![k("baseline", 6, 6), k("candidate", 0, 6)]).to_string(),
-            "interrupted during tracing: all 6 baseline traces and 0 of 6 candidate traces \
+            "interrupted while tracing: all 6 baseline traces and 0 of 6 candidate traces \
              kept in out/traces/cache; run the same command to resume"
         );
-        assert!(i(vec![]).to_string().contains("no trace recorded yet"));
+        assert!(i(vec![]).to_string().contains("nothing was recorded yet"));
     }
 }

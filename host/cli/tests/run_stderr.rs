@@ -1,0 +1,211 @@
+//! What `vauban run` says on stderr, as a user sees it.
+//!
+//! - Ctrl-C (SIGINT to the binary in the middle of tracing): it stops
+//!   before the next prompt, says how many traces it kept and where, exits
+//!   130; the same command then says how many it reuses and finishes.
+//! - Progress: bars on a terminal (a pseudo-terminal from `script`), none
+//!   with `-q`, and neither bars nor escape codes when stderr is a pipe.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use candle_core::quantized::GgmlDType;
+use common::{plugins, tiny};
+
+/// Enough prompts that the run is still tracing when the signal lands
+/// (the test waits for the first traces in the cache, then sends it).
+const PROMPTS: usize = 400;
+
+fn write_config(dir: &Path, prompts: usize) -> std::path::PathBuf {
+    let model = tiny::write_gguf(&dir.join("tiny.gguf"), 5, GgmlDType::F32);
+    let words = [
+        "the", "cat", "sat", "on", "a", "mat", "then", "ran", "in", "hat",
+    ];
+    let prompts: String = (0..prompts)
+        .map(|i| {
+            let text: Vec<&str> = (0..3 + i % 4)
+                .map(|j| words[(i + j) % words.len()])
+                .collect();
+            format!("{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n", text.join(" "))
+        })
+        .collect();
+    std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
+    let config = dir.join("run.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"output = "out"
+
+[suite]
+file = "prompts.jsonl"
+
+[observe]
+max_tokens = 8
+prompt_form = "raw"
+
+[baseline]
+model = "{model}"
+
+[candidate]
+model = "{model}"
+system = "be brief"
+
+[[scorers]]
+path = "{behavior}"
+"#,
+            model = model.display(),
+            behavior = plugins::wasm("vauban-plugin-behavior").display(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+fn cached(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("out/traces/cache"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().join("manifest.json").exists())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The count before ` of {PROMPTS} {side} traces` in `text`, or all of
+/// them for `all {PROMPTS} {side} traces`.
+fn count(text: &str, side: &str) -> Option<usize> {
+    if text.contains(&format!("all {PROMPTS} {side} traces")) {
+        return Some(PROMPTS);
+    }
+    let end = text.find(&format!(" of {PROMPTS} {side} traces"))?;
+    text[..end]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn ctrl_c_keeps_the_finished_traces_says_so_and_the_rerun_reuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), PROMPTS);
+    let vauban = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vauban"));
+        c.arg("run").arg(&config);
+        c
+    };
+    let mut child = vauban()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while cached(dir.path()) < 2 {
+        if child.try_wait().unwrap().is_some() {
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "the run ended before the signal: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "no trace recorded in 10 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let signal = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signal.success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopping after the prompt in flight"), "{err}");
+    let cache = dir.path().join("out/traces/cache");
+    assert!(
+        err.contains(&format!(
+            "kept in {}; run the same command to resume",
+            cache.display()
+        )),
+        "{err}"
+    );
+    // What it says it kept is what the cache holds.
+    let baseline = count(&err, "baseline").unwrap_or_else(|| panic!("{err}"));
+    let candidate = count(&err, "candidate").unwrap_or(0);
+    assert!(baseline >= 2, "{err}");
+    assert_eq!(baseline + candidate, cached(dir.path()), "{err}");
+    assert!(!dir.path().join("out/report.json").exists());
+
+    // The same command: it says what it reuses, and finishes.
+    let o = vauban().output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "reusing {baseline} of {PROMPTS} recorded baseline traces"
+        )),
+        "{err}"
+    );
+    assert_eq!(cached(dir.path()), 2 * PROMPTS);
+    assert!(dir.path().join("out/report.json").exists());
+
+    // Quiet: no notices.
+    let o = vauban().arg("-q").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("reusing"));
+}
+
+#[test]
+fn progress_shows_on_a_terminal_only_and_not_with_q() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 6);
+    let bin = env!("CARGO_BIN_EXE_vauban");
+
+    // stderr a pipe: no bar, and no escape code in the log (-v logs every
+    // stage).
+    let o = Command::new(bin)
+        .args(["run", "-v"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        !err.contains('\x1b'),
+        "escape codes in a piped log: {err:?}"
+    );
+    assert!(!err.contains(" left]"), "a bar in a piped log: {err}");
+
+    // On a terminal: the bars, with counts and the time left; not with -q.
+    // `script` gives the command a pseudo-terminal and copies what it
+    // draws to its stdout.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped the terminal half: no `script` (util-linux) here");
+        return;
+    }
+    let on_terminal = |extra: &str| {
+        let command = format!(
+            "{bin} run {extra} --out {} {}",
+            dir.path().join(format!("out{}", extra.len())).display(),
+            config.display()
+        );
+        let o = Command::new("script")
+            .args(["-qefc", &command, "/dev/null"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let drawn = on_terminal("");
+    assert!(
+        drawn.contains("/6 [") && drawn.contains(" left]"),
+        "no tracing bar on a terminal: {drawn:?}"
+    );
+    let quiet = on_terminal("-q");
+    assert!(!quiet.contains(" left]"), "a bar under -q: {quiet:?}");
+}
