@@ -98,10 +98,16 @@ fn message(err: &anyhow::Error) -> String {
     out
 }
 
+/// A write to a closed pipe, whether it failed in our own writes or inside
+/// serde_json's (`--json | head`), which wraps the I/O error in its own.
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
     err.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            .is_some_and(|e| e.kind() == BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(BrokenPipe))
     })
 }

@@ -227,3 +227,79 @@ fn each_kind_of_failure_has_its_own_exit_code_and_help_lists_them() {
         }
     }
 }
+
+#[test]
+fn version_names_the_commit() {
+    let o = vauban(&["--version"]);
+    let v = stdout(&o);
+    assert!(
+        v.starts_with(&format!("vauban {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{v}"
+    );
+    let commit = v
+        .split("(commit ")
+        .nth(1)
+        .unwrap()
+        .trim_end()
+        .trim_end_matches(')');
+    // A git checkout gives a hash (with -dirty for local changes).
+    let hash = commit.trim_end_matches("-dirty");
+    assert!(
+        commit == "unknown" || (hash.len() >= 7 && hash.chars().all(|c| c.is_ascii_hexdigit())),
+        "{commit}"
+    );
+}
+
+#[test]
+fn completions_and_the_man_page_cover_every_command() {
+    for (shell, marker) in [
+        ("bash", "_vauban()"),
+        ("zsh", "#compdef vauban"),
+        ("fish", "complete -c vauban"),
+    ] {
+        let o = vauban(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        assert!(script.contains(marker), "{shell}");
+        for command in ["run", "diff", "measure", "orthogonalize", "inspect"] {
+            assert!(script.contains(command), "{shell} lacks {command}");
+        }
+    }
+    let o = vauban(&["completions", "tcsh"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+    let o = vauban(&["manpage"]);
+    let man = stdout(&o);
+    assert!(o.status.success());
+    assert!(
+        man.contains(".TH vauban 1") && man.contains(".SH SUBCOMMANDS"),
+        "{man}"
+    );
+    assert!(
+        man.contains("Exit codes"),
+        "the exit-code table is in the page"
+    );
+}
+
+/// `vauban … --json | head`: the reader closing the pipe is its choice;
+/// vauban ends quietly with 0, whether the write failed in its own code or
+/// inside serde_json.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    for args in [vec!["trace", "inspect", "--json"], vec!["trace", "inspect"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // Closed before vauban writes: its first write fails with EPIPE.
+        drop(reader);
+        let o = Command::new(env!("CARGO_BIN_EXE_vauban"))
+            .args(&args)
+            .arg(demo())
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+    }
+}

@@ -482,3 +482,75 @@ fn orthogonalize_reads_the_measure_layout_as_is_and_names_its_own_flag() {
     );
     assert!(!stderr.contains("tensor=NAME"), "{stderr}");
 }
+
+/// One completion length by default everywhere (`DEFAULT_MAX_TOKENS`):
+/// `vauban trace` records a completion, and `trace inspect` shows it;
+/// several prompts to `generate` each get their own heading.
+#[test]
+fn trace_and_generate_share_the_default_length_and_show_the_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let bundle = dir.path().join("b");
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "the cat",
+        "--raw",
+        "--out",
+        s(&bundle),
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = vauban(&["trace", "inspect", s(&bundle), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let completion = json["traces"][0]["completion"].as_str().unwrap().to_owned();
+    assert!(!completion.is_empty(), "{json:#}");
+    let o = vauban(&["trace", "inspect", s(&bundle)]);
+    let shown = text(&o).0;
+    let first: String = completion.chars().take(10).collect();
+    let line = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("completion "))
+        .unwrap_or_else(|| panic!("{shown}"));
+    // Shown quoted and escaped (the tiny model's text is not all printable).
+    let quoted = format!("{first:?}");
+    assert!(line.contains(quoted.trim_end_matches('"')), "{line} / {quoted}");
+
+    // generate: the same default, so the same greedy text as the trace's.
+    let o = vauban(&[
+        "generate",
+        "--model",
+        s(&model),
+        "--prompt",
+        "the cat",
+        "--raw",
+    ]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    // (stdout shows control characters escaped, as every command does)
+    assert_eq!(
+        text(&o).0.trim_end_matches('\n'),
+        vauban::text::printable(&completion)
+    );
+    let o = vauban(&[
+        "generate",
+        "--model",
+        s(&model),
+        "--raw",
+        "--max-tokens",
+        "4",
+        "--prompt",
+        "the cat",
+        "--prompt",
+        "a hat",
+    ]);
+    let out = text(&o).0;
+    assert!(o.status.success(), "{out}");
+    let one = out
+        .find("== prompt 1 of 2: \"the cat\"\n")
+        .unwrap_or_else(|| panic!("{out}"));
+    let two = out
+        .find("\n\n== prompt 2 of 2: \"a hat\"\n")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(one < two);
+}

@@ -97,7 +97,7 @@ pub struct ObserveSection {
 }
 
 fn default_max_tokens() -> usize {
-    48
+    crate::executor::generate::DEFAULT_MAX_TOKENS
 }
 fn default_top_logprobs() -> usize {
     1024

@@ -54,6 +54,8 @@ pub struct TraceView {
     pub device: String,
     pub prompt_id: Option<String>,
     pub input: String,
+    /// The completion's text, when the trace recorded one.
+    pub completion: Option<String>,
     pub requested: Vec<ArtifactKind>,
     pub layers: Vec<usize>,
     pub spans: Vec<SpanView>,
@@ -145,6 +147,14 @@ impl TraceView {
             device: t.device.clone(),
             prompt_id: t.request.prompt_id.clone(),
             input,
+            completion: t
+                .artifacts_of(ArtifactKind::Text)
+                .find_map(|a| match &a.data {
+                    ArtifactData::Text { text } if a.role() == Some("completion") => {
+                        Some(text.clone())
+                    }
+                    _ => None,
+                }),
             requested: t.request.observe.clone(),
             layers: t.request.layers.clone(),
             spans: t
@@ -257,6 +267,9 @@ pub fn render_text(r: &BundleInspection, out: &mut dyn Write) -> io::Result<()> 
             writeln!(out, "  prompt     {p}")?;
         }
         writeln!(out, "  input      {}", t.input)?;
+        if let Some(c) = &t.completion {
+            writeln!(out, "  completion {}", excerpt(c, 200))?;
+        }
         let layers = if t.layers.is_empty() {
             String::new()
         } else {

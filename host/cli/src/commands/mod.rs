@@ -18,6 +18,15 @@ use clap::{Args, Parser, Subcommand};
 use vauban::bundle::Bundle;
 use vauban::profile::{SweepAxis, SweepOptions, summarize_sweep};
 
+/// `0.1.0 (commit 3d5c255)`: the commit the binary was built from (set by
+/// build.rs; `-dirty` when the tree had changes, `unknown` without git).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("VAUBAN_COMMIT"),
+    ")"
+);
+
 /// Audit how a language model's behaviour changed, and prove each claim with evidence.
 ///
 /// vauban records an evidence-bearing trace of every run (trace bundles), and
@@ -25,7 +34,7 @@ use vauban::profile::{SweepAxis, SweepOptions, summarize_sweep};
 #[derive(Debug, Parser)]
 #[command(
     name = "vauban",
-    version,
+    version = VERSION,
     propagate_version = true,
     after_help = crate::exit::TABLE
 )]
@@ -75,6 +84,21 @@ pub enum Command {
     /// Print the JSON Schema of the run config (for editor completion in
     /// TOML files) or of report.json; docs/ holds both, generated.
     Schema(SchemaArgs),
+    /// Print a shell completion script: `vauban completions bash >
+    /// ~/.local/share/bash-completion/completions/vauban` (zsh: a file
+    /// `_vauban` on $fpath; fish: ~/.config/fish/completions/vauban.fish).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): `vauban manpage > vauban.1 && man
+    /// ./vauban.1`.
+    Manpage,
+}
+
+/// `vauban completions SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `vauban schema config|report`.
@@ -197,6 +221,16 @@ impl Cli {
                     SchemaKind::Report => vauban::report::document::schema(),
                 };
                 out.write_all(schema.as_bytes())?;
+                Ok(())
+            }
+            Command::Completions(args) => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(args.shell, &mut command, "vauban", out);
+                Ok(())
+            }
+            Command::Manpage => {
+                let command = <Cli as clap::CommandFactory>::command();
+                clap_mangen::Man::new(command).render(out)?;
                 Ok(())
             }
         }

@@ -11,7 +11,8 @@ use clap::Args;
 use vauban::bundle::{BundleWriter, WriteMode};
 use vauban::executor::{
     Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
-    RunOptions, StopReason, generate::generate,
+    RunOptions, StopReason,
+    generate::{DEFAULT_MAX_TOKENS, generate},
 };
 use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use vauban::model::WeightMode;
@@ -271,8 +272,9 @@ pub struct TraceRunArgs {
     /// Record weight snapshots (attn_output, ffn_down) at the observed layers.
     #[arg(long)]
     pub weights_snapshot: bool,
-    /// Tokens to generate after the prompt (recorded as the completion).
-    #[arg(long, default_value_t = 0)]
+    /// Tokens to generate after the prompt (recorded as the completion);
+    /// 0 records the prompt's forward pass only.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
     /// The bundle folder to write.
     #[arg(long, value_name = "BUNDLE")]
@@ -409,7 +411,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub prompt: PromptArgs,
     /// New tokens at most.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
 }
 
@@ -420,7 +422,21 @@ pub fn generate_text(args: &GenerateArgs, out: &mut dyn Write) -> anyhow::Result
     let exec = args.model.load()?;
     let interventions = args.prompt.interventions(&exec)?;
     let policy = args.prompt.policy(&exec)?;
-    for text in &args.prompt.prompt {
+    let several = args.prompt.prompt.len() > 1;
+    for (i, text) in args.prompt.prompt.iter().enumerate() {
+        if several {
+            // Each completion under its prompt, so several read apart.
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(
+                out,
+                "== prompt {} of {}: {}",
+                i + 1,
+                args.prompt.prompt.len(),
+                vauban::text::excerpt(text, 80)
+            )?;
+        }
         let ids = exec.tokenize(text, &args.prompt.form())?;
         let mut run = policy.as_ref().map(LoadedPolicy::run).transpose()?;
         let mut session = exec.session(&interventions);

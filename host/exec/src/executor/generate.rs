@@ -9,6 +9,11 @@ use serde::Serialize;
 use super::{ExecutorError, InferenceSession};
 use crate::model::sample::{Sampler, Sampling};
 
+/// New tokens per prompt when the user does not say: `vauban trace`,
+/// `vauban generate` and a config's `observe.max_tokens` all default to it,
+/// enough for a refusal's first sentence or the start of an answer.
+pub const DEFAULT_MAX_TOKENS: usize = 48;
+
 /// What to generate.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GenerateOptions {
