@@ -515,7 +515,10 @@ fn trace_and_generate_share_the_default_length_and_show_the_completion() {
         .unwrap_or_else(|| panic!("{shown}"));
     // Shown quoted and escaped (the tiny model's text is not all printable).
     let quoted = format!("{first:?}");
-    assert!(line.contains(quoted.trim_end_matches('"')), "{line} / {quoted}");
+    assert!(
+        line.contains(quoted.trim_end_matches('"')),
+        "{line} / {quoted}"
+    );
 
     // generate: the same default, so the same greedy text as the trace's.
     let o = vauban(&[

@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::report_fixture::{
-    HOSTILE_OUTPUT, HOSTILE_PROMPT, SAMPLE_TITLE, report_schema, sample_report, schema_violations,
-    validate_against_schema,
+    HOSTILE_OUTPUT, HOSTILE_PROMPT, HOSTILE_SCRIPT, SAMPLE_TITLE, report_schema, sample_report,
+    schema_violations, validate_against_schema,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -27,7 +27,7 @@ use vauban::report::stats::Quality;
 use vauban::trace::ArtifactKind;
 
 /// The section titles, in DESIGN.md section 9's order.
-const TITLES: [&str; 13] = [
+const TITLES: [&str; 14] = [
     "Summary",
     "Target change and transformation",
     "Access level and claim strength",
@@ -38,6 +38,7 @@ const TITLES: [&str; 13] = [
     "Activation findings",
     "Intervention results",
     "Representative examples",
+    "Every prompt",
     "Regression gates",
     "Limitations",
     "Reproducibility",
@@ -66,6 +67,7 @@ fn bare_report() -> Report {
     r.access.interventions.clear();
     r.access.causal_scope = None;
     r.examples.clear();
+    r.prompts.clear();
     r.gates.clear();
     r.limitations.clear();
     r.evidence.scorers.clear();
@@ -117,11 +119,28 @@ fn sections_appear_in_order_in_both_formats() {
     }
 }
 
+/// The page's own script element (the only one it may hold), as written.
+fn own_script(html: &str) -> &str {
+    let lower = html.to_lowercase();
+    assert_eq!(lower.matches("<script").count(), 1, "one script element");
+    assert_eq!(lower.matches("</script").count(), 1, "one script end");
+    let open = html.find("<script>").unwrap();
+    let close = html.find("</script>").unwrap();
+    // It is the last thing in the body, after every report string.
+    assert!(html[close..].starts_with("</script>\n</body>\n</html>\n"));
+    &html[open + "<script>".len()..close]
+}
+
 #[test]
 fn html_escapes_every_untrusted_string() {
     let html = render::html(&sample_report());
-    let lower = html.to_lowercase();
-    assert!(!lower.contains("<script"), "a <script> element in the page");
+    // The only script is the page's own: a hostile output that closes it
+    // and opens another stays text.
+    own_script(&html);
+    assert!(html.contains(
+        "<mark>&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(3)&gt;</mark>"
+    ));
+    assert!(HOSTILE_SCRIPT.contains("</script><script>"));
     assert!(!html.contains("</textarea>"));
     assert!(!html.contains("<img"));
     assert!(!html.contains("<b>bold</b>"));
@@ -175,10 +194,23 @@ fn markdown_holds_no_control_character_from_models_or_plugins() {
 fn html_is_self_contained() {
     let html = render::html(&sample_report());
     let lower = html.to_lowercase();
-    for tag in [
-        "<script", "<link", "<iframe", "<object", "<embed", "<img", "<base",
-    ] {
+    for tag in ["<link", "<iframe", "<object", "<embed", "<img", "<base"] {
         assert!(!lower.contains(tag), "{tag}");
+    }
+    // One inline script, no `src`, allowed by its hash and nothing else.
+    let script = own_script(&html);
+    assert!(!lower.contains("<script src"));
+    assert!(html.contains("script-src 'sha256-"));
+    assert!(!lower.contains("unsafe-eval") && !lower.contains("script-src 'unsafe-inline'"));
+    for fetch in [
+        "fetch(",
+        "XMLHttpRequest",
+        "import(",
+        "http:",
+        "https:",
+        "//cdn",
+    ] {
+        assert!(!script.contains(fetch), "{fetch}");
     }
     assert!(!lower.contains("@import") && !lower.contains("url("));
     assert!(html.contains("<style>"));
@@ -744,9 +776,10 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Loads `html` from a file in headless Chromium; returns the dumped DOM
-/// and the browser's log (stderr).
-fn headless(chrome: &std::path::Path, html: &str) -> (String, String) {
+/// Loads `html` from a file in headless Chromium, with `fragment` after
+/// the file's URL (`#...`, or empty); returns the dumped DOM and the
+/// browser's log (stderr).
+fn headless(chrome: &std::path::Path, html: &str, fragment: &str) -> (String, String) {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("report.html");
     std::fs::write(&page, html).unwrap();
@@ -766,7 +799,7 @@ fn headless(chrome: &std::path::Path, html: &str) -> (String, String) {
             "--user-data-dir={}",
             dir.path().join("profile").display()
         ))
-        .arg(format!("file://{}", page.display()))
+        .arg(format!("file://{}{fragment}", page.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -805,8 +838,9 @@ fn headless(chrome: &std::path::Path, html: &str) -> (String, String) {
 }
 
 /// Console messages in a Chromium log. Chromium logs every console message
-/// (errors included) as `INFO:CONSOLE`, so any is counted: the page runs no
-/// script, and a message can only be an error, a CSP refusal or a warning.
+/// (errors included) as `INFO:CONSOLE`, so any is counted: the page's
+/// script logs nothing, and a message can only be an error, a CSP refusal
+/// or a warning.
 fn console_messages(log: &str) -> Vec<&str> {
     log.lines()
         .filter(|l| {
@@ -814,6 +848,20 @@ fn console_messages(log: &str) -> Vec<&str> {
                 || l.contains("Uncaught")
                 || l.contains("Refused to")
                 || l.contains("Content Security Policy")
+        })
+        .collect()
+}
+
+/// The ids of the prompt table's rows the script left visible, in order.
+fn visible_prompts(dom: &str) -> Vec<String> {
+    dom.match_indices("<tbody ")
+        .filter_map(|(at, _)| {
+            let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+            if tag.contains(" hidden") {
+                return None;
+            }
+            let id = &tag[tag.find("data-id=\"").unwrap() + 9..];
+            Some(id[..id.find('"').unwrap()].to_owned())
         })
         .collect()
 }
@@ -828,6 +876,7 @@ fn chromium_loads_the_page_without_console_errors() {
     let (_, log) = headless(
         &chrome,
         "<!DOCTYPE html><title>t</title><script>undefined_function()</script>",
+        "",
     );
     assert!(
         console_messages(&log)
@@ -836,7 +885,8 @@ fn chromium_loads_the_page_without_console_errors() {
         "the console check sees no error on a broken page:\n{log}"
     );
 
-    let (dom, log) = headless(&chrome, &render::html(&sample_report()));
+    let html = render::html(&sample_report());
+    let (dom, log) = headless(&chrome, &html, "");
     let messages = console_messages(&log);
     assert!(
         messages.is_empty(),
@@ -848,12 +898,316 @@ fn chromium_loads_the_page_without_console_errors() {
         "{dom}"
     );
     assert!(dom.contains(&format!("<h1>{SAMPLE_TITLE}</h1>")));
-    // The hostile prompt is text in the DOM, never an element.
+    // The hostile prompt is text in the DOM, never an element; the only
+    // script is the page's.
     assert!(dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
-    assert!(!dom.to_lowercase().contains("<script"));
+    assert!(dom.contains("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img"));
+    assert_eq!(dom.to_lowercase().matches("<script").count(), 1);
     assert!(!dom.contains("<img"));
     assert_eq!(dom.matches("<svg").count(), 3);
-    assert_eq!(dom.matches("<section id=").count(), 13);
+    assert_eq!(dom.matches("<section id=").count(), 14);
+    // The script ran under the policy: it added the filters, a sort button
+    // per sortable column, and counted the rows.
+    assert!(
+        dom.contains("<div class=\"filters\" role=\"search\">"),
+        "{dom}"
+    );
+    assert_eq!(
+        dom.matches("<button type=\"button\" class=\"sort\"")
+            .count(),
+        5
+    );
+    assert!(dom.contains("7 of 7 prompts shown"), "{dom}");
+    assert_eq!(
+        visible_prompts(&dom),
+        ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]
+    );
+
+    // A link to a filter: harmful prompts whose refusal flipped (p1's
+    // stayed at 1).
+    let (dom, log) = headless(
+        &chrome,
+        &html,
+        "#prompts?metric=refusal_rate&category=harmful&show=flipped",
+    );
+    assert!(console_messages(&log).is_empty(), "{log}");
+    assert_eq!(visible_prompts(&dom), ["p0", "p2", "p3"]);
+    assert!(dom.contains("3 of 7 prompts shown"));
+
+    // Clicks, in a copy of the page that lets a probe script run after
+    // the page's: sorting by a metric's change (twice: descending), then a
+    // delta row's link to its prompts.
+    let probe = r##"<script>
+var ids = function () {
+  return Array.prototype.filter.call(document.querySelectorAll("#prompt-table tbody"),
+    function (b) { return !b.hidden; }).map(function (b) { return b.getAttribute("data-id"); });
+};
+var button = document.querySelector("th[data-sort='2'] button.sort");
+button.click();
+var ascending = ids();
+button.click();
+var descending = ids();
+document.querySelector("a.to-prompts[data-metric='refusal_rate'][data-category='harmful']").click();
+var linked = ids();
+var out = document.createElement("pre");
+out.id = "probe";
+out.textContent = JSON.stringify([ascending, descending, linked]);
+document.body.appendChild(out);
+</script>"##;
+    let source = &html[html.find("script-src '").unwrap() + 12..];
+    let source = &source[..source.find('\'').unwrap()];
+    let probed = html.replacen(source, "unsafe-inline", 1).replacen(
+        "</body>",
+        &format!("{probe}</body>"),
+        1,
+    );
+    let (dom, log) = headless(&chrome, &probed, "");
+    assert!(console_messages(&log).is_empty(), "{log}");
+    let at = dom.find("<pre id=\"probe\">").expect("the probe ran") + 16;
+    let result: Value = serde_json::from_str(
+        &dom[at..at + dom[at..].find("</pre>").unwrap()].replace("&quot;", "\""),
+    )
+    .unwrap();
+    // output_tokens changes: p0 +34, p1 +15, p2 +53, p3 +42, p4 0, p5 +1,
+    // p6 none (last either way).
+    assert_eq!(
+        result,
+        json!([
+            ["p4", "p5", "p1", "p0", "p3", "p2", "p6"],
+            ["p2", "p3", "p0", "p1", "p5", "p4", "p6"],
+            ["p2", "p3", "p0"]
+        ])
+    );
+    assert!(dom.contains("3 of 7 prompts shown"));
+
+    // The policy is what allows the script: one changed byte and the
+    // browser refuses it, and the page still holds every prompt.
+    let tampered = html.replacen("\"use strict\";", "\"use strict\"; ", 1);
+    assert_ne!(tampered, html);
+    let (dom, log) = headless(&chrome, &tampered, "");
+    assert!(
+        console_messages(&log)
+            .iter()
+            // The wording of older and newer Chromium.
+            .any(|l| l.contains("Refused to execute inline script")
+                || l.contains("Executing inline script violates")),
+        "a script the policy does not name ran:\n{log}"
+    );
+    assert!(!dom.contains("class=\"filters\""));
+    assert_eq!(visible_prompts(&dom).len(), 7);
+}
+
+#[test]
+fn the_prompt_table_holds_every_shown_prompt_with_redaction_honoured() {
+    let r = sample_report();
+    let html = render::html(&r);
+    let table = &html[html.find("<table class=\"prompts\"").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    // Every prompt but the omitted one, in suite order.
+    let ids: Vec<&str> = table
+        .match_indices("<tbody data-id=\"")
+        .map(|(at, m)| {
+            let rest = &table[at + m.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    assert_eq!(ids, ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]);
+    assert!(!table.contains("p7"));
+    // The redacted prompt: its placeholder, no outputs.
+    let p2 = &table[table.find("<tbody data-id=\"p2\"").unwrap()..];
+    let p2 = &p2[..p2.find("</tbody>").unwrap()];
+    assert!(p2.contains("<pre>[redacted harmful prompt]</pre>"));
+    assert_eq!(
+        p2.matches("<div class=\"hidden-text\">hidden</div>")
+            .count(),
+        2
+    );
+    // Hostile texts escaped, the difference marked in both outputs.
+    assert!(table.contains(&format!(
+        "<pre>I can&#39;t help with that.<mark>{}</mark></pre>",
+        svg::escape(&HOSTILE_SCRIPT["I can't help with that.".len()..])
+    )));
+    assert!(table.contains("<pre><mark>I can&#39;t help with that.</mark></pre>"));
+    // Multi-byte text: marked after the common prefix of 5 characters.
+    assert!(
+        table.contains("<pre>履歴書: <mark>ナイーブなカフェ ☕</mark></pre>"),
+        "{table}"
+    );
+    // A category with markup, escaped in the text and in the attribute
+    // the script filters on; a side without a value.
+    assert!(table.contains("<tbody data-id=\"p6\" data-category=\"edge &lt;&amp;&gt; case\""));
+    assert!(table.contains("data-b=\"\" data-c=\"12\">n/a → 12</td>"));
+    // Identical outputs say so.
+    let p4 = &table[table.find("<tbody data-id=\"p4\"").unwrap()..];
+    assert!(p4[..p4.find("</tbody>").unwrap()].contains("The outputs are identical."));
+    // Each delta row leads to its prompts.
+    assert!(html.contains(
+        "<a class=\"to-prompts\" href=\"#prompts\" data-metric=\"refusal_rate\" \
+         data-category=\"harmful\""
+    ));
+    assert!(html.contains("data-metric=\"helpfulness\" data-category=\"edge &lt;&amp;&gt; case\""));
+
+    // report.md: one line per prompt that changed, no texts.
+    let md = render::markdown(&r);
+    let section = &md[md.find("## 11. Every prompt").unwrap()..md.find("## 12. ").unwrap()];
+    assert!(section.contains(
+        "| `p0` | harmful | `refusal_rate` 1 → 0, `helpfulness` 0.4 → 0.7, `output_tokens` 6 → 40 | differ from the first character |"
+    ), "{section}");
+    assert!(section.contains("| `p2` (redacted) | harmful | `refusal_rate` 1 → 0"));
+    assert!(section.contains("| hidden |"));
+    assert!(!section.contains("`p4`"), "p4 did not change: {section}");
+    assert!(
+        !section.contains("alert"),
+        "texts are the page's: {section}"
+    );
+    assert!(section.contains("_The 6 prompt(s) that changed"));
+}
+
+#[test]
+fn examples_mark_where_their_outputs_first_differ() {
+    let html = render::html(&sample_report());
+    let p0 = &html[html
+        .find("<article class=\"example\"><h3><code>p0</code>")
+        .unwrap()..];
+    let p0 = &p0[..p0.find("</article>").unwrap()];
+    assert!(
+        p0.contains("<pre><mark>I can&#39;t help with that.</mark></pre>"),
+        "{p0}"
+    );
+    assert!(p0.contains("<pre><mark>Sure:"));
+    assert!(p0.contains("The outputs differ from their first character; each is marked."));
+    // The redacted example has no outputs and nothing marked.
+    let p2 = &html[html
+        .find("<article class=\"example\"><h3><code>p2</code>")
+        .unwrap()..];
+    assert!(!p2[..p2.find("</article>").unwrap()].contains("<mark"));
+}
+
+#[test]
+fn the_summary_cards_show_the_largest_significant_changes() {
+    let r = sample_report();
+    let html = render::html(&r);
+    let summary = &html[..html.find("<section id=\"target-change\">").unwrap()];
+    // Two deltas of the sample are significant (adjusted p < 0.05, interval
+    // excluding 0): output tokens (41.5 → 57.25, a relative change of
+    // 0.275) and helpfulness (0.61 → 0.52, 0.148), in that order.
+    let cards: Vec<&str> = summary
+        .match_indices("<div class=\"card tone-")
+        .map(|(at, _)| {
+            let card = &summary[at..];
+            &card[..card.find("</div>").unwrap()]
+        })
+        .collect();
+    assert_eq!(cards.len(), 2, "{summary}");
+    assert!(
+        cards[0].starts_with("<div class=\"card tone-bad\"><b>+15.75</b>"),
+        "{}",
+        cards[0]
+    );
+    assert!(
+        cards[0].contains("<a href=\"#delta-5\"><code>output_<wbr>tokens</code> · overall</a>")
+    );
+    assert!(
+        cards[0].contains(
+            "41.5 → 57.25 · adjusted p 0.0196 · <span class=\"badge bad\">regressed</span>"
+        ),
+        "{}",
+        cards[0]
+    );
+    assert!(cards[1].contains("<b>-0.09</b>") && cards[1].contains("href=\"#delta-3\""));
+    // The rows they link to exist.
+    assert!(html.contains("<tr id=\"delta-5\">") && html.contains("<tr id=\"delta-3\">"));
+    // The counts are fields now, not cards.
+    assert!(summary.contains(
+        "<dt>claims</dt><dd>1 accepted · <span class=\"badge warn\">1 downgraded</span>"
+    ));
+    let md = render::markdown(&r);
+    assert!(
+        md.contains(
+            "- `output_tokens` · overall: **+15.75** (41.5 → 57.25 · adjusted p 0.0196 · regressed)"
+        ),
+        "{md}"
+    );
+}
+
+#[test]
+fn the_projection_legend_holds_whole_labels_and_names_coinciding_series() {
+    // Three candidate series all at 0 (an ablation), as in the quickstart.
+    let mut f = findings(vec![3, 6, 9], vec![]);
+    for (side, category, values) in [
+        (Side::Baseline, "capability", vec![1.0, 5.0, 60.0]),
+        (Side::Baseline, "harmful", vec![2.0, 8.0, 90.0]),
+        (Side::Candidate, "capability", vec![0.0; 3]),
+        (Side::Candidate, "harmful", vec![0.0; 3]),
+        (Side::Candidate, "harmless", vec![0.0; 3]),
+    ] {
+        f.series.push(ProjectionSeries {
+            side,
+            category: category.into(),
+            prompts: 4,
+            mean_projection: values,
+        });
+    }
+    let plot = svg::projection_plot(&f).unwrap();
+    assert_finite_geometry(&plot);
+    // Every label whole, none cut with an ellipsis.
+    for label in [
+        "baseline · capability (n=4)",
+        "candidate · capability (n=4)",
+        "candidate · harmless (n=4)",
+    ] {
+        assert!(
+            plot.contains(&format!(">{label}</text>")),
+            "{label}: {plot}"
+        );
+    }
+    assert!(!plot.contains('…'));
+    // The legend sits below the plot area, inside the drawing.
+    let height: f64 = {
+        let v = &plot[plot.find("viewBox=\"0 0 820 ").unwrap() + 17..];
+        v[..v.find('"').unwrap()].parse().unwrap()
+    };
+    assert!(height > 330.0, "{height}");
+    // The three coinciding series alternate their dashes and are named.
+    assert!(plot.contains("stroke-dasharray=\"6 12\" stroke-dashoffset=\"0\""));
+    assert!(plot.contains("stroke-dasharray=\"6 12\" stroke-dashoffset=\"12\""));
+    assert!(plot.contains("stroke-dasharray=\"6 12\" stroke-dashoffset=\"6\""));
+    assert!(plot.contains("≡ 3 series coincide"), "{plot}");
+    let notes: String = plot
+        .match_indices("class=\"legend note\"")
+        .map(|(at, _)| {
+            let t = &plot[at..];
+            &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()]
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        notes.contains(
+            "candidate · capability (n=4); candidate · harmful (n=4); candidate · harmless (n=4)"
+        ),
+        "{notes}"
+    );
+    // Concentric markers: three radii at a shared point.
+    for r in ["6.2", "4.6", "3"] {
+        assert!(plot.contains(&format!(" r=\"{r}\"")), "{r}");
+    }
+    // Series apart from each other are drawn as before.
+    let plot = svg::projection_plot(&sample_report().activation_findings.unwrap()).unwrap();
+    assert!(!plot.contains("coincide") && !plot.contains("stroke-dashoffset"));
+}
+
+#[test]
+fn a_report_json_without_the_prompt_table_still_renders() {
+    // report.json files written before the table existed have no
+    // `prompts`: they read, and the section says why it is empty.
+    let mut json = serde_json::to_value(sample_report()).unwrap();
+    json.as_object_mut().unwrap().remove("prompts");
+    let r: Report = serde_json::from_value(json).unwrap();
+    assert!(r.prompts.is_empty());
+    let html = render::html(&r);
+    assert!(html.contains("No prompt table: the report holds no prompt rows"));
+    assert!(!html.contains("<script") && !html.contains("class=\"to-prompts\""));
+    assert!(render::markdown(&r).contains("_No prompt table:"));
 }
 
 /// With `VAUBAN_SAMPLE_REPORT_DIR` set, writes the sample as report.json,
@@ -875,4 +1229,12 @@ fn write_the_sample_when_asked() {
     std::fs::write(dir.join("report.html"), render::html(&r)).unwrap();
     std::fs::write(dir.join("bare.html"), render::html(&bare_report())).unwrap();
     std::fs::write(dir.join("bare.md"), render::markdown(&bare_report())).unwrap();
+    // With `VAUBAN_RENDER_REPORT` naming a report.json too, that report
+    // printed again by this build, as rendered.html and rendered.md.
+    if let Some(json) = std::env::var_os("VAUBAN_RENDER_REPORT") {
+        let text = std::fs::read_to_string(&json).unwrap();
+        let r: Report = serde_json::from_str(&text).unwrap();
+        std::fs::write(dir.join("rendered.html"), render::html(&r)).unwrap();
+        std::fs::write(dir.join("rendered.md"), render::markdown(&r)).unwrap();
+    }
 }

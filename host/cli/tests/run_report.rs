@@ -243,7 +243,7 @@ claim_strength = "model_change_audit"
         r["limitations"].as_array().unwrap().iter().any(|l| l
             .as_str()
             .unwrap()
-            .contains("asks for `model_change_audit`")),
+            .contains("asks for model_change_audit, but")),
         "{:#}",
         r["limitations"]
     );
@@ -286,6 +286,43 @@ claim_strength = "model_change_audit"
         }
     }
     assert!(!html.contains("a hat") && !html.contains(">the mat<"));
+    // the prompt table: every prompt but the omitted one, in suite order,
+    // shown as the examples show it, every metric on both sides
+    let rows = r["prompts"].as_array().unwrap();
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|p| p["prompt_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a1", "a2", "t1"], "{:#}", r["prompts"]);
+    let a2 = &rows[1];
+    assert_eq!(a2["redaction"], "redacted");
+    assert_eq!(a2["prompt"], "[redacted animals prompt]");
+    for k in ["baseline_output", "candidate_output", "first_difference"] {
+        assert!(a2[k].is_null(), "{k} of a redacted prompt: {a2:#}");
+    }
+    for row in [&rows[0], &rows[2]] {
+        let (b, c) = (
+            row["baseline_output"].as_str().unwrap(),
+            row["candidate_output"].as_str().unwrap(),
+        );
+        let at = vauban::report::document::first_difference(b, c);
+        assert_eq!(
+            row["first_difference"].as_u64(),
+            at.map(|a| a as u64),
+            "{row:#}"
+        );
+        let refusal = row["metrics"]["refusal_rate"].as_array().unwrap();
+        assert!(refusal.iter().all(Value::is_number), "{row:#}");
+    }
+    assert_eq!(rows[0]["prompt"], "the cat");
+    // on the page: a row per prompt, the script allowed by its hash
+    assert!(html.contains("<tbody data-id=\"a1\" data-category=\"animals\""));
+    assert!(html.contains("<tbody data-id=\"a2\""));
+    assert!(!html.contains("data-id=\"t2\""));
+    assert!(html.contains("script-src 'sha256-"));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## 11. Every prompt"));
+    assert!(!md.contains("a hat") && !md.contains("the mat"));
     // interventions recorded on the candidate: one record per block
     assert_eq!(r["interventions"][0]["side"], "candidate");
     assert_eq!(
@@ -322,6 +359,7 @@ claim_strength = "model_change_audit"
         "metric_deltas",
         "claims",
         "examples",
+        "prompts",
         "gates",
         "distribution",
         "activation_findings",
@@ -354,6 +392,8 @@ claim_strength = "model_change_audit"
         "claims",
         "gates",
         "access",
+        "examples",
+        "prompts",
     ] {
         assert_eq!(r[key], r3[key], "{key} differs between live and replay");
     }

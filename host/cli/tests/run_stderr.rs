@@ -20,6 +20,16 @@ use common::{plugins, tiny};
 const PROMPTS: usize = 400;
 
 fn write_config(dir: &Path, prompts: usize) -> std::path::PathBuf {
+    write_config_with(dir, prompts, "", "")
+}
+
+/// The config, with lines added to `[observe]` and to `[candidate]`.
+fn write_config_with(
+    dir: &Path,
+    prompts: usize,
+    observe: &str,
+    candidate: &str,
+) -> std::path::PathBuf {
     let model = tiny::write_gguf(&dir.join("tiny.gguf"), 5, GgmlDType::F32);
     let words = [
         "the", "cat", "sat", "on", "a", "mat", "then", "ran", "in", "hat",
@@ -45,6 +55,7 @@ file = "prompts.jsonl"
 [observe]
 max_tokens = 8
 prompt_form = "raw"
+{observe}
 
 [baseline]
 model = "{model}"
@@ -52,6 +63,7 @@ model = "{model}"
 [candidate]
 model = "{model}"
 system = "be brief"
+{candidate}
 
 [[scorers]]
 path = "{behavior}"
@@ -208,4 +220,134 @@ fn progress_shows_on_a_terminal_only_and_not_with_q() {
     );
     let quiet = on_terminal("-q");
     assert!(!quiet.contains(" left]"), "a bar under -q: {quiet:?}");
+}
+
+/// `observe.samples` with a sampled candidate and a greedy baseline: the
+/// candidate is generated 3 times per prompt (seeds 0, 1, 2), the baseline
+/// once; each metric is the mean over a prompt's samples, the prompt table
+/// shows the spread, a rerun reuses every sample and a replay serves them.
+#[test]
+fn samples_are_averaged_per_prompt_with_their_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), 6, "samples = 3", "temperature = 1.0");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_vauban"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        err
+    };
+    let c = config.to_str().unwrap();
+    run(&["run", c]);
+    let out = dir.path().join("out");
+    let bundle = |side: &str| vauban::bundle::Bundle::open(out.join("traces").join(side)).unwrap();
+    assert_eq!(bundle("baseline").traces().len(), 6, "greedy: one each");
+    let candidate = bundle("candidate");
+    let ids: Vec<&str> = candidate.traces().iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(&ids[..3], ["p0", "p0#1", "p0#2"]);
+    assert_eq!(ids.len(), 18);
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    // The prompt is the unit: n is 6 pairs, not 18.
+    let chars = report["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "output_length_chars")
+        .unwrap();
+    assert_eq!(chars["n"], 6);
+    // p0's candidate value is the mean over its 3 samples' completions.
+    let lengths: Vec<f64> = candidate.traces()[..3]
+        .iter()
+        .map(|t| {
+            let text = t
+                .artifacts_of(vauban::trace::ArtifactKind::Text)
+                .find(|a| a.role() == Some("completion"))
+                .map(|a| match &a.data {
+                    vauban::trace::ArtifactData::Text { text } => text.chars().count(),
+                    _ => 0,
+                })
+                .unwrap();
+            text as f64
+        })
+        .collect();
+    let mean = lengths.iter().sum::<f64>() / 3.0;
+    let sd = (lengths.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let p0 = &report["prompts"][0];
+    assert_eq!(p0["prompt_id"], "p0");
+    let got = p0["metrics"]["output_length_chars"][1].as_f64().unwrap();
+    assert!((got - mean).abs() < 1e-9, "{got} vs {mean}");
+    // The spread: none on the greedy side, the samples' SD on the other.
+    let spread = &p0["spread"]["output_length_chars"];
+    assert!(spread[0].is_null(), "{spread}");
+    assert!(
+        (spread[1].as_f64().unwrap() - sd).abs() < 1e-9,
+        "{spread} vs {sd}"
+    );
+    let limitations = report["limitations"].to_string();
+    assert!(
+        limitations.contains(
+            "candidate: sampled decoding (temperature 1, seeds 0 to 2), 3 samples per prompt"
+        ) && limitations.contains("baseline: greedy decoding"),
+        "{limitations}"
+    );
+
+    // The same command reuses every sample.
+    let err = run(&["run", c]);
+    assert!(
+        err.contains("reusing 6 of 6 recorded baseline traces")
+            && err.contains("reusing 18 of 18 recorded candidate traces"),
+        "{err}"
+    );
+    // A replay of the two bundles serves every sample: the same table.
+    let again = dir.path().join("again");
+    run(&[
+        "diff",
+        out.join("traces/baseline").to_str().unwrap(),
+        out.join("traces/candidate").to_str().unwrap(),
+        "--config",
+        c,
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    let replayed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("report.json")).unwrap()).unwrap();
+    assert_eq!(replayed["prompts"], report["prompts"]);
+}
+
+/// A side's own generation key is checked, and its error names that key;
+/// `samples` with both sides greedy is a warning, not silence.
+#[test]
+fn side_generation_keys_are_checked_where_they_are_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let validate = |observe: &str, candidate: &str| {
+        let config = write_config_with(dir.path(), 2, observe, candidate);
+        Command::new(env!("CARGO_BIN_EXE_vauban"))
+            .args(["validate"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let o = validate("", "temperature = -1.0");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("candidate.temperature: -1 is not a temperature"),
+        "{err}"
+    );
+    let o = validate("temperature = -1.0", "");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("observe.temperature"));
+    let o = validate("samples = 4", "");
+    // validate lists its warnings in its report, on stdout.
+    let err = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("observe.samples = 4 has no effect: both sides decode greedily"),
+        "{err}"
+    );
+    let o = validate("samples = 0\ntemperature = 0.7", "");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("observe.samples: 0 is outside 1..=1000"));
 }

@@ -63,6 +63,11 @@ pub struct Report {
     pub interventions: Vec<InterventionSummary>,
     /// Prompts shown side by side, those whose metrics changed most first.
     pub examples: Vec<Example>,
+    /// Every prompt of the suite in suite order, with both outputs and
+    /// every metric on both sides (redaction honoured: omitted prompts are
+    /// absent). Empty in reports written before it existed.
+    #[serde(default)]
+    pub prompts: Vec<PromptRow>,
     /// One outcome per configured regression gate, in the config's order.
     pub gates: Vec<GateResult>,
     /// How the deltas' p-values were adjusted for being tested together.
@@ -382,6 +387,59 @@ pub struct Example {
     pub changed_metrics: BTreeMap<String, [f64; 2]>,
     /// Why this example was picked.
     pub why: String,
+}
+
+/// One prompt of the suite as the prompt table shows it: its text and
+/// outputs as the report may show them (redaction honoured, as in
+/// [`Example`]), and every metric on both sides. A prompt whose redaction
+/// is `omitted` has no row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptRow {
+    /// The prompt's id in the suite.
+    pub prompt_id: String,
+    /// The prompt's category; null when it has none.
+    pub category: Option<String>,
+    /// How the suite lets the report show the prompt: `safe` or `redacted`
+    /// (an `omitted` prompt has no row).
+    pub redaction: Redaction,
+    /// The prompt; a placeholder naming the category when redacted.
+    pub prompt: String,
+    /// The baseline's completion; null when outputs are not recorded
+    /// (`report.record_outputs = false`), the prompt is redacted, or the
+    /// trace holds no completion.
+    pub baseline_output: Option<String>,
+    /// The candidate's completion; null as for `baseline_output`.
+    pub candidate_output: Option<String>,
+    /// Every metric with a value on at least one side: name →
+    /// [baseline, candidate], null on a side without a value.
+    pub metrics: BTreeMap<String, [Option<f64>; 2]>,
+    /// With several samples per prompt (`observe.samples`): each metric's
+    /// standard deviation over this prompt's samples, [baseline,
+    /// candidate], null on a side with one sample (a greedy side). The
+    /// values in `metrics` are then the means over the samples.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub spread: BTreeMap<String, [Option<f64>; 2]>,
+    /// Where the two outputs first differ, in characters (Unicode scalar
+    /// values) from the start: the length of the shorter one when it is a
+    /// prefix of the other. Null when they are equal or either is null.
+    pub first_difference: Option<usize>,
+}
+
+/// Where `a` and `b` first differ, counted in characters (Unicode scalar
+/// values, not bytes, so multi-byte text gives the offset a reader counts);
+/// the shorter one's length when it is a prefix of the other; `None` when
+/// they are equal. What [`PromptRow::first_difference`] holds.
+pub fn first_difference(a: &str, b: &str) -> Option<usize> {
+    let (mut left, mut right) = (a.chars(), b.chars());
+    let mut at = 0;
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return None,
+            (Some(x), Some(y)) if x == y => at += 1,
+            _ => return Some(at),
+        }
+    }
 }
 
 /// One regression gate's outcome.
@@ -859,5 +917,22 @@ impl PairedTest {
             PairedTest::McnemarExact => "mcnemar_exact",
             PairedTest::SignFlipPermutation => "sign_flip_permutation",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_first_differ_at_a_character_offset() {
+        assert_eq!(first_difference("abc", "abc"), None);
+        assert_eq!(first_difference("", ""), None);
+        assert_eq!(first_difference("abc", "abd"), Some(2));
+        assert_eq!(first_difference("ab", "abc"), Some(2));
+        assert_eq!(first_difference("", "x"), Some(0));
+        // Multi-byte characters count once: 日本 then a difference.
+        assert_eq!(first_difference("日本語", "日本人"), Some(2));
+        assert_eq!(first_difference("🙂a", "🙂b"), Some(1));
     }
 }

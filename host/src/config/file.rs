@@ -94,6 +94,16 @@ pub struct ObserveSection {
     pub seed: u64,
     #[serde(default)]
     pub stop: Vec<String>,
+    /// Generations per prompt and side (with sampling on): seeds `seed`,
+    /// `seed + 1`, …; each metric is averaged over a prompt's samples
+    /// before the paired statistics, and the report shows each prompt's
+    /// spread. A greedy side is recorded once (its samples would be equal).
+    #[serde(default = "one_sample")]
+    pub samples: usize,
+}
+
+fn one_sample() -> usize {
+    1
 }
 
 fn default_max_tokens() -> usize {
@@ -122,6 +132,7 @@ impl Default for ObserveSection {
             top_k: None,
             seed: 0,
             stop: Vec::new(),
+            samples: 1,
         }
     }
 }
@@ -156,6 +167,25 @@ pub struct ModelSection {
     /// This side's system message (overrides `observe.system`).
     #[serde(default)]
     pub system: Option<String>,
+    /// This side's sampling temperature (overrides `observe.temperature`):
+    /// a greedy-versus-sampled or a temperature change is a candidate too.
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Overrides `observe.top_p`.
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    /// Overrides `observe.top_k`.
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Overrides `observe.seed`.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Overrides `observe.max_tokens`.
+    #[serde(default)]
+    pub max_tokens: Option<usize>,
+    /// Overrides `observe.stop`.
+    #[serde(default)]
+    pub stop: Option<Vec<String>>,
     /// A change the host applies to the loaded model.
     #[serde(default)]
     pub transform: Option<TransformSection>,

@@ -1,6 +1,7 @@
 //! From two sides' metrics and traces to the report's numbers: paired
 //! deltas per metric and category, the next-token distribution shift,
-//! per-layer projections, representative examples and regression gates.
+//! per-layer projections, representative examples, the prompt table and
+//! regression gates.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,13 +16,37 @@ use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
     ActivationFindings, Adjustment, DistributionShift, Example, GateOutcome, GateResult,
-    MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, ReportDelta, Side,
+    MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, PromptRow, ReportDelta, Side,
+    first_difference,
 };
 use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
 
-/// One side's metric values: (prompt id, metric) → value.
+/// One side's metric values: (prompt id, metric) → value (the mean over
+/// the prompt's samples when there are several).
 pub type Values = HashMap<(String, String), f64>;
+
+/// One side's metric values per sample: (prompt id, metric) → every
+/// sample's value, in sample order.
+pub type Samples = HashMap<(String, String), Vec<f64>>;
+
+/// Each prompt's mean over its samples (what the paired statistics
+/// compare: the prompt is the unit, not the sample), and the sample
+/// standard deviation where it has two samples or more.
+pub fn per_prompt(samples: &Samples) -> (Values, Values) {
+    let mut means = Values::new();
+    let mut spread = Values::new();
+    for (k, v) in samples {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        means.insert(k.clone(), mean);
+        if v.len() > 1 {
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            spread.insert(k.clone(), var.sqrt());
+        }
+    }
+    (means, spread)
+}
 
 /// A metric a scorer declared, with the scorer's name.
 #[derive(Debug, Clone)]
@@ -204,9 +229,9 @@ pub fn gates(gates: &[GateSection], deltas: &[ReportDelta]) -> Vec<GateResult> {
                 None => (
                     GateOutcome::NoData,
                     format!(
-                        "no data: no scorer produced `{}` on both sides{}; a gate without data counts as {}",
+                        "no data: no scorer produced \"{}\" on both sides{}; a gate without data counts as {}",
                         g.metric,
-                        g.category.as_deref().map(|c| format!(" in category `{c}`")).unwrap_or_default(),
+                        g.category.as_deref().map(|c| format!(" in category \"{c}\"")).unwrap_or_default(),
                         g.severity.as_str()
                     ),
                 ),
@@ -261,6 +286,64 @@ pub fn tokens_of(t: &Trace, role: &str) -> Option<Vec<u32>> {
     })
 }
 
+/// How the report may show one prompt and its outputs, from the suite's
+/// `redaction` and the config's `report.record_outputs`: the one rule the
+/// examples and the prompt table both follow.
+struct Shown<'a> {
+    /// Each side's trace of a prompt, by prompt id.
+    traces: [HashMap<&'a str, &'a Trace>; 2],
+    record_outputs: bool,
+}
+
+impl<'a> Shown<'a> {
+    fn new(baseline: &[&'a Trace], candidate: &[&'a Trace], record_outputs: bool) -> Self {
+        let index = |ts: &[&'a Trace]| {
+            let mut by_id = HashMap::new();
+            for t in ts {
+                if let Some(id) = t.request.prompt_id.as_deref() {
+                    // The first trace of a prompt, as a linear search finds it.
+                    by_id.entry(id).or_insert(*t);
+                }
+            }
+            by_id
+        };
+        Shown {
+            traces: [index(baseline), index(candidate)],
+            record_outputs,
+        }
+    }
+
+    /// The prompt's text: as written when safe, a placeholder naming its
+    /// category when redacted; `None` when omitted.
+    fn prompt(p: &Prompt) -> Option<String> {
+        match p.redaction {
+            Redaction::Safe => Some(p.text.clone()),
+            Redaction::Redacted => Some(format!(
+                "[redacted {} prompt]",
+                p.category.as_deref().unwrap_or("uncategorised")
+            )),
+            Redaction::Omitted => None,
+        }
+    }
+
+    /// Whether the prompt's outputs may be shown.
+    fn outputs_shown(&self, p: &Prompt) -> bool {
+        self.record_outputs && p.redaction == Redaction::Safe
+    }
+
+    /// Both sides' completions of `p` as the report may show them: `None`
+    /// where hidden or not recorded.
+    fn outputs(&self, p: &Prompt) -> [Option<String>; 2] {
+        let shown = self.outputs_shown(p);
+        self.traces.each_ref().map(|by_id| {
+            by_id
+                .get(p.id.as_str())
+                .filter(|_| shown)
+                .and_then(|t| text_of(t, "completion"))
+        })
+    }
+}
+
 /// Representative examples: the prompts whose metrics changed most (by
 /// the number of changed metrics, then the largest change), then the
 /// rest, skipping omitted prompts; redaction honoured.
@@ -273,11 +356,7 @@ pub fn examples(
     max: usize,
     record_outputs: bool,
 ) -> Vec<Example> {
-    let completion = |ts: &[&Trace], id: &str| {
-        ts.iter()
-            .find(|t| t.request.prompt_id.as_deref() == Some(id))
-            .and_then(|t| text_of(t, "completion"))
-    };
+    let shown = Shown::new(baseline, candidate, record_outputs);
     // (changed metrics, largest relative change, prompt, the changes)
     type Ranked<'a> = (usize, f64, &'a Prompt, BTreeMap<String, [f64; 2]>);
     let mut scored: Vec<Ranked<'_>> = suite
@@ -304,24 +383,16 @@ pub fn examples(
         .into_iter()
         .take(max)
         .map(|(n, _, p, changed)| {
-            let (bt, ct) = (completion(baseline, &p.id), completion(candidate, &p.id));
-            let shown = record_outputs && p.redaction == Redaction::Safe;
-            let out = |text: Option<String>| text.filter(|_| shown);
+            let [baseline_output, candidate_output] = shown.outputs(p);
             Example {
                 prompt_id: p.id.clone(),
                 category: p.category.clone(),
                 redaction: p.redaction,
-                prompt: match p.redaction {
-                    Redaction::Safe => Some(p.text.clone()),
-                    _ => Some(format!(
-                        "[redacted {} prompt]",
-                        p.category.as_deref().unwrap_or("uncategorised")
-                    )),
-                },
-                baseline_output: out(bt),
-                candidate_output: out(ct),
+                prompt: Shown::prompt(p),
+                baseline_output,
+                candidate_output,
                 changed_metrics: changed,
-                why: match (n, shown) {
+                why: match (n, shown.outputs_shown(p)) {
                     (0, _) => "no metric changed on this prompt".into(),
                     (n, true) => format!("{n} metric(s) changed on this prompt"),
                     (n, false) if !record_outputs => {
@@ -330,6 +401,57 @@ pub fn examples(
                     (n, false) => format!("{n} metric(s) changed; outputs hidden (redacted prompt)"),
                 },
             }
+        })
+        .collect()
+}
+
+/// Every prompt of the suite in suite order, for the prompt table: its
+/// text and outputs as [`examples`] shows them (the same rule), every
+/// metric of `metrics` with a value on either side, and where the outputs
+/// first differ. Omitted prompts have no row.
+pub fn prompt_rows(
+    suite: &Suite,
+    baseline: &[&Trace],
+    candidate: &[&Trace],
+    values: (&Values, &Values),
+    spread: (&Values, &Values),
+    metrics: &[String],
+    record_outputs: bool,
+) -> Vec<PromptRow> {
+    let shown = Shown::new(baseline, candidate, record_outputs);
+    suite
+        .prompts
+        .iter()
+        .filter_map(|p| {
+            let prompt = Shown::prompt(p)?;
+            let [baseline_output, candidate_output] = shown.outputs(p);
+            // Metric → [baseline, candidate] of `of`, where a side has it.
+            let by_metric = |of: (&Values, &Values)| {
+                metrics
+                    .iter()
+                    .filter_map(|m| {
+                        let k = (p.id.clone(), m.clone());
+                        let pair = [of.0.get(&k).copied(), of.1.get(&k).copied()];
+                        pair.iter().any(Option::is_some).then(|| (m.clone(), pair))
+                    })
+                    .collect()
+            };
+            let (spread, metrics) = (by_metric(spread), by_metric(values));
+            let first_difference = match (&baseline_output, &candidate_output) {
+                (Some(b), Some(c)) => first_difference(b, c),
+                _ => None,
+            };
+            Some(PromptRow {
+                prompt_id: p.id.clone(),
+                category: p.category.clone(),
+                redaction: p.redaction,
+                prompt,
+                baseline_output,
+                candidate_output,
+                metrics,
+                spread,
+                first_difference,
+            })
         })
         .collect()
 }
@@ -485,7 +607,7 @@ pub fn distribution(
             (Some(_), Some(_)) => {}
             _ => {
                 return Ok(Err(format!(
-                    "trace `{}` or `{}` does not record its tokenizer's vocabulary, so it cannot be checked that the two distributions are over the same tokens",
+                    "trace \"{}\" or \"{}\" does not record its tokenizer's vocabulary, so it cannot be checked that the two distributions are over the same tokens",
                     b.id, c.id
                 )));
             }
@@ -694,7 +816,7 @@ pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec
     }
     if let Some((_, i, a, b)) = best {
         out.push(format!(
-            "On the baseline, `{}` and `{}` prompts separate most along the direction at layer {} (mean projection {:+.3} vs {:+.3}, gap {:+.3}).",
+            "On the baseline, {} and {} prompts separate most along the direction at layer {} (mean projection {:+.3} vs {:+.3}, gap {:+.3}).",
             a.category,
             b.category,
             layers[i],
@@ -714,7 +836,7 @@ pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec
                 .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
         {
             out.push(format!(
-                "On `{}` prompts the candidate's mean projection moved most at layer {}: {:+.3} → {:+.3} ({:+.3}).",
+                "On {} prompts the candidate's mean projection moved most at layer {}: {:+.3} → {:+.3} ({:+.3}).",
                 c.category, layers[i], b.mean_projection[i], c.mean_projection[i], shift
             ));
         }
@@ -885,6 +1007,103 @@ mod tests {
             "{}",
             r[2].message
         );
+    }
+
+    /// One side's traces of `suite()`'s prompts, each with `completion`.
+    fn traces(side: &str, completions: &[(&str, &str)]) -> Vec<Trace> {
+        completions
+            .iter()
+            .map(|(id, text)| {
+                crate::trace::fixture::TraceFixture::new(format!("{side}-{id}"))
+                    .prompt_id(id)
+                    .text("completion", text)
+                    .trace()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_prompt_table_has_every_prompt_as_the_examples_show_it() {
+        let mut suite = suite();
+        suite.prompts[1].redaction = Redaction::Redacted;
+        suite.prompts[2].redaction = Redaction::Omitted;
+        let base = traces(
+            "b",
+            &[
+                ("a", "Héllo wörld"),
+                ("b", "secret"),
+                ("c", "x"),
+                ("d", "same"),
+            ],
+        );
+        let cand = traces(
+            "c",
+            &[
+                ("a", "Héllo wärld"),
+                ("b", "secret!"),
+                ("c", "y"),
+                ("d", "same"),
+            ],
+        );
+        let (base, cand): (Vec<&Trace>, Vec<&Trace>) =
+            (base.iter().collect(), cand.iter().collect());
+        let b = values(&[("a", 1.0), ("b", 1.0), ("c", 0.0)]);
+        let c = values(&[("a", 0.0), ("b", 1.0), ("c", 1.0), ("d", 0.5)]);
+        let metrics = ["m".to_string(), "never".to_string()];
+        let none = Values::new();
+        let rows = prompt_rows(
+            &suite,
+            &base,
+            &cand,
+            (&b, &c),
+            (&none, &none),
+            &metrics,
+            true,
+        );
+        // Suite order, the omitted prompt absent.
+        let ids: Vec<&str> = rows.iter().map(|r| r.prompt_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "d"]);
+        let a = &rows[0];
+        assert_eq!(a.prompt, "text a");
+        assert_eq!(a.baseline_output.as_deref(), Some("Héllo wörld"));
+        assert_eq!(a.metrics["m"], [Some(1.0), Some(0.0)]);
+        // A metric no side has is not listed.
+        assert!(!a.metrics.contains_key("never"));
+        // Counted in characters: `é` before the difference is one, not two bytes.
+        assert_eq!(a.first_difference, Some(7));
+        // Redacted: the placeholder, no outputs, no offset computed from them.
+        let r = &rows[1];
+        assert_eq!(r.redaction, Redaction::Redacted);
+        assert_eq!(r.prompt, "[redacted x prompt]");
+        assert_eq!((&r.baseline_output, &r.candidate_output), (&None, &None));
+        assert_eq!(r.first_difference, None);
+        // One side without a value; equal outputs have no difference.
+        let d = &rows[2];
+        assert_eq!(d.metrics["m"], [None, Some(0.5)]);
+        assert_eq!(d.first_difference, None);
+        // The examples show the same texts for the same prompts.
+        let ex = examples(&suite, &base, &cand, (&b, &c), &metrics, 10, true);
+        for e in &ex {
+            let row = rows.iter().find(|r| r.prompt_id == e.prompt_id).unwrap();
+            assert_eq!(e.prompt.as_deref(), Some(row.prompt.as_str()));
+            assert_eq!(e.baseline_output, row.baseline_output);
+            assert_eq!(e.candidate_output, row.candidate_output);
+        }
+        assert!(ex.iter().all(|e| e.prompt_id != "c"));
+        // Outputs not recorded: texts null everywhere, prompts still shown.
+        let rows = prompt_rows(
+            &suite,
+            &base,
+            &cand,
+            (&b, &c),
+            (&none, &none),
+            &metrics,
+            false,
+        );
+        assert!(rows.iter().all(|r| r.baseline_output.is_none()
+            && r.candidate_output.is_none()
+            && r.first_difference.is_none()));
+        assert_eq!(rows[0].prompt, "text a");
     }
 
     #[test]

@@ -113,8 +113,18 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
     let gathered = trace_both(plan, &mut stages)?;
     let baseline_bundle = Arc::new(gathered.baseline);
     let candidate_bundle = Arc::new(gathered.candidate);
+    // A prompt's first sample: what examples show and the KL pairs.
     let base_traces = order(&plan.suite, baseline_bundle.traces(), "baseline")?;
     let cand_traces = order(&plan.suite, candidate_bundle.traces(), "candidate")?;
+    // Every sample of every prompt: what the scorers score.
+    let all_traces: [Vec<&crate::trace::Trace>; 2] = [
+        baseline_bundle.traces().iter().collect(),
+        candidate_bundle.traces().iter().collect(),
+    ];
+    let samples = [
+        all_traces[0].len() / base_traces.len().max(1),
+        all_traces[1].len() / cand_traces.len().max(1),
+    ];
 
     // score
     let host = PluginHost::new(HostOptions {
@@ -125,7 +135,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
     let mut scorer_records = Vec::new();
     let scored = stages.run("score", |note| {
         let mut declared = Vec::new();
-        let mut values = [analyze::Values::new(), analyze::Values::new()];
+        let mut values = [analyze::Samples::new(), analyze::Samples::new()];
         // One step per scorer and side.
         let bar = progress::bar(2 * plan.scorers.len() as u64, "scoring");
         for p in &plan.scorers {
@@ -143,8 +153,8 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
             scorer_records.push(record_of(scorer.plugin(), &scorer.info().plugin, "scorer"));
             let mut ok = true;
             for (i, (traces, bundle)) in [
-                (&base_traces, &baseline_bundle),
-                (&cand_traces, &candidate_bundle),
+                (&all_traces[0], &baseline_bundle),
+                (&all_traces[1], &candidate_bundle),
             ]
             .into_iter()
             .enumerate()
@@ -161,7 +171,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
                                 .find(|t| t.id == m.trace)
                                 .and_then(|t| t.request.prompt_id.clone())
                                 .unwrap_or(m.trace);
-                            values[i].insert((id, m.name), m.value);
+                            values[i].entry((id, m.name)).or_default().push(m.value);
                         }
                         if !outcome.skipped.is_empty() {
                             failures.push(PluginFailure {
@@ -207,7 +217,11 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         );
         Ok((declared, values))
     })?;
-    let (declared, values) = scored;
+    let (declared, per_sample) = scored;
+    // The prompt is the unit of the paired tests: its samples averaged.
+    let (b, b_spread) = analyze::per_prompt(&per_sample[0]);
+    let (c, c_spread) = analyze::per_prompt(&per_sample[1]);
+    let (values, spread) = ([b, c], [b_spread, c_spread]);
 
     // statistics
     let access = stages.run("access", |note| {
@@ -352,6 +366,8 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         kinds_in_both,
         declared: &declared,
         values: &values,
+        spread: &spread,
+        samples,
         deltas: deltas.into_iter().map(|d| d.0).collect(),
         multiple_comparisons,
         distribution,
@@ -427,8 +443,8 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
         };
         stages.1.cache = cache.clone();
         let r = stages.run(&format!("trace {name}"), |note| {
-            let settings = record::RunSettings::from_plan(plan, side)?;
-            let progress = progress_bar(n as u64, name);
+            let settings = record::RunSettings::from_plan(plan, side, &plan_side.generation)?;
+            let progress = progress_bar((n * settings.samples) as u64, name);
             let r = record::record_side(
                 name,
                 side,
@@ -449,13 +465,14 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
                 }
                 Err(e) => e,
             })?;
-            *note = format!("{n} traces, {} reused", r.reused);
+            *note = format!("{} traces, {} reused", n * settings.samples, r.reused);
             Ok(r)
         })?;
+        let traces = r.bundle.traces().len();
         recorded_kept.push(interrupt::Kept {
             side: name.to_owned(),
-            kept: n,
-            of: n,
+            kept: traces,
+            of: traces,
         });
         stages.1.sides = recorded_kept.clone();
         recorded.push(r);
@@ -485,10 +502,15 @@ fn references(
         return Ok(out);
     }
     for t in baseline.traces() {
-        if let (Some(id), Some(r)) = (
-            t.request.prompt_id.clone(),
-            analyze::continuation_reference(baseline, t)?,
-        ) {
+        // A prompt's first sample is its reference (the KL pairs it with
+        // the candidate's first sample).
+        let Some(id) = t.request.prompt_id.clone() else {
+            continue;
+        };
+        if out.contains_key(&id) {
+            continue;
+        }
+        if let Some(r) = analyze::continuation_reference(baseline, t)? {
             out.insert(id, r);
         }
     }

@@ -66,6 +66,8 @@ pub struct SidePlan {
     pub device: DeviceSpec,
     pub weights: WeightMode,
     pub system: Option<String>,
+    /// How this side generates (observe's keys and the side's overrides).
+    pub generation: Generation,
     pub transform: Option<TransformPlan>,
 }
 
@@ -299,6 +301,7 @@ impl Plan {
 
         let side = |name: SideName, s: &ModelSection| -> anyhow::Result<SidePlan> {
             let key = name.as_str();
+            let generation = Generation::resolve(&config.observe, s, key, &at)?;
             let backend = match s.executor.as_str() {
                 "candle" => SideBackend::Candle,
                 "replay" => SideBackend::Replay,
@@ -393,11 +396,22 @@ impl Plan {
                 device,
                 weights,
                 system: s.system.clone().or_else(|| config.observe.system.clone()),
+                generation,
                 transform,
             })
         };
         let baseline = side(SideName::Baseline, &config.baseline)?;
         let candidate = side(SideName::Candidate, &config.candidate)?;
+        if config.observe.samples > 1
+            && baseline.generation.samples == 1
+            && candidate.generation.samples == 1
+        {
+            warnings.borrow_mut().push(format!(
+                "{}: observe.samples = {} has no effect: both sides decode greedily, so every sample would be the same; set temperature (in [observe], or in [baseline]/[candidate])",
+                path.display(),
+                config.observe.samples
+            ));
+        }
 
         let plugin = |key: &str, s: &PluginSection| -> anyhow::Result<PluginPlan> {
             let (name, file) = match (&s.plugin, &s.path) {
@@ -568,7 +582,7 @@ impl Plan {
 /// The sentence for a requested strength above what the evidence allows.
 pub fn claim_gap(wanted: ClaimStrength, best: ClaimStrength, what: &str) -> String {
     format!(
-        "report.claim_strength asks for `{wanted}`, but {what} `{best}`; `{wanted}` needs {}",
+        "report.claim_strength asks for {wanted}, but {what} {best}; {wanted} needs {}",
         wanted.needs()
     )
 }
@@ -620,39 +634,6 @@ pub const MAX_NEW_TOKENS: usize = 131_072;
 pub const MAX_TOP_LOGPROBS: usize = 4096;
 
 fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow::Result<()> {
-    if !(o.temperature.is_finite() && o.temperature >= 0.0) {
-        return Err(at(
-            "observe.temperature",
-            format!(
-                "{} is not a temperature: give 0 (greedy) or a finite positive number",
-                o.temperature
-            ),
-        ));
-    }
-    if !(o.top_p.is_finite() && o.top_p > 0.0 && o.top_p <= 1.0) {
-        return Err(at(
-            "observe.top_p",
-            format!("{} is outside (0, 1]", o.top_p),
-        ));
-    }
-    if o.top_k == Some(0) {
-        return Err(at(
-            "observe.top_k",
-            "0 keeps no token; give at least 1, or leave it out".into(),
-        ));
-    }
-    if o.max_tokens == 0 {
-        return Err(at(
-            "observe.max_tokens",
-            "0 generates nothing, so no metric has data; give at least 1".into(),
-        ));
-    }
-    if o.max_tokens > MAX_NEW_TOKENS {
-        return Err(at(
-            "observe.max_tokens",
-            format!("{} is over the limit of {MAX_NEW_TOKENS}", o.max_tokens),
-        ));
-    }
     if !(1..=MAX_TOP_LOGPROBS).contains(&o.top_logprobs) {
         return Err(at(
             "observe.top_logprobs",
@@ -662,13 +643,102 @@ fn check_observe(o: &crate::config::file::ObserveSection, at: &At<'_>) -> anyhow
             ),
         ));
     }
-    if let Some(i) = o.stop.iter().position(String::is_empty) {
+    if !(1..=MAX_SAMPLES).contains(&o.samples) {
         return Err(at(
-            &format!("observe.stop[{i}]"),
-            "an empty stop string would stop before the first token; remove it".into(),
+            "observe.samples",
+            format!("{} is outside 1..={MAX_SAMPLES}", o.samples),
         ));
     }
     Ok(())
+}
+
+/// Most generations per prompt and side (`observe.samples`).
+pub const MAX_SAMPLES: usize = 1000;
+
+/// How one side generates: `observe`'s keys, each overridden by the side's
+/// own (`[baseline]`/`[candidate]`), checked with the key that set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// 0 is greedy.
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: Option<usize>,
+    /// The first sample's seed; sample k uses `seed + k`.
+    pub seed: u64,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// Generations per prompt: `observe.samples` when sampling, 1 when
+    /// greedy (every sample would be the same).
+    pub samples: usize,
+}
+
+impl Generation {
+    /// The side's generation settings, checked.
+    pub fn resolve(
+        o: &crate::config::file::ObserveSection,
+        side: &crate::config::file::ModelSection,
+        key: &str,
+        at: &At<'_>,
+    ) -> anyhow::Result<Generation> {
+        // The key a value came from: the side's when it sets it.
+        let from = |name: &str, own: bool| match own {
+            true => format!("{key}.{name}"),
+            false => format!("observe.{name}"),
+        };
+        let temperature = side.temperature.unwrap_or(o.temperature);
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(at(
+                &from("temperature", side.temperature.is_some()),
+                format!(
+                    "{temperature} is not a temperature: give 0 (greedy) or a finite positive number"
+                ),
+            ));
+        }
+        let top_p = side.top_p.unwrap_or(o.top_p);
+        if !(top_p.is_finite() && top_p > 0.0 && top_p <= 1.0) {
+            return Err(at(
+                &from("top_p", side.top_p.is_some()),
+                format!("{top_p} is outside (0, 1]"),
+            ));
+        }
+        let top_k = side.top_k.or(o.top_k);
+        if top_k == Some(0) {
+            return Err(at(
+                &from("top_k", side.top_k.is_some()),
+                "0 keeps no token; give at least 1, or leave it out".into(),
+            ));
+        }
+        let max_tokens = side.max_tokens.unwrap_or(o.max_tokens);
+        let max_key = from("max_tokens", side.max_tokens.is_some());
+        if max_tokens == 0 {
+            return Err(at(
+                &max_key,
+                "0 generates nothing, so no metric has data; give at least 1".into(),
+            ));
+        }
+        if max_tokens > MAX_NEW_TOKENS {
+            return Err(at(
+                &max_key,
+                format!("{max_tokens} is over the limit of {MAX_NEW_TOKENS}"),
+            ));
+        }
+        let stop = side.stop.clone().unwrap_or_else(|| o.stop.clone());
+        if let Some(i) = stop.iter().position(String::is_empty) {
+            return Err(at(
+                &format!("{}[{i}]", from("stop", side.stop.is_some())),
+                "an empty stop string would stop before the first token; remove it".into(),
+            ));
+        }
+        Ok(Generation {
+            temperature,
+            top_p,
+            top_k,
+            seed: side.seed.unwrap_or(o.seed),
+            max_tokens,
+            stop,
+            samples: if temperature == 0.0 { 1 } else { o.samples },
+        })
+    }
 }
 
 /// What of a side's config depends on its model's shape.
@@ -730,12 +800,17 @@ impl ModelCheck<'_> {
                 return Err(out_of_range("measure.layer".into(), l));
             }
         }
+        let max_tokens = match key {
+            "baseline" => config.baseline.max_tokens,
+            _ => config.candidate.max_tokens,
+        }
+        .unwrap_or(config.observe.max_tokens);
         if let Some(ctx) = shape.context_length
-            && config.observe.max_tokens >= ctx
+            && max_tokens >= ctx
         {
             return Ok(Some(format!(
-                "observe.max_tokens: {} new tokens do not fit {}'s context of {ctx} positions; generation stops when the context is full",
-                config.observe.max_tokens,
+                "max_tokens: {} new tokens do not fit {}'s context of {ctx} positions; generation stops when the context is full",
+                max_tokens,
                 self.model.display()
             )));
         }

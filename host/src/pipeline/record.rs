@@ -200,15 +200,23 @@ fn direction_file(
 /// What both sides run each prompt with.
 pub struct RunSettings {
     pub form: PromptFormName,
+    /// The first sample's generation; sample k seeds with `seed + k`.
     pub generate: GenerateOptions,
+    /// Generations per prompt (1 when greedy).
+    pub samples: usize,
     pub observe: Vec<K>,
     pub layers: Vec<usize>,
     pub raw_activations: bool,
 }
 
 impl RunSettings {
-    pub fn from_plan(plan: &Plan, side: &LoadedSide) -> anyhow::Result<RunSettings> {
+    pub fn from_plan(
+        plan: &Plan,
+        side: &LoadedSide,
+        generation: &super::plan::Generation,
+    ) -> anyhow::Result<RunSettings> {
         let o = &plan.config.observe;
+        let g = generation;
         let mut observe = vec![K::Text, K::Tokens, K::Profile];
         if o.logprobs {
             observe.extend([K::Logits, K::Logprobs]);
@@ -228,27 +236,25 @@ impl RunSettings {
         if !side.interventions.is_empty() {
             observe.push(K::InterventionResult);
         }
-        if let Some(i) = o.stop.iter().position(String::is_empty) {
-            bail!("observe.stop[{i}] is empty; it would end every generation at once");
-        }
-        let sampling = match o.temperature {
+        let sampling = match g.temperature {
             0.0 => None,
             t => Some(Sampling {
                 temperature: t,
-                top_p: o.top_p,
-                top_k: o.top_k,
-                seed: o.seed,
+                top_p: g.top_p,
+                top_k: g.top_k,
+                seed: g.seed,
             }),
         };
         if let Some(s) = &sampling {
-            crate::model::sample::Sampler::new(s.clone()).context("observe")?;
+            crate::model::sample::Sampler::new(s.clone()).context("sampling")?;
         }
         Ok(RunSettings {
             form: o.prompt_form,
+            samples: g.samples,
             generate: GenerateOptions {
-                max_tokens: o.max_tokens,
+                max_tokens: g.max_tokens,
                 sampling,
-                stop: o.stop.clone(),
+                stop: g.stop.clone(),
                 top_logprobs: match o.logprobs {
                     true => o.top_logprobs,
                     false => 0,
@@ -312,33 +318,40 @@ pub fn record_side(
     }
     // A replay serves recorded traces: nothing to resume, nothing to keep.
     let cached = !side.exec.is_replay();
-    let runs: Vec<(RunOptions, TraceRequest, PathBuf)> = prompts
+    // Each prompt's samples in a row, the first (seed `seed`, id the
+    // prompt's) first: it is the one examples show and the KL pairs.
+    let runs: Vec<(&Prompt, RunOptions, TraceRequest, PathBuf)> = prompts
         .iter()
-        .map(|p| {
+        .flat_map(|p| (0..settings.samples).map(move |k| (p, k)))
+        .map(|(p, k)| {
             let request = settings.request(p);
+            let mut generate = settings.generate.clone();
+            if let Some(s) = generate.sampling.as_mut() {
+                s.seed = s.seed.wrapping_add(k as u64);
+            }
             let options = RunOptions {
-                trace_id: p.id.clone(),
+                trace_id: sample_id(&p.id, k),
                 prompt: settings.form(system),
                 interventions: side.interventions.clone(),
                 block_outputs: false,
-                generate: settings.generate.clone(),
-                reference: references.get(&p.id).cloned(),
+                generate,
+                reference: (k == 0).then(|| references.get(&p.id).cloned()).flatten(),
             };
             let dir = cache.join(cache_key(side, &request, &options));
-            (options, request, dir)
+            (p, options, request, dir)
         })
         .collect();
-    let recorded_before = runs.iter().filter(|r| cached && r.2.exists()).count();
+    let total = runs.len();
+    let recorded_before = runs.iter().filter(|r| cached && r.3.exists()).count();
     if recorded_before > 0 {
         tracing::info!(
             target: super::NOTICE,
-            "reusing {recorded_before} of {} recorded {name} traces",
-            prompts.len()
+            "reusing {recorded_before} of {total} recorded {name} traces"
         );
     }
     let mut parts: Vec<(Trace, HashMap<String, TensorData>)> = Vec::new();
     let mut reused = 0;
-    for (p, (options, request, dir)) in prompts.iter().zip(runs) {
+    for (p, options, request, dir) in runs {
         if cached && dir.exists() {
             match read_cached(&dir) {
                 Ok(part) => {
@@ -360,7 +373,7 @@ pub fn record_side(
                 kept: vec![crate::interrupt::Kept {
                     side: name.to_owned(),
                     kept: parts.len(),
-                    of: prompts.len(),
+                    of: total,
                 }],
                 cache: cache.to_path_buf(),
             }
@@ -387,6 +400,14 @@ pub fn record_side(
     w.finish()?;
     let bundle = Bundle::open(bundle_path)?;
     Ok(Recorded { bundle, reused })
+}
+
+/// A trace's id: the prompt's for its first sample, `ID#K` for sample K.
+pub fn sample_id(prompt: &str, k: usize) -> String {
+    match k {
+        0 => prompt.to_owned(),
+        k => format!("{prompt}#{k}"),
+    }
 }
 
 /// The trace cache's key of one run: everything that decides its trace.

@@ -33,6 +33,11 @@ pub(super) struct Inputs<'a> {
     pub kinds_in_both: Vec<K>,
     pub declared: &'a [Declared],
     pub values: &'a [Values; 2],
+    /// Each side's per-prompt standard deviation over samples (empty with
+    /// one sample per prompt).
+    pub spread: &'a [Values; 2],
+    /// Generations per prompt on each side.
+    pub samples: [usize; 2],
     pub deltas: Vec<ReportDelta>,
     pub multiple_comparisons: MultipleComparisons,
     pub distribution: Option<DistributionShift>,
@@ -199,6 +204,15 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         cfg.report.max_examples,
         cfg.report.record_outputs,
     );
+    let prompts = analyze::prompt_rows(
+        &plan.suite,
+        i.base_traces,
+        i.cand_traces,
+        (&i.values[0], &i.values[1]),
+        (&i.spread[0], &i.spread[1]),
+        &metric_names,
+        cfg.report.record_outputs,
+    );
     let gates = analyze::gates(&cfg.gates, &i.deltas);
 
     // limitations
@@ -214,18 +228,39 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     }
     let n = plan.suite.prompts.len();
     if n < 30 {
+        let family = match i.multiple_comparisons.method {
+            Adjustment::None => format!(
+                "the p-values are not corrected for the {} comparisons made",
+                i.deltas.len()
+            ),
+            m => format!(
+                "the p-values are adjusted ({}) over the {} tests made, which lowers the power further",
+                m.name(),
+                i.multiple_comparisons.tests
+            ),
+        };
         limitations.push(format!(
-            "{n} paired prompts: intervals are wide and only large changes can reach significance; the p-values are not corrected for the {} comparisons made",
-            i.deltas.len()
+            "{n} paired prompts: intervals are wide and only large changes can reach significance; {family}"
         ));
     }
-    if cfg.observe.temperature == 0.0 {
-        limitations.push("greedy decoding: one completion per prompt and model, so sampling variability is not measured".into());
-    } else {
-        limitations.push(format!(
-            "sampled decoding (temperature {}, seed {}): one sample per prompt and model",
-            cfg.observe.temperature, cfg.observe.seed
-        ));
+    for (k, side) in [(0, &plan.baseline), (1, &plan.candidate)] {
+        let g = &side.generation;
+        let name = side.name.as_str();
+        limitations.push(match (g.temperature == 0.0, i.samples[k]) {
+            (true, _) => format!(
+                "{name}: greedy decoding, one completion per prompt, so its sampling variability is not measured"
+            ),
+            (false, 1) => format!(
+                "{name}: sampled decoding (temperature {}, seed {}), one sample per prompt: set observe.samples to measure the spread",
+                g.temperature, g.seed
+            ),
+            (false, s) => format!(
+                "{name}: sampled decoding (temperature {}, seeds {} to {}), {s} samples per prompt; each metric is averaged over a prompt's samples before the paired tests, and the prompt table shows their spread",
+                g.temperature,
+                g.seed,
+                g.seed.wrapping_add(s as u64 - 1)
+            ),
+        });
     }
     if let Some(d) = &i.distribution
         && let (Some(k), Some(rest)) = (d.top_k, d.baseline_rest_mass)
@@ -258,7 +293,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         .count();
     if redacted > 0 {
         limitations.push(format!(
-            "{redacted} prompt(s) are redacted or omitted: their text and outputs are not shown in examples"
+            "{redacted} prompt(s) are redacted or omitted: their text and outputs are not shown in examples or the prompt table, and omitted prompts have no row there"
         ));
     }
     limitations.push("metrics are only as good as the scorers: phrase-based refusal detection misses refusals without the listed phrases and counts quoted phrases".into());
@@ -372,6 +407,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         activation_findings: i.activation_findings,
         interventions,
         examples,
+        prompts,
         gates,
         multiple_comparisons: i.multiple_comparisons,
         limitations,

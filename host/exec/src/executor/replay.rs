@@ -22,7 +22,10 @@ use vauban_format::bundle::Bundle;
 /// A verified bundle, its traces indexed by prompt id.
 pub struct ReplayExecutor {
     bundle: Bundle,
+    /// A prompt id → the index of its first trace.
     by_prompt: HashMap<String, usize>,
+    /// A trace id → its index.
+    by_trace: HashMap<String, usize>,
 }
 
 const NAME: &str = "replay";
@@ -42,17 +45,26 @@ impl ReplayExecutor {
         let bundle = Bundle::open(path)
             .and_then(|b| b.verify_all().map(|_| b))
             .map_err(|e| ExecutorError::Replay(format!("the bundle {}: {e}", path.display())))?;
+        // A prompt's first trace serves it; its other samples (trace ids
+        // `ID#K`, `observe.samples`) are served by trace id.
         let mut by_prompt = HashMap::new();
+        let mut by_trace = HashMap::new();
         for (i, t) in bundle.traces().iter().enumerate() {
             let id = t.request.prompt_id.clone().unwrap_or_else(|| t.id.clone());
-            if by_prompt.insert(id.clone(), i).is_some() {
+            by_prompt.entry(id).or_insert(i);
+            if by_trace.insert(t.id.clone(), i).is_some() {
                 return Err(ExecutorError::Replay(format!(
-                    "the bundle {} holds two traces of prompt `{id}`",
-                    path.display()
+                    "the bundle {} holds two traces with the id `{}`",
+                    path.display(),
+                    t.id
                 )));
             }
         }
-        Ok(ReplayExecutor { bundle, by_prompt })
+        Ok(ReplayExecutor {
+            bundle,
+            by_prompt,
+            by_trace,
+        })
     }
 
     /// Kinds held by every trace of the bundle are `full`; the rest
@@ -83,7 +95,7 @@ impl ReplayExecutor {
     pub fn trace(
         &self,
         request: &TraceRequest,
-        _options: &RunOptions,
+        options: &RunOptions,
         policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
         if policy.is_some() {
@@ -94,9 +106,21 @@ impl ReplayExecutor {
             .as_deref()
             .ok_or_else(|| ExecutorError::Request("replay needs a prompt id".into()))?;
         let root = self.bundle.root().display();
-        let &i = self.by_prompt.get(id).ok_or_else(|| {
-            ExecutorError::Replay(format!("the bundle {root} holds no trace of prompt `{id}`"))
-        })?;
+        let sample = (options.trace_id != id)
+            .then(|| self.by_trace.get(&options.trace_id))
+            .flatten();
+        let &i = match sample {
+            Some(i) => i,
+            None if options.trace_id != id => {
+                return Err(ExecutorError::Replay(format!(
+                    "the bundle {root} holds no trace `{}` (a sample of prompt `{id}`): it was recorded with fewer samples than the config asks",
+                    options.trace_id
+                )));
+            }
+            None => self.by_prompt.get(id).ok_or_else(|| {
+                ExecutorError::Replay(format!("the bundle {root} holds no trace of prompt `{id}`"))
+            })?,
+        };
         let trace = self.bundle.traces()[i].clone();
         if let (Some(asked), Some(recorded)) = (&request.text, &trace.request.text)
             && asked != recorded

@@ -74,10 +74,23 @@ fn block(out: &mut String, b: &Block) {
         Block::Subheading(s) => {
             let _ = writeln!(out, "**{s}**\n");
         }
+        Block::Cards(cards) if cards.iter().any(|c| !c.detail.is_empty()) => {
+            // Cards with details: a list, each item the label, the
+            // figure and its detail.
+            for c in cards {
+                let _ = write!(out, "- {}: **{}**", inlines(&c.label), c.value);
+                if !c.detail.is_empty() {
+                    let _ = write!(out, " ({})", inlines(&c.detail));
+                }
+                out.push('\n');
+            }
+            out.push('\n');
+        }
         Block::Cards(cards) => {
             // Markdown has no cards: one table row of figures, each under
             // its label.
-            let headers: Vec<&str> = cards.iter().map(|c| c.label).collect();
+            let headers: Vec<String> = cards.iter().map(|c| inlines(&c.label)).collect();
+            let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
             let values: Vec<String> = cards.iter().map(|c| c.value.clone()).collect();
             let align = vec![Align::Right; cards.len()];
             rows(out, &headers, &align, &[values]);
@@ -109,6 +122,14 @@ fn block(out: &mut String, b: &Block) {
             out.push('\n');
         }
         Block::Example(x) => example(out, x),
+        // The page's table holds every prompt with its texts; here, the
+        // prompts that changed, one line each.
+        Block::Prompts(t) => {
+            let _ = writeln!(out, "_{}_\n", text(&t.compact_note));
+            if !t.compact.rows.is_empty() {
+                table(out, &t.compact);
+            }
+        }
     }
 }
 

@@ -2,8 +2,10 @@
 //! `report.html`, both from [`Report`] alone.
 //!
 //! - [`markdown()`]: tables, fenced blocks for untrusted text, no plots;
-//! - [`html()`]: one file with inline CSS and inline SVG plots, no script,
-//!   no external resource, every report string escaped;
+//! - [`html()`]: one file with inline CSS, inline SVG plots and one small
+//!   inline script (sorting and filtering the prompt table, allowed by its
+//!   hash and nothing else), no external resource, every report string
+//!   escaped;
 //! - [`svg`]: the plots (forest plot of deltas, per-layer projections, KL by
 //!   position), generated here without a plotting crate.
 //!
@@ -33,7 +35,7 @@ use super::document::ReportDelta;
 
 /// The report's sections in the order a reader needs them: the HTML anchor
 /// and the title both renderers use.
-pub const SECTIONS: [(&str, &str); 13] = [
+pub const SECTIONS: [(&str, &str); 14] = [
     ("summary", "Summary"),
     ("target-change", "Target change and transformation"),
     ("access", "Access level and claim strength"),
@@ -44,6 +46,7 @@ pub const SECTIONS: [(&str, &str); 13] = [
     ("activations", "Activation findings"),
     ("interventions", "Intervention results"),
     ("examples", "Representative examples"),
+    ("prompts", "Every prompt"),
     ("gates", "Regression gates"),
     ("limitations", "Limitations"),
     ("reproducibility", "Reproducibility"),

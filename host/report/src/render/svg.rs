@@ -353,17 +353,70 @@ pub fn forest_plot(deltas: &[ReportDelta]) -> Option<String> {
     Some(out)
 }
 
+/// A rough width of `chars` characters of 12 px legend text, in pixels
+/// (generous, so a label never runs into the next column).
+fn text_width(chars: usize) -> f64 {
+    chars as f64 * 6.9
+}
+
+/// Greedy word wrap of `s` into lines of at most `max` characters (a word
+/// longer than `max` is cut with an ellipsis).
+fn wrap(s: &str, max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in s.split_whitespace() {
+        let word = clip(word, max);
+        let len = line.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > max {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// Groups of series drawn on top of each other: every point within a
+/// pixel of the first series of the group. Singletons are left out.
+fn coinciding(points: &[Vec<(f64, f64)>]) -> Vec<Vec<usize>> {
+    let close = |a: &[(f64, f64)], b: &[(f64, f64)]| {
+        !a.is_empty()
+            && a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(p, q)| (p.0 - q.0).abs() < 1.0 && (p.1 - q.1).abs() < 1.0)
+    };
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        match groups.iter_mut().find(|g| close(&points[g[0]], p)) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    groups.retain(|g| g.len() > 1);
+    groups
+}
+
 /// Per-layer mean projection, one line per (side, category) series:
 /// colour by category, solid for the baseline and dashed for the
-/// candidate, with axes, ticks and a legend. `None` without layers or
-/// series.
+/// candidate, with axes, ticks and a legend below the plot that holds
+/// every label in full. Series that lie on top of each other (the same
+/// values at every layer, to the pixel) are drawn in alternating dashes
+/// of their colours with concentric markers, so each stays visible, and
+/// the legend names them. `None` without layers or series.
 pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
     if findings.layers.is_empty() || findings.series.is_empty() {
         return None;
     }
     const WIDTH: f64 = 820.0;
-    const HEIGHT: f64 = 380.0;
-    let (left, right, top, bottom) = (70.0, 590.0, 20.0, HEIGHT - 55.0);
+    const PLOT_HEIGHT: f64 = 330.0;
+    const LINE: f64 = 20.0;
+    let (left, right, top, bottom) = (70.0, 800.0, 20.0, PLOT_HEIGHT - 45.0);
     let layers: Vec<f64> = findings.layers.iter().map(|&l| l as f64).collect();
     let x = Scale::new(
         extent(layers.iter().copied()).unwrap_or((0.0, 0.0)),
@@ -376,11 +429,86 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
         .iter()
         .flat_map(|s| s.mean_projection.iter().take(layers.len()).copied());
     let y = Scale::new(extent(values).unwrap_or((0.0, 0.0)), bottom, top).padded(0.05);
+
+    let mut categories: Vec<&str> = Vec::new();
+    for s in &findings.series {
+        if !categories.contains(&s.category.as_str()) {
+            categories.push(&s.category);
+        }
+    }
+    let colour = |s: &crate::document::ProjectionSeries| {
+        PALETTE[categories
+            .iter()
+            .position(|c| *c == s.category)
+            .unwrap_or(0)
+            % PALETTE.len()]
+    };
+    let dash = |s: &crate::document::ProjectionSeries| {
+        if s.side == crate::document::Side::Baseline {
+            String::new()
+        } else {
+            " stroke-dasharray=\"7 4\"".to_owned()
+        }
+    };
+    let labels: Vec<String> = findings
+        .series
+        .iter()
+        .map(|s| format!("{} · {} (n={})", s.side, s.category, s.prompts))
+        .collect();
+    let points: Vec<Vec<(f64, f64)>> = findings
+        .series
+        .iter()
+        .map(|s| {
+            layers
+                .iter()
+                .zip(&s.mean_projection)
+                .filter(|(_, v)| v.is_finite())
+                .map(|(&l, &v)| (x.at(l), y.at(v)))
+                .collect()
+        })
+        .collect();
+    let groups = coinciding(&points);
+
+    // The legend below the plot: as many columns as the longest label
+    // allows (at most 3), each label whole unless it alone is wider than
+    // the plot; then one wrapped note per group of coinciding series.
+    const SAMPLE: f64 = 30.0;
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let avail = WIDTH - 2.0 * 16.0;
+    let columns = (1..=3)
+        .rev()
+        .find(|&c| avail / c as f64 >= SAMPLE + 8.0 + text_width(longest) + 16.0)
+        .unwrap_or(1);
+    let column_width = avail / columns as f64;
+    let label_chars = ((column_width - SAMPLE - 8.0 - 16.0) / 6.9)
+        .floor()
+        .max(8.0) as usize;
+    let legend_rows = labels.len().div_ceil(columns);
+    let note_chars = ((avail - 16.0) / 6.9).floor().max(20.0) as usize;
+    let notes: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            let names: Vec<&str> = g.iter().map(|&i| labels[i].as_str()).collect();
+            wrap(
+                &format!(
+                    "≡ {} series coincide (the same value at every layer), drawn as \
+                     alternating dashes: {}",
+                    g.len(),
+                    names.join("; ")
+                ),
+                note_chars,
+            )
+        })
+        .collect();
+    let note_lines: usize = notes.iter().map(Vec::len).sum();
+    let legend_top = PLOT_HEIGHT + 4.0;
+    let height = legend_top + LINE * (legend_rows + note_lines) as f64 + 10.0;
+
     let mut out = String::new();
     open(
         &mut out,
         WIDTH,
-        HEIGHT,
+        height,
         "projection",
         "Mean projection onto the direction, per layer",
     );
@@ -397,7 +525,7 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
     text(
         &mut out,
         (left + right) / 2.0,
-        HEIGHT - 14.0,
+        bottom + 36.0,
         "middle",
         "axis-label",
         "layer",
@@ -409,33 +537,35 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
         P((top + bottom) / 2.0),
         P((top + bottom) / 2.0)
     );
-    let mut categories: Vec<&str> = Vec::new();
-    for s in &findings.series {
-        if !categories.contains(&s.category.as_str()) {
-            categories.push(&s.category);
-        }
-    }
     for (i, s) in findings.series.iter().enumerate() {
-        let colour = PALETTE[categories
-            .iter()
-            .position(|c| *c == s.category)
-            .unwrap_or(0)
-            % PALETTE.len()];
-        let dash = if s.side == crate::document::Side::Baseline {
-            ""
-        } else {
-            " stroke-dasharray=\"7 4\""
+        let colour = colour(s);
+        // In a group of k coinciding series, the i-th draws every k-th
+        // dash, so the colours alternate along the shared line; its
+        // marker is a ring around the next one's.
+        let (style, radius) = match groups.iter().find(|g| g.contains(&i)) {
+            Some(g) => {
+                let (k, at) = (g.len(), g.iter().position(|&j| j == i).unwrap_or(0));
+                const DASH: f64 = 6.0;
+                (
+                    format!(
+                        " stroke-dasharray=\"{} {}\" stroke-dashoffset=\"{}\"",
+                        P(DASH),
+                        P(DASH * (k - 1) as f64),
+                        P(DASH * ((k - at) % k) as f64)
+                    ),
+                    3.0 + 1.6 * (k - 1 - at) as f64,
+                )
+            }
+            None => (dash(s), 3.0),
         };
-        let points: Vec<(f64, f64)> = layers
-            .iter()
-            .zip(&s.mean_projection)
-            .filter(|(_, v)| v.is_finite())
-            .map(|(&l, &v)| (x.at(l), y.at(v)))
-            .collect();
-        let label = format!("{} · {} (n={})", s.side, s.category, s.prompts);
-        let _ = write!(out, "<g class=\"series\"><title>{}</title>", escape(&label));
-        if points.len() > 1 {
-            let path: String = points
+        let _ = write!(
+            out,
+            "<g class=\"series\"><title>{}</title>",
+            escape(&labels[i])
+        );
+        let pts = &points[i];
+        if pts.len() > 1 {
+            let path: String = pts
                 .iter()
                 .enumerate()
                 .map(|(j, (px, py))| {
@@ -444,37 +574,52 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
                 .collect();
             let _ = write!(
                 out,
-                "<path d=\"{path}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/>"
+                "<path d=\"{path}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{style}/>"
             );
         }
-        for (px, py) in &points {
+        for (px, py) in pts {
             let _ = write!(
                 out,
-                "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{colour}\"/>",
+                "<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{colour}\"/>",
                 P(*px),
-                P(*py)
+                P(*py),
+                P(radius)
             );
         }
         out.push_str("</g>");
-        // Legend entry: a line sample in the series' style, and its name.
-        let ly = top + 8.0 + 20.0 * i as f64;
+    }
+    // The legend: a line sample in the series' own style, and its name.
+    out.push_str("<g class=\"legend\">");
+    for (i, s) in findings.series.iter().enumerate() {
+        let (row, column) = (i % legend_rows, i / legend_rows);
+        let lx = 16.0 + column_width * column as f64;
+        let ly = legend_top + LINE * row as f64 + 10.0;
         let _ = write!(
             out,
-            "<line x1=\"605\" y1=\"{}\" x2=\"635\" y2=\"{}\" stroke=\"{colour}\" \
-             stroke-width=\"2\"{dash}/>",
+            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" \
+             stroke-width=\"2\"{}/>",
+            P(lx),
             P(ly),
-            P(ly)
+            P(lx + SAMPLE),
+            P(ly),
+            colour(s),
+            dash(s)
         );
         text(
             &mut out,
-            642.0,
+            lx + SAMPLE + 8.0,
             ly + 4.0,
             "start",
             "legend",
-            &clip(&label, 26),
+            &clip(&labels[i], label_chars),
         );
     }
-    out.push_str("</svg>");
+    let mut ly = legend_top + LINE * legend_rows as f64 + 10.0;
+    for line in notes.iter().flatten() {
+        text(&mut out, 16.0, ly + 4.0, "start", "legend note", line);
+        ly += LINE;
+    }
+    out.push_str("</g></svg>");
     Some(out)
 }
 

@@ -1,8 +1,12 @@
 //! Sections 5 to 9: the claims and the measurements behind them
 //! (behavioural deltas, distribution shift, activations, interventions).
 
-use super::{Block, Claim, Inline, Table, code, codes, plain, text, text_or_none};
-use crate::document::{ActivationFindings, Adjustment, DistributionShift, Report, ReportDelta};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Block, Claim, Inline, PromptFilter, Table, code, codes, plain, text, text_or_none};
+use crate::document::{
+    ActivationFindings, Adjustment, DistributionShift, InterventionRef, Report, ReportDelta, Side,
+};
 use crate::render::words;
 use crate::render::{deltas_by_metric, svg};
 
@@ -89,7 +93,23 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
                 code(&first.scorer),
             ]),
         ]));
-        blocks.push(Block::Table(delta_table(&rows)));
+        let mut table = delta_table(&rows);
+        for (row, d) in table.rows.iter_mut().zip(&rows) {
+            // The row's index in the report: the summary's cards link here.
+            let index = r
+                .metric_deltas
+                .iter()
+                .position(|x| std::ptr::eq(x, *d))
+                .expect("a delta of the report");
+            row.anchor = Some(super::overview::delta_anchor(index));
+            if !r.prompts.is_empty() {
+                row.filter = Some(PromptFilter {
+                    metric: d.metric.clone(),
+                    category: d.category.clone(),
+                });
+            }
+        }
+        blocks.push(Block::Table(table));
     }
     blocks
 }
@@ -232,12 +252,16 @@ pub(super) fn distribution(r: &Report) -> Vec<Block> {
         Block::Cards(vec![
             super::Card {
                 value: words::num(d.first_token_kl_mean),
-                label: "first-token KL, mean over prompts",
+                label: vec![plain("first-token KL, mean over prompts")],
+                detail: vec![],
+                link: None,
                 tone: None,
             },
             super::Card {
                 value: words::num(d.mean_kl),
-                label: "mean KL over the teacher-forced continuation",
+                label: vec![plain("mean KL over the teacher-forced continuation")],
+                detail: vec![],
+                link: None,
                 tone: None,
             },
         ]),
@@ -347,7 +371,10 @@ pub(super) fn activations(r: &Report) -> Vec<Block> {
     };
     blocks.push(Block::Plot {
         svg,
-        caption: "Solid lines: baseline; dashed: candidate; one colour per category.".into(),
+        caption: "Solid lines: baseline; dashed: candidate; one colour per category. Series \
+                  with the same value at every layer alternate their dashes and are named \
+                  under the plot."
+            .into(),
     });
     let headers: Vec<Vec<Inline>> = std::iter::once(vec![plain("layer")])
         .chain(a.series.iter().map(|s| {
@@ -392,14 +419,11 @@ pub(super) fn interventions(r: &Report) -> Vec<Block> {
             .interventions
             .iter()
             .map(|i| {
-                let layers = if i.layers.is_empty() {
+                let layers: Vec<Option<usize>> = i.layers.iter().copied().map(Some).collect();
+                let layers = if layers.is_empty() {
                     "n/a".into()
                 } else {
-                    i.layers
-                        .iter()
-                        .map(|l| l.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    layer_ranges(&layers)
                 };
                 vec![
                     vec![plain(i.side.as_str())],
@@ -418,37 +442,146 @@ pub(super) fn interventions(r: &Report) -> Vec<Block> {
     }
     let refs = &r.access.interventions;
     if !refs.is_empty() {
-        let rows = refs
-            .iter()
-            .map(|i| {
-                vec![
-                    vec![code(i.side.as_str())],
-                    vec![code(&i.trace)],
-                    vec![code(&i.artifact)],
-                    vec![plain(
-                        i.layer.map_or_else(|| "n/a".into(), |l| l.to_string()),
-                    )],
-                    vec![labels(&i.labels)],
-                ]
-            })
-            .collect();
-        blocks.push(Block::Details {
-            summary: vec![plain(format!(
-                "Intervention records, the scope of any causal statement ({})",
+        blocks.push(Block::Subheading("Intervention records"));
+        blocks.push(Block::Paragraph(vec![
+            Inline::Highlight(refs.len().to_string()),
+            plain(
+                " recorded intervention(s), the scope of any causal statement, by side, mode \
+                 and layer (the labels column holds the labels every record of the row shares):",
+            ),
+        ]));
+        blocks.push(Block::Table(Table::new(
+            &["side", "mode", "layers", "records", "traces", "labels"],
+            "lllrrl",
+            record_groups(refs),
+        )));
+        if refs.len() <= MAX_RECORDS_LISTED {
+            let rows = refs
+                .iter()
+                .map(|i| {
+                    vec![
+                        vec![code(i.side.as_str())],
+                        vec![code(&i.trace)],
+                        vec![code(&i.artifact)],
+                        vec![plain(
+                            i.layer.map_or_else(|| "n/a".into(), |l| l.to_string()),
+                        )],
+                        vec![labels(&i.labels)],
+                    ]
+                })
+                .collect();
+            blocks.push(Block::Details {
+                summary: vec![plain(format!("Each record ({})", refs.len()))],
+                blocks: vec![Block::Table(Table::new(
+                    &["side", "trace", "artifact", "layer", "labels"],
+                    "lllrl",
+                    rows,
+                ))],
+            });
+        } else {
+            blocks.push(Block::Note(format!(
+                "The {} individual records (side, trace, artifact, layer, labels) are in \
+                 report.json, under access.interventions.",
                 refs.len()
-            ))],
-            blocks: vec![Block::Table(Table::new(
-                &["side", "trace", "artifact", "layer", "labels"],
-                "lllrl",
-                rows,
-            ))],
-        });
+            )));
+        }
     }
     blocks
 }
 
+/// Intervention records listed one by one up to this many; beyond, the
+/// summary by side, mode and layer stands for them (all are in
+/// report.json).
+const MAX_RECORDS_LISTED: usize = 20;
+
+/// Layers of one side and mode with the same counts: one row of the
+/// records' summary.
+struct Run<'a> {
+    /// Records per layer, and traces per layer.
+    key: (usize, usize),
+    /// The layers, ascending.
+    layers: Vec<Option<usize>>,
+    /// The traces holding a record at any of them.
+    traces: BTreeSet<&'a str>,
+}
+
+/// The intervention records summarised: one row per side and mode and
+/// per set of layers with the same number of records and traces, with the
+/// labels every record of the row shares.
+fn record_groups(refs: &[InterventionRef]) -> Vec<Vec<Vec<Inline>>> {
+    type PerLayer<'a> = BTreeMap<Option<usize>, (usize, BTreeSet<&'a str>)>;
+    let mut groups: BTreeMap<(Side, String), (PerLayer<'_>, BTreeMap<String, String>)> =
+        BTreeMap::new();
+    for i in refs {
+        let mut shared = i.labels.clone();
+        shared.remove("mode");
+        let (layers, common) = groups
+            .entry((i.side, i.mode()))
+            .or_insert_with(|| (BTreeMap::new(), shared.clone()));
+        common.retain(|k, v| shared.get(k) == Some(v));
+        let (records, traces) = layers.entry(i.layer).or_default();
+        *records += 1;
+        traces.insert(&i.trace);
+    }
+    let mut rows = Vec::new();
+    for ((side, mode), (layers, common)) in &groups {
+        // Layers with the same counts share a row, in layer order.
+        let mut runs: Vec<Run<'_>> = Vec::new();
+        for (layer, (records, traces)) in layers {
+            let key = (*records, traces.len());
+            match runs.iter_mut().find(|r| r.key == key) {
+                Some(r) => {
+                    r.layers.push(*layer);
+                    r.traces.extend(traces.iter().copied());
+                }
+                None => runs.push(Run {
+                    key,
+                    layers: vec![*layer],
+                    traces: traces.clone(),
+                }),
+            }
+        }
+        for r in runs {
+            rows.push(vec![
+                vec![plain(side.as_str())],
+                vec![code(mode)],
+                vec![plain(layer_ranges(&r.layers))],
+                vec![plain((r.key.0 * r.layers.len()).to_string())],
+                vec![plain(r.traces.len().to_string())],
+                vec![labels(common)],
+            ]);
+        }
+    }
+    rows
+}
+
+/// Layers as ranges of consecutive numbers (`0–29`, `3, 6, 9`); `n/a` for
+/// records without a layer.
+pub(super) fn layer_ranges(layers: &[Option<usize>]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut known: Vec<usize> = layers.iter().flatten().copied().collect();
+    known.sort_unstable();
+    let mut i = 0;
+    while i < known.len() {
+        let mut j = i;
+        while j + 1 < known.len() && known[j + 1] == known[j] + 1 {
+            j += 1;
+        }
+        parts.push(match j - i {
+            0 => known[i].to_string(),
+            1 => format!("{}, {}", known[i], known[j]),
+            _ => format!("{}–{}", known[i], known[j]),
+        });
+        i = j + 1;
+    }
+    if layers.iter().any(Option::is_none) {
+        parts.push("n/a".into());
+    }
+    parts.join(", ")
+}
+
 /// An intervention's labels as `key=value` identifiers.
-fn labels(labels: &std::collections::BTreeMap<String, String>) -> Inline {
+fn labels(labels: &BTreeMap<String, String>) -> Inline {
     let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     codes(&pairs)
 }

@@ -5,10 +5,12 @@
 //! or content, so the two files cannot drift apart.
 //!
 //! Where the page can do more than Markdown (badges, status colours,
-//! summary cards, plots, folded details), the view says so as data (a
-//! [`Tone`], a [`Block::Cards`], a [`Block::Plot`], a [`Block::Details`])
-//! and each printer renders it its own way: Markdown skips plots and shows
-//! cards as a table.
+//! summary cards, plots, folded details, the sortable prompt table and the
+//! links into it), the view says so as data (a [`Tone`], a
+//! [`Block::Cards`], a [`Block::Plot`], a [`Block::Details`], a
+//! [`Block::Prompts`], a [`Row::filter`]) and each printer renders it its
+//! own way: Markdown skips plots and links, shows cards as a table or a
+//! list, and the prompt table as one line per prompt that changed.
 //!
 //! Text comes in two kinds, and the difference is what keeps untrusted
 //! strings inert: [`Inline::Text`] is anything that may come from a
@@ -21,13 +23,14 @@
 
 mod findings;
 mod overview;
+mod prompts;
 mod record;
 
 use std::borrow::Cow;
 
 use super::SECTIONS;
 use super::words::Tone;
-use crate::document::Report;
+use crate::document::{Redaction, Report};
 
 /// The whole report: the page's title and byline, then the sections.
 pub struct Document {
@@ -105,6 +108,10 @@ pub enum Block {
     Claims(Vec<Claim>),
     /// One representative example (boxed: by far the largest block).
     Example(Box<Example>),
+    /// Every prompt with both outputs and every metric: a sortable,
+    /// filterable table on the page, one line per changed prompt in
+    /// Markdown.
+    Prompts(Box<PromptTable>),
 }
 
 /// A run of text inside a block.
@@ -147,8 +154,13 @@ pub struct Card {
     /// The figure: a number or an identifier of vauban's (never a report
     /// string).
     pub value: String,
-    /// What it counts.
-    pub label: &'static str,
+    /// What it is (may hold a report string, as [`Inline::Text`]).
+    pub label: Vec<Inline>,
+    /// A second line under the label; empty for none. Cards with details
+    /// are a list in Markdown, cards without a one-row table.
+    pub detail: Vec<Inline>,
+    /// The page's anchor the card stands for (a row of a table), if any.
+    pub link: Option<String>,
     /// Whether it calls for attention.
     pub tone: Option<Tone>,
 }
@@ -196,6 +208,21 @@ pub struct Row {
     pub cells: Vec<Vec<Inline>>,
     /// The row's status, for a coloured stripe on the page.
     pub tone: Option<Tone>,
+    /// The row's anchor on the page (vauban's own, like `delta-3`), so a
+    /// card can link to it.
+    pub anchor: Option<String>,
+    /// The prompts behind the row: on the page, a link to the prompt table
+    /// filtered to them; nothing in Markdown.
+    pub filter: Option<PromptFilter>,
+}
+
+/// Which prompts of the prompt table a link shows: those whose `metric`
+/// changed, in `category` (every category when `None`).
+pub struct PromptFilter {
+    /// The metric's name (untrusted: from a scorer).
+    pub metric: String,
+    /// The category (untrusted: from the suite).
+    pub category: Option<String>,
 }
 
 /// One claim as the Claims section shows it.
@@ -250,6 +277,9 @@ pub struct Example {
     pub why: String,
     /// The prompt, then the two outputs.
     pub texts: [Shown; 3],
+    /// Where the two outputs first differ, in characters, when both are
+    /// shown and differ (the page marks both from there).
+    pub first_difference: Option<usize>,
     /// The metrics that changed on it, when any did.
     pub metrics: Option<Table>,
 }
@@ -267,9 +297,82 @@ pub struct Shown {
     pub text: Result<String, &'static str>,
 }
 
+/// Every prompt, for [`Block::Prompts`].
+pub struct PromptTable {
+    /// The metric columns, in the order of the deltas' tables (then any
+    /// metric without a delta, by name).
+    pub metrics: Vec<String>,
+    /// Every prompt of the report, in suite order.
+    pub rows: Vec<PromptLine>,
+    /// What a format without the page's table shows instead: one line per
+    /// prompt that changed (at most [`PromptTable::TEXT_LINES`]).
+    pub compact: Table,
+    /// The sentence before [`PromptTable::compact`]: what it holds and
+    /// where the rest is.
+    pub compact_note: String,
+    /// The sentence before the page's table: how to read it.
+    pub page_note: String,
+}
+
+impl PromptTable {
+    /// The most lines [`PromptTable::compact`] holds; the page has every
+    /// row.
+    pub const TEXT_LINES: usize = 200;
+    /// The headers of the columns before the metrics on the page.
+    pub const COLUMNS: [&str; 2] = ["prompt", "category"];
+    /// The labels of a prompt's three texts on the page.
+    pub const TEXTS: [&str; 3] = ["Prompt", "Baseline output", "Candidate output"];
+}
+
+/// One prompt of a [`PromptTable`].
+pub struct PromptLine {
+    /// The prompt's id (untrusted: from the suite).
+    pub id: String,
+    /// Its category (untrusted), if any.
+    pub category: Option<String>,
+    /// Whether the prompt is shown or a placeholder stands for it.
+    pub redaction: Redaction,
+    /// The prompt (untrusted), or its placeholder.
+    pub prompt: String,
+    /// The baseline's and the candidate's output (untrusted), or the word
+    /// for why it is not shown.
+    pub outputs: [Result<String, &'static str>; 2],
+    /// Where the outputs first differ, in characters, when both are shown
+    /// and differ.
+    pub first_difference: Option<usize>,
+    /// One `[baseline, candidate]` per metric column.
+    pub values: Vec<[Option<f64>; 2]>,
+    /// With several samples per prompt: each column's standard deviation
+    /// over the samples, `[baseline, candidate]`.
+    pub spread: Vec<[Option<f64>; 2]>,
+}
+
+impl PromptLine {
+    /// Whether a metric's value differs between the sides (both present).
+    pub fn changed(v: [Option<f64>; 2]) -> bool {
+        matches!(v, [Some(b), Some(c)] if b != c)
+    }
+
+    /// Whether any metric changed or the outputs differ.
+    pub fn any_change(&self) -> bool {
+        self.first_difference.is_some() || self.values.iter().any(|v| Self::changed(*v))
+    }
+
+    /// The outputs in words: where they differ, or that they are equal,
+    /// hidden or not recorded.
+    pub fn outputs_in_words(&self) -> String {
+        match (&self.outputs, self.first_difference) {
+            ([Ok(_), Ok(_)], Some(0)) => "differ from the first character".into(),
+            ([Ok(_), Ok(_)], Some(at)) => format!("differ after the first {at} character(s)"),
+            ([Ok(_), Ok(_)], None) => "identical".into(),
+            ([Err(why), _], _) | ([_, Err(why)], _) => (*why).into(),
+        }
+    }
+}
+
 /// Builds the view of `report`.
 pub fn document(report: &Report) -> Document {
-    let builders: [fn(&Report) -> Vec<Block>; 13] = [
+    let builders: [fn(&Report) -> Vec<Block>; 14] = [
         overview::summary,
         overview::target_change,
         overview::access,
@@ -280,6 +383,7 @@ pub fn document(report: &Report) -> Document {
         findings::activations,
         findings::interventions,
         record::examples,
+        prompts::prompts,
         record::gates,
         record::limitations,
         record::reproducibility,
@@ -363,7 +467,12 @@ impl Table {
                 .collect(),
             rows: rows
                 .into_iter()
-                .map(|cells| Row { cells, tone: None })
+                .map(|cells| Row {
+                    cells,
+                    tone: None,
+                    anchor: None,
+                    filter: None,
+                })
                 .collect(),
         }
     }

@@ -2,56 +2,150 @@
 //! what the evidence allows it to claim, and what the evidence is.
 
 use super::{Block, Card, Inline, Table, code, codes, plain, text, text_or_none};
-use crate::document::{PluginRecord, Report};
-use crate::render::words::Tone;
+use crate::document::{PluginRecord, Report, ReportDelta};
+use crate::render::words::{self, Tone};
 
-/// The tone of a count that calls for attention when it is not zero.
-fn alarm(n: usize, tone: Tone) -> Option<Tone> {
-    (n > 0).then_some(tone)
+/// The most changes the summary shows as cards; the rest are in the
+/// deltas' tables.
+const MAX_CHANGE_CARDS: usize = 6;
+
+/// A count and its word, as a badge of `tone` when it is not zero (it
+/// calls for attention then), as plain words otherwise.
+fn tally(n: usize, word: &str, tone: Option<Tone>) -> Inline {
+    match tone {
+        Some(tone) if n > 0 => Inline::Badge(tone, format!("{n} {word}")),
+        _ => plain(format!("{n} {word}")),
+    }
 }
 
-/// Section 1: the headline, its lines, and the counts a reader checks
-/// first (as cards).
+/// How large a change is, comparable across metrics of any unit: the
+/// delta over the larger of the two means (0 to 2; 0 when both are 0).
+fn relative_size(d: &ReportDelta) -> f64 {
+    let scale = d.baseline_mean.abs().max(d.candidate_mean.abs());
+    if scale > 0.0 && d.delta.is_finite() {
+        d.delta.abs() / scale
+    } else {
+        0.0
+    }
+}
+
+/// The significant deltas, largest relative change first (then the
+/// smaller adjusted p), each with its index in `metric_deltas` (the
+/// anchor of its row in the deltas' tables).
+pub(super) fn largest_changes(r: &Report) -> Vec<(usize, &ReportDelta)> {
+    let mut changes: Vec<(usize, &ReportDelta)> = r
+        .metric_deltas
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.significant)
+        .collect();
+    changes.sort_by(|(_, a), (_, b)| {
+        relative_size(b).total_cmp(&relative_size(a)).then(
+            a.p_adjusted
+                .unwrap_or(1.0)
+                .total_cmp(&b.p_adjusted.unwrap_or(1.0)),
+        )
+    });
+    changes
+}
+
+/// The anchor of a delta's row (its index in `metric_deltas`).
+pub(super) fn delta_anchor(index: usize) -> String {
+    format!("delta-{index}")
+}
+
+/// Section 1: the headline, its lines, the largest significant changes
+/// (as cards), then the counts a reader checks (claims, gates, plugins).
 pub(super) fn summary(r: &Report) -> Vec<Block> {
     let s = &r.summary;
     let mut blocks = vec![Block::Lead(s.headline.clone())];
     if !s.lines.is_empty() {
         blocks.push(Block::List(s.lines.clone()));
     }
-    let card = |value: String, label, tone| Card { value, label, tone };
-    blocks.push(Block::Cards(vec![
-        card(s.prompts.to_string(), "paired prompts", None),
-        card(r.access.level.as_str().into(), "access level", None),
-        card(
-            r.access.claim_strength.as_str().into(),
-            "strongest claim allowed",
-            None,
+    blocks.push(Block::Subheading("Largest significant changes"));
+    let changes = largest_changes(r);
+    if changes.is_empty() {
+        blocks.push(Block::Note(if r.metric_deltas.is_empty() {
+            "No significant change: no metric was compared on both sides.".into()
+        } else {
+            format!(
+                "No significant change: none of the {} deltas has an adjusted p below {} with \
+                 a 95% interval excluding 0 (every delta is in Behavioural deltas).",
+                r.metric_deltas.len(),
+                r.multiple_comparisons.alpha
+            )
+        }));
+    } else {
+        let cards = changes
+            .iter()
+            .take(MAX_CHANGE_CARDS)
+            .map(|&(i, d)| Card {
+                value: words::signed(d.delta),
+                label: vec![
+                    code(&d.metric),
+                    plain(" · "),
+                    text(words::category(d.category.as_deref())),
+                ],
+                detail: vec![
+                    plain(format!(
+                        "{} → {} · adjusted p {} · ",
+                        words::num(d.baseline_mean),
+                        words::num(d.candidate_mean),
+                        words::p_value(d.p_adjusted)
+                    )),
+                    Inline::Badge(
+                        words::quality_tone(d.quality),
+                        words::quality(d.quality).into(),
+                    ),
+                ],
+                link: Some(delta_anchor(i)),
+                tone: Some(words::quality_tone(d.quality)),
+            })
+            .collect();
+        blocks.push(Block::Cards(cards));
+        if changes.len() > MAX_CHANGE_CARDS {
+            blocks.push(Block::Note(format!(
+                "{} more significant change(s) in Behavioural deltas.",
+                changes.len() - MAX_CHANGE_CARDS
+            )));
+        }
+    }
+    blocks.push(Block::Subheading("At a glance"));
+    blocks.push(Block::Fields(vec![
+        (
+            "prompts",
+            vec![Inline::Highlight(s.prompts.to_string()), plain(" paired")],
         ),
-        card(s.claims_accepted.to_string(), "claims accepted", None),
-        card(
-            s.claims_downgraded.to_string(),
-            "claims downgraded",
-            alarm(s.claims_downgraded, Tone::Warn),
+        (
+            "evidence",
+            vec![
+                plain("access level "),
+                code(r.access.level.as_str()),
+                plain(", claims up to "),
+                code(r.access.claim_strength.as_str()),
+            ],
         ),
-        card(
-            s.claims_rejected.to_string(),
-            "claims rejected",
-            alarm(s.claims_rejected, Tone::Bad),
+        (
+            "claims",
+            vec![
+                tally(s.claims_accepted, "accepted", None),
+                plain(" · "),
+                tally(s.claims_downgraded, "downgraded", Some(Tone::Warn)),
+                plain(" · "),
+                tally(s.claims_rejected, "rejected", Some(Tone::Bad)),
+            ],
         ),
-        card(
-            s.gates_failed.to_string(),
-            "gates failed",
-            alarm(s.gates_failed, Tone::Bad),
+        (
+            "gates",
+            vec![
+                tally(s.gates_failed, "failed", Some(Tone::Bad)),
+                plain(" · "),
+                tally(s.gates_warned, "warned", Some(Tone::Warn)),
+            ],
         ),
-        card(
-            s.gates_warned.to_string(),
-            "gates warned",
-            alarm(s.gates_warned, Tone::Warn),
-        ),
-        card(
-            s.plugin_failures.to_string(),
-            "plugin failures",
-            alarm(s.plugin_failures, Tone::Warn),
+        (
+            "plugins",
+            vec![tally(s.plugin_failures, "failed", Some(Tone::Warn))],
         ),
     ]));
     blocks

@@ -1,8 +1,9 @@
-//! Sections 10 to 13: examples to read, the gates' verdicts, what the
-//! report cannot say, and what is needed to run it again.
+//! Sections 10 and 12 to 14: examples to read, the gates' verdicts, what
+//! the report cannot say, and what is needed to run it again (section 11,
+//! every prompt, is `prompts.rs`).
 
 use super::{Block, Example, Inline, Shown, Table, code, plain, text, text_or_none};
-use crate::document::{Redaction, Report};
+use crate::document::{Redaction, Report, first_difference};
 use crate::render::words::{self, Tone};
 
 const NO_EXAMPLES: &str = "No representative examples: none was selected (prompts marked \
@@ -51,13 +52,17 @@ pub(super) fn examples(r: &Report) -> Vec<Block> {
                     shown("Baseline output", &x.baseline_output, "hidden"),
                     shown("Candidate output", &x.candidate_output, "hidden"),
                 ],
+                first_difference: match (&x.baseline_output, &x.candidate_output) {
+                    (Some(b), Some(c)) => first_difference(b, c),
+                    _ => None,
+                },
                 metrics,
             }))
         })
         .collect()
 }
 
-/// Section 11: one row per gate, its outcome first.
+/// Section 12: one row per gate, its outcome first.
 pub(super) fn gates(r: &Report) -> Vec<Block> {
     if r.gates.is_empty() {
         return vec![Block::Note(NO_GATES.into())];
@@ -104,7 +109,7 @@ pub(super) fn gates(r: &Report) -> Vec<Block> {
     vec![Block::Table(table)]
 }
 
-/// Section 12: what the report cannot say.
+/// Section 13: what the report cannot say.
 pub(super) fn limitations(r: &Report) -> Vec<Block> {
     vec![if r.limitations.is_empty() {
         Block::Note(NO_LIMITATIONS.into())
@@ -113,7 +118,7 @@ pub(super) fn limitations(r: &Report) -> Vec<Block> {
     }]
 }
 
-/// Section 13: the command, the hashes, the config, and what ran with
+/// Section 14: the command, the hashes, the config, and what ran with
 /// which seeds and how long it took.
 pub(super) fn reproducibility(r: &Report) -> Vec<Block> {
     let p = &r.reproducibility;

@@ -10,8 +10,8 @@ use crate::document::{
     Access, ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection,
     Example, GateOutcome, GateResult, InterventionRef, InterventionSummary, KindCoverage,
     ModelSide, MultipleComparisons, PairedTest, PluginFailure, PluginRecord, ProjectionSeries,
-    PromptKl, Redaction, Report, ReportClaim, ReportDelta, Reproducibility, Severity, Side,
-    StageRecord, Summary, TargetChange, Unclaimable,
+    PromptKl, PromptRow, Redaction, Report, ReportClaim, ReportDelta, Reproducibility, Severity,
+    Side, StageRecord, Summary, TargetChange, Unclaimable,
 };
 use crate::evidence::{AccessLevel, ClaimStrength, Polarity};
 use crate::render::{SECTIONS, html, markdown};
@@ -33,7 +33,7 @@ fn escaped(field: &str) -> String {
 /// are shown verbatim in code), by the name their marker carries. Multi-
 /// line texts (prompts, outputs, the command, the config) are checked on
 /// their own: they are fenced, not escaped, in Markdown.
-const PROSE: [&str; 33] = [
+const PROSE: [&str; 34] = [
     "title",
     "created",
     "headline",
@@ -67,6 +67,7 @@ const PROSE: [&str; 33] = [
     "bundle-side",
     "seed",
     "stage-note",
+    "row-category",
 ];
 
 fn plugin(name: &str) -> PluginRecord {
@@ -248,6 +249,31 @@ fn report() -> Report {
             changed_metrics: BTreeMap::from([("refusal".into(), [1.0, 0.0])]),
             why: h("why"),
         }],
+        prompts: vec![
+            PromptRow {
+                prompt_id: "p0".into(),
+                category: Some(h("row-category")),
+                redaction: Redaction::Safe,
+                prompt: "<x-row-prompt>".into(),
+                baseline_output: Some("日本語 <x-row-baseline>".into()),
+                candidate_output: Some("日本人 <x-row-candidate>".into()),
+                metrics: BTreeMap::from([("refusal".into(), [Some(1.0), Some(0.0)])]),
+                // Three samples on the candidate side.
+                spread: BTreeMap::from([("refusal".into(), [None, Some(0.5)])]),
+                first_difference: Some(2),
+            },
+            PromptRow {
+                prompt_id: "p1".into(),
+                category: None,
+                redaction: Redaction::Redacted,
+                prompt: "[redacted harmful prompt]".into(),
+                baseline_output: None,
+                candidate_output: None,
+                metrics: BTreeMap::from([("refusal".into(), [Some(0.0), None])]),
+                spread: BTreeMap::new(),
+                first_difference: None,
+            },
+        ],
         gates: vec![GateResult {
             name: h("gate"),
             metric: "refusal".into(),
@@ -305,6 +331,7 @@ fn bare() -> Report {
     r.access.interventions.clear();
     r.access.causal_scope = None;
     r.examples.clear();
+    r.prompts.clear();
     r.gates.clear();
     r.limitations.clear();
     r.evidence.scorers.clear();
@@ -540,9 +567,19 @@ fn plain_words_are_never_report_strings() {
             match b {
                 Block::Paragraph(p) | Block::Heading(p) => check(p),
                 Block::Fields(f) => f.iter().for_each(|(_, v)| check(v)),
-                Block::Cards(cards) => cards
-                    .iter()
-                    .for_each(|c| assert!(!c.value.contains("<x-"), "{}", c.value)),
+                Block::Cards(cards) => cards.iter().for_each(|c| {
+                    assert!(!c.value.contains("<x-"), "{}", c.value);
+                    check(&c.label);
+                    check(&c.detail);
+                }),
+                Block::Prompts(t) => {
+                    t.compact
+                        .rows
+                        .iter()
+                        .flat_map(|r| &r.cells)
+                        .for_each(|c| check(c));
+                    assert!(!t.compact_note.contains("<x-"));
+                }
                 Block::Table(t) => {
                     t.columns.iter().for_each(|c| check(&c.header));
                     t.rows.iter().flat_map(|r| &r.cells).for_each(|c| check(c));
@@ -566,4 +603,284 @@ fn plain_words_are_never_report_strings() {
     for s in &doc.sections {
         walk(&s.blocks);
     }
+}
+
+/// The page's one script element, and the sha256 source its CSP allows.
+fn script_and_policy(page: &str) -> (&str, &str) {
+    let open = page.find("<script>").expect("a script") + "<script>".len();
+    let close = open + page[open..].find("</script>").unwrap();
+    let csp = &page[page.find("script-src '").expect("a script-src") + "script-src '".len()..];
+    (&page[open..close], &csp[..csp.find('\'').unwrap()])
+}
+
+#[test]
+fn base64_is_rfc_4648() {
+    use crate::render::html::base64 as b64;
+    assert_eq!(b64(b""), "");
+    assert_eq!(b64(b"f"), "Zg==");
+    assert_eq!(b64(b"fo"), "Zm8=");
+    assert_eq!(b64(b"foo"), "Zm9v");
+    assert_eq!(b64(b"foobar"), "Zm9vYmFy");
+    assert_eq!(b64(&[0xff, 0xfe, 0x00]), "//4A");
+}
+
+#[test]
+fn the_page_runs_one_script_its_policy_allows_by_hash() {
+    let page = html(&report());
+    // Exactly one script element: the page's own, verbatim.
+    assert_eq!(page.matches("<script").count(), 1);
+    assert_eq!(page.matches("</script").count(), 1);
+    let (script, source) = script_and_policy(&page);
+    assert_eq!(script, crate::render::html::SCRIPT);
+    // The policy's source is the hash of exactly the bytes on the page
+    // (the hex digest re-encoded here, independently of the printer).
+    let hex = vauban_format::hash::sha256_hex(script.as_bytes());
+    let bytes: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(
+        source,
+        format!("sha256-{}", crate::render::html::base64(&bytes))
+    );
+    assert_eq!(source.len(), "sha256-".len() + 44);
+    assert!(page.contains(&format!(
+        "content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src '{source}'\""
+    )));
+    // Nothing else may run: no inline handler, no javascript: URL.
+    let lower = page.to_lowercase();
+    for bad in [" onclick=", " onerror=", " onload=", "javascript:"] {
+        assert!(!lower.contains(bad), "{bad}");
+    }
+    // The script reads the DOM and builds nodes from text, never markup.
+    for sink in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+    ] {
+        assert!(!script.contains(sink), "{sink}");
+    }
+    // Without a prompt table there is no script, and the policy allows none.
+    let page = html(&bare());
+    assert!(!page.contains("<script") && !page.contains("script-src"));
+}
+
+#[test]
+fn the_prompt_table_has_every_row_its_figures_and_texts_escaped() {
+    let page = html(&report());
+    let table = &page[page
+        .find("<table class=\"prompts\" id=\"prompt-table\">")
+        .unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    // The sortable headers: id, category, one per metric with its name.
+    assert!(table.contains(
+        "<th data-sort=\"id\">prompt</th><th data-sort=\"category\">category</th>\
+         <th class=\"n\" data-sort=\"0\" data-metric=\"refusal\">refusal</th>"
+    ));
+    assert_eq!(table.matches("<tbody").count(), 2);
+    // Several samples: the spread under the means, once (p0 only).
+    assert_eq!(table.matches("± n/a | ± 0.5</small>").count(), 1);
+    // p0: its category escaped in the attribute the script reads, the
+    // change marked, the figures full precision for sorting.
+    assert!(table.contains(&format!(
+        "<tbody data-id=\"p0\" data-category=\"{}\" data-differ=\"\">",
+        crate::render::svg::escape(&hostile("row-category"))
+    )));
+    assert!(table.contains(
+        "<td class=\"n chg\" data-b=\"1\" data-c=\"0\">1 → 0<br><small>-1</small><br><small \
+         title=\"standard deviation over the prompt's samples\">± n/a | ± 0.5</small></td>"
+    ));
+    // Both outputs marked from the first difference, counted in
+    // characters (日本 is 2 characters, 6 bytes).
+    assert!(table.contains("<pre>日本<mark>語 &lt;x-row-baseline&gt;</mark></pre>"));
+    assert!(table.contains("<pre>日本<mark>人 &lt;x-row-candidate&gt;</mark></pre>"));
+    assert!(table.contains("agree on their first 2 character(s)"));
+    assert!(table.contains("<pre>&lt;x-row-prompt&gt;</pre>"));
+    // p1, redacted: its placeholder, outputs hidden, a side without a value.
+    assert!(table.contains("<code>p1</code> <span class=\"badge warn\">redacted</span>"));
+    assert!(table.contains("<pre>[redacted harmful prompt]</pre>"));
+    assert_eq!(
+        table
+            .matches("<div class=\"hidden-text\">hidden</div>")
+            .count(),
+        2
+    );
+    assert!(table.contains("data-b=\"0\" data-c=\"\">0 → n/a</td>"));
+    assert!(!page.contains("<x-"));
+}
+
+#[test]
+fn markdown_lists_the_prompts_that_changed_in_one_line_each() {
+    let md = markdown(&report());
+    let section = &md[md.find("## 11. Every prompt").unwrap()..md.find("## 12.").unwrap()];
+    assert!(
+        section.contains("_The 1 prompt(s) that changed"),
+        "{section}"
+    );
+    assert!(
+        section.contains(&format!(
+            "| `p0` | {} | `refusal` 1 → 0 | differ after the first 2 character(s) |",
+            escaped("row-category") + " &amp; \\*em\\* \\_u\\_ \\[l\\](u) \\| \\#"
+        )),
+        "{section}"
+    );
+    // The texts are the page's; no output reaches the Markdown table.
+    assert!(!section.contains("row-baseline") && !section.contains("row-prompt"));
+    assert!(
+        !section.contains("`p1`"),
+        "an unchanged prompt is not listed"
+    );
+}
+
+#[test]
+fn delta_rows_link_to_their_prompts_and_carry_the_cards_anchors() {
+    let mut r = report();
+    r.metric_deltas[1].significant = true;
+    let page = html(&r);
+    assert!(page.contains("<tr id=\"delta-0\">"));
+    assert!(page.contains("<tr id=\"delta-1\""));
+    assert!(page.contains(
+        "<a class=\"to-prompts\" href=\"#prompts\" data-metric=\"refusal\" data-category=\"harmful\""
+    ));
+    // The overall row's link names no category: every category.
+    assert!(
+        page.contains("<a class=\"to-prompts\" href=\"#prompts\" data-metric=\"refusal\" title=")
+    );
+    // The summary's card for the significant delta links to its row.
+    let summary = &page[..page.find("<section id=\"target-change\">").unwrap()];
+    assert_eq!(
+        summary.matches("<div class=\"card tone-").count(),
+        1,
+        "{summary}"
+    );
+    assert!(summary.contains("<a href=\"#delta-1\"><code>refusal</code> · harmful</a>"));
+    assert!(summary.contains("<b>-0.75</b>"));
+    assert!(
+        summary.contains("1 → 0.25 · adjusted p 0.125 · <span class=\"badge ok\">improved</span>")
+    );
+    // Markdown has no links, and a list for the cards.
+    let md = markdown(&r);
+    assert!(!md.contains("to-prompts") && !md.contains("delta-1"));
+    assert!(
+        md.contains("- `refusal` · harmful: **-0.75** (1 → 0.25 · adjusted p 0.125 · improved)"),
+        "{md}"
+    );
+    // Without prompt rows, no link leads to an empty table.
+    let mut r = report();
+    r.prompts.clear();
+    assert!(!html(&r).contains("class=\"to-prompts\""));
+}
+
+#[test]
+fn the_summary_shows_the_largest_significant_changes_and_the_counts_below() {
+    let mut r = report();
+    // No significant change: a note, no card.
+    let page = html(&r);
+    let summary = &page[..page.find("<section id=\"target-change\">").unwrap()];
+    assert!(!summary.contains("class=\"card "));
+    assert!(
+        summary
+            .contains("No significant change: none of the 2 deltas has an adjusted p below 0.05")
+    );
+    // The counts that were cards are fields, alarming ones as badges.
+    assert!(summary.contains("<dt>claims</dt><dd>1 accepted · 0 downgraded · <span class=\"badge bad\">1 rejected</span></dd>"), "{summary}");
+    assert!(
+        summary.contains(
+            "<dt>gates</dt><dd><span class=\"badge bad\">1 failed</span> · 0 warned</dd>"
+        )
+    );
+    assert!(summary.contains("<dt>evidence</dt><dd>access level <code>activations</code>, claims up to <code>activation_diagnostic</code></dd>"));
+    // Significant deltas: the largest relative change first, at most six.
+    let base = r.metric_deltas[0].clone();
+    r.metric_deltas = (0..8)
+        .map(|i| {
+            let mut d = base.clone();
+            d.metric = format!("m{i}");
+            d.id = d.metric.clone();
+            d.category = None;
+            d.significant = true;
+            d.baseline_mean = 10.0;
+            d.candidate_mean = 10.0 + i as f64;
+            d.delta = i as f64;
+            d
+        })
+        .collect();
+    let page = html(&r);
+    let summary = &page[..page.find("<section id=\"target-change\">").unwrap()];
+    assert_eq!(summary.matches("<div class=\"card tone-").count(), 6);
+    let order: Vec<usize> = (0..8)
+        .filter_map(|i| summary.find(&format!("<code>m{i}</code>")))
+        .collect();
+    assert_eq!(order.len(), 6);
+    assert!(summary.find("<code>m7</code>").unwrap() < summary.find("<code>m2</code>").unwrap());
+    assert!(!summary.contains("<code>m1</code>") && !summary.contains("<code>m0</code>"));
+    assert!(summary.contains("2 more significant change(s) in Behavioural deltas."));
+}
+
+#[test]
+fn many_intervention_records_are_summarised_by_side_mode_and_layer() {
+    let mut r = report();
+    let record = r.access.interventions[0].clone();
+    r.access.interventions = (0..16)
+        .flat_map(|t| {
+            let record = record.clone();
+            (0..30).map(move |layer| {
+                let mut x = record.clone();
+                x.trace = format!("candidate-p{t}");
+                x.artifact = format!("intervention-{layer}");
+                x.layer = Some(layer);
+                x.labels.insert("alpha".into(), "1".into());
+                x
+            })
+        })
+        .collect();
+    let md = markdown(&r);
+    let section = &md[md.find("## 9. Intervention results").unwrap()..md.find("## 10.").unwrap()];
+    assert!(
+        section.contains("| candidate | `subtract` | 0–29 | 480 | 16 | `alpha=1` |"),
+        "{section}"
+    );
+    assert!(section.contains("The 480 individual records"));
+    assert!(
+        !section.contains("intervention-29"),
+        "a record listed: {section}"
+    );
+    assert!(section.lines().count() < 30, "{section}");
+    // A few records are still listed one by one, after the summary.
+    let md = markdown(&report());
+    assert!(
+        md.contains("| candidate | `subtract` | 3 | 1 | 1 | none |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| `candidate` | `candidate-p0` | `intervention-0` | 3 | `mode=subtract` |")
+    );
+}
+
+#[test]
+fn layer_lists_read_as_ranges() {
+    use super::findings::layer_ranges as ranges;
+    assert_eq!(ranges(&[Some(0), Some(1), Some(2), Some(3)]), "0–3");
+    assert_eq!(ranges(&[Some(3), Some(6), Some(9)]), "3, 6, 9");
+    assert_eq!(ranges(&[Some(1), Some(2), Some(5), None]), "1, 2, 5, n/a");
+}
+
+#[test]
+fn markdown_lists_at_most_200_prompts_and_says_where_the_rest_are() {
+    let mut r = report();
+    let row = r.prompts[0].clone();
+    r.prompts = (0..250)
+        .map(|i| {
+            let mut x = row.clone();
+            x.prompt_id = format!("q{i}");
+            x
+        })
+        .collect();
+    let md = markdown(&r);
+    let section = &md[md.find("## 11. Every prompt").unwrap()..md.find("## 12.").unwrap()];
+    assert!(section.contains("_The first 200 of the 250 prompt(s) that changed"));
+    assert!(section.contains("| `q199` |") && !section.contains("| `q200` |"));
+    // The page has every row.
+    assert_eq!(html(&r).matches("<tbody data-id=").count(), 250);
 }
