@@ -229,10 +229,9 @@ fn each_layer_direction_is_the_unit_difference_of_means_of_traced_activations() 
     assert!(!s.refusal_tokens.is_empty());
 }
 
-#[test]
-fn the_saved_file_loads_as_a_direction_with_its_provenance() {
-    let (_, model, exec) = tiny_exec();
-    let m = run(exec, &lenient()).unwrap();
+/// The prompt sets written to files in a fresh folder, and the provenance
+/// of a measurement of `exec` made from them.
+fn measured_from_files(exec: &Backend) -> (tempfile::TempDir, PathBuf, PathBuf, Provenance) {
     let dir = tempfile::tempdir().unwrap();
     let harmful = write_suite(&dir.path().join("harmful.jsonl"), &suite("harm", &HARMFUL));
     let harmless = write_suite(
@@ -240,6 +239,14 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
         &suite("safe", &HARMLESS),
     );
     let provenance = Provenance::of_files(exec, &harmful, &harmless).unwrap();
+    (dir, harmful, harmless, provenance)
+}
+
+#[test]
+fn the_saved_file_loads_as_a_direction_with_its_provenance() {
+    let (_, model, exec) = tiny_exec();
+    let m = run(exec, &lenient()).unwrap();
+    let (dir, harmful, harmless, provenance) = measured_from_files(exec);
     let out = dir.path().join("sub/refusal.safetensors");
     m.save(&out, &provenance).unwrap();
     // The same measurement gives the same bytes: the file's sha256 keys the
@@ -325,13 +332,7 @@ fn the_saved_file_loads_as_a_direction_with_its_provenance() {
 fn a_measurement_saved_as_gguf_is_a_llama_cpp_control_vector() {
     let (_, _, exec) = tiny_exec();
     let m = run(exec, &lenient()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let harmful = write_suite(&dir.path().join("harmful.jsonl"), &suite("harm", &HARMFUL));
-    let harmless = write_suite(
-        &dir.path().join("harmless.jsonl"),
-        &suite("safe", &HARMLESS),
-    );
-    let provenance = Provenance::of_files(exec, &harmful, &harmless).unwrap();
+    let (dir, _, _, provenance) = measured_from_files(exec);
     let out = dir.path().join("refusal.gguf");
     m.save(&out, &provenance).unwrap();
 

@@ -57,16 +57,7 @@ pub fn load_direction(
     row: Option<usize>,
     layer: usize,
 ) -> Result<Direction, InterveneError> {
-    let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
-        path: path.to_path_buf(),
-    })?;
-    let bytes =
-        crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
-            InterveneError::Io {
-                path: path.to_path_buf(),
-                source: crate::input::io_error(e),
-            }
-        })?;
+    let (format, bytes) = read(path)?;
     let sha = crate::hash::sha256_hex(&bytes);
     let unreadable = |message: String| InterveneError::Format {
         path: path.to_path_buf(),
@@ -140,16 +131,7 @@ pub fn load_direction(
 /// acts on every layer by default acts on these instead, while a layer
 /// named explicitly and missing from the file stays an error.
 pub fn control_vector_layers(path: &Path) -> Result<Option<Vec<usize>>, InterveneError> {
-    let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
-        path: path.to_path_buf(),
-    })?;
-    let bytes =
-        crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
-            InterveneError::Io {
-                path: path.to_path_buf(),
-                source: crate::input::io_error(e),
-            }
-        })?;
+    let (format, bytes) = read(path)?;
     let unreadable = |message: String| InterveneError::Format {
         path: path.to_path_buf(),
         format: format.name(),
@@ -173,6 +155,21 @@ pub fn control_vector_layers(path: &Path) -> Result<Option<Vec<usize>>, Interven
         .collect();
     layers.sort_unstable();
     Ok((!layers.is_empty()).then_some(layers))
+}
+
+/// A direction file's format (by extension) and its bytes, bounded.
+fn read(path: &Path) -> Result<(Format, Vec<u8>), InterveneError> {
+    let format = Format::of(path).ok_or_else(|| InterveneError::UnknownFormat {
+        path: path.to_path_buf(),
+    })?;
+    let bytes =
+        crate::input::read_bounded(path, crate::input::MAX_DIRECTION_BYTES).map_err(|e| {
+            InterveneError::Io {
+                path: path.to_path_buf(),
+                source: crate::input::io_error(e),
+            }
+        })?;
+    Ok((format, bytes))
 }
 
 /// Why `bytes` is not a safetensors file, in words: the format starts with
