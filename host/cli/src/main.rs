@@ -33,16 +33,17 @@ fn main() -> ExitCode {
             eprintln!("{}", vauban::text::printable(&err.to_string()));
             Exit::GateFailed
         }
-        // Ctrl-C: the pipeline's own words say what was kept.
-        Err(err) if interrupted(&err).is_some() => {
-            let stop = interrupted(&err).expect("checked");
-            eprintln!("{}", vauban::text::printable(&stop.to_string()));
-            Exit::Interrupted
-        }
-        Err(err) => {
-            eprintln!("error: {}", vauban::text::printable(&message(&err)));
-            Exit::Error
-        }
+        Err(err) => match interrupted(&err) {
+            // Ctrl-C: the pipeline's own words say what was kept.
+            Some(stop) => {
+                eprintln!("{}", vauban::text::printable(&stop.to_string()));
+                Exit::Interrupted
+            }
+            None => {
+                eprintln!("error: {}", vauban::text::printable(&message(&err)));
+                Exit::Error
+            }
+        },
     };
     ExitCode::from(exit)
 }

@@ -369,34 +369,27 @@ fn orthogonalize_uses_each_layers_own_control_vector() {
     // No --layers: the layers the control vector holds (as llama.cpp reads
     // it, a layer it lacks is left alone); a layer named and missing is an
     // error naming what the file holds.
-    let o = vauban(&[
-        "model",
-        "orthogonalize",
-        "--model",
-        s(&model),
-        "--direction",
-        s(&cv),
-        "--out",
-        s(&dir.path().join("all")),
-    ]);
+    let orthogonalize = |extra: &[&str]| {
+        let mut args = vec![
+            "model",
+            "orthogonalize",
+            "--model",
+            s(&model),
+            "--direction",
+            s(&cv),
+        ];
+        args.extend(extra);
+        vauban(&args)
+    };
+    let o = orthogonalize(&["--out", s(&dir.path().join("all"))]);
     let (said, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(
         said.contains("in 2 layers along direction.1, direction.2"),
         "{said}"
     );
-    let o = vauban(&[
-        "model",
-        "orthogonalize",
-        "--model",
-        s(&model),
-        "--direction",
-        s(&cv),
-        "--layers",
-        "0,1",
-        "--out",
-        s(&dir.path().join("zero")),
-    ]);
+    let zero = dir.path().join("zero");
+    let o = orthogonalize(&["--layers", "0,1", "--out", s(&zero)]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
@@ -404,16 +397,7 @@ fn orthogonalize_uses_each_layers_own_control_vector() {
         "{err}"
     );
     // An existing --out is refused before any work.
-    let o = vauban(&[
-        "model",
-        "orthogonalize",
-        "--model",
-        s(&model),
-        "--direction",
-        s(&cv),
-        "--out",
-        s(&out),
-    ]);
+    let o = orthogonalize(&["--out", s(&out)]);
     assert!(
         text(&o).1.contains("exists; choose a new folder"),
         "{:?}",

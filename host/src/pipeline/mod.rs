@@ -52,7 +52,10 @@ pub struct Outcome {
 /// Times the stages of a run, and stops before the next one when the
 /// user asked ([`interrupt`]).
 #[derive(Default)]
-struct Stages(Vec<StageRecord>, Kept);
+struct Stages {
+    records: Vec<StageRecord>,
+    kept: Kept,
+}
 
 /// What the trace stage has kept, for the message of a stop after it.
 #[derive(Default)]
@@ -70,8 +73,8 @@ impl Stages {
         if interrupt::requested() {
             return Err(interrupt::Interrupted {
                 at: format!("before the stage `{stage}`"),
-                kept: self.1.sides.clone(),
-                cache: self.1.cache.clone(),
+                kept: self.kept.sides.clone(),
+                cache: self.kept.cache.clone(),
             }
             .into());
         }
@@ -81,7 +84,7 @@ impl Stages {
         let out = f(&mut note).with_context(|| format!("stage `{stage}`"))?;
         let seconds = start.elapsed().as_secs_f64();
         tracing::info!("{stage}: {seconds:.2} s {note}");
-        self.0.push(StageRecord {
+        self.records.push(StageRecord {
             stage: stage.to_owned(),
             seconds,
             note,
@@ -380,7 +383,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         failures,
         bundles,
     };
-    let mut report = report::build(inputs, &stages.0)?;
+    let mut report = report::build(inputs, &stages.records)?;
     let files = stages.run("render", |note| {
         let mut files = report::write(plan, &mut report)?;
         files.push(report::write_scores(plan, &declared, &values)?);
@@ -441,7 +444,7 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
             }
             _ => std::collections::HashMap::new(),
         };
-        stages.1.cache = cache.clone();
+        stages.kept.cache = cache.clone();
         let r = stages.run(&format!("trace {name}"), |note| {
             let settings = record::RunSettings::from_plan(plan, side, &plan_side.generation)?;
             let progress = progress_bar((n * settings.samples) as u64, name);
@@ -474,7 +477,7 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
             kept: traces,
             of: traces,
         });
-        stages.1.sides = recorded_kept.clone();
+        stages.kept.sides = recorded_kept.clone();
         recorded.push(r);
     }
     let c = recorded.pop().expect("two sides");

@@ -312,12 +312,12 @@ pub fn record_side(
     bundle_path: &Path,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<Recorded> {
-    if !side.exec.is_replay() {
+    // A replay serves recorded traces: nothing to resume, nothing to keep.
+    let cached = !side.exec.is_replay();
+    if cached {
         std::fs::create_dir_all(cache)
             .with_context(|| format!("cannot create {}", cache.display()))?;
     }
-    // A replay serves recorded traces: nothing to resume, nothing to keep.
-    let cached = !side.exec.is_replay();
     // Each prompt's samples in a row, the first (seed `seed`, id the
     // prompt's) first: it is the one examples show and the KL pairs.
     let runs: Vec<(&Prompt, RunOptions, TraceRequest, PathBuf)> = prompts
