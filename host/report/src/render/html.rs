@@ -168,30 +168,13 @@ pub fn html(report: &Report) -> String {
 /// The CSP source that allows [`SCRIPT`]: `sha256-` and the base64 of the
 /// sha256 of its bytes.
 pub fn script_hash() -> String {
-    let hex = vauban_format::hash::sha256_hex(SCRIPT.as_bytes());
-    let bytes: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("sha256_hex is hex"))
-        .collect();
-    format!("sha256-{}", base64(&bytes))
-}
-
-/// Standard base64 with padding (RFC 4648), what a CSP hash source holds.
-pub(super) fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let at = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
-        let n = (at(0) << 16) | (at(1) << 8) | at(2);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(SCRIPT.as_bytes());
+    format!(
+        "sha256-{}",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
 }
 
 /// Escapes vauban's own words for element content: they hold no quote
