@@ -155,9 +155,40 @@ pub struct ModelSection {
     /// The name the report uses (default: the file name).
     #[serde(default)]
     pub label: Option<String>,
-    /// `candle` (the only executor of this build).
+    /// `candle` (the embedded model, the default), `http` (an
+    /// OpenAI-compatible endpoint; `model` is then the model name it
+    /// serves) or `replay` (`model` is a recorded bundle).
     #[serde(default = "candle")]
     pub executor: String,
+    /// `executor = "http"`: the endpoint's base URL as OpenAI clients take
+    /// it (`http://127.0.0.1:8080/v1`; a bare host gets `/v1`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `executor = "http"`: the environment variable holding the API key
+    /// (the key itself is never written to a config, trace or report).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// `executor = "http"`: requests in flight at once (default 4).
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// `executor = "http"`: at most this many requests started per second
+    /// (default: no limit).
+    #[serde(default)]
+    pub requests_per_second: Option<f64>,
+    /// `executor = "http"`: seconds one attempt may take (default 120).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+    /// `executor = "http"`: attempts after the first on a refused or reset
+    /// connection, a timeout, a 5xx or a 429, with exponential backoff and
+    /// jitter (default 4).
+    #[serde(default)]
+    pub retries: Option<u32>,
+    /// `executor = "http"`: the tokenizer of the served model (a `.gguf`,
+    /// an HF folder or a `tokenizer.json`). It names the vocabulary the
+    /// server's token ids index, which the next-token KL against another
+    /// side needs; the ids the server returns are checked against it.
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
     /// `cpu`, `cuda`, `cuda:N`, `metal`.
     #[serde(default = "cpu")]
     pub device: String,

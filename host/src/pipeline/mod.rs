@@ -407,7 +407,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
 fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     let baseline = stages.run("load baseline", |note| {
         let spinner = progress::spinner("loading the baseline model");
-        let s = record::load_side(&plan.baseline, None);
+        let s = record::load_side(&plan.baseline, None, &plan.output);
         spinner.finish_and_clear();
         let s = s?;
         *note = s.exec.model_ref().name;
@@ -421,7 +421,7 @@ fn trace_both(plan: &Plan, stages: &mut Stages) -> anyhow::Result<Gathered> {
     };
     let candidate = stages.run("load candidate", |note| {
         let spinner = progress::spinner("loading the candidate model");
-        let s = record::load_side(&plan.candidate, measured.as_deref());
+        let s = record::load_side(&plan.candidate, measured.as_deref(), &plan.output);
         spinner.finish_and_clear();
         let s = s?;
         *note = s

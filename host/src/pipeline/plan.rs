@@ -69,6 +69,9 @@ pub struct SidePlan {
     /// How this side generates (observe's keys and the side's overrides).
     pub generation: Generation,
     pub transform: Option<TransformPlan>,
+    /// The endpoint, with `executor = "http"` (its response cache is set
+    /// when the side is loaded).
+    pub http: Option<crate::executor::http::HttpSpec>,
 }
 
 /// Who serves a side's traces.
@@ -76,6 +79,8 @@ pub struct SidePlan {
 pub enum SideBackend {
     /// The embedded model, run on the configured device.
     Candle,
+    /// An OpenAI-compatible endpoint (`executor = "http"`).
+    Http,
     /// A recorded bundle (`executor = "replay"`, or `vauban diff`).
     Replay,
 }
@@ -304,20 +309,46 @@ impl Plan {
             let generation = Generation::resolve(&config.observe, s, key, &at)?;
             let backend = match s.executor.as_str() {
                 "candle" => SideBackend::Candle,
+                "http" => SideBackend::Http,
                 "replay" => SideBackend::Replay,
                 other => {
                     return Err(at(
                         &format!("{key}.executor"),
                         format!(
-                            "`{other}` is not an executor of this build; this build has `candle` \
-                             and `replay` (torch, mlx and http executors are not written yet)"
+                            "`{other}` is not an executor of this build; this build has `candle`, \
+                             `http` and `replay` (the torch and mlx executors are not written yet)"
                         ),
                     ));
                 }
             };
-            // A replayed side needs its bundle, not a model or directions.
+            let http = http_spec(s, backend, key, &resolve, &at)?;
+            if backend == SideBackend::Http && !replay {
+                if s.transform.is_some() {
+                    return Err(at(
+                        &format!("{key}.transform"),
+                        "an http side is served as it is: a transformation needs the weights or \
+                         activations (serve the transformed model with `vauban serve --intervene`, \
+                         or run it locally with executor = \"candle\")"
+                            .into(),
+                    ));
+                }
+                if name == SideName::Baseline && measure.is_some() {
+                    return Err(at(
+                        "measure",
+                        "measuring a direction needs the baseline's activations, and the baseline \
+                         is served over http; measure on a local copy with `vauban measure --model`"
+                            .into(),
+                    ));
+                }
+            }
+            // A replayed side needs its bundle, not a model or directions;
+            // an http side names a model the server serves, not a file.
             let recorded = replay || backend == SideBackend::Replay;
-            let model = resolve(&format!("{key}.model"), &s.model)?;
+            let remote = backend == SideBackend::Http;
+            let model = match remote && !replay {
+                true => s.model.clone(),
+                false => resolve(&format!("{key}.model"), &s.model)?,
+            };
             if backend == SideBackend::Replay && !replay && !model.join("manifest.json").is_file() {
                 return Err(at(
                     &format!("{key}.model"),
@@ -327,7 +358,7 @@ impl Plan {
                     ),
                 ));
             }
-            if !recorded && !model.exists() {
+            if !recorded && !remote && !model.exists() {
                 return Err(at(
                     &format!("{key}.model"),
                     format!(
@@ -361,7 +392,7 @@ impl Plan {
                     recorded,
                 )?),
             };
-            if !recorded {
+            if !recorded && !remote {
                 // What `run` would refuse, refused here: a device this build
                 // or machine cannot open, layers the model does not have.
                 crate::executor::check_device(device)
@@ -398,6 +429,7 @@ impl Plan {
                 system: s.system.clone().or_else(|| config.observe.system.clone()),
                 generation,
                 transform,
+                http,
             })
         };
         let baseline = side(SideName::Baseline, &config.baseline)?;
@@ -959,4 +991,108 @@ fn transform(
         alpha: t.alpha,
         interventions,
     })
+}
+
+/// The endpoint of an `executor = "http"` side, checked; the http keys
+/// on any other side are an error naming the key.
+fn http_spec(
+    s: &ModelSection,
+    backend: SideBackend,
+    key: &str,
+    resolve: &dyn Fn(&str, &Path) -> anyhow::Result<PathBuf>,
+    at: &dyn Fn(&str, String) -> anyhow::Error,
+) -> anyhow::Result<Option<crate::executor::http::HttpSpec>> {
+    let set = [
+        ("url", s.url.is_some()),
+        ("api_key_env", s.api_key_env.is_some()),
+        ("concurrency", s.concurrency.is_some()),
+        ("requests_per_second", s.requests_per_second.is_some()),
+        ("timeout_s", s.timeout_s.is_some()),
+        ("retries", s.retries.is_some()),
+        ("tokenizer", s.tokenizer.is_some()),
+    ];
+    if backend != SideBackend::Http {
+        return match set.iter().find(|(_, on)| *on) {
+            Some((k, _)) => Err(at(
+                &format!("{key}.{k}"),
+                format!(
+                    "`{k}` is a setting of executor = \"http\", and this side's executor is `{}`",
+                    s.executor
+                ),
+            )),
+            None => Ok(None),
+        };
+    }
+    let Some(url) = &s.url else {
+        return Err(at(
+            &format!("{key}.url"),
+            "executor = \"http\" needs the endpoint's base URL, e.g. url = \"http://127.0.0.1:8080/v1\"".into(),
+        ));
+    };
+    let mut spec = crate::executor::http::HttpSpec::new(url, &s.model.to_string_lossy());
+    spec.base_url().map_err(|e| at(&format!("{key}.url"), e))?;
+    if spec.model.is_empty() {
+        return Err(at(
+            &format!("{key}.model"),
+            "the name of the model the endpoint serves (its `/v1/models` lists them)".into(),
+        ));
+    }
+    if let Some(env) = &s.api_key_env {
+        let valid = !env.is_empty()
+            && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !env.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(at(
+                &format!("{key}.api_key_env"),
+                format!(
+                    "`{env}` is not an environment variable's name: name the variable that holds the key (e.g. OPENAI_API_KEY), never the key itself"
+                ),
+            ));
+        }
+        spec.api_key_env = Some(env.clone());
+    }
+    if let Some(n) = s.concurrency {
+        if n == 0 {
+            return Err(at(
+                &format!("{key}.concurrency"),
+                "0: at least 1 request must be in flight".into(),
+            ));
+        }
+        spec.concurrency = n;
+    }
+    if let Some(r) = s.requests_per_second {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(at(
+                &format!("{key}.requests_per_second"),
+                format!("{r}: a positive number of requests per second"),
+            ));
+        }
+        spec.requests_per_second = Some(r);
+    }
+    if let Some(t) = s.timeout_s {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(at(
+                &format!("{key}.timeout_s"),
+                format!("{t}: a positive number of seconds"),
+            ));
+        }
+        spec.timeout = std::time::Duration::from_secs_f64(t);
+    }
+    if let Some(r) = s.retries {
+        spec.retries = r;
+    }
+    if let Some(t) = &s.tokenizer {
+        let p = resolve(&format!("{key}.tokenizer"), t)?;
+        if !p.exists() {
+            return Err(at(
+                &format!("{key}.tokenizer"),
+                format!(
+                    "{} does not exist (a .gguf file, an HF folder or a tokenizer.json)",
+                    p.display()
+                ),
+            ));
+        }
+        spec.tokenizer = Some(p);
+    }
+    Ok(Some(spec))
 }

@@ -36,7 +36,11 @@ pub struct LoadedSide {
 
 /// Loads `side`'s model and applies its transformation; `measured` is the
 /// `[measure]` stage's direction file, when the config has one.
-pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<LoadedSide> {
+pub fn load_side(
+    side: &SidePlan,
+    measured: Option<&Path>,
+    output: &Path,
+) -> anyhow::Result<LoadedSide> {
     let spec = ModelSpec {
         path: side.model.clone(),
         device: side.device,
@@ -45,6 +49,15 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
     let loaded = match side.backend {
         SideBackend::Candle => Backend::load(&spec),
         SideBackend::Replay => Backend::replay(&side.model),
+        SideBackend::Http => {
+            let mut http = side
+                .http
+                .clone()
+                .expect("the plan sets an http side's endpoint");
+            // Every answer is kept, so a rerun asks only for what is missing.
+            http.cache = Some(output.join("traces").join("http").join(side.name.as_str()));
+            Backend::http(&http)
+        }
     };
     let mut exec = loaded.with_context(|| {
         format!(
@@ -53,6 +66,18 @@ pub fn load_side(side: &SidePlan, measured: Option<&Path>) -> anyhow::Result<Loa
             side.model.display()
         )
     })?;
+    if let Backend::Http(h) = &exec {
+        // The endpoint serves its model as it is; what identifies it is
+        // what the server reported when probed.
+        let fingerprint = json!({ "http": h.identity(), "system": side.system });
+        return Ok(LoadedSide {
+            exec,
+            interventions: Vec::new(),
+            fingerprint,
+            describe: None,
+            model_sha256: None,
+        });
+    }
     if exec.is_replay() {
         // The recording already holds whatever transformation was applied.
         let model_sha256 = exec.weights_sha256();
@@ -349,14 +374,18 @@ pub fn record_side(
             "reusing {recorded_before} of {total} recorded {name} traces"
         );
     }
-    let mut parts: Vec<(Trace, HashMap<String, TensorData>)> = Vec::new();
+    // Recorded traces first; the rest go to the executor in one batch,
+    // which an endpoint answers several at a time and a local model in
+    // order. Each trace is kept in the cache the moment it arrives.
+    let mut parts: Vec<Option<(Trace, HashMap<String, TensorData>)>> = vec![None; total];
     let mut reused = 0;
-    for (p, options, request, dir) in runs {
+    let mut pending = Vec::new();
+    for (i, (p, options, request, dir)) in runs.into_iter().enumerate() {
         if cached && dir.exists() {
             match read_cached(&dir) {
                 Ok(part) => {
                     tracing::debug!("reusing {} for prompt {}", dir.display(), p.id);
-                    parts.push(part);
+                    parts[i] = Some(part);
                     reused += 1;
                     progress.inc(1);
                     continue;
@@ -367,31 +396,93 @@ pub fn record_side(
                 ),
             }
         }
-        if cached && crate::interrupt::requested() {
-            return Err(crate::interrupt::Interrupted {
-                at: "while tracing".into(),
-                kept: vec![crate::interrupt::Kept {
-                    side: name.to_owned(),
-                    kept: parts.len(),
-                    of: total,
-                }],
-                cache: cache.to_path_buf(),
-            }
-            .into());
-        }
-        let mut out = side
-            .exec
-            .trace(&request, &options, None)
-            .with_context(|| format!("tracing prompt `{}`", p.id))?;
-        keep_raw_activations_only(&mut out.trace, &mut out.tensors);
-        if cached {
-            let mut w = BundleWriter::create(&dir, WriteMode::Replace)?;
-            w.add_trace(&out.trace, &out.tensors)?;
-            w.finish()?;
-        }
-        parts.push((out.trace, out.tensors));
-        progress.inc(1);
+        pending.push((i, p, dir, (request, options)));
     }
+    let interrupted = || {
+        anyhow::Error::new(crate::interrupt::Interrupted {
+            at: "while tracing".into(),
+            kept: vec![crate::interrupt::Kept {
+                side: name.to_owned(),
+                kept: 0,
+                of: total,
+            }],
+            cache: cache.to_path_buf(),
+        })
+    };
+    let jobs: Vec<(TraceRequest, RunOptions)> = pending.iter().map(|r| r.3.clone()).collect();
+    let mut failure: Option<anyhow::Error> = None;
+    let started = std::time::Instant::now();
+    let (mut answered, mut tokens) = (0usize, 0u64);
+    if cached && !jobs.is_empty() && crate::interrupt::requested() {
+        failure = Some(interrupted());
+    } else if !jobs.is_empty() {
+        side.exec.trace_all(&jobs, &mut |j, result| {
+            let (i, p, dir, _) = &pending[j];
+            let step = result
+                .with_context(|| format!("tracing prompt `{}`", p.id))
+                .and_then(|mut out| {
+                    keep_raw_activations_only(&mut out.trace, &mut out.tensors);
+                    if cached {
+                        let mut w = BundleWriter::create(dir, WriteMode::Replace)?;
+                        w.add_trace(&out.trace, &out.tensors)?;
+                        w.finish()?;
+                    }
+                    Ok(out)
+                });
+            match step {
+                Ok(out) => {
+                    answered += 1;
+                    tokens += out
+                        .trace
+                        .spans
+                        .iter()
+                        .filter(|s| s.stage.runs_model())
+                        .map(|s| s.profile.token_count)
+                        .sum::<u64>();
+                    parts[*i] = Some((out.trace, out.tensors));
+                    progress.inc(1);
+                    if side.exec.is_remote() {
+                        let secs = started.elapsed().as_secs_f64().max(1e-9);
+                        progress.set_message(format!(
+                            "{name} {:.1} req/s {:.0} tok/s",
+                            answered as f64 / secs,
+                            tokens as f64 / secs
+                        ));
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    return std::ops::ControlFlow::Break(());
+                }
+            }
+            // Stop before the next prompt; what arrived is kept.
+            match cached && answered < jobs.len() && crate::interrupt::requested() {
+                true => {
+                    failure = Some(interrupted());
+                    std::ops::ControlFlow::Break(())
+                }
+                false => std::ops::ControlFlow::Continue(()),
+            }
+        });
+    }
+    if let Some(e) = failure {
+        let kept = parts.iter().filter(|p| p.is_some()).count();
+        return Err(match e.downcast::<crate::interrupt::Interrupted>() {
+            Ok(mut stop) => {
+                stop.kept[0].kept = kept;
+                anyhow::Error::new(stop)
+            }
+            Err(e) if cached && kept > 0 => e.context(format!(
+                "{kept} of {total} {name} traces are kept in {}; run the same command to resume",
+                cache.display()
+            )),
+            Err(e) => e,
+        });
+    }
+    let parts: Vec<(Trace, HashMap<String, TensorData>)> = parts
+        .into_iter()
+        .map(|p| p.expect("every run was recorded or reused"))
+        .collect();
     let mut w = BundleWriter::create(bundle_path, WriteMode::Replace)
         .with_context(|| format!("cannot write {}", bundle_path.display()))?;
     for (t, tensors) in &parts {

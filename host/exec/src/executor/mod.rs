@@ -1,7 +1,8 @@
 //! The executor seam: who runs a model and records its trace.
 //!
 //! One [`Executor`] trait and one [`Backend`] enum with a variant per
-//! backend (candle, the embedded default; replay of recorded bundles).
+//! backend (candle, the embedded default; an OpenAI-compatible endpoint
+//! over HTTP; replay of recorded bundles).
 //! Optional backends (torch, mlx) will sit behind default-off cargo
 //! features. Dispatch is a `match` per call, never per token: the per-token
 //! loop lives inside an [`InferenceSession`] (`prefill` / `decode_step`).
@@ -9,10 +10,12 @@
 pub mod candle;
 pub mod device;
 pub mod generate;
+pub mod http;
 pub mod recorder;
 pub mod replay;
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::intervene::policy::StepPolicy;
@@ -24,6 +27,7 @@ use crate::trace::{
 };
 
 use self::candle::{CandleExecutor, CandleSession};
+use self::http::{HttpExecutor, HttpSession, HttpSpec};
 use self::replay::{ReplayExecutor, ReplaySession};
 pub use device::DeviceSpec;
 pub use generate::{GenerateOptions, Generation, StopReason, TopLogprobs};
@@ -70,6 +74,10 @@ pub enum ExecutorError {
     /// A recorded bundle cannot be served.
     #[error("replay: {0}")]
     Replay(String),
+    /// An endpoint could not be reached or did not answer usably (the
+    /// message names the endpoint and the fix).
+    #[error("{0}")]
+    Http(String),
 }
 
 /// What to load and where.
@@ -336,6 +344,7 @@ pub struct ModelDims {
 #[allow(clippy::large_enum_variant)]
 pub enum Backend {
     Candle(CandleExecutor),
+    Http(HttpExecutor),
     Replay(ReplayExecutor),
 }
 
@@ -345,9 +354,39 @@ impl Backend {
         Ok(Backend::Replay(ReplayExecutor::open(bundle)?))
     }
 
+    /// An OpenAI-compatible endpoint, connected and probed.
+    pub fn http(spec: &HttpSpec) -> Result<Backend, ExecutorError> {
+        Ok(Backend::Http(HttpExecutor::connect(spec)?))
+    }
+
     /// Whether this serves recorded traces rather than running a model.
     pub fn is_replay(&self) -> bool {
         matches!(self, Backend::Replay(_))
+    }
+
+    /// Whether the model is a black box behind an endpoint (no weights,
+    /// activations, tokenizer or interventions).
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Backend::Http(_))
+    }
+
+    /// Traces every job, handing each result to `on_done` with the job's
+    /// index on this thread; `on_done` returning `Break` stops. An
+    /// endpoint keeps up to its `concurrency` requests in flight and hands
+    /// results back as they complete; a local model runs them in order.
+    pub fn trace_all(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
+    ) {
+        if let Backend::Http(e) = self {
+            return e.trace_all(jobs, false, on_done);
+        }
+        for (i, (request, options)) in jobs.iter().enumerate() {
+            if on_done(i, self.trace(request, options, None)).is_break() {
+                return;
+            }
+        }
     }
 }
 
@@ -356,6 +395,7 @@ impl Backend {
 #[allow(clippy::large_enum_variant)]
 pub enum BackendSession<'a> {
     Candle(CandleSession<'a>),
+    Http(HttpSession),
     Replay(ReplaySession),
 }
 
@@ -365,7 +405,7 @@ impl<'a> BackendSession<'a> {
     pub fn set_policy(&mut self, policy: &'a mut dyn StepPolicy) {
         match self {
             BackendSession::Candle(s) => s.set_policy(policy),
-            BackendSession::Replay(_) => {}
+            BackendSession::Http(_) | BackendSession::Replay(_) => {}
         }
     }
 
@@ -373,6 +413,7 @@ impl<'a> BackendSession<'a> {
     pub fn effects(&self) -> &[Effect] {
         match self {
             BackendSession::Candle(s) => s.effects(),
+            BackendSession::Http(s) => s.effects(),
             BackendSession::Replay(s) => s.effects(),
         }
     }
@@ -383,6 +424,7 @@ impl InferenceSession for BackendSession<'_> {
     fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.prefill(ids),
+            BackendSession::Http(s) => s.prefill(ids),
             BackendSession::Replay(s) => s.prefill(ids),
         }
     }
@@ -391,6 +433,7 @@ impl InferenceSession for BackendSession<'_> {
     fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.decode_step(id),
+            BackendSession::Http(s) => s.decode_step(id),
             BackendSession::Replay(s) => s.decode_step(id),
         }
     }
@@ -399,6 +442,7 @@ impl InferenceSession for BackendSession<'_> {
     fn position(&self) -> usize {
         match self {
             BackendSession::Candle(s) => s.position(),
+            BackendSession::Http(s) => s.position(),
             BackendSession::Replay(s) => s.position(),
         }
     }
@@ -407,6 +451,7 @@ impl InferenceSession for BackendSession<'_> {
     fn capacity(&self) -> Option<usize> {
         match self {
             BackendSession::Candle(s) => s.capacity(),
+            BackendSession::Http(s) => s.capacity(),
             BackendSession::Replay(s) => s.capacity(),
         }
     }
@@ -417,6 +462,7 @@ macro_rules! dispatch {
     ($self:ident, $e:ident => $call:expr) => {
         match $self {
             Backend::Candle($e) => $call,
+            Backend::Http($e) => $call,
             Backend::Replay($e) => $call,
         }
     };
@@ -447,6 +493,7 @@ impl Executor for Backend {
     fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
         match self {
             Backend::Candle(e) => Executor::check_layers(e, layers),
+            Backend::Http(e) => e.check_layers(layers),
             Backend::Replay(e) => e.check_layers(layers),
         }
     }
@@ -485,6 +532,7 @@ impl Executor for Backend {
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> BackendSession<'a> {
         match self {
             Backend::Candle(e) => BackendSession::Candle(e.session(interventions)),
+            Backend::Http(e) => BackendSession::Http(e.session(interventions)),
             Backend::Replay(e) => BackendSession::Replay(e.session(interventions)),
         }
     }

@@ -98,13 +98,14 @@ impl Recorder {
 
     /// The prompt as given (`text`; or, for a token-id request, its
     /// detokenized text labelled `from = token_ids`), the prompt as the
-    /// chat template rendered it, and its token ids: each as requested.
+    /// chat template rendered it, and its token ids (when the backend
+    /// knows them): each as requested.
     pub fn prompt(
         &mut self,
         span: &str,
         text: Result<&str, String>,
         rendered: Option<&str>,
-        ids: &[u32],
+        ids: Option<&[u32]>,
     ) {
         if self.wants(K::Text) {
             let (text, l) = match text {
@@ -120,7 +121,7 @@ impl Recorder {
                 self.text(span, "rendered_prompt", r.to_owned());
             }
         }
-        if self.wants(K::Tokens) {
+        if let Some(ids) = ids.filter(|_| self.wants(K::Tokens)) {
             self.token_ids(span, "prompt", ids.to_vec());
         }
     }
@@ -196,17 +197,26 @@ impl Recorder {
     /// every distribution sampled from (`role = continuation`, with their
     /// ids as `continuation_top_k`; always raw).
     pub fn generation(&mut self, span: &str, g: &Generation) {
+        self.completion(span, &g.text, Some(&g.ids), &g.logprobs);
+        if let Some(first) = g.top.first() {
+            let k = first.ids.len();
+            let values: Vec<f32> = g.top.iter().flat_map(|r| r.logprobs.clone()).collect();
+            let ids: Vec<u32> = g.top.iter().flat_map(|r| r.ids.clone()).collect();
+            self.continuation_top_k(span, g.top.len(), k, &values, Some(&ids));
+        }
+    }
+
+    /// A completion's text, its token ids when the backend knows them, and
+    /// the chosen tokens' log-probabilities (when any), each as requested.
+    pub fn completion(&mut self, span: &str, text: &str, ids: Option<&[u32]>, logprobs: &[f32]) {
         if self.wants(K::Text) {
-            self.text(span, "completion", g.text.clone());
+            self.text(span, "completion", text.to_owned());
         }
-        if self.wants(K::Tokens) {
-            self.token_ids(span, "completion", g.ids.clone());
+        if let Some(ids) = ids.filter(|_| self.wants(K::Tokens)) {
+            self.token_ids(span, "completion", ids.to_vec());
         }
-        if !self.wants(K::Logprobs) {
-            return;
-        }
-        if !g.logprobs.is_empty() {
-            let data = TensorData::from_f32(vec![g.logprobs.len()], &g.logprobs).expect("1-D");
+        if self.wants(K::Logprobs) && !logprobs.is_empty() {
+            let data = TensorData::from_f32(vec![logprobs.len()], logprobs).expect("1-D");
             self.tensor(
                 span,
                 K::Logprobs,
@@ -215,29 +225,50 @@ impl Recorder {
                 data,
             );
         }
-        if let Some(first) = g.top.first() {
-            let k = first.ids.len();
-            let values: Vec<f32> = g.top.iter().flat_map(|r| r.logprobs.clone()).collect();
-            let data = TensorData::from_f32(vec![g.top.len(), k], &values).expect("2-D");
-            self.raw_tensor(
-                span,
-                K::Logprobs,
-                labels(&[
-                    ("role", "continuation"),
-                    ("values", "top_k"),
-                    ("k", &k.to_string()),
-                ]),
-                data,
-            );
-            let ids: Vec<u32> = g.top.iter().flat_map(|r| r.ids.clone()).collect();
-            let data = TensorData::from_u32(vec![g.top.len(), k], &ids).expect("2-D");
+    }
+
+    /// The `[rows, k]` top log-probabilities of the distributions a
+    /// generation sampled from (`role = continuation`), and their token ids
+    /// (`continuation_top_k`) when the backend knows them; always raw, as
+    /// the KL reads them. Nothing unless log-probabilities were requested.
+    pub fn continuation_top_k(
+        &mut self,
+        span: &str,
+        rows: usize,
+        k: usize,
+        values: &[f32],
+        ids: Option<&[u32]>,
+    ) {
+        if !self.wants(K::Logprobs) || rows == 0 || k == 0 {
+            return;
+        }
+        let k_label = k.to_string();
+        let data = TensorData::from_f32(vec![rows, k], values).expect("2-D");
+        self.raw_tensor(
+            span,
+            K::Logprobs,
+            labels(&[
+                ("role", "continuation"),
+                ("values", "top_k"),
+                ("k", &k_label),
+            ]),
+            data,
+        );
+        if let Some(ids) = ids {
+            let data = TensorData::from_u32(vec![rows, k], ids).expect("2-D");
             self.raw_tensor(
                 span,
                 K::Tokens,
-                labels(&[("role", "continuation_top_k"), ("k", &k.to_string())]),
+                labels(&[("role", "continuation_top_k"), ("k", &k_label)]),
                 data,
             );
         }
+    }
+
+    /// A record artifact of `kind` on `span` (a backend's own profile figures).
+    pub fn record(&mut self, span: &str, kind: K, value: serde_json::Value) {
+        self.builder
+            .artifact(span, kind, ArtifactData::Record { value });
     }
 
     /// Another side's continuation scored after this run's prompt: the
@@ -492,7 +523,7 @@ mod tests {
         );
         let mut rec = recorder(&req);
         let span = rec.span(Stage::Tokenize, rec.profile(Instant::now(), 1));
-        rec.prompt(&span, Ok("hi"), Some("<user>hi"), &[1, 2]);
+        rec.prompt(&span, Ok("hi"), Some("<user>hi"), Some(&[1, 2]));
         let span = rec.span(Stage::Decode, rec.profile(Instant::now(), 1));
         let g = generation();
         rec.generation(&span, &g);
@@ -534,7 +565,7 @@ mod tests {
         let req = request(&[K::Text, K::InterventionResult], true);
         let mut rec = recorder(&req);
         let span = rec.span(Stage::Tokenize, rec.profile(Instant::now(), 1));
-        rec.prompt(&span, Err("detokenized".into()), None, &[1]);
+        rec.prompt(&span, Err("detokenized".into()), None, Some(&[1]));
         rec.interventions(&[], &[], None, 0);
         let out = rec.finish(None).unwrap();
         let missing = &out.trace.missing;

@@ -99,3 +99,40 @@ pub fn from_gguf<R: std::io::Read + std::io::Seek>(
         .map_err(|e| err(format!("cannot add control tokens: {e}")))?;
     Ok(tokenizer)
 }
+
+/// The tokenizer at `path`: a `.gguf` file's, an HF folder's
+/// `tokenizer.json`, or a `tokenizer.json` file. What a side served over
+/// HTTP declares as its vocabulary (`tokenizer = PATH`).
+pub fn load(path: &std::path::Path) -> Result<Tokenizer, ModelError> {
+    let err = |m: String| ModelError::Tokenizer(format!("{}: {m}", path.display()));
+    let json = match path.is_dir() {
+        true => path.join("tokenizer.json"),
+        false => path.to_path_buf(),
+    };
+    if path.extension().is_some_and(|e| e == "gguf") {
+        let f = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+        let file = GgufFile::read(std::io::BufReader::new(f)).map_err(err)?;
+        return from_gguf(&file);
+    }
+    Tokenizer::from_file(&json).map_err(|e| {
+        err(format!(
+            "cannot read {} as a tokenizer ({e}); give a .gguf file, an HF folder or its tokenizer.json",
+            json.display()
+        ))
+    })
+}
+
+/// sha256 of the vocabulary: every token's text in id order, one per
+/// line (a token the tokenizer has no text for hashes as an empty line).
+/// Two traces with equal hashes index the same tokens.
+pub fn vocabulary_sha256(t: &Tokenizer) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for id in 0..t.get_vocab_size(true) as u32 {
+        if let Some(tok) = t.id_to_token(id) {
+            h.update(tok.as_bytes());
+        }
+        h.update(b"\n");
+    }
+    hex::encode(h.finalize())
+}

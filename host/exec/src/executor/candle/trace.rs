@@ -78,7 +78,7 @@ pub(super) fn run(
     let rendered = rendered
         .as_deref()
         .filter(|_| matches!(options.prompt, PromptForm::Chat { .. }));
-    rec.prompt(&span, text, rendered, &ids);
+    rec.prompt(&span, text, rendered, Some(&ids));
 
     // prepare_batch: the session, its cache and hook.
     let start = Instant::now();

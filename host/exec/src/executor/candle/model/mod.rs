@@ -110,15 +110,7 @@ impl LoadedModel {
     /// same tokens (what comparing their distributions needs); an id the
     /// tokenizer has no text for hashes as an empty line.
     pub fn vocabulary_sha256(&self) -> String {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        for id in 0..self.tokenizer.get_vocab_size(true) as u32 {
-            if let Some(t) = self.tokenizer.id_to_token(id) {
-                h.update(t.as_bytes());
-            }
-            h.update(b"\n");
-        }
-        hex::encode(h.finalize())
+        crate::model::tokenizer::vocabulary_sha256(&self.tokenizer)
     }
 
     /// Whether `id` ends a generation.

