@@ -278,6 +278,12 @@ pub struct ReportDelta {
 pub struct DistributionShift {
     /// Over the vocabulary entries both sides recorded (`full` or `top_k`).
     pub support: String,
+    /// Which positions are compared: the baseline's continuation scored
+    /// by the candidate (teacher-forced), or, where a side cannot score a
+    /// given continuation (an endpoint), the generated positions both
+    /// sides share.
+    #[serde(default)]
+    pub positions: KlPositions,
     /// With `top_k`: the baseline's most likely tokens kept per position;
     /// the rest of the vocabulary is one bucket, so the KL is a lower bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -296,6 +302,23 @@ pub struct DistributionShift {
     pub by_position: Vec<f64>,
     /// Per category: mean first-token KL.
     pub by_category: BTreeMap<String, f64>,
+}
+
+/// The positions a KL compares.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum KlPositions {
+    /// Along the baseline's continuation, the candidate teacher-forced on
+    /// it after its own prompt: every position the baseline generated.
+    #[default]
+    TeacherForced,
+    /// Each side's own generated positions, up to and including the first
+    /// one where the two completions differ (before it, both sides saw the
+    /// same tokens); each side's top-k tokens, compared on the tokens in
+    /// both sides' top k.
+    SharedGenerated,
 }
 
 /// One prompt's KL figures.

@@ -16,8 +16,8 @@ use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
     ActivationFindings, Adjustment, DistributionShift, Example, GateOutcome, GateResult,
-    MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, PromptRow, ReportDelta, Side,
-    first_difference,
+    KlPositions, MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, PromptRow,
+    ReportDelta, Side, first_difference,
 };
 use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
@@ -618,6 +618,7 @@ pub fn distribution(
     let mut rest = Vec::new();
     let mut k = None;
     let mut mismatched = Vec::new();
+    let mut positions = KlPositions::TeacherForced;
     for (p, (b, c)) in suite.prompts.iter().zip(baseline.0.iter().zip(candidate.0)) {
         let Some(reference) = continuation_reference(baseline.1, b)? else {
             continue;
@@ -628,6 +629,19 @@ pub fn distribution(
         let Some((labels, cand_rows)) =
             kl_rows(candidate.1, "candidate", c, "reference_continuation")?
         else {
+            // A side that cannot score a given continuation (an endpoint)
+            // is compared on the generated positions both sides share.
+            if let Some((bk, ck, width)) =
+                shared_generated(baseline.1, b, &reference, candidate.1, c)?
+            {
+                positions = KlPositions::SharedGenerated;
+                k = Some(width);
+                if let Some((kl, per, r)) = prompt_kl(p, &bk, &ck) {
+                    per_prompt.push(kl);
+                    rows_by_prompt.push(per);
+                    rest.extend(r);
+                }
+            }
             continue;
         };
         if labels.get("reference_sha256") != Some(&reference.sha256)
@@ -667,6 +681,7 @@ pub fn distribution(
     }
     Ok(Ok(DistributionShift {
         support: "top_k".into(),
+        positions,
         top_k: k,
         baseline_rest_mass: Some(mean(&rest)),
         first_token_kl_mean: mean(
@@ -683,6 +698,57 @@ pub fn distribution(
             .collect(),
         per_prompt,
     }))
+}
+
+/// The baseline's and the candidate's log-probabilities at the generated
+/// positions both sides share: positions 0 to the first where the two
+/// completions differ (before it both sides saw the same tokens), each
+/// limited to the tokens in both sides' top k (the rest of the vocabulary
+/// is the KL's one bucket, so the figure stays a lower bound), with the
+/// narrower side's k. `None` when the candidate did not record its own
+/// top-k rows with token ids.
+fn shared_generated(
+    baseline: &Bundle,
+    b: &Trace,
+    reference: &ReferenceContinuation,
+    candidate: &Bundle,
+    c: &Trace,
+) -> anyhow::Result<Option<(KlRows, KlRows, usize)>> {
+    let Some((_, base_rows)) = kl_rows(baseline, "baseline", b, "continuation")? else {
+        return Ok(None);
+    };
+    let Some(cand_ref) = continuation_reference(candidate, c)? else {
+        return Ok(None);
+    };
+    let Some((_, cand_rows)) = kl_rows(candidate, "candidate", c, "continuation")? else {
+        return Ok(None);
+    };
+    let (bc, cc) = (&reference.completion, &cand_ref.completion);
+    let first_difference = bc
+        .iter()
+        .zip(cc)
+        .position(|(x, y)| x != y)
+        .unwrap_or(bc.len().min(cc.len()));
+    let n = (first_difference + 1)
+        .min(base_rows.len())
+        .min(cand_rows.len())
+        .min(reference.support.len())
+        .min(cand_ref.support.len());
+    let mut bk = Vec::with_capacity(n);
+    let mut ck = Vec::with_capacity(n);
+    for i in 0..n {
+        let (mut bv, mut cv) = (Vec::new(), Vec::new());
+        for (j, id) in reference.support[i].iter().enumerate() {
+            if let Some(m) = cand_ref.support[i].iter().position(|x| x == id) {
+                bv.push(base_rows[i][j]);
+                cv.push(cand_rows[i][m]);
+            }
+        }
+        bk.push(bv);
+        ck.push(cv);
+    }
+    let width = reference.support[0].len().min(cand_ref.support[0].len());
+    Ok((n > 0).then_some((bk, ck, width)))
 }
 
 /// Mean over prompts, per position (prompts shorter than a position do not count there).

@@ -495,6 +495,7 @@ pub fn sample_report() -> Report {
         distribution_unavailable: None,
         distribution: Some(DistributionShift {
             support: "top_k".into(),
+            positions: Default::default(),
             top_k: Some(256),
             baseline_rest_mass: Some(0.0125),
             first_token_kl_mean: 1.0,

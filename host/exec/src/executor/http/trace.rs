@@ -94,6 +94,16 @@ pub(super) fn record(
             "not scored: the endpoint cannot score a given continuation, so the KL is over the generated positions the two sides share".into(),
         );
     }
+    let asked = options.generate.top_logprobs;
+    if request.wants(K::Logprobs) && asked > exec.probe.top_logprobs {
+        p.notes.insert(
+            "top_logprobs".into(),
+            format!(
+                "{asked} asked; the endpoint returns at most {} per position",
+                exec.probe.top_logprobs
+            ),
+        );
+    }
     let span = rec.span(Stage::Decode, p);
     let text = request.text.as_deref().unwrap_or_default();
     rec.prompt(&span, Ok(text), None, None);

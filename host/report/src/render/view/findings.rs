@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Block, Claim, Inline, PromptFilter, Table, code, codes, plain, text, text_or_none};
 use crate::document::{
-    ActivationFindings, Adjustment, DistributionShift, InterventionRef, Report, ReportDelta, Side,
+    ActivationFindings, Adjustment, DistributionShift, InterventionRef, KlPositions, Report,
+    ReportDelta, Side,
 };
 use crate::render::words;
 use crate::render::{deltas_by_metric, svg};
@@ -224,6 +225,11 @@ fn no_distribution(r: &Report) -> String {
 /// The tokens the KL is over, in words.
 fn kl_support(d: &DistributionShift) -> String {
     match (d.top_k, d.baseline_rest_mass) {
+        (Some(k), Some(rest)) if d.positions == KlPositions::SharedGenerated => format!(
+            "the tokens in both sides' {k} most likely at each position plus one bucket for the \
+             rest ({:.2}% of the baseline's probability on average; the KL is a lower bound)",
+            rest * 100.0
+        ),
         (Some(k), Some(rest)) => format!(
             "the baseline's {k} most likely tokens at each position plus one bucket for the rest \
              ({:.2}% of the baseline's probability on average; the KL is a lower bound)",
@@ -241,10 +247,18 @@ pub(super) fn distribution(r: &Report) -> Vec<Block> {
     };
     let mut blocks = vec![
         Block::Paragraph(vec![
-            plain(
-                "KL(baseline ‖ candidate) between next-token distributions along the \
-                 baseline's continuation, each side after its own prompt, in nats, over ",
-            ),
+            plain(match d.positions {
+                KlPositions::TeacherForced => {
+                    "KL(baseline ‖ candidate) between next-token distributions along the \
+                     baseline's continuation, each side after its own prompt, in nats, over "
+                }
+                KlPositions::SharedGenerated => {
+                    "KL(baseline ‖ candidate) between next-token distributions at the generated \
+                     positions both sides share (up to and including the first token where \
+                     their completions differ; a side served by an endpoint cannot score the \
+                     other's continuation, so no position after it is compared), in nats, over "
+                }
+            }),
             // Holds the support's name, which comes from the traces.
             text(&kl_support(d)),
             plain("."),
@@ -259,7 +273,10 @@ pub(super) fn distribution(r: &Report) -> Vec<Block> {
             },
             super::Card {
                 value: words::num(d.mean_kl),
-                label: vec![plain("mean KL over the teacher-forced continuation")],
+                label: vec![plain(match d.positions {
+                    KlPositions::TeacherForced => "mean KL over the teacher-forced continuation",
+                    KlPositions::SharedGenerated => "mean KL over the shared generated positions",
+                })],
                 detail: vec![],
                 link: None,
                 tone: None,

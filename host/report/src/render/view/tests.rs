@@ -205,6 +205,7 @@ fn report() -> Report {
         metric_deltas: vec![delta(None, true), delta(Some("harmful".into()), false)],
         distribution: Some(DistributionShift {
             support: h("support"),
+            positions: Default::default(),
             top_k: None,
             baseline_rest_mass: None,
             first_token_kl_mean: 0.5,
