@@ -88,6 +88,16 @@ pub(super) fn record(
             p.notes.insert(k.into(), v);
         }
     }
+    if let Some(n) = a.cached_prompt_tokens.filter(|&n| n > 0) {
+        // Measured on llama-server: a prefix reused from its prompt cache
+        // gives other log-probabilities than the same prompt run afresh.
+        p.notes.insert(
+            "cached_prompt_tokens".into(),
+            format!(
+                "{n}: the server reused a cached prompt prefix, which can change log-probabilities from run to run (llama-server: start it with --no-cache-prompt for reproducible audits)"
+            ),
+        );
+    }
     if options.reference.is_some() {
         p.notes.insert(
             "reference_continuation".into(),
@@ -123,16 +133,16 @@ pub(super) fn record(
             .collect();
         rec.continuation_top_k(&span, lp.len(), k, &values, top_ids.as_deref());
     }
-    if request.wants(K::Logprobs) && lp.is_empty() {
+    // A kind declared unsupported is listed as such by the recorder; one
+    // the probe found and this answer lacks is missing, with the reason.
+    let declared = |k| exec.capabilities().support(k) != crate::trace::SupportLevel::Unsupported;
+    if request.wants(K::Logprobs) && lp.is_empty() && declared(K::Logprobs) {
         rec.missing(
             K::Logprobs,
             &format!("{url} returned no log-probabilities with this answer"),
         );
     }
-    if request.wants(K::Tokens)
-        && ids.is_none()
-        && exec.capabilities().support(K::Tokens) != crate::trace::SupportLevel::Unsupported
-    {
+    if request.wants(K::Tokens) && ids.is_none() && declared(K::Tokens) {
         rec.missing(
             K::Tokens,
             &format!("{url} returned no token ids with this answer"),

@@ -155,6 +155,9 @@ pub struct Answer {
     pub system_fingerprint: Option<String>,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// Prompt tokens the server reused from its prompt cache
+    /// (`usage.prompt_tokens_details.cached_tokens`).
+    pub cached_prompt_tokens: Option<u64>,
     /// llama.cpp's own timings (`timings.prompt_ms`, `predicted_ms`).
     pub server_prompt_ms: Option<f64>,
     pub server_predicted_ms: Option<f64>,
@@ -220,6 +223,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Answer, Malformed> {
         system_fingerprint: string("system_fingerprint"),
         prompt_tokens: count("prompt_tokens"),
         completion_tokens: count("completion_tokens"),
+        cached_prompt_tokens: usage
+            .and_then(|u| u.get("prompt_tokens_details"))
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64),
         server_prompt_ms: timing("prompt_ms"),
         server_predicted_ms: timing("predicted_ms"),
     })
