@@ -85,6 +85,7 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
         .trace()
 }
 
+pub mod llama_server;
 pub mod plugins;
 pub mod report_fixture;
 pub mod tiny;

@@ -17,11 +17,6 @@ pub enum Problem {
     /// The request's `observe` lists a kind more than once; holds that kind.
     #[error("the request asks for `{0}` more than once; list each artifact kind once")]
     DuplicateRequestedKind(ArtifactKind),
-    /// The request asks for `logprobs` but not for `logits`.
-    #[error(
-        "the request asks for `logprobs` without `logits`; logprobs are derived from logits, so request both"
-    )]
-    LogprobsWithoutLogits,
     /// A span or an artifact has an empty id; holds which (`span` or
     /// `artifact`).
     #[error("a {0} has an empty id; every span and artifact needs an id")]
@@ -309,9 +304,6 @@ impl TraceRequest {
             if !seen.insert(kind) && !problems.contains(&Problem::DuplicateRequestedKind(kind)) {
                 problems.push(Problem::DuplicateRequestedKind(kind));
             }
-        }
-        if self.wants(ArtifactKind::Logprobs) && !self.wants(ArtifactKind::Logits) {
-            problems.push(Problem::LogprobsWithoutLogits);
         }
         problems
     }
@@ -869,11 +861,11 @@ mod tests {
     }
 
     #[test]
-    fn logprobs_without_logits_are_refused() {
+    fn logprobs_alone_are_a_valid_request() {
+        // An endpoint returns top-k log-probabilities and never logits: a
+        // black box's request for logprobs alone is what it can serve.
         let req = request(&[ArtifactKind::Text, ArtifactKind::Logprobs]);
-        let err = req.validate().unwrap_err();
-        assert_eq!(err, vec![Problem::LogprobsWithoutLogits]);
-        assert!(err[0].to_string().contains("without `logits`"));
+        assert_eq!(req.validate(), Ok(()));
     }
 
     #[test]
