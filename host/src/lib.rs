@@ -31,3 +31,4 @@ pub mod interrupt;
 pub mod measure;
 pub mod pipeline;
 pub mod profile;
+pub mod serve;

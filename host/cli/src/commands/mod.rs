@@ -7,6 +7,7 @@ mod measure;
 mod model;
 mod plugin;
 mod run;
+mod serve;
 
 pub use run::GatesFailed;
 
@@ -70,6 +71,11 @@ pub enum Command {
     /// Generate text from a model, with its chat template (or --raw),
     /// greedy or seeded sampling, and optional interventions.
     Generate(model::GenerateArgs),
+    /// Serve a model behind an OpenAI-compatible endpoint (/v1/completions,
+    /// /v1/chat/completions, /v1/models, /health; streaming), with
+    /// --intervene or --policy applied to every request: steering as a
+    /// service, for any OpenAI client.
+    Serve(serve::ServeArgs),
     /// Change a model's weights and export the result.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -212,6 +218,7 @@ impl Cli {
             Command::Diff(args) => run::diff(args, out),
             Command::Validate(args) => run::validate(args, out),
             Command::Generate(args) => model::generate_text(args, out),
+            Command::Serve(args) => serve::run(args, out),
             Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
             Command::Measure(args) => measure::run(args, out),
             Command::Plugin(command) => plugin::run(command, out),

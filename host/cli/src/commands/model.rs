@@ -100,6 +100,14 @@ pub struct PromptArgs {
     /// Stop when the text contains this string (repeatable); the text is cut before it.
     #[arg(long)]
     pub stop: Vec<String>,
+    #[command(flatten)]
+    pub steer: SteerArgs,
+}
+
+/// Interventions and a steering policy, applied in prefill and every
+/// decode step (`trace`, `generate`, `serve`).
+#[derive(Debug, Args)]
+pub struct SteerArgs {
     /// An activation intervention applied in prefill and every decode step
     /// (repeatable): layer=L,mode=MODE,direction=FILE[,alpha=A][,tensor=NAME]
     /// [,row=N][,value=V][,positions=all|last|N..M][,threshold=T][,when=above|below].
@@ -122,15 +130,15 @@ pub struct PromptArgs {
 
 /// A loaded policy with its directions; the host is kept for its deadline
 /// thread.
-struct LoadedPolicy {
+pub(super) struct LoadedPolicy {
     _host: PluginHost,
-    policy: Policy,
+    pub(super) policy: Policy,
     directions: BTreeMap<String, Direction>,
 }
 
 impl LoadedPolicy {
     /// A fresh, bound instance for one run (one job).
-    fn run(&self) -> anyhow::Result<PolicyRun<'_>> {
+    pub(super) fn run(&self) -> anyhow::Result<PolicyRun<'_>> {
         Ok(self.policy.bind(&self.directions)?)
     }
 }
@@ -179,8 +187,10 @@ impl PromptArgs {
             top_logprobs: 0,
         })
     }
+}
 
-    fn policy(&self, exec: &Backend) -> anyhow::Result<Option<LoadedPolicy>> {
+impl SteerArgs {
+    pub(super) fn policy(&self, exec: &Backend) -> anyhow::Result<Option<LoadedPolicy>> {
         let Some(path) = &self.policy else {
             return Ok(None);
         };
@@ -238,7 +248,7 @@ impl PromptArgs {
         }))
     }
 
-    fn interventions(&self, exec: &Backend) -> anyhow::Result<Vec<Intervention>> {
+    pub(super) fn interventions(&self, exec: &Backend) -> anyhow::Result<Vec<Intervention>> {
         let d = exec.dims();
         self.intervene
             .iter()
@@ -296,7 +306,7 @@ impl TraceRunArgs {
         if self.weights_snapshot {
             observe.push(K::WeightSnapshot);
         }
-        if !self.prompt.intervene.is_empty() || self.prompt.policy.is_some() {
+        if !self.prompt.steer.intervene.is_empty() || self.prompt.steer.policy.is_some() {
             observe.push(K::InterventionResult);
         }
         TraceRequest {
@@ -329,8 +339,8 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let generate = args.prompt.generate(args.max_tokens)?;
     let exec = args.model.load()?;
     exec.check_layers(&args.layers).context("--layers")?;
-    let interventions = args.prompt.interventions(&exec)?;
-    let policy = args.prompt.policy(&exec)?;
+    let interventions = args.prompt.steer.interventions(&exec)?;
+    let policy = args.prompt.steer.policy(&exec)?;
     let mode = match args.replace {
         true => WriteMode::Replace,
         false => WriteMode::CreateNew,
@@ -420,8 +430,8 @@ pub struct GenerateArgs {
 pub fn generate_text(args: &GenerateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let options = args.prompt.generate(args.max_tokens)?;
     let exec = args.model.load()?;
-    let interventions = args.prompt.interventions(&exec)?;
-    let policy = args.prompt.policy(&exec)?;
+    let interventions = args.prompt.steer.interventions(&exec)?;
+    let policy = args.prompt.steer.policy(&exec)?;
     let several = args.prompt.prompt.len() > 1;
     for (i, text) in args.prompt.prompt.iter().enumerate() {
         if several {
