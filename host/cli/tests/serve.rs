@@ -1,0 +1,189 @@
+//! `vauban serve` as a real process on loopback, queried by vauban's own
+//! http executor: the served tokens equal in-process generation, with and
+//! without an intervention, and the fingerprint follows the
+//! transformation. Uses SmolLM2 (skips with a message when it is absent).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use vauban::executor::generate::generate;
+use vauban::executor::http::{HttpExecutor, HttpSpec};
+use vauban::executor::{
+    Backend, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions, TraceOutput,
+};
+use vauban::model::WeightMode;
+use vauban::trace::{ArtifactKind as K, TraceRequest};
+
+/// A `vauban serve` child, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(model: &Path, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args([
+            "serve",
+            "--model",
+            model.to_str().unwrap(),
+            "--weights",
+            "f32",
+        ])
+        .args(["--listen", "127.0.0.1:0", "--name", "smol"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first line says where it listens, once it does.
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .last()
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    Server { child, url }
+}
+
+fn direction_file(dir: &Path) -> PathBuf {
+    // A fixed direction, large enough to change what the model says.
+    let values: Vec<f32> = (0..576).map(|i| ((i * 7919) % 13) as f32 - 6.0).collect();
+    let path = dir.join("steer.safetensors");
+    let t = candle_core::Tensor::new(values.as_slice(), &candle_core::Device::Cpu).unwrap();
+    candle_core::safetensors::save(&[("direction".to_string(), t)].into_iter().collect(), &path)
+        .unwrap();
+    path
+}
+
+const PROMPT: &str = "The capital of France is";
+
+/// Greedy tokens in this process, with `spec` applied when given.
+fn in_process(model: &Path, spec: Option<&str>) -> Vec<u32> {
+    let exec = Backend::load(&ModelSpec {
+        path: model.to_path_buf(),
+        device: "cpu".parse().unwrap(),
+        weights: WeightMode::F32,
+    })
+    .unwrap();
+    let d = exec.dims();
+    let interventions: Vec<_> = spec
+        .map(|s| {
+            let s: vauban::intervene::InterventionSpec = s.parse().unwrap();
+            s.resolve(d.hidden, d.layers).unwrap()
+        })
+        .into_iter()
+        .collect();
+    let ids = exec.tokenize(PROMPT, &PromptForm::Raw).unwrap();
+    let mut session = exec.session(&interventions);
+    let options = GenerateOptions {
+        max_tokens: 12,
+        ..Default::default()
+    };
+    generate(
+        &mut session,
+        &ids,
+        None,
+        &options,
+        &|id| exec.is_eos(id),
+        &|ids| exec.detokenize(ids),
+        &mut |_| {},
+    )
+    .unwrap()
+    .ids
+}
+
+/// The served tokens, through the http executor.
+fn served(server: &Server, model: &Path) -> (Vec<u32>, TraceOutput, HttpExecutor) {
+    let mut spec = HttpSpec::new(&server.url, "smol");
+    spec.tokenizer = Some(model.to_path_buf());
+    let exec = HttpExecutor::connect(&spec).unwrap();
+    let request = TraceRequest {
+        prompt_id: Some("p".into()),
+        category: None,
+        expected_behavior: None,
+        text: Some(PROMPT.into()),
+        token_ids: None,
+        observe: vec![K::Text, K::Tokens, K::Logprobs, K::Profile],
+        layers: vec![],
+        raw_tensors: false,
+    };
+    let options = RunOptions {
+        trace_id: "p".into(),
+        prompt: PromptForm::Raw,
+        interventions: vec![],
+        block_outputs: false,
+        generate: GenerateOptions {
+            max_tokens: 12,
+            sampling: None,
+            stop: vec![],
+            top_logprobs: 5,
+        },
+        reference: None,
+    };
+    let out = exec.trace(&request, &options, None).unwrap();
+    let ids = vauban::pipeline::analyze::tokens_of(&out.trace, "completion").unwrap();
+    (ids, out, exec)
+}
+
+#[test]
+fn served_tokens_equal_in_process_generation_with_and_without_an_intervention() {
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let steer = format!(
+        "layer=12,mode=add,direction={},alpha=4",
+        direction_file(dir.path()).display()
+    );
+
+    let plain = serve(&model, &[]);
+    let (plain_ids, out, exec) = served(&plain, &model);
+    assert_eq!(plain_ids, in_process(&model, None));
+    // What an endpoint of vauban's gives: top-k logprobs with ids.
+    assert_eq!(exec.probe().top_logprobs, 20);
+    assert!(exec.probe().token_ids);
+    assert!(out.trace.has(K::Logprobs));
+    drop(plain);
+
+    let steered = serve(&model, &["--intervene", &steer]);
+    let (steered_ids, _, steered_exec) = served(&steered, &model);
+    assert_eq!(steered_ids, in_process(&model, Some(&steer)));
+    assert_ne!(
+        steered_ids, plain_ids,
+        "the intervention changes the output"
+    );
+    // A client's cache keyed on the fingerprint tells the two apart.
+    assert_ne!(
+        steered_exec.probe().system_fingerprint,
+        exec.probe().system_fingerprint
+    );
+}
+
+#[test]
+fn a_model_the_server_does_not_serve_is_refused_with_the_served_name() {
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
+    let s = serve(&model, &[]);
+    let mut spec = HttpSpec::new(&s.url, "another-model");
+    spec.retries = 0;
+    let e = HttpExecutor::connect(&spec).err().unwrap().to_string();
+    assert!(
+        e.contains("does not serve `another-model`") && e.contains("`smol`"),
+        "{e}"
+    );
+}
