@@ -63,16 +63,28 @@ pub struct LlamaServer {
 }
 
 impl LlamaServer {
-    /// Starts `binary` on `model` at `port` and waits for `/health`.
+    /// Starts `binary` on `model` at `port` with 4 slots and waits for `/health`.
+    pub fn start(binary: &Path, model: &Path, port: u16) -> LlamaServer {
+        Self::start_with_slots(binary, model, port, 4)
+    }
+
+    /// Starts `binary` on `model` at `port` with `slots` requests decoded
+    /// together, and waits for `/health`.
     /// `--no-cache-prompt`: llama-server's prompt cache reuses a prefix
     /// computed for another request, which changes log-probabilities in
     /// their last digits (measured), and an audit wants the same numbers
     /// for the same request.
-    pub fn start(binary: &Path, model: &Path, port: u16) -> LlamaServer {
+    pub fn start_with_slots(binary: &Path, model: &Path, port: u16, slots: usize) -> LlamaServer {
         let child = Command::new(binary)
             .args(["-m", &model.display().to_string()])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", "2", "-n", "256", "-c", "4096", "--parallel", "4"])
+            .args(["-t", "2", "-n", "256"])
+            .args([
+                "-c",
+                &(1024 * slots).to_string(),
+                "--parallel",
+                &slots.to_string(),
+            ])
             .args(["--alias", ALIAS, "--no-cache-prompt", "--no-webui"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
