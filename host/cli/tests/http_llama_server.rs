@@ -349,3 +349,34 @@ fn a_server_killed_mid_suite_then_restarted_is_asked_only_for_what_is_missing() 
         );
     }
 }
+
+#[test]
+fn validate_online_probes_the_endpoint_and_warns_where_evidence_will_be_narrower() {
+    let Some((bin, model)) = parts() else { return };
+    let server = LlamaServer::start(&bin, &model, llama_server::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let suite = write_suite(dir.path(), 2);
+    // No tokenizer declared: text and logprobs, but no KL.
+    let side = format!(
+        "executor = \"http\"\nurl = \"{}\"\nmodel = \"{ALIAS}\"",
+        server.url()
+    );
+    let cfg = config(dir.path(), &dir.path().join("out"), &suite, &side, &side);
+    let o = vauban(&["validate", "--online", cfg.to_str().unwrap()], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}{text}", stderr(&o));
+    assert!(
+        text.contains(&format!("candidate: {} serves `{ALIAS}`", server.url()))
+            && text.contains("log-probabilities: top 20 per generated position; token ids: yes"),
+        "{text}"
+    );
+    assert!(text.contains("no `tokenizer` is declared"), "{text}");
+    assert!(
+        text.contains("expected evidence level at best: logprobs"),
+        "{text}"
+    );
+    // Offline, nothing is asked of the endpoint.
+    drop(server);
+    let o = vauban(&["validate", "--offline", cfg.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

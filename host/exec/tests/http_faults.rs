@@ -342,3 +342,28 @@ fn answers_are_kept_and_a_second_run_asks_nothing() {
         "the same evidence from the cache"
     );
 }
+
+#[test]
+fn the_rate_limit_spaces_requests_apart() {
+    let s = serve(Reply::Answer, vec![]);
+    let mut sp = spec(&s.url);
+    sp.concurrency = 4;
+    sp.requests_per_second = Some(20.0);
+    let exec = HttpExecutor::connect(&sp).unwrap();
+    let jobs = vec![request(); 6];
+    let start = std::time::Instant::now();
+    let mut done = 0;
+    exec.trace_all(&jobs, false, &mut |_, r| {
+        r.unwrap();
+        done += 1;
+        std::ops::ControlFlow::Continue(())
+    });
+    assert_eq!(done, 6);
+    // Six starts at 20 per second span at least 5 intervals of 50 ms
+    // (the probe's own requests came first); a bound from below only.
+    assert!(
+        start.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        start.elapsed()
+    );
+}

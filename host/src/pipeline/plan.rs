@@ -588,6 +588,16 @@ impl Plan {
     /// traces decide the real one).
     pub fn expected_level(&self) -> AccessLevel {
         let o = &self.config.observe;
+        let remote = [&self.baseline, &self.candidate]
+            .iter()
+            .any(|s| s.backend == SideBackend::Http);
+        if remote {
+            // An endpoint gives text and, at best, top-k logprobs.
+            return match o.logprobs {
+                true => AccessLevel::Logprobs,
+                false => AccessLevel::BlackBox,
+            };
+        }
         if o.weights && !o.layers.is_empty() {
             // weights of both plus activations of both
             return AccessLevel::BaseAndTransformed;

@@ -40,8 +40,14 @@ pub struct ValidateArgs {
     /// The config to check.
     pub config: PathBuf,
     /// Check the file only: no plugin is loaded.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "online")]
     pub offline: bool,
+    /// Also connect to each `executor = "http"` endpoint and probe it:
+    /// the model it serves, whether it returns log-probabilities (how many,
+    /// with token ids or not); a warning when the run would get less
+    /// evidence than the config asks for.
+    #[arg(long)]
+    pub online: bool,
 }
 
 /// Failed regression gates: the reports are written, the exit code is 3
@@ -223,6 +229,11 @@ pub fn validate(args: &ValidateArgs, out: &mut dyn Write) -> anyhow::Result<()> 
     )?;
     if !args.offline {
         for line in pipeline::check_plugins(&plan)? {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    if args.online {
+        for line in pipeline::probe_endpoints(&plan)? {
             writeln!(out, "  {line}")?;
         }
     }
