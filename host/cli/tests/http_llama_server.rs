@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::llama_server::{self, ALIAS, LlamaServer};
 use common::plugins;
 use vauban::executor::http::{HttpExecutor, HttpSpec};
-use vauban::executor::{GenerateOptions, PromptForm, RunOptions, TraceOutput};
+use vauban::executor::{RunOptions, TraceOutput};
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 /// The server binary and the model, or `None` (the test skips).
@@ -69,30 +69,7 @@ fn stderr(o: &Output) -> String {
 }
 
 fn request(text: &str) -> (TraceRequest, RunOptions) {
-    let request = TraceRequest {
-        prompt_id: Some("p".into()),
-        category: None,
-        expected_behavior: None,
-        text: Some(text.into()),
-        token_ids: None,
-        observe: vec![K::Text, K::Tokens, K::Logprobs, K::Profile],
-        layers: vec![],
-        raw_tensors: false,
-    };
-    let options = RunOptions {
-        trace_id: "p".into(),
-        prompt: PromptForm::Raw,
-        interventions: vec![],
-        block_outputs: false,
-        generate: GenerateOptions {
-            max_tokens: 16,
-            sampling: None,
-            stop: vec![],
-            top_logprobs: 8,
-        },
-        reference: None,
-    };
-    (request, options)
+    common::raw_request("p", text, 16, 8)
 }
 
 /// The completion's text and the raw top-k rows of a trace.

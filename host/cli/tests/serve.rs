@@ -9,13 +9,10 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use vauban::executor::generate::generate;
 use vauban::executor::http::{HttpExecutor, HttpSpec};
-use vauban::executor::{
-    Backend, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions, TraceOutput,
-};
+use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, TraceOutput};
 use vauban::model::WeightMode;
-use vauban::trace::{ArtifactKind as K, TraceRequest};
+use vauban::trace::ArtifactKind as K;
 
 /// A `vauban serve` child, killed when dropped.
 struct Server {
@@ -93,17 +90,9 @@ fn in_process(model: &Path, spec: Option<&str>) -> Vec<u32> {
         max_tokens: 12,
         ..Default::default()
     };
-    generate(
-        &mut session,
-        &ids,
-        None,
-        &options,
-        &|id| exec.is_eos(id),
-        &|ids| exec.detokenize(ids),
-        &mut |_| {},
-    )
-    .unwrap()
-    .ids
+    exec.generate_in(&mut session, &ids, &options, &mut |_| {})
+        .unwrap()
+        .ids
 }
 
 /// The served tokens, through the http executor.
@@ -111,29 +100,7 @@ fn served(server: &Server, model: &Path) -> (Vec<u32>, TraceOutput, HttpExecutor
     let mut spec = HttpSpec::new(&server.url, "smol");
     spec.tokenizer = Some(model.to_path_buf());
     let exec = HttpExecutor::connect(&spec).unwrap();
-    let request = TraceRequest {
-        prompt_id: Some("p".into()),
-        category: None,
-        expected_behavior: None,
-        text: Some(PROMPT.into()),
-        token_ids: None,
-        observe: vec![K::Text, K::Tokens, K::Logprobs, K::Profile],
-        layers: vec![],
-        raw_tensors: false,
-    };
-    let options = RunOptions {
-        trace_id: "p".into(),
-        prompt: PromptForm::Raw,
-        interventions: vec![],
-        block_outputs: false,
-        generate: GenerateOptions {
-            max_tokens: 12,
-            sampling: None,
-            stop: vec![],
-            top_logprobs: 5,
-        },
-        reference: None,
-    };
+    let (request, options) = common::raw_request("p", PROMPT, 12, 5);
     let out = exec.trace(&request, &options, None).unwrap();
     let ids = vauban::pipeline::analyze::tokens_of(&out.trace, "completion").unwrap();
     (ids, out, exec)

@@ -18,7 +18,7 @@ use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 
-use crate::executor::{Backend, Executor, GenerateOptions, InferenceSession, generate::generate};
+use crate::executor::{Backend, Executor, GenerateOptions};
 use crate::intervene::Intervention;
 use crate::intervene::policy::StepPolicy;
 
@@ -138,17 +138,9 @@ pub fn complete(
             false => 0,
         },
     };
-    let g = generate(
-        &mut session,
-        &ids,
-        None,
-        &options,
-        &|id| exec.is_eos(id),
-        &|ids| exec.detokenize(ids),
-        on_text,
-    )
-    .map_err(|e| ServeError::internal(format!("generation failed: {e}")))?;
-    let _ = session.position();
+    let g = exec
+        .generate_in(&mut session, &ids, &options, on_text)
+        .map_err(|e| ServeError::internal(format!("generation failed: {e}")))?;
     let piece = |id: u32| exec.detokenize(&[id]).unwrap_or_default();
     let tokens = match p.logprobs {
         false => Vec::new(),

@@ -84,13 +84,16 @@ fn count(m: &Map<String, Value>, key: &str) -> Result<Option<usize>, ServeError>
     }
 }
 
+/// Whether a parameter's value is the one vauban implements.
+type IsNeutral = fn(&Value) -> bool;
+
 /// What both endpoints share: sampling, stop, length, stream; and the
 /// parameters vauban does not implement, refused by name.
 fn common(
     m: &Map<String, Value>,
     default_max: usize,
 ) -> Result<(Option<Sampling>, Vec<String>, usize, bool), ServeError> {
-    let neutral: [(&str, fn(&Value) -> bool); 8] = [
+    let neutral: [(&str, IsNeutral); 8] = [
         ("n", |v: &Value| v.as_u64() == Some(1)),
         ("best_of", |v: &Value| v.as_u64() == Some(1)),
         ("echo", |v: &Value| v == &Value::Bool(false)),

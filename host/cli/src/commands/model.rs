@@ -11,8 +11,7 @@ use clap::Args;
 use vauban::bundle::{BundleWriter, WriteMode};
 use vauban::executor::{
     Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
-    RunOptions, StopReason,
-    generate::{DEFAULT_MAX_TOKENS, generate},
+    RunOptions, StopReason, generate::DEFAULT_MAX_TOKENS,
 };
 use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use vauban::model::WeightMode;
@@ -454,21 +453,13 @@ pub fn generate_text(args: &GenerateArgs, out: &mut dyn Write) -> anyhow::Result
             session.set_policy(r);
         }
         let mut write_err = None;
-        let g = generate(
-            &mut session,
-            &ids,
-            None,
-            &options,
-            &|id| exec.is_eos(id),
-            &|ids| exec.detokenize(ids),
-            &mut |t| {
-                if write_err.is_none()
-                    && let Err(e) = out.write_all(t.as_bytes()).and_then(|_| out.flush())
-                {
-                    write_err = Some(e);
-                }
-            },
-        )?;
+        let g = exec.generate_in(&mut session, &ids, &options, &mut |t| {
+            if write_err.is_none()
+                && let Err(e) = out.write_all(t.as_bytes()).and_then(|_| out.flush())
+            {
+                write_err = Some(e);
+            }
+        })?;
         if let Some(e) = write_err {
             return Err(e.into());
         }

@@ -139,3 +139,39 @@ pub fn smollm2_path() -> Option<std::path::PathBuf> {
     }
     Some(path)
 }
+
+/// A request for the raw prompt `text` (its text, token ids, top-`top`
+/// log-probabilities and a profile) generating `max_tokens` greedily, as
+/// trace `id`: what a black box can answer.
+pub fn raw_request(
+    id: &str,
+    text: &str,
+    max_tokens: usize,
+    top: usize,
+) -> (vauban::trace::TraceRequest, vauban::executor::RunOptions) {
+    use vauban::executor::{GenerateOptions, PromptForm, RunOptions};
+    let request = vauban::trace::TraceRequest {
+        prompt_id: Some(id.into()),
+        category: None,
+        expected_behavior: None,
+        text: Some(text.into()),
+        token_ids: None,
+        observe: vec![K::Text, K::Tokens, K::Logprobs, K::Profile],
+        layers: vec![],
+        raw_tensors: false,
+    };
+    let options = RunOptions {
+        trace_id: id.into(),
+        prompt: PromptForm::Raw,
+        interventions: vec![],
+        block_outputs: false,
+        generate: GenerateOptions {
+            max_tokens,
+            sampling: None,
+            stop: vec![],
+            top_logprobs: top,
+        },
+        reference: None,
+    };
+    (request, options)
+}

@@ -370,6 +370,27 @@ impl Backend {
         matches!(self, Backend::Http(_))
     }
 
+    /// Generates after `prompt` in `session` (a session of this backend),
+    /// ending on this model's end-of-sequence tokens and detokenizing with
+    /// its tokenizer; `on_text` receives text as it becomes final.
+    pub fn generate_in(
+        &self,
+        session: &mut BackendSession<'_>,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, ExecutorError> {
+        generate::generate(
+            session,
+            prompt,
+            None,
+            options,
+            &|id| self.is_eos(id),
+            &|ids| self.detokenize(ids),
+            on_text,
+        )
+    }
+
     /// Traces every job, handing each result to `on_done` with the job's
     /// index on this thread; `on_done` returning `Break` stops. An
     /// endpoint keeps up to its `concurrency` requests in flight and hands
