@@ -344,7 +344,9 @@ fn validate_online_probes_the_endpoint_and_warns_where_evidence_will_be_narrower
     assert!(o.status.success(), "{}{text}", stderr(&o));
     assert!(
         text.contains(&format!("candidate: {} serves `{ALIAS}`", server.url()))
-            && text.contains("log-probabilities: top 20 per generated position; token ids: yes"),
+            && text.contains(
+                "log-probabilities: top 20 per generated position; token ids: yes; prompt log-probabilities (echo): no"
+            ),
         "{text}"
     );
     assert!(text.contains("no `tokenizer` is declared"), "{text}");

@@ -87,6 +87,9 @@ fn handle(
         Reply::Body(r#"{"object":"list","data":[{"id":"m"}]}"#)
     } else if body.contains("\"max_tokens\":1,") && body.contains("\"Hello\"") {
         probe.clone()
+    } else if body.contains("\"echo\":true") {
+        // The probe's echo check: an answer without the prompt's logprobs.
+        Reply::Answer
     } else {
         hits.fetch_add(1, Ordering::SeqCst);
         script.lock().unwrap().pop_front().unwrap_or(Reply::Answer)

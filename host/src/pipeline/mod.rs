@@ -662,7 +662,7 @@ pub fn probe_endpoints(plan: &Plan) -> anyhow::Result<Vec<String>> {
             .with_context(|| format!("{name}: probing {}", spec.url))?;
         let p = exec.probe();
         lines.push(format!(
-            "{name}: {} serves `{}`{}; log-probabilities: {}; token ids: {}",
+            "{name}: {} serves `{}`{}; log-probabilities: {}; token ids: {}; prompt log-probabilities (echo): {}",
             exec.base_url(),
             p.served_model.as_deref().unwrap_or(&spec.model),
             p.system_fingerprint
@@ -674,6 +674,7 @@ pub fn probe_endpoints(plan: &Plan) -> anyhow::Result<Vec<String>> {
                 k => format!("top {k} per generated position"),
             },
             if p.token_ids { "yes" } else { "no" },
+            if p.prompt_logprobs { "yes" } else { "no" },
         ));
         let o = &plan.config.observe;
         if o.logprobs && p.top_logprobs == 0 {

@@ -143,6 +143,10 @@ pub struct Probe {
     pub top_logprobs: usize,
     /// Whether the server gives token ids with its tokens.
     pub token_ids: bool,
+    /// Whether `echo` returns the prompt's log-probabilities too (vLLM,
+    /// MAX with `--enable-echo`; llama-server ignores it): what a
+    /// teacher-forced KL over an endpoint would need. Recorded, not used yet.
+    pub prompt_logprobs: bool,
 }
 
 /// A connected endpoint.
@@ -513,13 +517,46 @@ async fn probe(t: &Transport, model: &str) -> Result<Probe, HttpError> {
                 why: m.0,
             })?;
         let lp = a.logprobs.unwrap_or_default();
+        let top_logprobs = lp.first().map_or(0, |t| t.top.len().min(asked));
+        let prompt_logprobs = top_logprobs > 0 && echoes(t, model).await;
         return Ok(Probe {
             models,
             served_model: a.model,
             system_fingerprint: a.system_fingerprint,
-            top_logprobs: lp.first().map_or(0, |t| t.top.len().min(asked)),
+            top_logprobs,
             token_ids: lp.first().is_some_and(|t| t.id.is_some()),
+            prompt_logprobs,
         });
+    }
+}
+
+/// Whether `echo` gives log-probabilities for the prompt's tokens too: more
+/// entries than tokens generated. A server that refuses `echo` or ignores
+/// it (llama-server) does not.
+async fn echoes(t: &Transport, model: &str) -> bool {
+    let mut body = wire::body(&Ask {
+        endpoint: Endpoint::Completions,
+        model,
+        prompt: "Hello world",
+        system: None,
+        max_tokens: 1,
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: None,
+        seed: 0,
+        stop: &[],
+        top_logprobs: 1,
+    });
+    body["echo"] = true.into();
+    let Ok(reply) = t.post(Endpoint::Completions.path(), &body).await else {
+        return false;
+    };
+    match wire::parse(Endpoint::Completions, &reply.body) {
+        Ok(a) => {
+            let generated = a.completion_tokens.unwrap_or(1) as usize;
+            a.logprobs.is_some_and(|lp| lp.len() > generated)
+        }
+        Err(_) => false,
     }
 }
 

@@ -101,7 +101,11 @@ pub(super) fn record(
     if options.reference.is_some() {
         p.notes.insert(
             "reference_continuation".into(),
-            "not scored: the endpoint cannot score a given continuation, so the KL is over the generated positions the two sides share".into(),
+            match exec.probe.prompt_logprobs {
+                false => "not scored: the endpoint cannot score a given continuation (it returns no prompt log-probabilities), so the KL is over the generated positions the two sides share",
+                true => "not scored: the endpoint returns prompt log-probabilities (echo), which vauban does not use yet, so the KL is over the generated positions the two sides share",
+            }
+            .into(),
         );
     }
     let asked = options.generate.top_logprobs;
