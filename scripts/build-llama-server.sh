@@ -17,7 +17,11 @@ prefix="$cache/llama.cpp/$version"
 targets=(llama-server)
 [ "${1:-}" = "--bench" ] && targets+=(llama-bench)
 
+# Built for this CPU (GGML_NATIVE): a cache built on a machine with other
+# instruction sets is rebuilt, not run.
+cpu="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-16)"
 have_all() {
+  [ "$(cat "$prefix/cpu" 2>/dev/null)" = "$cpu" ] || return 1
   for t in "${targets[@]}"; do [ -x "$prefix/bin/$t" ] || return 1; done
 }
 if have_all; then
@@ -54,10 +58,13 @@ echo "build-llama-server: building ${targets[*]} from $src (several minutes)" >&
   || { tail -40 "$work/configure.log" >&2; exit 1; }
 "$cmake" --build "$work/build" --target "${targets[@]}" -j "$(nproc)" >"$work/build.log" 2>&1 \
   || { tail -40 "$work/build.log" >&2; exit 1; }
-mkdir -p "$prefix/bin.partial"
+rm -rf "$prefix/bin.partial" && mkdir -p "$prefix/bin.partial"
 for t in "${targets[@]}"; do cp "$work/build/bin/$t" "$prefix/bin.partial/"; done
-# Keep what an earlier build left (llama-bench beside llama-server).
-[ -d "$prefix/bin" ] && cp -n "$prefix/bin/"* "$prefix/bin.partial/" 2>/dev/null || true
+# Keep what an earlier build for this CPU left (llama-bench beside llama-server).
+if [ "$(cat "$prefix/cpu" 2>/dev/null)" = "$cpu" ] && [ -d "$prefix/bin" ]; then
+  cp -n "$prefix/bin/"* "$prefix/bin.partial/" 2>/dev/null || true
+fi
 rm -rf "$prefix/bin" && mv "$prefix/bin.partial" "$prefix/bin"
+echo "$cpu" > "$prefix/cpu"
 echo "build-llama-server: installed $prefix/bin" >&2
 echo "$prefix/bin/llama-server"
