@@ -359,3 +359,72 @@ fn validate_online_probes_the_endpoint_and_warns_where_evidence_will_be_narrower
     let o = vauban(&["validate", "--offline", cfg.to_str().unwrap()], &[]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn ctrl_c_with_requests_in_flight_keeps_what_arrived_and_the_rerun_asks_for_the_rest() {
+    let Some((bin, model)) = parts() else { return };
+    let server = LlamaServer::start(&bin, &model, llama_server::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let suite = write_suite(dir.path(), PROMPTS.len());
+    let side = |s: &str| {
+        http_side(
+            &server.url(),
+            &model,
+            &format!("concurrency = 4\nsystem = \"{s}\""),
+        )
+    };
+    let cfg = config(dir.path(), &out, &suite, &side("a"), &side("b"));
+    let plugin_dir = plugins::wasm("vauban-plugin-refusal")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let run = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vauban"));
+        c.args(["run", cfg.to_str().unwrap()])
+            .env("VAUBAN_PLUGIN_DIR", &plugin_dir);
+        c
+    };
+    let cached = || common::cached_traces(&out);
+    let mut child = run().stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while cached() < 2 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before the signal"
+        );
+        assert!(start.elapsed() < Duration::from_secs(600), "no trace kept");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let signal = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signal.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    // What it says it kept is what the trace cache holds.
+    let kept = cached();
+    let said = |side: &str| common::kept_count(&err, side, PROMPTS.len()).unwrap_or(0);
+    assert!(
+        err.contains("run the same command to resume") && kept >= 2 && kept < 2 * PROMPTS.len(),
+        "{kept} kept; {err}"
+    );
+    assert_eq!(said("baseline") + said("candidate"), kept, "{err}");
+
+    let o = run().output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("reusing {} of", said_before(kept))),
+        "{err}"
+    );
+    assert_eq!(cached(), 2 * PROMPTS.len());
+}
+
+/// The traces a rerun reuses on its first side: all it kept, when the
+/// stop came on the baseline; the whole baseline otherwise.
+fn said_before(kept: usize) -> usize {
+    kept.min(PROMPTS.len())
+}

@@ -77,27 +77,11 @@ path = "{behavior}"
 }
 
 fn cached(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("out/traces/cache"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.path().join("manifest.json").exists())
-                .count()
-        })
-        .unwrap_or(0)
+    common::cached_traces(&dir.join("out"))
 }
 
-/// The count before ` of {PROMPTS} {side} traces` in `text`, or all of
-/// them for `all {PROMPTS} {side} traces`.
 fn count(text: &str, side: &str) -> Option<usize> {
-    if text.contains(&format!("all {PROMPTS} {side} traces")) {
-        return Some(PROMPTS);
-    }
-    let end = text.find(&format!(" of {PROMPTS} {side} traces"))?;
-    text[..end]
-        .rsplit(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+    common::kept_count(text, side, PROMPTS)
 }
 
 #[test]

@@ -175,3 +175,29 @@ pub fn raw_request(
     };
     (request, options)
 }
+
+/// Finished traces in a run's trace cache (`OUT/traces/cache`, each a
+/// bundle with its manifest written last).
+pub fn cached_traces(out: &std::path::Path) -> usize {
+    std::fs::read_dir(out.join("traces/cache"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().join("manifest.json").exists())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// What an interrupted run says it kept of `side`: the count before
+/// ` of {total} {side} traces`, or `total` for `all {total} {side} traces`.
+pub fn kept_count(text: &str, side: &str, total: usize) -> Option<usize> {
+    if text.contains(&format!("all {total} {side} traces")) {
+        return Some(total);
+    }
+    let end = text.find(&format!(" of {total} {side} traces"))?;
+    text[..end]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
