@@ -123,6 +123,10 @@ fn served_tokens_equal_in_process_generation_with_and_without_an_intervention() 
     // What an endpoint of vauban's gives: top-k logprobs with ids.
     assert_eq!(exec.probe().top_logprobs, 20);
     assert!(exec.probe().token_ids);
+    assert!(
+        exec.probe().prompt_logprobs,
+        "echo gives the prompt's logprobs"
+    );
     assert!(out.trace.has(K::Logprobs));
     drop(plain);
 
@@ -152,5 +156,80 @@ fn a_model_the_server_does_not_serve_is_refused_with_the_served_name() {
     assert!(
         e.contains("does not serve `another-model`") && e.contains("`smol`"),
         "{e}"
+    );
+}
+
+/// POSTs `body` to `path` under the server's base URL; the JSON answer.
+fn post(server: &Server, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let authority = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1");
+    let mut s = std::net::TcpStream::connect(authority).unwrap();
+    let body = body.to_string();
+    write!(
+        s,
+        "POST /v1/{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let at = r.find("\r\n\r\n").unwrap() + 4;
+    serde_json::from_str(&r[at..]).unwrap_or_else(|e| panic!("{e}: {r}"))
+}
+
+#[test]
+fn echo_scores_the_prompt_as_generation_scores_the_same_tokens() {
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
+    let s = serve(&model, &[]);
+    // The model's own answer and its log-probabilities...
+    let answer = post(
+        &s,
+        "completions",
+        &serde_json::json!({"prompt": PROMPT, "max_tokens": 3, "temperature": 0, "logprobs": 2}),
+    );
+    let completion = answer["choices"][0]["text"].as_str().unwrap().to_owned();
+    let generated = answer["choices"][0]["logprobs"]["token_logprobs"].clone();
+    // ...are what echo gives for the same text as a prompt (lm-eval's
+    // loglikelihood request: echo, no new tokens).
+    let echoed = post(
+        &s,
+        "completions",
+        &serde_json::json!({
+            "prompt": format!("{PROMPT}{completion}"), "max_tokens": 0,
+            "echo": true, "logprobs": 2, "temperature": 0,
+        }),
+    );
+    let lp = &echoed["choices"][0]["logprobs"];
+    assert_eq!(
+        echoed["choices"][0]["text"],
+        format!("{PROMPT}{completion}")
+    );
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null());
+    let echoed_lp: Vec<f64> = lp["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    let tail = &echoed_lp[echoed_lp.len() - 3..];
+    for (e, g) in tail.iter().zip(generated.as_array().unwrap()) {
+        let g = g.as_f64().unwrap();
+        assert!((e - g).abs() < 1e-3, "echoed {e} vs generated {g}");
+    }
+    let bad = post(
+        &s,
+        "completions",
+        &serde_json::json!({"prompt": "x", "echo": true, "stream": true}),
+    );
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`echo` with `stream`")
     );
 }

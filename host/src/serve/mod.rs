@@ -18,9 +18,10 @@ use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 
-use crate::executor::{Backend, Executor, GenerateOptions};
+use crate::executor::{Backend, Executor, GenerateOptions, PromptForm, RunOptions, TopLogprobs};
 use crate::intervene::Intervention;
 use crate::intervene::policy::StepPolicy;
+use crate::trace::{ArtifactKind as K, TraceRequest};
 
 pub use openai::Params;
 
@@ -61,6 +62,8 @@ impl Served {
 
 /// A finished generation, as the responses need it.
 pub struct Completion {
+    /// With `echo`: the prompt, and (with `logprobs`) its tokens' scores.
+    pub echoed: Option<Echoed>,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub text: String,
@@ -68,6 +71,14 @@ pub struct Completion {
     pub finish_reason: &'static str,
     /// Per generated token: its text, id, log-probability and the top
     /// alternatives (text, id, log-probability), when asked for.
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// The prompt as `echo` returns it.
+pub struct Echoed {
+    pub text: String,
+    /// Per prompt token (empty without `logprobs`); the first has no
+    /// distribution before it, so its scores are not meaningful.
     pub tokens: Vec<TokenInfo>,
 }
 
@@ -112,12 +123,27 @@ pub fn complete(
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Completion, ServeError> {
     let exec = &served.exec;
-    let ids = exec
-        .tokenize(&p.prompt, &p.form)
-        .map_err(|e| ServeError::bad_request(format!("cannot tokenize the prompt: {e}")))?;
+    let ids = match &p.prompt_ids {
+        Some(ids) => {
+            let vocab = exec.dims().vocab;
+            if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                return Err(ServeError::bad_request(format!(
+                    "token id {bad} is outside the model's vocabulary of {vocab}"
+                )));
+            }
+            ids.clone()
+        }
+        None => exec
+            .tokenize(&p.prompt, &p.form)
+            .map_err(|e| ServeError::bad_request(format!("cannot tokenize the prompt: {e}")))?,
+    };
     if ids.is_empty() {
         return Err(ServeError::bad_request("the prompt is empty"));
     }
+    let echoed = match p.echo {
+        true => Some(echo(served, &ids, p)?),
+        false => None,
+    };
     let mut policy = match &served.policy {
         Some(s) => Some(
             s.start()
@@ -165,6 +191,7 @@ pub fn complete(
     };
     use crate::executor::StopReason;
     Ok(Completion {
+        echoed,
         prompt_tokens: ids.len(),
         completion_tokens: g.ids.len(),
         text: g.text,
@@ -174,6 +201,92 @@ pub fn complete(
         },
         tokens,
     })
+}
+
+/// The prompt with, when `p.logprobs`, each token's log-probability and
+/// top alternatives under the served model (interventions and policy
+/// applied), from one traced forward pass over the prompt's ids.
+fn echo(served: &Served, ids: &[u32], p: &Params) -> Result<Echoed, ServeError> {
+    let exec = &served.exec;
+    let text = exec
+        .detokenize(ids)
+        .map_err(|e| ServeError::internal(format!("detokenizing the prompt: {e}")))?;
+    if !p.logprobs {
+        return Ok(Echoed {
+            text,
+            tokens: Vec::new(),
+        });
+    }
+    let request = TraceRequest {
+        prompt_id: None,
+        category: None,
+        expected_behavior: None,
+        text: None,
+        token_ids: Some(ids.to_vec()),
+        observe: vec![K::Logprobs],
+        layers: vec![],
+        raw_tensors: true,
+    };
+    let options = RunOptions {
+        trace_id: "echo".into(),
+        prompt: PromptForm::Raw,
+        interventions: served.interventions.clone(),
+        block_outputs: false,
+        generate: GenerateOptions::default(),
+        reference: None,
+    };
+    let mut policy = match &served.policy {
+        Some(s) => Some(
+            s.start()
+                .map_err(|e| ServeError::internal(format!("the policy: {e:#}")))?,
+        ),
+        None => None,
+    };
+    let out = exec
+        .trace(
+            &request,
+            &options,
+            policy.as_mut().map(|b| &mut **b as &mut dyn StepPolicy),
+        )
+        .map_err(|e| ServeError::internal(format!("scoring the prompt: {e}")))?;
+    let rows = out
+        .trace
+        .artifacts_of(K::Logprobs)
+        .find(|a| a.role() == Some("prompt"))
+        .and_then(|a| out.tensors.get(&a.id))
+        .ok_or_else(|| ServeError::internal("the prompt's log-probabilities were not recorded"))?;
+    let vocab = *rows.shape.last().unwrap_or(&0);
+    let values = rows.as_ref().to_f32_vec();
+    let piece = |id: u32| exec.detokenize(&[id]).unwrap_or_default();
+    let tokens = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| match i {
+            // Nothing predicts the first token.
+            0 => TokenInfo {
+                text: piece(id),
+                id,
+                logprob: f32::NAN,
+                top: Vec::new(),
+            },
+            i => {
+                let row = &values[(i - 1) * vocab..i * vocab];
+                let top = TopLogprobs::of(row, p.top_logprobs);
+                TokenInfo {
+                    text: piece(id),
+                    id,
+                    logprob: row[id as usize],
+                    top: top
+                        .ids
+                        .iter()
+                        .zip(&top.logprobs)
+                        .map(|(&t, &l)| (piece(t), t, l))
+                        .collect(),
+                }
+            }
+        })
+        .collect();
+    Ok(Echoed { text, tokens })
 }
 
 /// What the handlers share: the model behind a lock (one generation at a

@@ -17,7 +17,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::{Completion, ServeError, Shared, TokenInfo, run_blocking};
+use super::{Completion, Echoed, ServeError, Shared, TokenInfo, run_blocking};
 use crate::executor::PromptForm;
 use crate::model::sample::{Sampler, Sampling};
 
@@ -32,7 +32,14 @@ const MAX_TOP_LOGPROBS: usize = 20;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
     pub model: Option<String>,
+    /// The prompt's text (for token ids, empty until detokenized).
     pub prompt: String,
+    /// The prompt as token ids, used as given (completions only).
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Completions: answer with the prompt first, and with `logprobs`,
+    /// each prompt token's log-probability and top alternatives (the
+    /// first token's are null), as lm-eval's loglikelihood requests ask.
+    pub echo: bool,
     pub form: PromptForm,
     pub max_tokens: usize,
     /// `None`: greedy (temperature 0).
@@ -93,10 +100,9 @@ fn common(
     m: &Map<String, Value>,
     default_max: usize,
 ) -> Result<(Option<Sampling>, Vec<String>, usize, bool), ServeError> {
-    let neutral: [(&str, IsNeutral); 8] = [
+    let neutral: [(&str, IsNeutral); 7] = [
         ("n", |v: &Value| v.as_u64() == Some(1)),
         ("best_of", |v: &Value| v.as_u64() == Some(1)),
-        ("echo", |v: &Value| v == &Value::Bool(false)),
         ("frequency_penalty", |v: &Value| v.as_f64() == Some(0.0)),
         ("presence_penalty", |v: &Value| v.as_f64() == Some(0.0)),
         ("logit_bias", |v: &Value| {
@@ -173,17 +179,41 @@ fn model(m: &Map<String, Value>) -> Option<String> {
 /// `/v1/completions`: `prompt` (a string, or a list of one), `logprobs` (top k).
 pub fn completion_params(body: &Bytes) -> Result<Params, ServeError> {
     let m = object(body)?;
-    let prompt = match m.get("prompt") {
-        Some(Value::String(s)) => s.clone(),
+    let ids = |a: &[Value]| -> Option<Vec<u32>> {
+        a.iter()
+            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect()
+    };
+    let (prompt, prompt_ids) = match m.get("prompt") {
+        Some(Value::String(s)) => (s.clone(), None),
         Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-            a[0].as_str().unwrap().to_owned()
+            (a[0].as_str().unwrap().to_owned(), None)
+        }
+        Some(Value::Array(a)) if !a.is_empty() && ids(a).is_some() => (String::new(), ids(a)),
+        Some(Value::Array(a))
+            if a.len() == 1 && a[0].as_array().is_some_and(|x| ids(x).is_some()) =>
+        {
+            (String::new(), a[0].as_array().and_then(|x| ids(x)))
         }
         Some(Value::Array(_)) => {
             return Err(ServeError::bad_request(
-                "`prompt` must be one string (several prompts in one request are not supported; send one request each)",
+                "`prompt` must be one string or one list of token ids (several prompts in one request are not supported; send one request each)",
             ));
         }
-        _ => return Err(ServeError::bad_request("`prompt` (a string) is required")),
+        _ => {
+            return Err(ServeError::bad_request(
+                "`prompt` (a string or token ids) is required",
+            ));
+        }
+    };
+    let echo = match m.get("echo") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(ServeError::bad_request(format!(
+                "`echo` must be true or false, not {v}"
+            )));
+        }
     };
     let (sampling, stop, max_tokens, stream) = common(&m, COMPLETIONS_MAX_TOKENS)?;
     let top = count(&m, "logprobs")?;
@@ -192,9 +222,16 @@ pub fn completion_params(body: &Bytes) -> Result<Params, ServeError> {
             "`logprobs` is at most {MAX_TOP_LOGPROBS}"
         )));
     }
+    if echo && stream {
+        return Err(ServeError::bad_request(
+            "`echo` with `stream` is not supported; ask without `stream`",
+        ));
+    }
     Ok(Params {
         model: model(&m),
         prompt,
+        prompt_ids,
+        echo,
         form: PromptForm::Raw,
         max_tokens,
         sampling,
@@ -224,6 +261,11 @@ pub fn chat_params(body: &Bytes) -> Result<Params, ServeError> {
             .unwrap_or_default()
             .to_owned()
     };
+    if m.get("echo").is_some_and(|v| !v.is_null()) {
+        return Err(ServeError::bad_request(
+            "`echo` is a parameter of /v1/completions, not of chat",
+        ));
+    }
     let (system, user) = match messages.as_slice() {
         [u] if role(u) == "user" => (None, content(u)?),
         [s, u] if role(s) == "system" && role(u) == "user" => (Some(content(s)?), content(u)?),
@@ -249,6 +291,8 @@ pub fn chat_params(body: &Bytes) -> Result<Params, ServeError> {
     Ok(Params {
         model: model(&m),
         prompt: user,
+        prompt_ids: None,
+        echo: false,
         form: PromptForm::Chat { system },
         max_tokens,
         sampling,
@@ -337,9 +381,12 @@ fn body(s: &Shared, p: &Params, kind: Kind, id: &str, c: &Completion) -> Value {
     let choice = match kind {
         Kind::Completion => json!({
             "index": 0,
-            "text": c.text,
+            "text": match &c.echoed {
+                Some(e) => format!("{}{}", e.text, c.text),
+                None => c.text.clone(),
+            },
             "finish_reason": c.finish_reason,
-            "logprobs": p.logprobs.then(|| legacy_logprobs(&c.tokens)),
+            "logprobs": p.logprobs.then(|| legacy_logprobs(c.echoed.as_ref(), &c.tokens)),
         }),
         Kind::Chat => json!({
             "index": 0,
@@ -376,30 +423,56 @@ fn content_logprobs(tokens: &[TokenInfo]) -> Value {
         .collect()
 }
 
-fn legacy_logprobs(tokens: &[TokenInfo]) -> Value {
+/// The legacy shape; with `echo`, the prompt's tokens first (the first
+/// one's log-probability and alternatives null: nothing predicts it), and
+/// then no `content` list, whose entries cannot hold a null.
+fn legacy_logprobs(echoed: Option<&Echoed>, tokens: &[TokenInfo]) -> Value {
+    let top = |t: &TokenInfo| {
+        // Two tokens with the same text keep the likelier one.
+        let mut m = Map::new();
+        for (text, _, lp) in &t.top {
+            m.entry(text.clone()).or_insert(json!(lp));
+        }
+        Value::Object(m)
+    };
+    let mut texts = Vec::new();
+    let mut logprobs = Vec::new();
+    let mut tops = Vec::new();
+    if let Some(e) = echoed {
+        for (i, t) in e.tokens.iter().enumerate() {
+            texts.push(t.text.clone());
+            logprobs.push(if i == 0 {
+                Value::Null
+            } else {
+                json!(t.logprob)
+            });
+            tops.push(if i == 0 { Value::Null } else { top(t) });
+        }
+    }
+    for t in tokens {
+        texts.push(t.text.clone());
+        logprobs.push(json!(t.logprob));
+        tops.push(top(t));
+    }
     let mut offset = 0;
-    let offsets: Vec<usize> = tokens
+    let offsets: Vec<usize> = texts
         .iter()
         .map(|t| {
             let at = offset;
-            offset += t.text.len();
+            offset += t.len();
             at
         })
         .collect();
-    json!({
-        "tokens": tokens.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
-        "token_logprobs": tokens.iter().map(|t| t.logprob).collect::<Vec<_>>(),
-        "top_logprobs": tokens.iter().map(|t| {
-            // Two tokens with the same text keep the likelier one.
-            let mut m = Map::new();
-            for (text, _, lp) in &t.top {
-                m.entry(text.clone()).or_insert(json!(lp));
-            }
-            Value::Object(m)
-        }).collect::<Vec<_>>(),
+    let mut v = json!({
+        "tokens": texts,
+        "token_logprobs": logprobs,
+        "top_logprobs": tops,
         "text_offset": offsets,
-        "content": content_logprobs(tokens),
-    })
+    });
+    if echoed.is_none() {
+        v["content"] = content_logprobs(tokens);
+    }
+    v
 }
 
 /// A server-sent event stream: text chunks as the model produces them,
@@ -485,7 +558,13 @@ mod tests {
                 .unwrap_err()
                 .message
         };
-        assert!(bad(br#"{"prompt":"x","echo":true}"#).contains("`echo`"));
+        assert!(bad(br#"{"prompt":"x","echo":"yes"}"#).contains("`echo` must be"));
+        assert!(
+            bad(br#"{"prompt":"x","echo":true,"stream":true}"#).contains("`echo` with `stream`")
+        );
+        let ids =
+            completion_params(&Bytes::from_static(br#"{"prompt":[1,2,3],"echo":true}"#)).unwrap();
+        assert_eq!((ids.prompt_ids, ids.echo), (Some(vec![1, 2, 3]), true));
         assert!(bad(br#"{"prompt":"x","n":2}"#).contains("`n`"));
         assert!(bad(br#"{"prompt":["a","b"]}"#).contains("one string"));
         assert!(bad(br#"{"prompt":"x","temperature":-1}"#).contains("temperature"));

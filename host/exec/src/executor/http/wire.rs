@@ -333,9 +333,13 @@ fn legacy(lp: &Value) -> Result<Vec<TokenLogprob>, Malformed> {
                 .unwrap_or_default()
         )));
     }
+    // With `echo`, the prompt's first token has nothing before it: its
+    // log-probability is null, and it is left out (no distribution).
+    let first = usize::from(chosen.first().is_some_and(Value::is_null));
     tokens
         .iter()
         .enumerate()
+        .skip(first)
         .map(|(i, t)| {
             let at = |m: String| bad(format!("logprobs position {i}: {m}"));
             let token = t
@@ -487,6 +491,13 @@ mod tests {
         assert_eq!(a.finish, Finish::Stop);
         // Plain strings carry no id.
         let plain = br#"{"choices":[{"text":"a","logprobs":{"tokens":["a"],"token_logprobs":[-1.0],"top_logprobs":[{"a":-1.0}]}}]}"#;
+        // An echoed prompt's first token has no distribution: left out.
+        let echoed = br#"{"choices":[{"text":"ab","logprobs":{"tokens":["a","b"],"token_logprobs":[null,-0.5],"top_logprobs":[null,{"b":-0.5}]}}]}"#;
+        let lp = parse(Endpoint::Completions, echoed)
+            .unwrap()
+            .logprobs
+            .unwrap();
+        assert_eq!((lp.len(), lp[0].token.as_str()), (1, "b"));
         let lp = parse(Endpoint::Completions, plain)
             .unwrap()
             .logprobs
