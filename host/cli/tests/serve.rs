@@ -233,3 +233,102 @@ fn echo_scores_the_prompt_as_generation_scores_the_same_tokens() {
             .contains("`echo` with `stream`")
     );
 }
+
+/// `vauban run` with the local model as the baseline and `server` as the
+/// candidate, on raw prompts with logprobs; the report.
+fn run_against(server: &Server, model: &Path, dir: &Path) -> serde_json::Value {
+    let suite = dir.join("suite.jsonl");
+    std::fs::write(
+        &suite,
+        [
+            "The capital of France is",
+            "Water boils at a temperature of",
+            "Once upon a time, there was a",
+            "def fibonacci(n):",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| serde_json::json!({"id": format!("p{i}"), "text": t}).to_string())
+        .collect::<Vec<_>>()
+        .join("\n"),
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"output = "{out}"
+[suite]
+file = "{suite}"
+[observe]
+logprobs = true
+top_logprobs = 10
+max_tokens = 12
+prompt_form = "raw"
+[baseline]
+model = "{model}"
+weights = "f32"
+[candidate]
+executor = "http"
+url = "{url}"
+model = "smol"
+tokenizer = "{model}"
+[[scorers]]
+plugin = "logprob"
+"#,
+            out = out.display(),
+            suite = suite.display(),
+            model = model.display(),
+            url = server.url,
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(["run", cfg.to_str().unwrap()])
+        .env(
+            "VAUBAN_PLUGIN_DIR",
+            common::plugins::wasm("vauban-plugin-logprob")
+                .parent()
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn an_endpoint_that_echoes_is_scored_along_the_whole_baseline_continuation() {
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
+    // The same weights on both sides: the teacher-forced KL is zero at
+    // every position of every continuation, not only up to a divergence.
+    let plain = serve(&model, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let r = run_against(&plain, &model, dir.path());
+    let d = &r["distribution"];
+    assert_eq!(d["positions"], "teacher_forced", "{d}");
+    assert_eq!(d["support"], "top_k_shared", "{d}");
+    let per = d["per_prompt"].as_array().unwrap();
+    // p0 runs to its budget: a row for each of its 12 distributions.
+    assert_eq!(per[0]["positions"], 12, "{}", per[0]);
+    for p in per {
+        assert!(p["positions"].as_u64().unwrap() > 1, "{p}");
+        assert!(p["mean_kl"].as_f64().unwrap() < 1e-4, "{p}");
+    }
+    drop(plain);
+
+    // Steered, the candidate's distributions move along the same positions.
+    let steer = format!(
+        "layer=12,mode=add,direction={},alpha=4",
+        direction_file(dir.path()).display()
+    );
+    let steered = serve(&model, &["--intervene", &steer]);
+    let dir = tempfile::tempdir().unwrap();
+    let r = run_against(&steered, &model, dir.path());
+    let d = &r["distribution"];
+    assert_eq!(d["positions"], "teacher_forced", "{d}");
+    assert!(d["mean_kl"].as_f64().unwrap() > 0.05, "{d}");
+}

@@ -276,7 +276,9 @@ pub struct ReportDelta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DistributionShift {
-    /// Over the vocabulary entries both sides recorded (`full` or `top_k`).
+    /// Over the vocabulary entries both sides recorded: `full`; `top_k`
+    /// (the baseline's top k, scored by the candidate); or `top_k_shared`
+    /// (the tokens in both sides' own top k, where a side is an endpoint).
     pub support: String,
     /// Which positions are compared: the baseline's continuation scored
     /// by the candidate (teacher-forced), or, where a side cannot score a

@@ -125,6 +125,60 @@ pub fn kl_divergence_with_rest(p_log: &[f32], q_log: &[f32]) -> Option<(f64, f64
     Some((kept + rest, p_rest))
 }
 
+/// A lower bound of KL(P ‖ Q) at one position when each side kept its own
+/// top k (an endpoint's log-probabilities), from:
+/// - `shared`: (log P, log Q) of the tokens in both top-k lists;
+/// - `p_only`: log P of the baseline's top-k tokens missing from Q's top k;
+/// - `q_topk`: every log Q of Q's own top k.
+///
+/// The vocabulary is cut into the shared tokens, one cell B for the
+/// tokens only P kept, and the rest. Q(B) is unknown, but those tokens are
+/// below Q's k-th, so `Q(B) ≤ |B|·q_k` and `Q(B) ≤ 1 − Q(top k)`. The
+/// partition's KL is at most the full KL for any Q(B) (data processing);
+/// its smallest value over the feasible Q(B) (convex, at the proportional
+/// split, clipped to the bound) is therefore a lower bound whatever Q(B)
+/// was. Disjoint top-k lists give a large figure, not zero. Also returns
+/// P's mass outside the shared tokens. `None` on NaN.
+pub fn kl_lower_bound_own_top_k(
+    shared: &[(f32, f32)],
+    p_only: &[f32],
+    q_topk: &[f32],
+) -> Option<(f64, f64)> {
+    let all = shared
+        .iter()
+        .flat_map(|&(a, b)| [a, b])
+        .chain(p_only.iter().copied())
+        .chain(q_topk.iter().copied());
+    if all.clone().any(f32::is_nan) {
+        return None;
+    }
+    let e = |l: f32| f64::from(l).exp();
+    let term = |p: f64, q: f64| match p {
+        p if p <= f64::EPSILON => 0.0,
+        p => p * (p.ln() - q.max(1e-12).ln()),
+    };
+    let p_s: f64 = shared.iter().map(|&(a, _)| e(a)).sum();
+    let q_s: f64 = shared.iter().map(|&(_, b)| e(b)).sum();
+    let p_b: f64 = p_only.iter().map(|&l| e(l)).sum();
+    let p_r = (1.0 - p_s - p_b).max(0.0);
+    let q_free = (1.0 - q_s).max(0.0);
+    let q_k = q_topk.iter().copied().fold(f32::INFINITY, f32::min);
+    let q_outside = (1.0 - q_topk.iter().map(|&l| e(l)).sum::<f64>()).max(0.0);
+    let q_b_max = match p_only.len() {
+        0 => 0.0,
+        n => (n as f64 * e(q_k)).min(q_outside).min(q_free),
+    };
+    let q_b = match p_b + p_r {
+        t if t <= f64::EPSILON => 0.0,
+        t => (q_free * p_b / t).min(q_b_max),
+    };
+    let kept: f64 = shared.iter().map(|&(a, b)| term(e(a), e(b))).sum();
+    Some((
+        kept + term(p_b, q_b) + term(p_r, q_free - q_b),
+        (1.0 - p_s).max(0.0),
+    ))
+}
+
 /// How a family of p-values is adjusted for multiple comparisons.
 pub use vauban_format::document::Adjustment;
 
@@ -346,5 +400,30 @@ mod tests {
         );
         assert_eq!(quality(0.0, None, Better::Higher), Quality::Unchanged);
         assert_eq!(quality(0.2, None, Better::Neither), Quality::Neutral);
+    }
+
+    #[test]
+    fn the_own_top_k_bound_is_a_lower_bound_and_sees_disjoint_lists() {
+        // A 6-token vocabulary, both distributions known.
+        let lp = |v: &[f64]| -> Vec<f32> {
+            let z: f64 = v.iter().sum();
+            v.iter().map(|x| (x / z).ln() as f32).collect()
+        };
+        let p = lp(&[8.0, 4.0, 2.0, 1.0, 0.5, 0.5]);
+        let q = lp(&[1.0, 4.0, 8.0, 0.5, 2.0, 0.5]);
+        let full = kl_divergence(&p, &q).unwrap();
+        // Top 3: P keeps {0, 1, 2}, Q keeps {2, 1, 4}.
+        let shared = [(p[1], q[1]), (p[2], q[2])];
+        let (bound, rest) =
+            kl_lower_bound_own_top_k(&shared, &[p[0]], &[q[2], q[1], q[4]]).unwrap();
+        assert!(bound > 0.0 && bound <= full + 1e-9, "{bound} vs {full}");
+        assert!((rest - (1.0 - (p[1] as f64).exp() - (p[2] as f64).exp())).abs() < 1e-6);
+        // Identical distributions: zero.
+        let same = [(p[0], p[0]), (p[1], p[1]), (p[2], p[2])];
+        let (zero, _) = kl_lower_bound_own_top_k(&same, &[], &[p[0], p[1], p[2]]).unwrap();
+        assert!(zero.abs() < 1e-9, "{zero}");
+        // Disjoint top k: far from zero, still below the full KL.
+        let (far, _) = kl_lower_bound_own_top_k(&[], &[p[0], p[1]], &[q[2], q[4]]).unwrap();
+        assert!(far > 0.3 && far <= full + 1e-9, "{far} vs {full}");
     }
 }

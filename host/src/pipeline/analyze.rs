@@ -467,13 +467,18 @@ pub fn prompt_kl(
     if base_rows.len() != cand_rows.len() {
         return None;
     }
-    let (per, rest): (Vec<f64>, Vec<f64>) = base_rows
+    let pairs = base_rows
         .iter()
         .zip(cand_rows)
         .map(|(b, c)| crate::report::stats::kl_divergence_with_rest(b, c))
-        .collect::<Option<Vec<(f64, f64)>>>()?
-        .into_iter()
-        .unzip();
+        .collect::<Option<Vec<(f64, f64)>>>()?;
+    prompt_kl_of(p, pairs)
+}
+
+/// One prompt's KL figures from its per-position (KL, baseline mass
+/// outside the compared tokens) pairs.
+fn prompt_kl_of(p: &Prompt, pairs: Vec<PositionKl>) -> Option<(PromptKl, Vec<f64>, Vec<f64>)> {
+    let (per, rest): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
     let first = *per.first()?;
     Some((
         PromptKl {
@@ -495,13 +500,29 @@ pub fn continuation_reference(
     bundle: &Bundle,
     t: &Trace,
 ) -> anyhow::Result<Option<ReferenceContinuation>> {
-    let Some(a) = t
-        .artifacts_of(K::Tokens)
-        .find(|a| a.role() == Some("continuation_top_k"))
-    else {
+    let Some(support) = id_rows(bundle, "baseline", t, "continuation_top_k")? else {
         return Ok(None);
     };
-    let (r, k, what) = table(bundle, "baseline", t, a, "token ids")?;
+    let completion = tokens_of(t, "completion").unwrap_or_default();
+    Ok(Some(ReferenceContinuation::new(
+        t.id.clone(),
+        completion,
+        support,
+    )))
+}
+
+/// The `[positions, k]` token-id rows of the tokens artifact of `t` with
+/// `role`; `None` when the trace has none.
+fn id_rows(
+    bundle: &Bundle,
+    side: &str,
+    t: &Trace,
+    role: &str,
+) -> anyhow::Result<Option<Vec<Vec<u32>>>> {
+    let Some(a) = t.artifacts_of(K::Tokens).find(|a| a.role() == Some(role)) else {
+        return Ok(None);
+    };
+    let (r, k, what) = table(bundle, side, t, a, "token ids")?;
     if r.dtype != crate::trace::DType::U32 {
         anyhow::bail!("{what} is {:?}, not u32 token ids", r.dtype);
     }
@@ -510,14 +531,37 @@ pub fn continuation_reference(
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    let completion = tokens_of(t, "completion").unwrap_or_default();
-    let support = ids.chunks(k).map(<[u32]>::to_vec).collect();
-    Ok(Some(ReferenceContinuation::new(
-        t.id.clone(),
-        completion,
-        support,
-    )))
+    Ok(Some(ids.chunks(k).map(<[u32]>::to_vec).collect()))
 }
+
+/// Per position, the KL lower bound and the baseline's mass outside the
+/// shared tokens when each side kept its own top k (`a`: the baseline's
+/// ids and log-probabilities, `b`: the candidate's), over the first
+/// `positions` positions (`stats::kl_lower_bound_own_top_k`).
+fn on_own_top_k(
+    a_ids: &[Vec<u32>],
+    a_rows: &[Vec<f32>],
+    b_ids: &[Vec<u32>],
+    b_rows: &[Vec<f32>],
+    positions: usize,
+) -> Option<Vec<PositionKl>> {
+    (0..positions)
+        .map(|i| {
+            let mut shared = Vec::new();
+            let mut p_only = Vec::new();
+            for (id, &a) in a_ids[i].iter().zip(&a_rows[i]) {
+                match b_ids[i].iter().position(|x| x == id) {
+                    Some(m) => shared.push((a, b_rows[i][m])),
+                    None => p_only.push(a),
+                }
+            }
+            crate::report::stats::kl_lower_bound_own_top_k(&shared, &p_only, &b_rows[i])
+        })
+        .collect()
+}
+
+/// One position's KL and the baseline's mass outside the compared tokens.
+type PositionKl = (f64, f64);
 
 /// Log-probability rows, one per position.
 type KlRows = Vec<Vec<f32>>;
@@ -619,6 +663,8 @@ pub fn distribution(
     let mut k = None;
     let mut mismatched = Vec::new();
     let mut positions = KlPositions::TeacherForced;
+    // Whether some pair was compared on the tokens both sides' top k hold.
+    let mut shared_support = false;
     for (p, (b, c)) in suite.prompts.iter().zip(baseline.0.iter().zip(candidate.0)) {
         let Some(reference) = continuation_reference(baseline.1, b)? else {
             continue;
@@ -631,12 +677,13 @@ pub fn distribution(
         else {
             // A side that cannot score a given continuation (an endpoint)
             // is compared on the generated positions both sides share.
-            if let Some((bk, ck, width)) =
+            if let Some((pairs, width)) =
                 shared_generated(baseline.1, b, &reference, candidate.1, c)?
             {
                 positions = KlPositions::SharedGenerated;
+                shared_support = true;
                 k = Some(width);
-                if let Some((kl, per, r)) = prompt_kl(p, &bk, &ck) {
+                if let Some((kl, per, r)) = prompt_kl_of(p, pairs) {
                     per_prompt.push(kl);
                     rows_by_prompt.push(per);
                     rest.extend(r);
@@ -646,13 +693,37 @@ pub fn distribution(
         };
         if labels.get("reference_sha256") != Some(&reference.sha256)
             || base_rows.len() != reference.support.len()
-            || cand_rows.len() != base_rows.len()
         {
             mismatched.push(p.id.clone());
             continue;
         }
-        k = Some(reference.support[0].len());
-        if let Some((kl, per, r)) = prompt_kl(p, &base_rows, &cand_rows) {
+        // An endpoint scored the continuation through echo: its own top k
+        // at each position, compared on the tokens both sides hold.
+        let figures = match labels.get("values").map(String::as_str) {
+            Some("own_top_k") => {
+                let Some(cand_ids) =
+                    id_rows(candidate.1, "candidate", c, "reference_continuation_top_k")?
+                else {
+                    mismatched.push(p.id.clone());
+                    continue;
+                };
+                let n = cand_rows.len().min(cand_ids.len()).min(base_rows.len());
+                shared_support = true;
+                let width = cand_ids.first().map_or(0, Vec::len);
+                k = Some(reference.support[0].len().min(width));
+                on_own_top_k(&reference.support, &base_rows, &cand_ids, &cand_rows, n)
+                    .and_then(|pairs| prompt_kl_of(p, pairs))
+            }
+            _ if cand_rows.len() != base_rows.len() => {
+                mismatched.push(p.id.clone());
+                continue;
+            }
+            _ => {
+                k = Some(reference.support[0].len());
+                prompt_kl(p, &base_rows, &cand_rows)
+            }
+        };
+        if let Some((kl, per, r)) = figures {
             per_prompt.push(kl);
             rows_by_prompt.push(per);
             rest.extend(r);
@@ -680,7 +751,10 @@ pub fn distribution(
         }
     }
     Ok(Ok(DistributionShift {
-        support: "top_k".into(),
+        support: match shared_support {
+            true => "top_k_shared".into(),
+            false => "top_k".into(),
+        },
         positions,
         top_k: k,
         baseline_rest_mass: Some(mean(&rest)),
@@ -713,7 +787,7 @@ fn shared_generated(
     reference: &ReferenceContinuation,
     candidate: &Bundle,
     c: &Trace,
-) -> anyhow::Result<Option<(KlRows, KlRows, usize)>> {
+) -> anyhow::Result<Option<(Vec<PositionKl>, usize)>> {
     let Some((_, base_rows)) = kl_rows(baseline, "baseline", b, "continuation")? else {
         return Ok(None);
     };
@@ -734,21 +808,15 @@ fn shared_generated(
         .min(cand_rows.len())
         .min(reference.support.len())
         .min(cand_ref.support.len());
-    let mut bk = Vec::with_capacity(n);
-    let mut ck = Vec::with_capacity(n);
-    for i in 0..n {
-        let (mut bv, mut cv) = (Vec::new(), Vec::new());
-        for (j, id) in reference.support[i].iter().enumerate() {
-            if let Some(m) = cand_ref.support[i].iter().position(|x| x == id) {
-                bv.push(base_rows[i][j]);
-                cv.push(cand_rows[i][m]);
-            }
-        }
-        bk.push(bv);
-        ck.push(cv);
-    }
     let width = reference.support[0].len().min(cand_ref.support[0].len());
-    Ok((n > 0).then_some((bk, ck, width)))
+    let pairs = on_own_top_k(
+        &reference.support,
+        &base_rows,
+        &cand_ref.support,
+        &cand_rows,
+        n,
+    );
+    Ok(pairs.filter(|_| n > 0).map(|p| (p, width)))
 }
 
 /// Mean over prompts, per position (prompts shorter than a position do not count there).

@@ -406,9 +406,9 @@ fn body(s: &Shared, p: &Params, kind: Kind, id: &str, c: &Completion) -> Value {
     })
 }
 
-fn content_logprobs(tokens: &[TokenInfo]) -> Value {
+fn content_logprobs<'a>(tokens: impl IntoIterator<Item = &'a TokenInfo>) -> Value {
     tokens
-        .iter()
+        .into_iter()
         .map(|t| {
             json!({
                 "id": t.id,
@@ -423,9 +423,10 @@ fn content_logprobs(tokens: &[TokenInfo]) -> Value {
         .collect()
 }
 
-/// The legacy shape; with `echo`, the prompt's tokens first (the first
-/// one's log-probability and alternatives null: nothing predicts it), and
-/// then no `content` list, whose entries cannot hold a null.
+/// The legacy shape, and the chat shape's `content` list with ids. With
+/// `echo`, the prompt's tokens come first: in the legacy arrays the first
+/// one's log-probability and alternatives are null (nothing predicts it);
+/// `content`, whose entries cannot hold a null, starts at the second.
 fn legacy_logprobs(echoed: Option<&Echoed>, tokens: &[TokenInfo]) -> Value {
     let top = |t: &TokenInfo| {
         // Two tokens with the same text keep the likelier one.
@@ -469,9 +470,12 @@ fn legacy_logprobs(echoed: Option<&Echoed>, tokens: &[TokenInfo]) -> Value {
         "top_logprobs": tops,
         "text_offset": offsets,
     });
-    if echoed.is_none() {
-        v["content"] = content_logprobs(tokens);
-    }
+    let scored: Vec<&TokenInfo> = echoed
+        .iter()
+        .flat_map(|e| e.tokens.iter().skip(1))
+        .chain(tokens)
+        .collect();
+    v["content"] = content_logprobs(scored);
     v
 }
 

@@ -292,6 +292,46 @@ impl Recorder {
         self.token_ids(span, "reference_continuation", r.completion.clone());
     }
 
+    /// Another side's continuation scored by a backend that returns its
+    /// own top-k at each position instead of scores of the reference's
+    /// tokens (an endpoint, through `echo`): the `[rows, k]`
+    /// log-probabilities (`role = reference_continuation`, `values =
+    /// own_top_k`, labelled with the reference) and their token ids
+    /// (`reference_continuation_top_k`), always raw; the KL compares them
+    /// with the reference's rows on the tokens both hold.
+    pub fn reference_own_top_k(
+        &mut self,
+        span: &str,
+        r: &ReferenceContinuation,
+        rows: usize,
+        k: usize,
+        values: &[f32],
+        ids: &[u32],
+    ) {
+        let k_label = k.to_string();
+        let data = TensorData::from_f32(vec![rows, k], values).expect("2-D");
+        self.raw_tensor(
+            span,
+            K::Logprobs,
+            labels(&[
+                ("role", "reference_continuation"),
+                ("values", "own_top_k"),
+                ("k", &k_label),
+                ("reference_trace", &r.trace_id),
+                ("reference_sha256", &r.sha256),
+            ]),
+            data,
+        );
+        let data = TensorData::from_u32(vec![rows, k], ids).expect("2-D");
+        self.raw_tensor(
+            span,
+            K::Tokens,
+            labels(&[("role", "reference_continuation_top_k"), ("k", &k_label)]),
+            data,
+        );
+        self.token_ids(span, "reference_continuation", r.completion.clone());
+    }
+
     /// The intervene span: one record per intervention with what it did
     /// (`effects`, in the same order), and one for the policy when there is
     /// one. With neither, an intervention result asked for is recorded as

@@ -46,7 +46,10 @@ impl Artifact {
             ArtifactKind::Logprobs => {
                 matches!(self.role(), Some("continuation" | "reference_continuation"))
             }
-            ArtifactKind::Tokens => self.role() == Some("continuation_top_k"),
+            ArtifactKind::Tokens => matches!(
+                self.role(),
+                Some("continuation_top_k" | "reference_continuation_top_k")
+            ),
             _ => false,
         }
     }

@@ -320,27 +320,74 @@ impl HttpExecutor {
                 let transport = self.transport.clone();
                 let permits = permits.clone();
                 let cache = self.cache.clone();
-                let key = ResponseCache::key(&self.identity(), &body);
+                let identity = self.identity();
                 let in_flight = self.in_flight.clone();
+                let echo = self.echo_body(&jobs[i].0, &jobs[i].1);
                 set.spawn(async move {
                     let _permit = permits.acquire_owned().await.expect("never closed");
-                    let r =
+                    let key = ResponseCache::key(&identity, &body);
+                    let main =
                         fetch(&transport, cache.as_ref(), &key, endpoint, body, &in_flight).await;
-                    (i, r)
+                    // The reference continuation scored by echo, after the answer.
+                    let echoed = match (main.is_ok(), echo) {
+                        (true, Some(body)) => {
+                            let key = ResponseCache::key(&identity, &body);
+                            let e = Endpoint::Completions;
+                            Some(fetch(&transport, cache.as_ref(), &key, e, body, &in_flight).await)
+                        }
+                        _ => None,
+                    };
+                    (i, main, echoed)
                 });
             }
             while let Some(joined) = set.join_next().await {
-                let (i, fetched) = joined.expect("a request task does not panic");
+                let (i, fetched, echoed) = joined.expect("a request task does not panic");
                 let (request, options) = &jobs[i];
-                let r = fetched
-                    .map_err(|e| ExecutorError::Http(e.to_string()))
-                    .and_then(|f| trace::record(self, request, options, f));
+                let http = |e: HttpError| ExecutorError::Http(e.to_string());
+                let r = fetched.map_err(http).and_then(|f| {
+                    let echoed = echoed.transpose().map_err(http)?;
+                    trace::record(self, request, options, f, echoed)
+                });
                 if on_done(i, r).is_break() {
                     set.abort_all();
                     return;
                 }
             }
         });
+    }
+
+    /// With a reference continuation to score, on an endpoint that echoes
+    /// prompt log-probabilities with token ids, a raw prompt and a declared
+    /// tokenizer: the body that sends the prompt followed by the
+    /// continuation's text with `echo` and one new token, whose answer
+    /// holds the candidate's top-k at every position of the continuation
+    /// and after it (teacher forcing through the API).
+    fn echo_body(&self, request: &TraceRequest, options: &RunOptions) -> Option<Value> {
+        let r = options.reference.as_ref()?;
+        let p = &self.probe;
+        let usable = p.prompt_logprobs
+            && p.token_ids
+            && options.prompt == PromptForm::Raw
+            && request.wants(K::Logprobs);
+        let tok = self.tokenizer().filter(|_| usable)?;
+        let continuation = tok.decode(&r.completion, false).ok()?;
+        let prompt = format!("{}{continuation}", request.text.as_deref()?);
+        let k = r.support.first().map_or(0, Vec::len).min(p.top_logprobs);
+        let mut body = wire::body(&Ask {
+            endpoint: Endpoint::Completions,
+            model: &self.spec.model,
+            prompt: &prompt,
+            system: None,
+            max_tokens: 1,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: None,
+            seed: 0,
+            stop: &[],
+            top_logprobs: k,
+        });
+        body["echo"] = true.into();
+        Some(body)
     }
 
     /// The endpoint and request body of a job, or why it cannot be asked.

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::wire::Finish;
 use super::{Fetched, HttpExecutor};
 use crate::executor::recorder::Recorder;
-use crate::executor::{ExecutorError, RunOptions, TraceOutput};
+use crate::executor::{ExecutorError, ReferenceContinuation, RunOptions, TraceOutput};
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TraceRequest};
 
 pub(super) fn record(
@@ -19,6 +19,7 @@ pub(super) fn record(
     request: &TraceRequest,
     options: &RunOptions,
     f: Fetched,
+    echoed: Option<Fetched>,
 ) -> Result<TraceOutput, ExecutorError> {
     let url = exec.transport.url(match options.prompt {
         crate::executor::PromptForm::Raw => "completions",
@@ -98,16 +99,6 @@ pub(super) fn record(
             ),
         );
     }
-    if options.reference.is_some() {
-        p.notes.insert(
-            "reference_continuation".into(),
-            match exec.probe.prompt_logprobs {
-                false => "not scored: the endpoint cannot score a given continuation (it returns no prompt log-probabilities), so the KL is over the generated positions the two sides share",
-                true => "not scored: the endpoint returns prompt log-probabilities (echo), which vauban does not use yet, so the KL is over the generated positions the two sides share",
-            }
-            .into(),
-        );
-    }
     let asked = options.generate.top_logprobs;
     if request.wants(K::Logprobs) && asked > exec.probe.top_logprobs {
         p.notes.insert(
@@ -115,6 +106,23 @@ pub(super) fn record(
             format!(
                 "{asked} asked; the endpoint returns at most {} per position",
                 exec.probe.top_logprobs
+            ),
+        );
+    }
+    // The reference continuation: scored through echo, or why not.
+    let scored = match (&options.reference, echoed.as_ref()) {
+        (Some(r), Some(e)) => Some(align(e, r).map(|rows| (r, e, rows))),
+        (Some(_), None) => Some(Err(match exec.probe.prompt_logprobs {
+            false => "the endpoint cannot score a given continuation (it returns no prompt log-probabilities)".to_owned(),
+            true => "echo needs a raw prompt, token ids and a declared `tokenizer`".to_owned(),
+        })),
+        (None, _) => None,
+    };
+    if let Some(Err(why)) = &scored {
+        p.notes.insert(
+            "reference_continuation".into(),
+            format!(
+                "not scored: {why}; the KL is over the generated positions the two sides share"
             ),
         );
     }
@@ -136,6 +144,29 @@ pub(super) fn record(
             .flat_map(|t| t.top[..k].iter().map(|x| x.id))
             .collect();
         rec.continuation_top_k(&span, lp.len(), k, &values, top_ids.as_deref());
+    }
+    if let Some(Ok((r, e, rows))) = &scored {
+        let mut p = StageProfile {
+            duration_ns: e.elapsed.as_nanos() as u64,
+            device: exec.device_name(),
+            batch_size: 1,
+            token_count: e.answer.prompt_tokens.unwrap_or(0),
+            input_bytes: e.body.to_string().len() as u64,
+            output_bytes: e.response_bytes as u64,
+            ..Default::default()
+        };
+        p.notes.insert("request_body".into(), e.body.to_string());
+        p.notes.insert(
+            "reference_continuation".into(),
+            format!(
+                "scored by echo: the prompt and the reference's {} tokens sent as text, the echoed token ids checked against the reference's, this model's top {} kept at each of {} positions",
+                r.completion.len(),
+                rows.k,
+                rows.rows
+            ),
+        );
+        let forward = rec.span(Stage::Forward, p);
+        rec.reference_own_top_k(&forward, r, rows.rows, rows.k, &rows.values, &rows.ids);
     }
     // A kind declared unsupported is listed as such by the recorder; one
     // the probe found and this answer lacks is missing, with the reason.
@@ -208,4 +239,57 @@ fn check_ids<'a>(
         }
     }
     Ok(())
+}
+
+/// The candidate's own top-k rows along a reference continuation, read
+/// from an echoed answer.
+struct EchoRows {
+    rows: usize,
+    k: usize,
+    values: Vec<f32>,
+    ids: Vec<u32>,
+}
+
+/// The last `n + 1` scored entries of an echo answer are the reference's
+/// `n` tokens and the one new token: the distributions at every position
+/// of the continuation and after it. Refused when the server split the
+/// text into other tokens than the reference's (then the positions would
+/// not be the reference's).
+fn align(e: &Fetched, r: &ReferenceContinuation) -> Result<EchoRows, String> {
+    let lp = e.answer.logprobs.as_deref().unwrap_or_default();
+    let n = r.completion.len();
+    if lp.len() < n + 1 {
+        return Err(format!(
+            "the echoed answer holds {} scored tokens, fewer than the reference's {n} and one new token",
+            lp.len()
+        ));
+    }
+    let tail = &lp[lp.len() - (n + 1)..];
+    let echoed: Option<Vec<u32>> = tail[..n].iter().map(|t| t.id).collect();
+    if echoed.as_deref() != Some(r.completion.as_slice()) {
+        return Err(
+            "the server tokenized the reference continuation's text into other tokens than the reference's"
+                .into(),
+        );
+    }
+    let rows = r.support.len().min(n + 1);
+    let k = tail[..rows].iter().map(|t| t.top.len()).min().unwrap_or(0);
+    let ids: Option<Vec<u32>> = tail[..rows]
+        .iter()
+        .flat_map(|t| t.top[..k].iter().map(|x| x.id))
+        .collect();
+    match (k, ids) {
+        (0, _) | (_, None) => {
+            Err("the echoed answer's top log-probabilities carry no token ids".into())
+        }
+        (k, Some(ids)) => Ok(EchoRows {
+            rows,
+            k,
+            values: tail[..rows]
+                .iter()
+                .flat_map(|t| t.top[..k].iter().map(|x| x.logprob))
+                .collect(),
+            ids,
+        }),
+    }
 }

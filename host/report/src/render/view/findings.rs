@@ -225,11 +225,18 @@ fn no_distribution(r: &Report) -> String {
 /// The tokens the KL is over, in words.
 fn kl_support(d: &DistributionShift) -> String {
     match (d.top_k, d.baseline_rest_mass) {
-        (Some(k), Some(rest)) if d.positions == KlPositions::SharedGenerated => format!(
-            "the tokens in both sides' {k} most likely at each position plus one bucket for the \
-             rest ({:.2}% of the baseline's probability on average; the KL is a lower bound)",
-            rest * 100.0
-        ),
+        (Some(k), Some(rest))
+            if d.positions == KlPositions::SharedGenerated || d.support == "top_k_shared" =>
+        {
+            format!(
+                "each side's own {k} most likely tokens at each position: the tokens both \
+                 kept, one cell for those only the baseline kept (whose candidate \
+                 probability is bounded by the candidate's k-th), and one for the rest \
+                 ({:.2}% of the baseline's probability outside the shared tokens on average; \
+                 the KL is a lower bound)",
+                rest * 100.0
+            )
+        }
         (Some(k), Some(rest)) => format!(
             "the baseline's {k} most likely tokens at each position plus one bucket for the rest \
              ({:.2}% of the baseline's probability on average; the KL is a lower bound)",
