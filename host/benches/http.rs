@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use vauban::executor::http::wire::{self, Ask, Endpoint};
+use vauban::executor::http::wire::{self, Ask};
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::executor::{GenerateOptions, PromptForm, RunOptions};
 use vauban::trace::{ArtifactKind as K, TraceRequest};
@@ -153,19 +153,12 @@ fn main() -> anyhow::Result<()> {
     let bodies: Vec<String> = prompts
         .iter()
         .map(|p| {
-            wire::body(&Ask {
-                endpoint: Endpoint::Completions,
-                model: llama_server::ALIAS,
-                prompt: p,
-                system: None,
+            wire::body(&Ask::greedy_completion(
+                llama_server::ALIAS,
+                p,
                 max_tokens,
-                temperature: 0.0,
-                top_p: 1.0,
-                top_k: None,
-                seed: 0,
-                stop: &[],
-                top_logprobs: top,
-            })
+                top,
+            ))
             .to_string()
         })
         .collect();

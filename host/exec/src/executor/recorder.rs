@@ -242,26 +242,29 @@ impl Recorder {
         if !self.wants(K::Logprobs) || rows == 0 || k == 0 {
             return;
         }
+        let l = labels(&[("role", "continuation"), ("values", "top_k")]);
+        self.top_k_table(span, l, "continuation_top_k", (rows, k), values, ids);
+    }
+
+    /// A `[rows, k]` table of top log-probabilities labelled `l` (and `k`),
+    /// and their token ids under `ids_role` when given; both always raw.
+    fn top_k_table(
+        &mut self,
+        span: &str,
+        mut l: BTreeMap<String, String>,
+        ids_role: &str,
+        (rows, k): (usize, usize),
+        values: &[f32],
+        ids: Option<&[u32]>,
+    ) {
         let k_label = k.to_string();
+        l.insert("k".into(), k_label.clone());
         let data = TensorData::from_f32(vec![rows, k], values).expect("2-D");
-        self.raw_tensor(
-            span,
-            K::Logprobs,
-            labels(&[
-                ("role", "continuation"),
-                ("values", "top_k"),
-                ("k", &k_label),
-            ]),
-            data,
-        );
+        self.raw_tensor(span, K::Logprobs, l, data);
         if let Some(ids) = ids {
             let data = TensorData::from_u32(vec![rows, k], ids).expect("2-D");
-            self.raw_tensor(
-                span,
-                K::Tokens,
-                labels(&[("role", "continuation_top_k"), ("k", &k_label)]),
-                data,
-            );
+            let l = labels(&[("role", ids_role), ("k", &k_label)]);
+            self.raw_tensor(span, K::Tokens, l, data);
         }
     }
 
@@ -277,18 +280,9 @@ impl Recorder {
     /// continuation's tokens.
     pub fn reference(&mut self, span: &str, r: &ReferenceContinuation, scores: TensorData) {
         let k = scores.shape.get(1).copied().unwrap_or(0).to_string();
-        self.raw_tensor(
-            span,
-            K::Logprobs,
-            labels(&[
-                ("role", "reference_continuation"),
-                ("values", "at_reference_top_k"),
-                ("k", &k),
-                ("reference_trace", &r.trace_id),
-                ("reference_sha256", &r.sha256),
-            ]),
-            scores,
-        );
+        let mut l = reference_labels(r, "at_reference_top_k");
+        l.insert("k".into(), k);
+        self.raw_tensor(span, K::Logprobs, l, scores);
         self.token_ids(span, "reference_continuation", r.completion.clone());
     }
 
@@ -308,27 +302,9 @@ impl Recorder {
         values: &[f32],
         ids: &[u32],
     ) {
-        let k_label = k.to_string();
-        let data = TensorData::from_f32(vec![rows, k], values).expect("2-D");
-        self.raw_tensor(
-            span,
-            K::Logprobs,
-            labels(&[
-                ("role", "reference_continuation"),
-                ("values", "own_top_k"),
-                ("k", &k_label),
-                ("reference_trace", &r.trace_id),
-                ("reference_sha256", &r.sha256),
-            ]),
-            data,
-        );
-        let data = TensorData::from_u32(vec![rows, k], ids).expect("2-D");
-        self.raw_tensor(
-            span,
-            K::Tokens,
-            labels(&[("role", "reference_continuation_top_k"), ("k", &k_label)]),
-            data,
-        );
+        let l = reference_labels(r, "own_top_k");
+        let role = "reference_continuation_top_k";
+        self.top_k_table(span, l, role, (rows, k), values, Some(ids));
         self.token_ids(span, "reference_continuation", r.completion.clone());
     }
 
@@ -435,6 +411,17 @@ impl Recorder {
             generation,
         })
     }
+}
+
+/// The labels of another side's continuation scored here: its role, what
+/// the values are, and the reference's trace and digest.
+fn reference_labels(r: &ReferenceContinuation, values: &str) -> BTreeMap<String, String> {
+    labels(&[
+        ("role", "reference_continuation"),
+        ("values", values),
+        ("reference_trace", &r.trace_id),
+        ("reference_sha256", &r.sha256),
+    ])
 }
 
 /// Checks a request against the model before any work: layers in range,

@@ -316,11 +316,12 @@ impl HttpExecutor {
         self.runtime.block_on(async {
             let permits = Arc::new(tokio::sync::Semaphore::new(self.spec.concurrency));
             let mut set = tokio::task::JoinSet::new();
+            let identity = self.identity();
             for (i, (endpoint, body)) in prepared {
                 let transport = self.transport.clone();
                 let permits = permits.clone();
                 let cache = self.cache.clone();
-                let identity = self.identity();
+                let identity = identity.clone();
                 let in_flight = self.in_flight.clone();
                 let echo = self.echo_body(&jobs[i].0, &jobs[i].1);
                 set.spawn(async move {
@@ -373,19 +374,7 @@ impl HttpExecutor {
         let continuation = tok.decode(&r.completion, false).ok()?;
         let prompt = format!("{}{continuation}", request.text.as_deref()?);
         let k = r.support.first().map_or(0, Vec::len).min(p.top_logprobs);
-        let mut body = wire::body(&Ask {
-            endpoint: Endpoint::Completions,
-            model: &self.spec.model,
-            prompt: &prompt,
-            system: None,
-            max_tokens: 1,
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: None,
-            seed: 0,
-            stop: &[],
-            top_logprobs: k,
-        });
+        let mut body = wire::body(&Ask::greedy_completion(&self.spec.model, &prompt, 1, k));
         body["echo"] = true.into();
         Some(body)
     }
@@ -532,19 +521,7 @@ async fn probe(t: &Transport, model: &str) -> Result<Probe, HttpError> {
     }
     let mut asked = PROBE_TOP_LOGPROBS;
     loop {
-        let ask = Ask {
-            endpoint: Endpoint::Completions,
-            model,
-            prompt: "Hello",
-            system: None,
-            max_tokens: 1,
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: None,
-            seed: 0,
-            stop: &[],
-            top_logprobs: asked,
-        };
+        let ask = Ask::greedy_completion(model, "Hello", 1, asked);
         let reply = match t
             .post(Endpoint::Completions.path(), &wire::body(&ask))
             .await
@@ -581,19 +558,7 @@ async fn probe(t: &Transport, model: &str) -> Result<Probe, HttpError> {
 /// entries than tokens generated. A server that refuses `echo` or ignores
 /// it (llama-server) does not.
 async fn echoes(t: &Transport, model: &str) -> bool {
-    let mut body = wire::body(&Ask {
-        endpoint: Endpoint::Completions,
-        model,
-        prompt: "Hello world",
-        system: None,
-        max_tokens: 1,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: None,
-        seed: 0,
-        stop: &[],
-        top_logprobs: 1,
-    });
+    let mut body = wire::body(&Ask::greedy_completion(model, "Hello world", 1, 1));
     body["echo"] = true.into();
     let Ok(reply) = t.post(Endpoint::Completions.path(), &body).await else {
         return false;

@@ -35,24 +35,16 @@ pub(super) fn record(
     if let (Some(ids), Some(tok)) = (&ids, exec.tokenizer()) {
         check_ids(tok, ids, lp.iter().map(|t| t.token.as_str()), &url)?;
     }
+    let caps = exec.capabilities();
     let mut rec = Recorder::new(
         options.trace_id.clone(),
         exec.model_ref(),
-        exec.capabilities(),
+        caps.clone(),
         exec.device_name(),
         request,
     );
     let tokens = a.completion_tokens.map(|n| n as usize).unwrap_or(lp.len());
-    let mut p = StageProfile {
-        duration_ns: f.elapsed.as_nanos() as u64,
-        device: exec.device_name(),
-        batch_size: 1,
-        token_count: tokens as u64,
-        input_bytes: f.body.to_string().len() as u64,
-        output_bytes: f.response_bytes as u64,
-        queue_depth: f.queue_depth,
-        ..Default::default()
-    };
+    let mut p = round_trip(exec, &f, tokens as u64);
     let notes = [
         ("endpoint", url.clone()),
         (
@@ -67,7 +59,6 @@ pub(super) fn record(
                 }
             },
         ),
-        ("request_body", f.body.to_string()),
         (
             "timing",
             match f.from_cache {
@@ -80,7 +71,8 @@ pub(super) fn record(
         ("attempts", f.attempts.to_string()),
         ("finish_reason", finish(&a.finish)),
     ];
-    p.notes = notes.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    p.notes
+        .extend(notes.into_iter().map(|(k, v)| (k.to_owned(), v)));
     for (k, v) in [
         ("served_model", a.model.clone()),
         ("system_fingerprint", a.system_fingerprint.clone()),
@@ -146,16 +138,7 @@ pub(super) fn record(
         rec.continuation_top_k(&span, lp.len(), k, &values, top_ids.as_deref());
     }
     if let Some(Ok((r, e, rows))) = &scored {
-        let mut p = StageProfile {
-            duration_ns: e.elapsed.as_nanos() as u64,
-            device: exec.device_name(),
-            batch_size: 1,
-            token_count: e.answer.prompt_tokens.unwrap_or(0),
-            input_bytes: e.body.to_string().len() as u64,
-            output_bytes: e.response_bytes as u64,
-            ..Default::default()
-        };
-        p.notes.insert("request_body".into(), e.body.to_string());
+        let mut p = round_trip(exec, e, e.answer.prompt_tokens.unwrap_or(0));
         p.notes.insert(
             "reference_continuation".into(),
             format!(
@@ -170,7 +153,7 @@ pub(super) fn record(
     }
     // A kind declared unsupported is listed as such by the recorder; one
     // the probe found and this answer lacks is missing, with the reason.
-    let declared = |k| exec.capabilities().support(k) != crate::trace::SupportLevel::Unsupported;
+    let declared = |k| caps.support(k) != crate::trace::SupportLevel::Unsupported;
     if request.wants(K::Logprobs) && lp.is_empty() && declared(K::Logprobs) {
         rec.missing(
             K::Logprobs,
@@ -200,6 +183,24 @@ pub(super) fn record(
         );
     }
     rec.finish(None)
+}
+
+/// The profile of one request's round trip over `tokens` tokens, with the
+/// exact request body in its notes (the key is a header, never part of it).
+fn round_trip(exec: &HttpExecutor, f: &Fetched, tokens: u64) -> StageProfile {
+    let body = f.body.to_string();
+    let mut p = StageProfile {
+        duration_ns: f.elapsed.as_nanos() as u64,
+        device: exec.device_name(),
+        batch_size: 1,
+        token_count: tokens,
+        input_bytes: body.len() as u64,
+        output_bytes: f.response_bytes as u64,
+        queue_depth: f.queue_depth,
+        ..Default::default()
+    };
+    p.notes.insert("request_body".into(), body);
+    p
 }
 
 fn finish(f: &Finish) -> String {

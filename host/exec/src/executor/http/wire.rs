@@ -65,6 +65,31 @@ pub struct Ask<'a> {
     pub top_logprobs: usize,
 }
 
+impl<'a> Ask<'a> {
+    /// A greedy `/v1/completions` request for `prompt` as given: what the
+    /// probe, the echo scoring and the benchmark send.
+    pub fn greedy_completion(
+        model: &'a str,
+        prompt: &'a str,
+        max_tokens: usize,
+        top_logprobs: usize,
+    ) -> Ask<'a> {
+        Ask {
+            endpoint: Endpoint::Completions,
+            model,
+            prompt,
+            system: None,
+            max_tokens,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: None,
+            seed: 0,
+            stop: &[],
+            top_logprobs,
+        }
+    }
+}
+
 /// The request body for `ask`: `max_tokens`, `temperature`, `top_p`,
 /// `seed` and neutral penalties always, so the server's defaults never
 /// decide an audit's settings.
