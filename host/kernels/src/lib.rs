@@ -1,0 +1,304 @@
+//! CPU kernels for GGUF block-quantized weights.
+//!
+//! A [`QMatrix`] holds a weight matrix as the GGUF file stores it
+//! ([`Format`]: `Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q6_K`); [`QMatrix::matmul`]
+//! computes `y = x·Wᵀ` for `m` activation rows. The activations are
+//! quantized once per product to 8-bit blocks ([`act`]), so the inner
+//! loops are integer dot products; each weight row is unpacked once per
+//! tile of four activation rows; the weight rows are split across rayon's
+//! threads.
+//!
+//! The instruction set is chosen at run time ([`Isa::detect`]): AVX-512
+//! VNNI, AVX2, or the portable kernels, so one binary runs correctly on any
+//! x86-64 and on other targets. Every kernel is checked against the plain
+//! dequantize-then-f32 product ([`blocks::dequantize_row`]) in this crate's
+//! tests.
+
+pub mod act;
+pub mod blocks;
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use act::ActRow;
+pub use act::Activations;
+pub use blocks::Format;
+
+/// The kernels a product runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust; every CPU.
+    Portable,
+    /// x86-64 with AVX2 and FMA.
+    Avx2,
+    /// x86-64 with AVX-512 VNNI (used at 256 bits: `vpdpbusd`).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The fastest kernels this CPU runs, found once.
+    pub fn detect() -> Isa {
+        static DETECTED: OnceLock<Isa> = OnceLock::new();
+        *DETECTED.get_or_init(|| Isa::available().into_iter().last().unwrap_or(Isa::Portable))
+    }
+
+    /// Every instruction set this CPU runs, slowest first.
+    pub fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut v = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                v.push(Isa::Avx2);
+                if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+                    v.push(Isa::Avx512Vnni);
+                }
+            }
+        }
+        v
+    }
+
+    /// A short name (`avx512-vnni`), as the bench and the trace print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512-vnni",
+        }
+    }
+
+    fn simd(self) -> bool {
+        self != Isa::Portable
+    }
+}
+
+/// A matrix that cannot be built from the bytes given.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("a {format} row of {cols} values is not a whole number of {block}-value blocks")]
+    RaggedRow {
+        format: Format,
+        cols: usize,
+        block: usize,
+    },
+    #[error("{rows} × {cols} {format} needs {expected} bytes; {found} were given")]
+    Size {
+        format: Format,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        found: usize,
+    },
+}
+
+/// A block-quantized weight matrix, `[rows, cols]`, each row a run of blocks.
+pub struct QMatrix {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QMatrix({} × {} {})", self.rows, self.cols, self.format)
+    }
+}
+
+impl QMatrix {
+    /// `data` as the GGUF stores a `[rows, cols]` tensor of `format`.
+    pub fn new(
+        format: Format,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    ) -> Result<Self, KernelError> {
+        let block = format.block_len();
+        if cols % block != 0 {
+            return Err(KernelError::RaggedRow {
+                format,
+                cols,
+                block,
+            });
+        }
+        let expected = rows * cols / block * format.block_bytes();
+        if data.len() != expected {
+            return Err(KernelError::Size {
+                format,
+                rows,
+                cols,
+                expected,
+                found: data.len(),
+            });
+        }
+        Ok(QMatrix {
+            format,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / self.format.block_len() * self.format.block_bytes()
+    }
+
+    /// Row `r`'s stored bytes.
+    pub fn row(&self, r: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.data[r * n..(r + 1) * n]
+    }
+
+    /// Row `r` dequantized into `out` (`cols` values): an embedding lookup.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        blocks::dequantize_row(self.format, self.row(r), out)
+    }
+
+    /// The whole matrix dequantized, row-major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        for (r, y) in out.chunks_exact_mut(self.cols).enumerate() {
+            self.dequantize_row(r, y);
+        }
+        out
+    }
+
+    /// `y = x·Wᵀ`: `x` is `m × cols`, `y` is `m × rows`, both row-major, on
+    /// the fastest kernels this CPU has.
+    pub fn matmul(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        self.matmul_on(Isa::detect(), x, m, y)
+    }
+
+    /// [`QMatrix::matmul`] on the kernels of `isa`.
+    ///
+    /// # Panics
+    /// If `isa` is not in [`Isa::available`], or the shapes do not agree.
+    pub fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, y: &mut [f32]) {
+        assert!(
+            Isa::available().contains(&isa),
+            "{} kernels do not run on this CPU",
+            isa.name()
+        );
+        assert_eq!(x.len(), m * self.cols, "x is not m × cols");
+        assert_eq!(y.len(), m * self.rows, "y is not m × rows");
+        let acts = Activations::quantize(x, m, self.cols, self.format.is_k(), isa.simd());
+        self.matmul_quantized(isa, &acts, y)
+    }
+
+    /// The product with activations already quantized for this format
+    /// (several matrices that read the same input quantize it once).
+    pub fn matmul_quantized(&self, isa: Isa, acts: &Activations, y: &mut [f32]) {
+        let (m, n) = (acts.rows(), self.rows);
+        assert_eq!(y.len(), m * n, "y is not m × rows");
+        // Decode (one row): enough chunks to keep every thread busy with
+        // some left to steal. A prompt: 16 weight rows per task, which stay
+        // in L1 while every tile of activation rows passes over them.
+        let threads = rayon::current_num_threads().max(1);
+        let chunk = if m == 1 {
+            n.div_ceil(threads * 4).max(16)
+        } else {
+            16
+        };
+        let out = SharedOut(y.as_mut_ptr());
+        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            let rows = c * chunk..((c + 1) * chunk).min(n);
+            let mut i = 0;
+            while i + 4 <= m {
+                let tile = [
+                    acts.row(i),
+                    acts.row(i + 1),
+                    acts.row(i + 2),
+                    acts.row(i + 3),
+                ];
+                for r in rows.clone() {
+                    let v = dot_rows(isa, self.format, self.row(r), tile);
+                    for (k, v) in v.into_iter().enumerate() {
+                        // SAFETY: (i + k, r) is inside y, and no other task writes row r.
+                        unsafe { out.write((i + k) * n + r, v) };
+                    }
+                }
+                i += 4;
+            }
+            for i in i..m {
+                for r in rows.clone() {
+                    let [v] = dot_rows(isa, self.format, self.row(r), [acts.row(i)]);
+                    // SAFETY: as above.
+                    unsafe { out.write(i * n + r, v) };
+                }
+            }
+        });
+    }
+}
+
+/// The output of a product, written by every task at disjoint columns.
+struct SharedOut(*mut f32);
+
+// SAFETY: tasks write disjoint elements (each owns a range of weight rows,
+// i.e. of output columns), and the product returns only after every task.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// # Safety
+    /// `at` is in bounds and no other thread touches it.
+    unsafe fn write(&self, at: usize, v: f32) {
+        unsafe { *self.0.add(at) = v }
+    }
+}
+
+/// One weight row against `N` activation rows, on `isa`'s kernels.
+#[inline]
+fn dot_rows<const N: usize>(isa: Isa, format: Format, w: &[u8], a: [ActRow<'_>; N]) -> [f32; N] {
+    if format.is_k() {
+        let a = a.map(|r| match r {
+            ActRow::B256(v) => v,
+            ActRow::B32(_) => unreachable!("a K-quant gets 256-value activation blocks"),
+        });
+        match isa {
+            Isa::Portable => a.map(|a| portable::dot256(format, w, a)),
+            // SAFETY: `matmul_on` checked that the CPU has these features.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::avx2_dot256(format, w, a) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => unsafe { x86::vnni_dot256(format, w, a) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("x86 kernels on another target"),
+        }
+    } else {
+        let a = a.map(|r| match r {
+            ActRow::B32(v) => v,
+            ActRow::B256(_) => unreachable!("a 32-value format gets 32-value activation blocks"),
+        });
+        match isa {
+            Isa::Portable => a.map(|a| portable::dot32(format, w, a)),
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::avx2_dot32(format, w, a) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => unsafe { x86::vnni_dot32(format, w, a) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("x86 kernels on another target"),
+        }
+    }
+}

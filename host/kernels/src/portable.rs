@@ -1,0 +1,93 @@
+//! The portable kernels: integer dot products of one weight row with one
+//! quantized activation row, in plain Rust. Every CPU runs them; the SIMD
+//! kernels must agree with them (the same integer sums, so the results
+//! differ only in the order of the f32 additions).
+
+use crate::act::{Q8x32, Q8x256};
+use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min};
+
+pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
+    let bytes = format.block_bytes();
+    let mut s = 0f32;
+    for (b, a) in w.chunks_exact(bytes).zip(a) {
+        s += match format {
+            Format::Q4_0 => {
+                let mut i = 0i32;
+                for j in 0..16 {
+                    i += (b[2 + j] & 0xF) as i32 * a.qs[j] as i32
+                        + (b[2 + j] >> 4) as i32 * a.qs[j + 16] as i32;
+                }
+                f16_at(b, 0) * a.d * (i - 8 * a.sum) as f32
+            }
+            Format::Q4_1 => {
+                let mut i = 0i32;
+                for j in 0..16 {
+                    i += (b[4 + j] & 0xF) as i32 * a.qs[j] as i32
+                        + (b[4 + j] >> 4) as i32 * a.qs[j + 16] as i32;
+                }
+                f16_at(b, 0) * a.d * i as f32 + f16_at(b, 2) * a.d * a.sum as f32
+            }
+            Format::Q8_0 => {
+                let mut i = 0i32;
+                for j in 0..32 {
+                    i += b[2 + j] as i8 as i32 * a.qs[j] as i32;
+                }
+                f16_at(b, 0) * a.d * i as f32
+            }
+            Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
+        };
+    }
+    s
+}
+
+pub(crate) fn dot256(format: Format, w: &[u8], a: &[Q8x256]) -> f32 {
+    let bytes = format.block_bytes();
+    let mut s = 0f32;
+    for (b, a) in w.chunks_exact(bytes).zip(a) {
+        s += match format {
+            Format::Q4_K => {
+                let sc = &b[Q4K_SC..Q4K_SC + 12];
+                let (mut dots, mut mins) = (0i32, 0i32);
+                for g in 0..4 {
+                    let q = &b[Q4K_QS + 32 * g..Q4K_QS + 32 * g + 32];
+                    let (s1, m1) = q4k_scale_min(2 * g, sc);
+                    let (s2, m2) = q4k_scale_min(2 * g + 1, sc);
+                    let (mut lo, mut hi) = (0i32, 0i32);
+                    for l in 0..32 {
+                        lo += (q[l] & 0xF) as i32 * a.qs[64 * g + l] as i32;
+                        hi += (q[l] >> 4) as i32 * a.qs[64 * g + 32 + l] as i32;
+                    }
+                    dots += s1 as i32 * lo + s2 as i32 * hi;
+                    let bs = |j: usize| a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32;
+                    mins += m1 as i32 * bs(2 * g) + m2 as i32 * bs(2 * g + 1);
+                }
+                f16_at(b, 0) * a.d * dots as f32 - f16_at(b, 2) * a.d * mins as f32
+            }
+            Format::Q6_K => {
+                let mut dots = 0i32;
+                for h in 0..2 {
+                    let ql = &b[Q6K_QL + 64 * h..];
+                    let qh = &b[Q6K_QH + 32 * h..];
+                    let sc = &b[Q6K_SC + 8 * h..];
+                    let qa = &a.qs[128 * h..];
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let q = [
+                            (ql[l] & 0xF) | ((qh[l] & 3) << 4),
+                            (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4),
+                            (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                            (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
+                        ];
+                        for (g, q) in q.into_iter().enumerate() {
+                            let s = sc[is + 2 * g] as i8 as i32;
+                            dots += s * (q as i32 - 32) * qa[32 * g + l] as i32;
+                        }
+                    }
+                }
+                f16_at(b, Q6K_D) * a.d * dots as f32
+            }
+            _ => unreachable!("32-value formats pair with 32-value blocks"),
+        };
+    }
+    s
+}
