@@ -118,7 +118,7 @@ impl QMatrix {
         data: Vec<u8>,
     ) -> Result<Self, KernelError> {
         let block = format.block_len();
-        if cols % block != 0 {
+        if !cols.is_multiple_of(block) {
             return Err(KernelError::RaggedRow {
                 format,
                 cols,

@@ -53,9 +53,10 @@ pub(crate) fn dot256(format: Format, w: &[u8], a: &[Q8x256]) -> f32 {
                     let (s1, m1) = q4k_scale_min(2 * g, sc);
                     let (s2, m2) = q4k_scale_min(2 * g + 1, sc);
                     let (mut lo, mut hi) = (0i32, 0i32);
-                    for l in 0..32 {
-                        lo += (q[l] & 0xF) as i32 * a.qs[64 * g + l] as i32;
-                        hi += (q[l] >> 4) as i32 * a.qs[64 * g + 32 + l] as i32;
+                    let (alo, ahi) = a.qs[64 * g..64 * g + 64].split_at(32);
+                    for ((&q, &x), &y) in q.iter().zip(alo).zip(ahi) {
+                        lo += (q & 0xF) as i32 * x as i32;
+                        hi += (q >> 4) as i32 * y as i32;
                     }
                     dots += s1 as i32 * lo + s2 as i32 * hi;
                     let bs = |j: usize| a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32;
