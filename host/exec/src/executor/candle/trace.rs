@@ -118,10 +118,7 @@ pub(super) fn run(
     p.memory_bytes = resident_bytes();
     p.notes.insert(
         "kernel".into(),
-        match exec.model.model.is_quantized() {
-            true => "candle quantized matmul (weights as stored)".into(),
-            false => "candle f32 matmul".into(),
-        },
+        exec.model.model.kernel(),
     );
     p.notes.insert(
         "excludes".into(),

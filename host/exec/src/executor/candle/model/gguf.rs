@@ -3,9 +3,12 @@
 //! quantized unless [`WeightMode::F32`] asks otherwise).
 
 use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use candle_core::Device;
+use candle_core::quantized::GgmlDType;
+use vauban_kernels::{Format, QMatrix};
 
 use super::LoadedModel;
 use super::llama::{Llama, Weight};
@@ -65,9 +68,32 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
     );
     let chat_template = md_str("tokenizer.chat_template");
     let (content, mut file) = file.into_parts();
+    // Quantized matrices stay as stored on the CPU, for vauban's kernels.
+    let kernels = matches!(device, Device::Cpu) && mode == WeightMode::Native;
     let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
-        if !content.tensor_infos.contains_key(name) {
+        let Some(info) = content.tensor_infos.get(name) else {
             return Ok(None);
+        };
+        let problem = |problem: String| ModelError::Tensor {
+            path: path.to_path_buf(),
+            tensor: name.to_owned(),
+            problem,
+        };
+        if kernels && let Some(format) = block_format(info.ggml_dtype) {
+            let format = format.map_err(problem)?;
+            let &[rows, cols] = info.shape.dims() else {
+                return Err(problem(format!(
+                    "is a {format} tensor of shape {:?}; only matrices are block-quantized",
+                    info.shape.dims()
+                )));
+            };
+            let bytes = (rows * cols).div_ceil(format.block_len()) * format.block_bytes();
+            let mut data = vec![0u8; bytes];
+            file.seek(SeekFrom::Start(content.tensor_data_offset + info.offset))
+                .and_then(|_| file.read_exact(&mut data))
+                .map_err(|e| problem(format!("could not be read: {e}")))?;
+            let q = QMatrix::new(format, rows, cols, data).map_err(|e| problem(e.to_string()))?;
+            return Ok(Some(Weight::Blocks(q)));
         }
         content
             .tensor(&mut file, name, device)
@@ -91,4 +117,26 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
         model,
         weight_files: vec![path.to_path_buf()],
     })
+}
+
+/// The kernel format of a ggml tensor type: `None` for the float types
+/// (loaded dense), an error naming the choices for a quantized type vauban
+/// has no kernel for (never a silent slow path).
+fn block_format(dtype: GgmlDType) -> Option<Result<Format, String>> {
+    use GgmlDType as G;
+    Some(Ok(match dtype {
+        G::F32 | G::F16 | G::BF16 => return None,
+        G::Q4_0 => Format::Q4_0,
+        G::Q4_1 => Format::Q4_1,
+        G::Q8_0 => Format::Q8_0,
+        G::Q4K => Format::Q4_K,
+        G::Q6K => Format::Q6_K,
+        other => {
+            let runs: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+            return Some(Err(format!(
+                "is stored as {other:?}, which vauban has no CPU kernel for (it runs {} as stored); load the model dequantized with `--weights f32` (`weights = \"f32\"` in a config), or use a GGUF quantized to one of those",
+                runs.join(", ")
+            )));
+        }
+    }))
 }

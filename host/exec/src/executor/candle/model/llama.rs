@@ -3,15 +3,18 @@
 //! after every block that can read and replace the residual stream, and a
 //! KV cache so a decode step runs one token.
 //!
-//! Quantized weights stay quantized and run through candle's quantized
-//! matmul; dense weights (safetensors, or GGUF dequantized at load) run as
-//! plain matmuls. Activations are f32.
+//! Quantized weights stay quantized: on the CPU they run through
+//! `vauban-kernels` (integer dot products against activations quantized to
+//! 8-bit blocks, the instruction set picked at run time), on a GPU through
+//! candle's quantized matmul. Dense weights (safetensors, or GGUF
+//! dequantized at load) run as plain matmuls. Activations are f32.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{D, DType, Device, Module, Tensor};
+use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Module, Shape, Tensor};
+use vauban_kernels::{Isa, QMatrix};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
 
@@ -24,6 +27,8 @@ pub enum Weight {
     Quant(QTensor),
     /// A dense tensor (safetensors, or a dequantized GGUF tensor).
     Dense(Tensor),
+    /// A block-quantized matrix for vauban's CPU kernels, bytes as stored.
+    Blocks(QMatrix),
 }
 
 impl Weight {
@@ -31,6 +36,7 @@ impl Weight {
         match self {
             Weight::Quant(q) => q.shape().dims().to_vec(),
             Weight::Dense(t) => t.dims().to_vec(),
+            Weight::Blocks(q) => vec![q.rows(), q.cols()],
         }
     }
 
@@ -39,13 +45,53 @@ impl Weight {
         Ok(match self {
             Weight::Quant(q) => q.dequantize(device)?,
             Weight::Dense(t) => t.to_dtype(DType::F32)?,
+            Weight::Blocks(q) => dequantized(&q, device)?,
         })
+    }
+}
+
+fn dequantized(q: &QMatrix, device: &Device) -> Result<Tensor, ModelError> {
+    Ok(Tensor::from_vec(q.dequantize(), (q.rows(), q.cols()), device)?)
+}
+
+/// How a projection's matrix is held and multiplied.
+enum Proj {
+    /// Block-quantized, on vauban's CPU kernels.
+    Kernel(Arc<QMatrix>),
+    /// candle's matmul: dense, or quantized on a GPU.
+    Candle(QMatMul),
+}
+
+/// `y = x Wᵀ` on vauban's kernels, as a candle op (CPU only).
+struct BlockProduct<'a>(&'a QMatrix);
+
+impl CustomOp1 for BlockProduct<'_> {
+    fn name(&self) -> &'static str {
+        "vauban-block-product"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let w = self.0;
+        let x = match l.contiguous_offsets() {
+            Some((start, end)) => &s.as_slice::<f32>()?[start..end],
+            None => candle_core::bail!("the block product needs contiguous activations"),
+        };
+        let mut dims = l.dims().to_vec();
+        let k = dims.pop().unwrap_or(0);
+        if k != w.cols() {
+            candle_core::bail!("activations of width {k} against a {} × {} matrix", w.rows(), w.cols());
+        }
+        let m = x.len() / k.max(1);
+        let mut y = vec![0f32; m * w.rows()];
+        w.matmul(x, m, &mut y);
+        dims.push(w.rows());
+        Ok((CpuStorage::F32(y), Shape::from(dims)))
     }
 }
 
 /// A projection `y = x Wᵀ (+ b)`.
 struct Linear {
-    w: QMatMul,
+    w: Proj,
     b: Option<Tensor>,
 }
 
@@ -57,14 +103,21 @@ impl Linear {
         device: &Device,
     ) -> Result<Self, ModelError> {
         let w = match (w, mode) {
-            (Weight::Quant(q), WeightMode::Native) => QMatMul::from_arc(Arc::new(q))?,
-            (w, _) => QMatMul::Tensor(w.dense(device)?),
+            (Weight::Blocks(q), WeightMode::Native) => Proj::Kernel(Arc::new(q)),
+            (Weight::Quant(q), WeightMode::Native) => Proj::Candle(QMatMul::from_arc(Arc::new(q))?),
+            (w, _) => Proj::Candle(QMatMul::Tensor(w.dense(device)?)),
         };
         Ok(Linear { w, b })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
-        let y = self.w.forward(x)?;
+        let y = match &self.w {
+            Proj::Kernel(q) => x
+                .to_dtype(DType::F32)?
+                .contiguous()?
+                .apply_op1_no_bwd(&BlockProduct(q))?,
+            Proj::Candle(m) => m.forward(x)?,
+        };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -74,14 +127,54 @@ impl Linear {
     /// The matrix, dequantized to f32, `[out, in]`.
     fn dense(&self) -> Result<Tensor, ModelError> {
         Ok(match &self.w {
-            QMatMul::QTensor(q) => q.dequantize(&q.device())?,
-            QMatMul::Tensor(t) => t.clone(),
-            QMatMul::TensorF16(t) => t.to_dtype(DType::F32)?,
+            Proj::Kernel(q) => dequantized(q, &Device::Cpu)?,
+            Proj::Candle(QMatMul::QTensor(q)) => q.dequantize(&q.device())?,
+            Proj::Candle(QMatMul::Tensor(t)) => t.clone(),
+            Proj::Candle(QMatMul::TensorF16(t)) => t.to_dtype(DType::F32)?,
         })
     }
 
     fn is_quantized(&self) -> bool {
-        matches!(self.w, QMatMul::QTensor(_))
+        matches!(self.w, Proj::Kernel(_) | Proj::Candle(QMatMul::QTensor(_)))
+    }
+
+    /// The block format, when the matrix runs on vauban's kernels.
+    fn kernel_format(&self) -> Option<vauban_kernels::Format> {
+        match &self.w {
+            Proj::Kernel(q) => Some(q.format()),
+            Proj::Candle(_) => None,
+        }
+    }
+}
+
+/// The token embedding: dense, or block-quantized rows dequantized on
+/// lookup (a tied embedding shares its matrix with the output projection,
+/// so a Q8_0 vocabulary is held once, as stored, not again as f32).
+enum Embedding {
+    Dense(Tensor),
+    Blocks(Arc<QMatrix>),
+}
+
+impl Embedding {
+    fn lookup(&self, ids: &[u32], device: &Device) -> Result<Tensor, ModelError> {
+        Ok(match self {
+            Embedding::Dense(e) => e.index_select(&Tensor::new(ids, device)?, 0)?,
+            Embedding::Blocks(q) => {
+                let h = q.cols();
+                let mut out = vec![0f32; ids.len() * h];
+                for (&id, row) in ids.iter().zip(out.chunks_exact_mut(h)) {
+                    q.dequantize_row(id as usize, row);
+                }
+                Tensor::from_vec(out, (ids.len(), h), device)?
+            }
+        })
+    }
+
+    fn dense(&self) -> Result<Tensor, ModelError> {
+        Ok(match self {
+            Embedding::Dense(e) => e.clone(),
+            Embedding::Blocks(q) => dequantized(q, &Device::Cpu)?,
+        })
     }
 }
 
@@ -202,7 +295,7 @@ pub struct PassTiming {
 /// A loaded llama-family model.
 pub struct Llama {
     config: LlamaConfig,
-    embed: Tensor,
+    embed: Embedding,
     blocks: Vec<Block>,
     norm: Tensor,
     output: Linear,
@@ -242,20 +335,32 @@ impl Llama {
         let embed_w = get("token_embd.weight", &[c.vocab, c.hidden])?;
         let (embed, output) = if c.tied_embeddings {
             match (embed_w, mode) {
+                // One quantized copy for both the lookup and the output matmul.
+                (Weight::Blocks(q), WeightMode::Native) => {
+                    let q = Arc::new(q);
+                    let output = Linear {
+                        w: Proj::Kernel(q.clone()),
+                        b: None,
+                    };
+                    (Embedding::Blocks(q), output)
+                }
                 // Keep the quantized copy for the output matmul, as llama.cpp does.
                 (Weight::Quant(q), WeightMode::Native) => {
                     let embed = q.dequantize(device)?;
                     let output = Linear::new(Weight::Quant(q), None, mode, device)?;
-                    (embed, output)
+                    (Embedding::Dense(embed), output)
                 }
                 (w, _) => {
                     let embed = w.dense(device)?;
                     let output = Linear::new(Weight::Dense(embed.clone()), None, mode, device)?;
-                    (embed, output)
+                    (Embedding::Dense(embed), output)
                 }
             }
         } else {
-            let embed = embed_w.dense(device)?;
+            let embed = match embed_w {
+                Weight::Blocks(q) if mode == WeightMode::Native => Embedding::Blocks(Arc::new(q)),
+                w => Embedding::Dense(w.dense(device)?),
+            };
             let output = Linear::new(
                 get("output.weight", &[c.vocab, c.hidden])?,
                 None,
@@ -325,6 +430,25 @@ impl Llama {
             })
     }
 
+    /// What multiplies the matrices: `vauban-kernels avx512-vnni (Q4_1, Q8_0)`
+    /// when any runs on vauban's kernels, else candle's matmul.
+    pub fn kernel(&self) -> String {
+        let mut formats: Vec<&str> = Vec::new();
+        let all = self.blocks.iter().flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]);
+        for l in all.chain([&self.output]) {
+            if let Some(f) = l.kernel_format()
+                && !formats.contains(&f.name())
+            {
+                formats.push(f.name());
+            }
+        }
+        match (formats.is_empty(), self.is_quantized()) {
+            (false, _) => format!("vauban-kernels {} ({})", Isa::detect().name(), formats.join(", ")),
+            (true, true) => "candle quantized matmul".into(),
+            (true, false) => "candle f32 matmul".into(),
+        }
+    }
+
     /// An empty KV cache for this model.
     pub fn new_cache(&self) -> KvCache {
         KvCache {
@@ -387,8 +511,7 @@ impl Llama {
         }
         let (cos, sin) = self.rope(offset, t)?;
         let mask = causal_mask(offset, t, &self.device)?;
-        let ids_t = Tensor::new(ids, &self.device)?;
-        let mut x = self.embed.index_select(&ids_t, 0)?.unsqueeze(0)?;
+        let mut x = self.embed.lookup(ids, &self.device)?.unsqueeze(0)?;
         let rep = c.heads / c.kv_heads;
         let mut timing = PassTiming::default();
         let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
@@ -505,8 +628,8 @@ impl Llama {
     }
 
     /// The token embedding, `[vocab, hidden]`, f32.
-    pub fn embedding(&self) -> &Tensor {
-        &self.embed
+    pub fn embedding(&self) -> Result<Tensor, ModelError> {
+        self.embed.dense()
     }
 
     /// Replaces a block's matrix with a dense one of the same shape.
@@ -531,7 +654,7 @@ impl Llama {
             Matrix::FfnUp => &mut b.up,
             Matrix::FfnDown => &mut b.down,
         };
-        slot.w = QMatMul::Tensor(w.to_dtype(DType::F32)?.to_device(&self.device)?);
+        slot.w = Proj::Candle(QMatMul::Tensor(w.to_dtype(DType::F32)?.to_device(&self.device)?));
         Ok(())
     }
 
@@ -580,7 +703,7 @@ impl Llama {
     /// Every weight as dense f32 tensors, by GGUF name (for export).
     pub fn dense_weights(&self) -> Result<Vec<(String, Tensor)>, ModelError> {
         let mut out = vec![
-            ("token_embd.weight".to_owned(), self.embed.clone()),
+            ("token_embd.weight".to_owned(), self.embed.dense()?),
             ("output_norm.weight".to_owned(), self.norm.clone()),
         ];
         if !self.config.tied_embeddings {
