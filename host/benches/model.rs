@@ -73,7 +73,15 @@ fn main() -> anyhow::Result<()> {
         "all ms",
         "ratio"
     );
+    // VAUBAN_BENCH_WEIGHTS=native or f32 runs one form (for a profiler).
+    let only = std::env::var("VAUBAN_BENCH_WEIGHTS").ok();
     for mode in [WeightMode::Native, WeightMode::F32] {
+        if only
+            .as_deref()
+            .is_some_and(|w| w != format!("{mode:?}").to_lowercase())
+        {
+            continue;
+        }
         let exec = CandleExecutor::load(&ModelSpec {
             path: path.clone(),
             device,

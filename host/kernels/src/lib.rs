@@ -5,8 +5,8 @@
 //! computes `y = x·Wᵀ` for `m` activation rows. The activations are
 //! quantized once per product to 8-bit blocks ([`act`]), so the inner
 //! loops are integer dot products; each weight row is unpacked once per
-//! tile of four activation rows; the weight rows are split across rayon's
-//! threads.
+//! tile of four activation rows; the weight rows are split across the
+//! threads of [`pool::Pool`].
 //!
 //! The instruction set is chosen at run time ([`Isa::detect`]): AVX-512
 //! VNNI, AVX2, or the portable kernels, so one binary runs correctly on any
@@ -16,17 +16,17 @@
 
 pub mod act;
 pub mod blocks;
+pub mod pool;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 use std::sync::OnceLock;
 
-use rayon::prelude::*;
-
 use act::ActRow;
 pub use act::Activations;
 pub use blocks::Format;
+use pool::Pool;
 
 /// The kernels a product runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,14 +214,15 @@ impl QMatrix {
         // Decode (one row): enough chunks to keep every thread busy with
         // some left to steal. A prompt: 16 weight rows per task, which stay
         // in L1 while every tile of activation rows passes over them.
-        let threads = rayon::current_num_threads().max(1);
+        let pool = Pool::global();
+        let threads = pool.threads();
         let chunk = if m == 1 {
             n.div_ceil(threads * 4).max(16)
         } else {
             16
         };
         let out = SharedOut(y.as_mut_ptr());
-        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        pool.run(n.div_ceil(chunk), &|c| {
             let rows = c * chunk..((c + 1) * chunk).min(n);
             let mut i = 0;
             while i + 4 <= m {

@@ -21,11 +21,12 @@ use config::LlamaConfig;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightMode {
-    /// As the file stores them: quantized GGUF stays quantized (small, and
-    /// slow on CPU for formats candle has no fast kernel for, such as Q4_1).
+    /// As the file stores them: quantized GGUF stays quantized (small; on
+    /// the CPU it runs on vauban's block kernels).
     #[default]
     Native,
-    /// Dequantized to f32 at load: more memory, often faster on CPU.
+    /// Dequantized to f32 at load: four to eight times the memory; for a
+    /// quantized type vauban has no kernel for, and for exact f32 products.
     F32,
 }
 

@@ -116,10 +116,7 @@ pub(super) fn run(
     let mut p = rec.profile(start, ids.len());
     p.duration_ns = total_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
     p.memory_bytes = resident_bytes();
-    p.notes.insert(
-        "kernel".into(),
-        exec.model.model.kernel(),
-    );
+    p.notes.insert("kernel".into(), exec.model.model.kernel());
     p.notes.insert(
         "excludes".into(),
         "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),

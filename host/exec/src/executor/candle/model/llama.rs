@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Module, Shape, Tensor};
-use vauban_kernels::{Isa, QMatrix};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
+use vauban_kernels::{Isa, QMatrix};
 
 use crate::model::config::{LlamaConfig, RopeStyle};
 use crate::model::{Matrix, ModelError, WeightMode};
@@ -51,7 +51,11 @@ impl Weight {
 }
 
 fn dequantized(q: &QMatrix, device: &Device) -> Result<Tensor, ModelError> {
-    Ok(Tensor::from_vec(q.dequantize(), (q.rows(), q.cols()), device)?)
+    Ok(Tensor::from_vec(
+        q.dequantize(),
+        (q.rows(), q.cols()),
+        device,
+    )?)
 }
 
 /// How a projection's matrix is held and multiplied.
@@ -79,7 +83,11 @@ impl CustomOp1 for BlockProduct<'_> {
         let mut dims = l.dims().to_vec();
         let k = dims.pop().unwrap_or(0);
         if k != w.cols() {
-            candle_core::bail!("activations of width {k} against a {} × {} matrix", w.rows(), w.cols());
+            candle_core::bail!(
+                "activations of width {k} against a {} × {} matrix",
+                w.rows(),
+                w.cols()
+            );
         }
         let m = x.len() / k.max(1);
         let mut y = vec![0f32; m * w.rows()];
@@ -434,7 +442,10 @@ impl Llama {
     /// when any runs on vauban's kernels, else candle's matmul.
     pub fn kernel(&self) -> String {
         let mut formats: Vec<&str> = Vec::new();
-        let all = self.blocks.iter().flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]);
+        let all = self
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]);
         for l in all.chain([&self.output]) {
             if let Some(f) = l.kernel_format()
                 && !formats.contains(&f.name())
@@ -443,7 +454,11 @@ impl Llama {
             }
         }
         match (formats.is_empty(), self.is_quantized()) {
-            (false, _) => format!("vauban-kernels {} ({})", Isa::detect().name(), formats.join(", ")),
+            (false, _) => format!(
+                "vauban-kernels {} ({})",
+                Isa::detect().name(),
+                formats.join(", ")
+            ),
             (true, true) => "candle quantized matmul".into(),
             (true, false) => "candle f32 matmul".into(),
         }
@@ -654,7 +669,9 @@ impl Llama {
             Matrix::FfnUp => &mut b.up,
             Matrix::FfnDown => &mut b.down,
         };
-        slot.w = Proj::Candle(QMatMul::Tensor(w.to_dtype(DType::F32)?.to_device(&self.device)?));
+        slot.w = Proj::Candle(QMatMul::Tensor(
+            w.to_dtype(DType::F32)?.to_device(&self.device)?,
+        ));
         Ok(())
     }
 
