@@ -170,7 +170,7 @@ fn worker(s: &Shared, mut seen: u64) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 != 0 {
+            if !spins.is_multiple_of(64) {
                 std::hint::spin_loop();
                 continue;
             }
