@@ -139,8 +139,13 @@ fn main() -> anyhow::Result<()> {
     let Some(binary) = llama_server::binary() else {
         return Ok(());
     };
-    let server =
-        llama_server::LlamaServer::start_with_slots(&binary, &model, llama_server::free_port(), 16);
+    let server = llama_server::LlamaServer::start_with_slots(
+        &binary,
+        &model,
+        llama_server::free_port(),
+        16,
+        2,
+    );
     let prompts: Vec<String> = (0..n)
         .map(|i| {
             format!(

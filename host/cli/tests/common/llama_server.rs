@@ -63,22 +63,32 @@ pub struct LlamaServer {
 }
 
 impl LlamaServer {
-    /// Starts `binary` on `model` at `port` with 4 slots and waits for `/health`.
+    /// Starts `binary` on `model` at `port` with 4 slots on one thread and
+    /// waits for `/health`. One thread: a test binary's tests run at once,
+    /// and llama.cpp's threads spin at every barrier of the graph, so two
+    /// two-thread servers on a 2-core machine each wait out the other's
+    /// time slices: two such tests stalled for more than five minutes.
     pub fn start(binary: &Path, model: &Path, port: u16) -> LlamaServer {
-        Self::start_with_slots(binary, model, port, 4)
+        Self::start_with_slots(binary, model, port, 4, 1)
     }
 
     /// Starts `binary` on `model` at `port` with `slots` requests decoded
-    /// together, and waits for `/health`.
+    /// together on `threads` threads, and waits for `/health`.
     /// `--no-cache-prompt`: llama-server's prompt cache reuses a prefix
     /// computed for another request, which changes log-probabilities in
     /// their last digits (measured), and an audit wants the same numbers
     /// for the same request.
-    pub fn start_with_slots(binary: &Path, model: &Path, port: u16, slots: usize) -> LlamaServer {
+    pub fn start_with_slots(
+        binary: &Path,
+        model: &Path,
+        port: u16,
+        slots: usize,
+        threads: usize,
+    ) -> LlamaServer {
         let child = Command::new(binary)
             .args(["-m", &model.display().to_string()])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", "2", "-n", "256"])
+            .args(["-t", &threads.to_string(), "-n", "256"])
             .args([
                 "-c",
                 &(1024 * slots).to_string(),

@@ -146,6 +146,17 @@ impl Linear {
         matches!(self.w, Proj::Kernel(_) | Proj::Candle(QMatMul::QTensor(_)))
     }
 
+    /// Bytes of the matrix as held.
+    fn bytes(&self) -> u64 {
+        (match &self.w {
+            Proj::Kernel(q) => q.bytes(),
+            Proj::Candle(QMatMul::QTensor(q)) => q.storage_size_in_bytes(),
+            Proj::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => {
+                t.elem_count() * t.dtype().size_in_bytes()
+            }
+        }) as u64
+    }
+
     /// The block format, when the matrix runs on vauban's kernels.
     fn kernel_format(&self) -> Option<vauban_kernels::Format> {
         match &self.w {
@@ -462,6 +473,19 @@ impl Llama {
             (true, true) => "candle quantized matmul".into(),
             (true, false) => "candle f32 matmul".into(),
         }
+    }
+
+    /// Bytes of every matrix a decode step multiplies (each block's seven
+    /// and the output projection): what one token reads from memory, near
+    /// enough, for the bandwidth bound on decode.
+    pub fn matrix_bytes(&self) -> u64 {
+        let blocks: u64 = self
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down])
+            .map(Linear::bytes)
+            .sum();
+        blocks + self.output.bytes()
     }
 
     /// An empty KV cache for this model.

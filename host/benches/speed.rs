@@ -1,0 +1,228 @@
+//! The embedded backend against llama.cpp, on the same GGUF with the same
+//! thread count, in one run: prompt processing (`pp128`, `pp512`: one
+//! forward over the prompt into an empty KV cache, logits at the last
+//! position) and generation (`tg128`: 128 single-token steps from an empty
+//! cache), as llama-bench defines them. Also the machine's memory read
+//! bandwidth (a STREAM-like sum over 256 MiB on every thread) and the bound
+//! it puts on decode: every matrix is read once per token.
+//!
+//! Prints figures; asserts nothing.
+//!
+//! Run: `cargo bench -p vauban --bench speed -- [--model GGUF]
+//! [--llama-bench PATH] [--reps N]`. `--llama-bench` defaults to the binary
+//! `scripts/build-llama-server.sh --bench` caches; without one, only
+//! vauban's figures print. `VAUBAN_MODELS` overrides where the default
+//! model (SmolLM2-135M-Instruct Q4_1, `scripts/fetch-model.sh`) is looked for.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use vauban::executor::candle::CandleExecutor;
+use vauban::executor::candle::model::llama::{LogitsAt, NoHook};
+use vauban::executor::{DeviceSpec, ModelSpec};
+use vauban::model::WeightMode;
+
+const LLAMA_CPP_VERSION: &str = "9993.0.0";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// GB/s of a parallel read over a buffer far larger than any cache, best of 5.
+fn read_bandwidth(threads: usize) -> f64 {
+    let n = 64 << 20; // f32s: 256 MiB
+    let buf = vec![1f32; n];
+    let mut best = 0f64;
+    for _ in 0..5 {
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for part in buf.chunks(n.div_ceil(threads)) {
+                s.spawn(move || {
+                    let mut acc = [0f32; 16];
+                    for c in part.chunks_exact(16) {
+                        for i in 0..16 {
+                            acc[i] += c[i];
+                        }
+                    }
+                    std::hint::black_box(acc);
+                });
+            }
+        });
+        best = best.max((n * 4) as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+/// vauban's pp and tg on `exec`, medians over `reps`.
+fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 3]> {
+    let m = &exec.model.model;
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(128);
+    let all = exec.model.encode(&text)?;
+    // Warm-up: first touch of every weight.
+    m.run(&all[..16], None, &mut NoHook, LogitsAt::Last)?;
+    let mut out = Vec::new();
+    for n in [128, 512] {
+        let ids = &all[..n];
+        let mut v = Vec::new();
+        for _ in 0..reps {
+            let mut cache = m.new_cache();
+            let t = Instant::now();
+            m.run(ids, Some(&mut cache), &mut NoHook, LogitsAt::Last)?;
+            v.push(n as f64 / t.elapsed().as_secs_f64());
+        }
+        out.push((format!("pp{n}"), median(v)));
+    }
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let mut cache = m.new_cache();
+        let t = Instant::now();
+        for &id in &all[..128] {
+            m.run(&[id], Some(&mut cache), &mut NoHook, LogitsAt::Last)?;
+        }
+        v.push(128.0 / t.elapsed().as_secs_f64());
+    }
+    out.push(("tg128".into(), median(v)));
+    Ok(out.try_into().expect("three tests"))
+}
+
+/// llama-bench's average tok/s by (test, flash attention), from its JSON.
+fn llama_figures(
+    bin: &PathBuf,
+    model: &PathBuf,
+    threads: usize,
+    reps: usize,
+) -> anyhow::Result<Vec<(String, bool, f64)>> {
+    let out = Command::new(bin)
+        .args(["-m".as_ref(), model.as_os_str()])
+        .args(["-t", &threads.to_string(), "-p", "128,512", "-n", "128"])
+        .args(["-fa", "0,1", "-r", &reps.to_string(), "-o", "json"])
+        .output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            let (p, g) = (r["n_prompt"].as_u64()?, r["n_gen"].as_u64()?);
+            let test = if g > 0 {
+                format!("tg{g}")
+            } else {
+                format!("pp{p}")
+            };
+            let fa = match &r["flash_attn"] {
+                serde_json::Value::Bool(b) => *b,
+                v => v.as_i64().is_some_and(|x| x > 0),
+            };
+            Some((test, fa, r["avg_ts"].as_f64()?))
+        })
+        .collect())
+}
+
+fn main() -> anyhow::Result<()> {
+    // SAFETY: first thing in main, before any thread starts.
+    unsafe { vauban::executor::pin_thread_count() };
+    let mut args = std::env::args().skip(1);
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let models = std::env::var_os("VAUBAN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cache/vauban/models"));
+    let mut model = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut llama_bench = Some(home.join(format!(
+        ".cache/vauban/llama.cpp/{LLAMA_CPP_VERSION}/bin/llama-bench"
+    )))
+    .filter(|p| p.exists());
+    let mut reps = 5;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--model" => model = args.next().map(PathBuf::from).unwrap_or(model),
+            "--llama-bench" => llama_bench = args.next().map(PathBuf::from),
+            "--reps" => reps = args.next().and_then(|r| r.parse().ok()).unwrap_or(reps),
+            _ => {} // cargo bench passes `--bench`
+        }
+    }
+    if !model.exists() {
+        eprintln!(
+            "{} is absent; run `bash scripts/fetch-model.sh`",
+            model.display()
+        );
+        return Ok(());
+    }
+    let threads = std::env::var("RAYON_NUM_THREADS")?.parse::<usize>()?;
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let load = |weights| {
+        CandleExecutor::load(&ModelSpec {
+            path: model.clone(),
+            device: DeviceSpec::Cpu,
+            weights,
+        })
+    };
+    let native = load(WeightMode::Native)?;
+    let m = &native.model.model;
+    let bw = read_bandwidth(threads);
+    let bytes = m.matrix_bytes() as f64;
+    println!(
+        "{} on {cpu}, {threads} threads, median of {reps}",
+        model.display()
+    );
+    println!("kernels: {}", m.kernel());
+    println!(
+        "memory read bandwidth {bw:.1} GB/s; decode reads {:.1} MB of matrices a token: bound {:.0} tok/s",
+        bytes / 1e6,
+        bw * 1e9 / bytes
+    );
+    let ours = vauban_figures(&native, reps)?;
+    drop(native);
+    let f32s = vauban_figures(&load(WeightMode::F32)?, reps)?;
+    let theirs = match &llama_bench {
+        Some(bin) => llama_figures(bin, &model, threads, reps)?,
+        None => {
+            println!(
+                "(no llama-bench: build one with `bash scripts/build-llama-server.sh --bench`)"
+            );
+            Vec::new()
+        }
+    };
+    println!(
+        "{:<7} {:>12} {:>12} {:>12} {:>7} {:>12} {:>7}",
+        "test", "vauban f32", "vauban", "llama fa=0", "ratio", "llama fa=1", "ratio"
+    );
+    for ((test, v), (_, f)) in ours.iter().zip(&f32s) {
+        let of = |fa: bool| {
+            theirs
+                .iter()
+                .find(|(t, a, _)| t == test && *a == fa)
+                .map(|x| x.2)
+        };
+        let cell = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.1}"));
+        let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", v / x));
+        println!(
+            "{test:<7} {f:>12.1} {v:>12.1} {:>12} {:>7} {:>12} {:>7}",
+            cell(of(false)),
+            ratio(of(false)),
+            cell(of(true)),
+            ratio(of(true)),
+        );
+        if test.starts_with("tg") {
+            println!(
+                "        vauban decode at {:.0}% of the bandwidth bound",
+                100.0 * v / (bw * 1e9 / bytes)
+            );
+        }
+    }
+    Ok(())
+}
