@@ -5,13 +5,13 @@
 //! the only loss is the rounding of each activation to 1/127 of its
 //! block's largest magnitude.
 
-/// 32 activations: `x ≈ d·q`, with `sum = Σq` for the formats whose
+/// 32 activations: `x ≈ d·q`, with `ds = d·Σq` for the formats whose
 /// quants carry an offset (`Q4_0`'s −8, `Q4_1`'s `m`).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub struct Q8x32 {
     pub d: f32,
-    pub sum: i32,
+    pub ds: f32,
     pub qs: [i8; 32],
 }
 
@@ -70,7 +70,7 @@ fn quantize32(x: &[f32], out: &mut [Q8x32]) {
         let (d, id) = scale_of(x);
         quantize_into(x, id, &mut b.qs);
         b.d = d;
-        b.sum = b.qs.iter().map(|&q| q as i32).sum();
+        b.ds = d * b.qs.iter().map(|&q| q as i32).sum::<i32>() as f32;
     }
 }
 
@@ -131,7 +131,7 @@ impl Activations {
             assert_eq!(k % 32, 0);
             let zero = Q8x32 {
                 d: 0.0,
-                sum: 0,
+                ds: 0.0,
                 qs: [0; 32],
             };
             let mut v = vec![zero; x.len() / 32];

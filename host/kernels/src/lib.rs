@@ -33,7 +33,7 @@ use pool::Pool;
 pub enum Isa {
     /// Plain Rust; every CPU.
     Portable,
-    /// x86-64 with AVX2 and FMA.
+    /// x86-64 with AVX2, FMA and F16C.
     Avx2,
     /// x86-64 with AVX-512 VNNI (used at 256 bits: `vpdpbusd`).
     Avx512Vnni,
@@ -52,7 +52,10 @@ impl Isa {
         let mut v = vec![Isa::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
                 v.push(Isa::Avx2);
                 if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
                     v.push(Isa::Avx512Vnni);

@@ -17,7 +17,8 @@ pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
                     i += (b[2 + j] & 0xF) as i32 * a.qs[j] as i32
                         + (b[2 + j] >> 4) as i32 * a.qs[j + 16] as i32;
                 }
-                f16_at(b, 0) * a.d * (i - 8 * a.sum) as f32
+                let d = f16_at(b, 0);
+                d * a.d * i as f32 - 8.0 * d * a.ds
             }
             Format::Q4_1 => {
                 let mut i = 0i32;
@@ -25,7 +26,7 @@ pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
                     i += (b[4 + j] & 0xF) as i32 * a.qs[j] as i32
                         + (b[4 + j] >> 4) as i32 * a.qs[j + 16] as i32;
                 }
-                f16_at(b, 0) * a.d * i as f32 + f16_at(b, 2) * a.d * a.sum as f32
+                f16_at(b, 0) * a.d * i as f32 + f16_at(b, 2) * a.ds
             }
             Format::Q8_0 => {
                 let mut i = 0i32;

@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use crate::act::{Q8x32, Q8x256};
-use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min};
+use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, q4k_scale_min};
 
 /// Unsigned × signed byte products summed into 8 i32 lanes, lane `k`
 /// holding bytes `4k..4k+4`.
@@ -89,55 +89,139 @@ unsafe fn nibbles16(p: &[u8]) -> __m256i {
     }
 }
 
+/// The four f16 at the start of `p` (eight bytes, which `p` holds) as f32.
+///
+/// Written as one `vcvtph2ps` from memory: from intrinsics the compiler
+/// narrows the load to `vpinsrw`, which merges into whatever register it
+/// picks, and it picked the accumulator of the offsets, which chained every
+/// block to the previous one's sum (Q4_0 and Q8_0 ran at half Q4_1's block
+/// rate until this).
+#[inline(always)]
+unsafe fn f16x4(p: &[u8]) -> __m128 {
+    debug_assert!(p.len() >= 8);
+    let out: __m128;
+    // SAFETY: reads the eight bytes `p` holds; F16C is in every caller's
+    // target features.
+    unsafe {
+        std::arch::asm!(
+            "vcvtph2ps {o}, qword ptr [{p}]",
+            p = in(reg) p.as_ptr(),
+            o = out(xmm_reg) out,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+    }
+    out
+}
+
+/// Lanes 0 and 1 of [`f16x4`].
+#[inline(always)]
+unsafe fn f16x2(p: &[u8]) -> (f32, f32) {
+    unsafe {
+        let v = f16x4(p);
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
+}
+
+/// Lane 0 of [`f16x4`].
+#[inline(always)]
+unsafe fn f16x1(p: &[u8]) -> f32 {
+    unsafe { _mm_cvtss_f32(f16x4(p)) }
+}
+
 /// One weight row of a 32-value format against `N` activation rows.
 #[inline(always)]
 unsafe fn dot32<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
     unsafe {
-        let bytes = format.block_bytes();
-        let mut acc = [_mm256_setzero_ps(); N];
-        let mut extra = [0f32; N];
-        for (i, b) in w.chunks_exact(bytes).enumerate() {
-            let dw = f16_at(b, 0);
-            match format {
-                Format::Q4_0 | Format::Q4_1 => {
-                    let off = if format == Format::Q4_0 { 2 } else { 4 };
-                    let u = nibbles16(&b[off..]);
-                    let m = if format == Format::Q4_1 {
-                        f16_at(b, 2)
-                    } else {
-                        -8.0 * dw
-                    };
-                    for n in 0..N {
-                        let a = &a[n][i];
-                        let p = M::dot(u, load_i8(&a.qs));
-                        acc[n] = _mm256_fmadd_ps(
-                            _mm256_set1_ps(dw * a.d),
-                            _mm256_cvtepi32_ps(p),
-                            acc[n],
-                        );
-                        extra[n] += m * a.d * a.sum as f32;
-                    }
-                }
-                Format::Q8_0 => {
-                    // |w| as unsigned and a·sign(w): the same products, with
-                    // the unsigned operand the instruction wants.
-                    let q = load(&b[2..]);
-                    let u = _mm256_sign_epi8(q, q);
-                    for n in 0..N {
-                        let a = &a[n][i];
-                        let s = _mm256_sign_epi8(load_i8(&a.qs), q);
-                        let p = M::dot(u, s);
-                        acc[n] = _mm256_fmadd_ps(
-                            _mm256_set1_ps(dw * a.d),
-                            _mm256_cvtepi32_ps(p),
-                            acc[n],
-                        );
-                    }
-                }
-                Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
-            }
+        match format {
+            Format::Q4_0 => dot_q4::<M, N, false>(w, a),
+            Format::Q4_1 => dot_q4::<M, N, true>(w, a),
+            Format::Q8_0 => dot_q8::<M, N>(w, a),
+            Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
         }
-        std::array::from_fn(|n| hsum(acc[n]) + extra[n])
+    }
+}
+
+/// `Q4_0` (`Q4_1` false: `x = d·(q − 8)`) or `Q4_1` (`x = d·q + m`).
+/// The quants go in unsigned; the offset comes back through the
+/// activations' precomputed `d·Σq`. Blocks go two at a time into two sets
+/// of accumulators: with one, each block waited for the previous one's
+/// multiply-add (4 cycles), which bounded a single row's rate.
+#[inline(always)]
+unsafe fn dot_q4<M: Mac, const N: usize, const Q4_1: bool>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
+    unsafe {
+        let (bytes, quants) = if Q4_1 { (20, 4) } else { (18, 2) };
+        let mut acc = [[_mm256_setzero_ps(); N]; 2];
+        let mut extra = [[0f32; N]; 2];
+        let blocks = w.len() / bytes;
+        // A macro, not a closure: a closure does not take the caller's
+        // target features, and its intrinsics became calls.
+        macro_rules! step {
+            ($i:expr, $k:expr) => {{
+                let (i, k) = ($i, $k);
+                let b = w.get_unchecked(i * bytes..(i + 1) * bytes);
+                let (dw, m) = if Q4_1 {
+                    f16x2(b)
+                } else {
+                    let d = f16x1(b);
+                    (d, -8.0 * d)
+                };
+                let u = nibbles16(&b[quants..]);
+                for n in 0..N {
+                    let a = a[n].get_unchecked(i);
+                    let p = M::dot(u, load_i8(&a.qs));
+                    acc[k][n] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(p), acc[k][n]);
+                    extra[k][n] += m * a.ds;
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 2 <= blocks {
+            step!(i, 0);
+            step!(i + 1, 1);
+            i += 2;
+        }
+        if i < blocks {
+            step!(i, 0);
+        }
+        std::array::from_fn(|n| {
+            hsum(_mm256_add_ps(acc[0][n], acc[1][n])) + extra[0][n] + extra[1][n]
+        })
+    }
+}
+
+/// `Q8_0`: `|w|` as the unsigned operand and `a·sign(w)` as the signed
+/// one; two blocks at a time, as above.
+#[inline(always)]
+unsafe fn dot_q8<M: Mac, const N: usize>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); N]; 2];
+        let blocks = w.len() / 34;
+        macro_rules! step {
+            ($i:expr, $k:expr) => {{
+                let (i, k) = ($i, $k);
+                let b = w.get_unchecked(i * 34..(i + 1) * 34);
+                let dw = f16x1(b);
+                let q = load(&b[2..]);
+                let u = _mm256_sign_epi8(q, q);
+                for n in 0..N {
+                    let a = a[n].get_unchecked(i);
+                    let p = M::dot(u, _mm256_sign_epi8(load_i8(&a.qs), q));
+                    acc[k][n] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(p), acc[k][n]);
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 2 <= blocks {
+            step!(i, 0);
+            step!(i + 1, 1);
+            i += 2;
+        }
+        if i < blocks {
+            step!(i, 0);
+        }
+        std::array::from_fn(|n| hsum(_mm256_add_ps(acc[0][n], acc[1][n])))
     }
 }
 
@@ -153,7 +237,7 @@ unsafe fn dot256<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x256]
             let mut isum = [_mm256_setzero_si256(); N];
             match format {
                 Format::Q4_K => {
-                    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+                    let (d, dmin) = f16x2(b);
                     let sc = &b[Q4K_SC..Q4K_SC + 12];
                     let sm: [(u8, u8); 8] = std::array::from_fn(|j| q4k_scale_min(j, sc));
                     for g in 0..4 {
@@ -186,7 +270,9 @@ unsafe fn dot256<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x256]
                     }
                 }
                 Format::Q6_K => {
-                    let d = f16_at(b, Q6K_D);
+                    // `d` is the block's last two bytes: read the eight ending there.
+                    let v = f16x4(&b[Q6K_D - 6..]);
+                    let d = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 0xFF));
                     let sc: [i32; 16] = std::array::from_fn(|s| b[Q6K_SC + s] as i8 as i32);
                     for h in 0..2 {
                         let ql0 = load(&b[Q6K_QL + 64 * h..]);
@@ -264,7 +350,7 @@ macro_rules! entry {
     };
 }
 
-entry!(avx2_dot32, avx2_dot256, Avx2, "avx2,fma");
+entry!(avx2_dot32, avx2_dot256, Avx2, "avx2,fma,f16c");
 entry!(
     vnni_dot32,
     vnni_dot256,

@@ -1,0 +1,70 @@
+//! Each kernel on its own: a SmolLM2-sized FFN matrix (1536 × 576, and
+//! 6144 × 2048 for a 1-3B model's) with random blocks, times one row of
+//! activations (decode: weight GB/s, to set against the machine's
+//! bandwidth) and 128 rows (a prompt: giga multiply-adds per second), for
+//! every format and every instruction set this CPU runs. Prints figures;
+//! asserts nothing.
+//!
+//! Run: `cargo bench -p vauban-kernels --bench kernels`.
+
+use std::time::Instant;
+
+use vauban_kernels::{Format, Isa, QMatrix};
+
+fn main() {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut byte = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed as u8
+    };
+    println!(
+        "threads {}; {:<6} {:<12} {:>12} {:>12} {:>14}",
+        vauban_kernels::pool::Pool::global().threads(),
+        "format",
+        "kernels",
+        "shape",
+        "m=1 GB/s",
+        "m=128 GMAC/s"
+    );
+    for (rows, cols) in [(1536, 576), (6144, 2048)] {
+        for format in Format::ALL {
+            if cols % format.block_len() != 0 {
+                continue;
+            }
+            let blocks = rows * cols / format.block_len();
+            let mut data: Vec<u8> = (0..blocks * format.block_bytes()).map(|_| byte()).collect();
+            // Sane f16 scales (random bits can be NaN).
+            for b in data.chunks_exact_mut(format.block_bytes()) {
+                let at = if format == Format::Q6_K { 208 } else { 0 };
+                b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            }
+            let w = QMatrix::new(format, rows, cols, data).unwrap();
+            let x: Vec<f32> = (0..128 * cols)
+                .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
+                .collect();
+            for isa in Isa::available() {
+                let mut y = vec![0f32; 128 * rows];
+                let time = |m: usize, y: &mut [f32], reps: usize| {
+                    w.matmul_on(isa, &x[..m * cols], m, &mut y[..m * rows]);
+                    let t = Instant::now();
+                    for _ in 0..reps {
+                        w.matmul_on(isa, &x[..m * cols], m, &mut y[..m * rows]);
+                    }
+                    t.elapsed().as_secs_f64() / reps as f64
+                };
+                let one = time(1, &mut y, 200);
+                let many = time(128, &mut y, 5);
+                println!(
+                    "           {:<6} {:<12} {:>12} {:>12.1} {:>14.1}",
+                    format.name(),
+                    isa.name(),
+                    format!("{rows}x{cols}"),
+                    w.bytes() as f64 / one / 1e9,
+                    (128 * rows * cols) as f64 / many / 1e9
+                );
+            }
+        }
+    }
+}
