@@ -3,7 +3,7 @@
 //! forward over the prompt into an empty KV cache, logits at the last
 //! position) and generation (`tg128`: 128 single-token steps from an empty
 //! cache), as llama-bench defines them. Also the machine's memory read
-//! bandwidth (a STREAM-like sum over 256 MiB on every thread) and the bound
+//! bandwidth (a STREAM-like sum over 1 GiB on every thread) and the bound
 //! it puts on decode: every matrix is read once per token.
 //!
 //! Prints figures; asserts nothing.
@@ -32,7 +32,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// GB/s of a parallel read over a buffer far larger than any cache, best of 5.
 fn read_bandwidth(threads: usize) -> f64 {
-    let n = 64 << 20; // f32s: 256 MiB
+    let n = 256 << 20; // f32s: 1 GiB, far past any last-level cache
     let buf = vec![1f32; n];
     let mut best = 0f64;
     for _ in 0..5 {

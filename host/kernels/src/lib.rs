@@ -21,6 +21,7 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use act::ActRow;
@@ -198,61 +199,112 @@ impl QMatrix {
     /// # Panics
     /// If `isa` is not in [`Isa::available`], or the shapes do not agree.
     pub fn matmul_on(&self, isa: Isa, x: &[f32], m: usize, y: &mut [f32]) {
-        assert!(
-            Isa::available().contains(&isa),
-            "{} kernels do not run on this CPU",
-            isa.name()
-        );
-        assert_eq!(x.len(), m * self.cols, "x is not m × cols");
-        assert_eq!(y.len(), m * self.rows, "y is not m × rows");
-        let acts = Activations::quantize(x, m, self.cols, self.format.is_k(), isa.simd());
-        self.matmul_quantized(isa, &acts, y)
+        matmul_group_on(isa, &[self], x, m, &mut [y])
     }
 
-    /// The product with activations already quantized for this format
-    /// (several matrices that read the same input quantize it once).
-    pub fn matmul_quantized(&self, isa: Isa, acts: &Activations, y: &mut [f32]) {
-        let (m, n) = (acts.rows(), self.rows);
-        assert_eq!(y.len(), m * n, "y is not m × rows");
-        // Decode (one row): enough chunks to keep every thread busy with
-        // some left to steal. A prompt: 16 weight rows per task, which stay
-        // in L1 while every tile of activation rows passes over them.
-        let pool = Pool::global();
-        let threads = pool.threads();
-        let chunk = if m == 1 {
-            n.div_ceil(threads * 4).max(16)
-        } else {
-            16
-        };
-        let out = SharedOut(y.as_mut_ptr());
-        pool.run(n.div_ceil(chunk), &|c| {
-            let rows = c * chunk..((c + 1) * chunk).min(n);
-            let mut i = 0;
-            while i + 4 <= m {
-                let tile = [
-                    acts.row(i),
-                    acts.row(i + 1),
-                    acts.row(i + 2),
-                    acts.row(i + 3),
-                ];
-                for r in rows.clone() {
-                    let v = dot_rows(isa, self.format, self.row(r), tile);
-                    for (k, v) in v.into_iter().enumerate() {
-                        // SAFETY: (i + k, r) is inside y, and no other task writes row r.
-                        unsafe { out.write((i + k) * n + r, v) };
-                    }
-                }
-                i += 4;
-            }
-            for i in i..m {
-                for r in rows.clone() {
-                    let [v] = dot_rows(isa, self.format, self.row(r), [acts.row(i)]);
-                    // SAFETY: as above.
-                    unsafe { out.write(i * n + r, v) };
+    /// Rows `rows` of `y = x·Wᵀ` (`y` has `n` columns), tiles of four
+    /// activation rows at a time.
+    fn product_rows(
+        &self,
+        isa: Isa,
+        acts: &Activations,
+        rows: Range<usize>,
+        y: &SharedOut,
+        n: usize,
+    ) {
+        let m = acts.rows();
+        let mut i = 0;
+        while i + 4 <= m {
+            let tile = [
+                acts.row(i),
+                acts.row(i + 1),
+                acts.row(i + 2),
+                acts.row(i + 3),
+            ];
+            for r in rows.clone() {
+                let v = dot_rows(isa, self.format, self.row(r), tile);
+                for (k, v) in v.into_iter().enumerate() {
+                    // SAFETY: (i + k, r) is inside y, and no other task writes column r.
+                    unsafe { y.write((i + k) * n + r, v) };
                 }
             }
-        });
+            i += 4;
+        }
+        for i in i..m {
+            for r in rows.clone() {
+                let [v] = dot_rows(isa, self.format, self.row(r), [acts.row(i)]);
+                // SAFETY: as above.
+                unsafe { y.write(i * n + r, v) };
+            }
+        }
     }
+}
+
+/// `ys[j] = x·W_jᵀ` for matrices that read the same input (a block's
+/// query, key and value; its gate and up projections), as one job: the
+/// input is quantized once per block size, and the rows of all of them are
+/// split across the threads together. A decode step's key and value
+/// matrices are too small (69 KB for SmolLM2) to be worth a job each.
+///
+/// # Panics
+/// If the matrices' widths differ or a shape does not agree.
+pub fn matmul_group(ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut [&mut [f32]]) {
+    matmul_group_on(Isa::detect(), ws, x, m, ys)
+}
+
+/// [`matmul_group`] on the kernels of `isa`.
+pub fn matmul_group_on(isa: Isa, ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut [&mut [f32]]) {
+    assert!(
+        Isa::available().contains(&isa),
+        "{} kernels do not run on this CPU",
+        isa.name()
+    );
+    assert_eq!(ws.len(), ys.len(), "one output per matrix");
+    let Some(k) = ws.first().map(|w| w.cols) else {
+        return;
+    };
+    assert_eq!(x.len(), m * k, "x is not m × cols");
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        assert_eq!(w.cols, k, "the matrices of a group have one width");
+        assert_eq!(y.len(), m * w.rows, "y is not m × rows");
+    }
+    let simd = isa.simd();
+    let b32 = ws
+        .iter()
+        .any(|w| !w.format.is_k())
+        .then(|| Activations::quantize(x, m, k, false, simd));
+    let b256 = ws
+        .iter()
+        .any(|w| w.format.is_k())
+        .then(|| Activations::quantize(x, m, k, true, simd));
+    // Decode (one row): enough tasks to keep every thread busy with some
+    // left to take. A prompt: 16 weight rows per task, which stay in L1
+    // while every tile of activation rows passes over them.
+    let pool = Pool::global();
+    let total: usize = ws.iter().map(|w| w.rows).sum();
+    let chunk = if m == 1 {
+        total.div_ceil(pool.threads() * 4).max(16)
+    } else {
+        16
+    };
+    let mut tasks: Vec<(usize, Range<usize>)> = Vec::new();
+    for (j, w) in ws.iter().enumerate() {
+        tasks.extend(
+            (0..w.rows)
+                .step_by(chunk)
+                .map(|r| (j, r..(r + chunk).min(w.rows))),
+        );
+    }
+    let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut(y.as_mut_ptr())).collect();
+    pool.run(tasks.len(), &|t| {
+        let (j, rows) = tasks[t].clone();
+        let w = ws[j];
+        let acts = match w.format.is_k() {
+            true => b256.as_ref(),
+            false => b32.as_ref(),
+        };
+        w.product_rows(isa, acts.expect("quantized above"), rows, &outs[j], w.rows);
+    });
 }
 
 /// The output of a product, written by every task at disjoint columns.

@@ -197,3 +197,24 @@ fn a_wrong_size_is_refused_with_the_sizes() {
         .to_string();
     assert!(e.contains("256-value blocks"), "{e}");
 }
+
+#[test]
+fn a_group_computes_what_each_matrix_computes_alone() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let ws = [
+        matrix(Format::Q4_1, 40, 512, &mut rng),
+        matrix(Format::Q6_K, 24, 512, &mut rng),
+        matrix(Format::Q8_0, 8, 512, &mut rng),
+    ];
+    for m in [1, 6] {
+        let x = activations(m, 512, &mut rng);
+        let mut group: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+        let mut outs: Vec<&mut [f32]> = group.iter_mut().map(|y| y.as_mut_slice()).collect();
+        vauban_kernels::matmul_group(&ws.iter().collect::<Vec<_>>(), &x, m, &mut outs);
+        for (w, g) in ws.iter().zip(&group) {
+            let mut alone = vec![0f32; m * w.rows()];
+            w.matmul(&x, m, &mut alone);
+            assert_eq!(&alone, g, "{}", w.format());
+        }
+    }
+}

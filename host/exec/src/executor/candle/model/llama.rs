@@ -132,6 +132,55 @@ impl Linear {
         })
     }
 
+    /// `[x Wᵢᵀ (+ bᵢ)]` for matrices that read the same `x`: one job on
+    /// vauban's kernels when all of them run there (the input quantized
+    /// once, the rows of all split across the threads together), else one
+    /// product each.
+    fn forward_group<const G: usize>(
+        ls: [&Linear; G],
+        x: &Tensor,
+    ) -> Result<[Tensor; G], ModelError> {
+        let ws: Option<Vec<&QMatrix>> = ls
+            .iter()
+            .map(|l| match &l.w {
+                Proj::Kernel(q) => Some(&**q),
+                Proj::Candle(_) => None,
+            })
+            .collect();
+        let Some(ws) = ws.filter(|_| x.device().is_cpu()) else {
+            let mut out = Vec::with_capacity(G);
+            for l in ls {
+                out.push(l.forward(x)?);
+            }
+            return Ok(out.try_into().expect("one output per matrix"));
+        };
+        let x = x.to_dtype(DType::F32)?.contiguous()?;
+        let mut dims = x.dims().to_vec();
+        let k = dims.pop().unwrap_or(0);
+        let m = x.elem_count() / k.max(1);
+        let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; m * w.rows()]).collect();
+        {
+            let (storage, layout) = x.storage_and_layout();
+            let candle_core::Storage::Cpu(cpu) = &*storage else {
+                unreachable!("checked: the input is on the CPU");
+            };
+            let (start, end) = layout.contiguous_offsets().expect("made contiguous above");
+            let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(Vec::as_mut_slice).collect();
+            vauban_kernels::matmul_group(&ws, &cpu.as_slice::<f32>()?[start..end], m, &mut outs);
+        }
+        let mut out = Vec::with_capacity(G);
+        for ((l, w), y) in ls.iter().zip(&ws).zip(ys) {
+            let mut shape = dims.clone();
+            shape.push(w.rows());
+            let y = Tensor::from_vec(y, shape, x.device())?;
+            out.push(match &l.b {
+                Some(b) => y.broadcast_add(b)?,
+                None => y,
+            });
+        }
+        Ok(out.try_into().expect("one output per matrix"))
+    }
+
     /// The matrix, dequantized to f32, `[out, in]`.
     fn dense(&self) -> Result<Tensor, ModelError> {
         Ok(match &self.w {
@@ -561,15 +610,15 @@ impl Llama {
         };
         for (i, b) in self.blocks.iter().enumerate() {
             let h = rms_norm(&x, &b.attn_norm, c.rms_eps as f32)?;
-            let split = |m: &Linear, heads: usize| -> Result<Tensor, ModelError> {
-                Ok(m.forward(&h)?
-                    .reshape((1, t, heads, c.head_dim))?
+            let [q, k, v] = Linear::forward_group([&b.q, &b.k, &b.v], &h)?;
+            let split = |y: Tensor, heads: usize| -> Result<Tensor, ModelError> {
+                Ok(y.reshape((1, t, heads, c.head_dim))?
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let q = rotate(&split(&b.q, c.heads)?)?;
-            let mut k = rotate(&split(&b.k, c.kv_heads)?)?;
-            let mut v = split(&b.v, c.kv_heads)?;
+            let q = rotate(&split(q, c.heads)?)?;
+            let mut k = rotate(&split(k, c.kv_heads)?)?;
+            let mut v = split(v, c.kv_heads)?;
             if let Some(cache) = cache.as_deref_mut() {
                 if let Some((pk, pv)) = &cache.layers[i] {
                     k = Tensor::cat(&[pk, &k], 2)?;
@@ -600,9 +649,8 @@ impl Llama {
             let attn_out = b.o.forward(&y)?;
             x = (x + &attn_out)?;
             let h = rms_norm(&x, &b.ffn_norm, c.rms_eps as f32)?;
-            let mlp_out = b
-                .down
-                .forward(&(silu(&b.gate.forward(&h)?)? * b.up.forward(&h)?)?)?;
+            let [gate, up] = Linear::forward_group([&b.gate, &b.up], &h)?;
+            let mlp_out = b.down.forward(&(silu(&gate)? * up)?)?;
             x = (x + &mlp_out)?;
             let start = std::time::Instant::now();
             let view = BlockView {
