@@ -14,7 +14,7 @@
 //! vauban's figures print. `VAUBAN_MODELS` overrides where the default
 //! model (SmolLM2-135M-Instruct Q4_1, `scripts/fetch-model.sh`) is looked for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -89,8 +89,8 @@ fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String
 
 /// llama-bench's average tok/s by (test, flash attention), from its JSON.
 fn llama_figures(
-    bin: &PathBuf,
-    model: &PathBuf,
+    bin: &Path,
+    model: &Path,
     threads: usize,
     reps: usize,
 ) -> anyhow::Result<Vec<(String, bool, f64)>> {
