@@ -98,7 +98,7 @@ pub(super) fn run(
     p.input_bytes = (ids.len() * 4) as u64;
     p.notes.insert(
         "kv_cache".into(),
-        "per-layer key/value tensors, grown by concatenation".into(),
+        "per-layer key/value buffers written in place, capacity doubled when full".into(),
     );
     rec.span(Stage::PrepareBatch, p);
 

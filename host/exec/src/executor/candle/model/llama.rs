@@ -308,11 +308,17 @@ impl BlockHook for Observe<'_> {
     }
 }
 
-/// Keys and values of every block for the positions seen so far.
+/// Keys and values of every block for the positions seen so far, in
+/// buffers of `[1, kv_heads, capacity, head_dim]` written in place; the
+/// capacity doubles when a pass needs more (so a decode step copies only
+/// its own key and value, not the whole cache as concatenation did).
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
 }
+
+/// Positions a cache holds before its first growth.
+const KV_START: usize = 256;
 
 impl KvCache {
     /// Positions held.
@@ -324,13 +330,50 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Bytes held by the cached keys and values.
+    /// Bytes allocated for keys and values (the capacity, not just `len`).
     pub fn bytes(&self) -> u64 {
         self.layers
             .iter()
             .flatten()
             .map(|(k, v)| ((k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()) as u64)
             .sum()
+    }
+
+    /// Writes block `layer`'s new keys and values (`[1, kv_heads, t,
+    /// head_dim]`) after the `len` positions held, and returns views of all
+    /// `len + t`.
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor), ModelError> {
+        let (t, len) = (k.dim(2)?, self.len);
+        let need = len + t;
+        let slot = &mut self.layers[layer];
+        let cap = slot.as_ref().map_or(0, |(b, _)| b.dim(2).unwrap_or(0));
+        if need > cap {
+            let cap = need.max(2 * cap).max(KV_START);
+            let (b, h, _, d) = k.dims4()?;
+            let grow = |old: Option<&Tensor>| -> Result<Tensor, ModelError> {
+                let buf = Tensor::zeros((b, h, cap, d), k.dtype(), k.device())?;
+                if let Some(old) = old
+                    && len > 0
+                {
+                    buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                }
+                Ok(buf)
+            };
+            let old = slot.take();
+            *slot = Some((
+                grow(old.as_ref().map(|o| &o.0))?,
+                grow(old.as_ref().map(|o| &o.1))?,
+            ));
+        }
+        let (kb, vb) = slot.as_ref().expect("allocated above");
+        kb.slice_set(&k.contiguous()?, 2, len)?;
+        vb.slice_set(&v.contiguous()?, 2, len)?;
+        Ok((kb.narrow(2, 0, need)?, vb.narrow(2, 0, need)?))
     }
 }
 
@@ -620,30 +663,24 @@ impl Llama {
             let mut k = rotate(&split(k, c.kv_heads)?)?;
             let mut v = split(v, c.kv_heads)?;
             if let Some(cache) = cache.as_deref_mut() {
-                if let Some((pk, pv)) = &cache.layers[i] {
-                    k = Tensor::cat(&[pk, &k], 2)?;
-                    v = Tensor::cat(&[pv, &v], 2)?;
-                }
-                cache.layers[i] = Some((k.clone(), v.clone()));
+                (k, v) = cache.append(i, &k, &v)?;
             }
             let total = k.dim(2)?;
-            let widen = |x: Tensor| -> Result<Tensor, ModelError> {
-                Ok(match rep {
-                    1 => x,
-                    _ => x
-                        .unsqueeze(2)?
-                        .expand((1, c.kv_heads, rep, total, c.head_dim))?
-                        .reshape((1, c.heads, total, c.head_dim))?,
-                })
-            };
-            let (k, v) = (widen(k)?, widen(v)?);
+            // Grouped-query attention without copying keys and values per
+            // query head: the `rep` query heads that share a key/value head
+            // are stacked as rows of one matrix against it.
+            let q = q.reshape((1, c.kv_heads, rep * t, c.head_dim))?;
             let scores = (q.matmul(&k.t()?)? / (c.head_dim as f64).sqrt())?;
             let scores = match &mask {
-                Some(m) => scores.broadcast_add(m)?,
+                Some(m) => scores
+                    .reshape((1, c.kv_heads, rep, t, total))?
+                    .broadcast_add(m)?
+                    .reshape((1, c.kv_heads, rep * t, total))?,
                 None => scores,
             };
             let y = softmax_last_dim(&scores)?
                 .matmul(&v)?
+                .reshape((1, c.heads, t, c.head_dim))?
                 .transpose(1, 2)?
                 .reshape((1, t, c.heads * c.head_dim))?;
             let attn_out = b.o.forward(&y)?;
