@@ -118,13 +118,6 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let harmless = load_set(&args.harmless, "harmless", args.holdout)?;
     let exec = args.model.load()?;
     options.candidate_layers(exec.dims().layers)?;
-    if exec.is_quantized() && exec.device_kind() == vauban::trace::DeviceKind::Cpu {
-        // Hundreds of forward passes: SmolLM2's Q4_1 makes this minutes
-        // instead of under one (docs/executor.md, Figures).
-        tracing::warn!(
-            "the weights run quantized on the CPU, which is slow for some formats (Q4_1 about ten times slower); --weights f32 makes this command much faster"
-        );
-    }
     let provenance = Provenance::of_files(&exec, &args.harmful, &args.harmless)?;
     super::run::stop_between_prompts_on_ctrl_c();
 

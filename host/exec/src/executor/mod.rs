@@ -257,7 +257,7 @@ pub trait Executor {
     /// The device it runs on, as written in traces (`cpu`, `cuda:0`).
     fn device_name(&self) -> String;
     fn device_kind(&self) -> DeviceKind;
-    /// Whether the weights are held quantized (slow to prefill on some devices).
+    /// Whether the weights are held quantized.
     fn is_quantized(&self) -> bool;
     /// Token ids of a prompt in the given form.
     fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError>;
