@@ -624,3 +624,24 @@ fn runs_past_the_context_length_are_refused_or_stopped() {
     );
     assert_eq!(position, tiny::CONTEXT);
 }
+
+#[test]
+fn a_quantized_type_without_a_kernel_is_refused_naming_the_tensor_the_type_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny::write_gguf(&dir.path().join("tiny-q5.gguf"), 7, GgmlDType::Q5_0);
+    let e = match LoadedModel::load(&path, WeightMode::Native, &Device::Cpu) {
+        Ok(_) => panic!("a Q5_0 model loaded as stored"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("tiny-q5.gguf"), "{e}");
+    assert!(
+        e.contains("tensor `token_embd.weight` is stored as Q5_0"),
+        "{e}"
+    );
+    assert!(e.contains("Q4_0, Q4_1, Q8_0, Q4_K, Q6_K"), "{e}");
+    assert!(e.contains("--weights f32"), "{e}");
+    // The fix it names works.
+    let m = LoadedModel::load(&path, WeightMode::F32, &Device::Cpu).unwrap();
+    assert!(!m.model.is_quantized());
+    m.model.forward(&[1, 2, 3], &[]).unwrap();
+}
