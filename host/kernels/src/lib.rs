@@ -9,11 +9,14 @@
 //! threads of [`pool::Pool`].
 //!
 //! The instruction set is chosen at run time ([`Isa::detect`]): AVX-512
-//! VNNI, AVX2, or the portable kernels, so one binary runs correctly on any
-//! x86-64 and on other targets. Every kernel is checked against the plain
+//! VNNI, AVX2, or the portable kernels on x86-64, so one binary runs
+//! correctly on any x86-64; NEON on aarch64; the portable kernels
+//! elsewhere. Every kernel is checked against the plain
 //! dequantize-then-f32 product ([`blocks::dequantize_row`]) in this crate's
 //! tests.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 pub mod act;
 pub mod blocks;
 pub mod pool;
@@ -38,6 +41,8 @@ pub enum Isa {
     Avx2,
     /// x86-64 with AVX-512 VNNI (used at 256 bits: `vpdpbusd`).
     Avx512Vnni,
+    /// aarch64's baseline NEON.
+    Neon,
 }
 
 impl Isa {
@@ -51,6 +56,8 @@ impl Isa {
     pub fn available() -> Vec<Isa> {
         #[allow(unused_mut)]
         let mut v = vec![Isa::Portable];
+        #[cfg(target_arch = "aarch64")]
+        v.push(Isa::Neon);
         #[cfg(target_arch = "x86_64")]
         {
             if is_x86_feature_detected!("avx2")
@@ -72,11 +79,13 @@ impl Isa {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512-vnni",
+            Isa::Neon => "neon",
         }
     }
 
-    fn simd(self) -> bool {
-        self != Isa::Portable
+    /// Whether activations are quantized by the AVX2 build of the loop.
+    fn avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::Avx512Vnni)
     }
 }
 
@@ -279,7 +288,7 @@ pub fn matmul_group_on(isa: Isa, ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut 
         assert_eq!(w.cols, k, "the matrices of a group have one width");
         assert_eq!(y.len(), m * w.rows, "y is not m × rows");
     }
-    let simd = isa.simd();
+    let simd = isa.avx2();
     let b32 = ws
         .iter()
         .any(|w| !w.format.is_k())
@@ -349,8 +358,10 @@ fn dot_rows<const N: usize>(isa: Isa, format: Format, w: &[u8], a: [ActRow<'_>; 
             Isa::Avx2 => unsafe { x86::avx2_dot256(format, w, a) },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => unsafe { x86::vnni_dot256(format, w, a) },
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => unreachable!("x86 kernels on another target"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => unsafe { aarch64::neon_dot256(format, w, a) },
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("{} kernels on another target", isa.name()),
         }
     } else {
         let a = a.map(|r| match r {
@@ -364,8 +375,10 @@ fn dot_rows<const N: usize>(isa: Isa, format: Format, w: &[u8], a: [ActRow<'_>; 
             Isa::Avx2 => unsafe { x86::avx2_dot32(format, w, a) },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => unsafe { x86::vnni_dot32(format, w, a) },
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => unreachable!("x86 kernels on another target"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => unsafe { aarch64::neon_dot32(format, w, a) },
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("{} kernels on another target", isa.name()),
         }
     }
 }

@@ -1,0 +1,183 @@
+//! aarch64 kernels on baseline NEON (every aarch64 CPU has it): widening
+//! `i8 × i8 → i16` multiplies (`smull`, `smull2`) and pairwise adds into
+//! `i32` lanes. NEON multiplies signed by signed, so the quants go in as
+//! they are (nibbles and 6-bit values fit `i8`) and no sign trick is
+//! needed. The `sdot` instruction of the dot-product extension would halve
+//! the multiply work; it is not used yet.
+//!
+//! Checked like the x86 kernels (`tests/agree.rs`), under `qemu-aarch64`
+//! on the development machine (docs/executor.md says how).
+
+use std::arch::aarch64::*;
+
+use crate::act::{Q8x32, Q8x256};
+use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min};
+
+/// `Σ w·a` over 16 signed bytes, in four `i32` lanes.
+#[inline(always)]
+unsafe fn dot16(w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    unsafe {
+        let lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+        let hi = vmull_high_s8(w, a);
+        vaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi))
+    }
+}
+
+#[inline(always)]
+unsafe fn load_u8(p: &[u8]) -> uint8x16_t {
+    debug_assert!(p.len() >= 16);
+    unsafe { vld1q_u8(p.as_ptr()) }
+}
+
+#[inline(always)]
+unsafe fn load_i8(p: &[i8]) -> int8x16_t {
+    debug_assert!(p.len() >= 16);
+    unsafe { vld1q_s8(p.as_ptr()) }
+}
+
+#[inline(always)]
+unsafe fn low_nibbles(q: uint8x16_t) -> int8x16_t {
+    unsafe { vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0xF))) }
+}
+
+#[inline(always)]
+unsafe fn high_nibbles(q: uint8x16_t) -> int8x16_t {
+    unsafe { vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)) }
+}
+
+/// One weight row of a 32-value format against `N` activation rows.
+pub(crate) unsafe fn neon_dot32<const N: usize>(
+    format: Format,
+    w: &[u8],
+    a: [&[Q8x32]; N],
+) -> [f32; N] {
+    unsafe {
+        let mut acc = [0f32; N];
+        match format {
+            Format::Q4_0 | Format::Q4_1 => {
+                let q4_1 = format == Format::Q4_1;
+                let (bytes, off) = if q4_1 { (20, 4) } else { (18, 2) };
+                for (i, b) in w.chunks_exact(bytes).enumerate() {
+                    let d = f16_at(b, 0);
+                    let m = if q4_1 { f16_at(b, 2) } else { -8.0 * d };
+                    let q = load_u8(&b[off..]);
+                    let (lo, hi) = (low_nibbles(q), high_nibbles(q));
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let s =
+                            vaddq_s32(dot16(lo, load_i8(&a.qs)), dot16(hi, load_i8(&a.qs[16..])));
+                        acc[n] += d * a.d * vaddvq_s32(s) as f32 + m * a.ds;
+                    }
+                }
+            }
+            Format::Q8_0 => {
+                for (i, b) in w.chunks_exact(34).enumerate() {
+                    let d = f16_at(b, 0);
+                    let w0 = vreinterpretq_s8_u8(load_u8(&b[2..]));
+                    let w1 = vreinterpretq_s8_u8(load_u8(&b[18..]));
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let s =
+                            vaddq_s32(dot16(w0, load_i8(&a.qs)), dot16(w1, load_i8(&a.qs[16..])));
+                        acc[n] += d * a.d * vaddvq_s32(s) as f32;
+                    }
+                }
+            }
+            Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
+        }
+        acc
+    }
+}
+
+/// One weight row of a K-quant against `N` activation rows.
+pub(crate) unsafe fn neon_dot256<const N: usize>(
+    format: Format,
+    w: &[u8],
+    a: [&[Q8x256]; N],
+) -> [f32; N] {
+    unsafe {
+        let mut acc = [0f32; N];
+        let bytes = format.block_bytes();
+        for (i, b) in w.chunks_exact(bytes).enumerate() {
+            let mut isum = [0i32; N];
+            match format {
+                Format::Q4_K => {
+                    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+                    let sm: [(u8, u8); 8] =
+                        std::array::from_fn(|j| q4k_scale_min(j, &b[Q4K_SC..Q4K_SC + 12]));
+                    for g in 0..4 {
+                        let q0 = load_u8(&b[Q4K_QS + 32 * g..]);
+                        let q1 = load_u8(&b[Q4K_QS + 32 * g + 16..]);
+                        let (lo0, lo1) = (low_nibbles(q0), low_nibbles(q1));
+                        let (hi0, hi1) = (high_nibbles(q0), high_nibbles(q1));
+                        for n in 0..N {
+                            let qa = &a[n][i].qs[64 * g..];
+                            let lo =
+                                vaddq_s32(dot16(lo0, load_i8(qa)), dot16(lo1, load_i8(&qa[16..])));
+                            let hi = vaddq_s32(
+                                dot16(hi0, load_i8(&qa[32..])),
+                                dot16(hi1, load_i8(&qa[48..])),
+                            );
+                            isum[n] += sm[2 * g].0 as i32 * vaddvq_s32(lo)
+                                + sm[2 * g + 1].0 as i32 * vaddvq_s32(hi);
+                        }
+                    }
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let mins: i32 = (0..8)
+                            .map(|j| {
+                                sm[j].1 as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32)
+                            })
+                            .sum();
+                        acc[n] += d * a.d * isum[n] as f32 - dmin * a.d * mins as f32;
+                    }
+                }
+                Format::Q6_K => {
+                    let d = f16_at(b, Q6K_D);
+                    let sc: [i32; 16] = std::array::from_fn(|s| b[Q6K_SC + s] as i8 as i32);
+                    let m4 = vdupq_n_u8(0xF);
+                    let m2 = vdupq_n_u8(0x3);
+                    for h in 0..2 {
+                        for half in 0..2 {
+                            // Elements 16·half .. 16·half + 16 of each group of 32.
+                            let ql0 = load_u8(&b[Q6K_QL + 64 * h + 16 * half..]);
+                            let ql1 = load_u8(&b[Q6K_QL + 64 * h + 32 + 16 * half..]);
+                            let qh = load_u8(&b[Q6K_QH + 32 * h + 16 * half..]);
+                            let bits = |shift: u8| -> uint8x16_t {
+                                let s = match shift {
+                                    0 => qh,
+                                    2 => vshrq_n_u8::<2>(qh),
+                                    4 => vshrq_n_u8::<4>(qh),
+                                    _ => vshrq_n_u8::<6>(qh),
+                                };
+                                vshlq_n_u8::<4>(vandq_u8(s, m2))
+                            };
+                            let q = [
+                                vorrq_u8(vandq_u8(ql0, m4), bits(0)),
+                                vorrq_u8(vandq_u8(ql1, m4), bits(2)),
+                                vorrq_u8(vshrq_n_u8::<4>(ql0), bits(4)),
+                                vorrq_u8(vshrq_n_u8::<4>(ql1), bits(6)),
+                            ];
+                            for (g, &q) in q.iter().enumerate() {
+                                let q = vreinterpretq_s8_u8(q);
+                                let s = sc[8 * h + 2 * g + half];
+                                for n in 0..N {
+                                    let qa = &a[n][i].qs[128 * h + 32 * g + 16 * half..];
+                                    isum[n] += s * vaddvq_s32(dot16(q, load_i8(qa)));
+                                }
+                            }
+                        }
+                    }
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        // The quants are stored +32; take 32·Σ sc·(Σ a) back out.
+                        let offset: i32 = (0..16).map(|s| sc[s] * a.bsums[s] as i32).sum();
+                        acc[n] += d * a.d * (isum[n] - 32 * offset) as f32;
+                    }
+                }
+                _ => unreachable!("32-value formats pair with 32-value blocks"),
+            }
+        }
+        acc
+    }
+}
