@@ -305,3 +305,89 @@ fn the_block_kernels_agree_with_the_dequantized_weights() {
     assert!(worst_lp < 0.8, "max |Δ log p| over the top 10 {worst_lp}");
     assert!(kl < 1e-2, "mean KL {kl}");
 }
+
+/// A shared prefix run once and kept by rewinding the KV cache gives the
+/// logits of one pass over the whole prompt, with a direction subtracted
+/// at every layer and position (what `vauban measure` does per layer):
+/// to f32 rounding with f32 weights. With the block kernels a pass split
+/// differently rounds some activations to the other 8-bit step (their
+/// inputs differ in the last bits), so the logits move by about the
+/// kernels' own error against f32 (docs/executor.md), not more.
+#[test]
+fn a_prefix_kept_by_rewinding_gives_the_logits_of_one_pass() {
+    use vauban::executor::candle::RunHook;
+    use vauban::executor::candle::model::llama::LogitsAt;
+    let Some(native) = model() else { return };
+    let exact = LoadedModel::load(&model_path(), WeightMode::F32, &Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d: Vec<f32> = (0..576)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 500.0)
+        .collect();
+    let file = direction_file(dir.path(), &d);
+    let ivs: Vec<_> = (0..30)
+        .map(|l| {
+            let spec: vauban::intervene::InterventionSpec =
+                format!("layer={l},mode=subtract,direction={}", file.display())
+                    .parse()
+                    .unwrap();
+            spec.resolve(576, 30).unwrap()
+        })
+        .collect();
+    let chat = |q: &str| {
+        format!(
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+        )
+    };
+    for (m, tolerance) in [(&exact, 1e-3), (native, 1.5)] {
+        let ids = encode(
+            m,
+            &chat("What is the tallest mountain in Europe, and how high is it?"),
+        );
+        let other = encode(m, &chat("How do plants make their food from light?"));
+        let prefix = ids.iter().zip(&other).take_while(|(a, b)| a == b).count();
+        assert!(prefix > 20, "the prompts share {prefix} tokens");
+        let last = |l: candle_core::Tensor| l.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let mut hook = RunHook::new(&ivs);
+        let mut cache = m.model.new_cache();
+        let (want, _) = m
+            .model
+            .run(&ids, Some(&mut cache), &mut hook, LogitsAt::Last)
+            .unwrap();
+        let mut cache = m.model.new_cache();
+        m.model
+            .run(&ids[..prefix], Some(&mut cache), &mut hook, LogitsAt::Last)
+            .unwrap();
+        m.model
+            .run(
+                &other[prefix..],
+                Some(&mut cache),
+                &mut hook,
+                LogitsAt::Last,
+            )
+            .unwrap();
+        cache.truncate(prefix).unwrap();
+        let (got, _) = m
+            .model
+            .run(&ids[prefix..], Some(&mut cache), &mut hook, LogitsAt::Last)
+            .unwrap();
+        let (want, got) = (last(want), last(got));
+        let d = want
+            .iter()
+            .zip(&got)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        eprintln!(
+            "{}: {} tokens, {prefix} shared: max |Δlogit| {d:.2e}",
+            m.model.kernel(),
+            ids.len()
+        );
+        assert!(d < tolerance, "{}: max |Δlogit| {d}", m.model.kernel());
+        let top = |l: &[f32]| (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap();
+        assert_eq!(
+            top(&want),
+            top(&got),
+            "{}: the next token changed",
+            m.model.kernel()
+        );
+    }
+}

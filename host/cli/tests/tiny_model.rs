@@ -645,3 +645,50 @@ fn a_quantized_type_without_a_kernel_is_refused_naming_the_tensor_the_type_and_t
     assert!(!m.model.is_quantized());
     m.model.forward(&[1, 2, 3], &[]).unwrap();
 }
+
+/// A prompt run as a shared prefix, then (after another prompt's rest and
+/// a rewind to the prefix) its own rest, gives the logits of one pass over
+/// it, with an intervention at every position, on the block kernels.
+#[test]
+fn a_prefix_kept_by_rewinding_gives_the_logits_of_one_pass() {
+    let f = forms();
+    let e = exec(&f.q8);
+    let dir = tempfile::tempdir().unwrap();
+    let d: Vec<f32> = (0..tiny::HIDDEN)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
+        .collect();
+    let file = write_direction(dir.path(), "d.safetensors", &d);
+    let ivs: Vec<_> = (0..tiny::LAYERS)
+        .map(|l| {
+            let spec: InterventionSpec =
+                format!("layer={l},mode=subtract,direction={}", file.display())
+                    .parse()
+                    .unwrap();
+            spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap()
+        })
+        .collect();
+    let ids = e.model.encode(TEXT).unwrap();
+    let other = e
+        .model
+        .encode("the dog ran far away from the big red barn")
+        .unwrap();
+    let prefix = 3;
+    let mut one = e.session(&ivs);
+    let want = one.prefill(&ids).unwrap().logits;
+    let mut split = e.session(&ivs);
+    split.extend(&ids[..prefix]).unwrap();
+    split.extend(&other[prefix..]).unwrap();
+    split.rewind(prefix).unwrap();
+    assert_eq!(split.position(), prefix);
+    let got = split.extend(&ids[prefix..]).unwrap().logits;
+    let d = want
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(d < 1e-4, "max |Δlogit| {d}");
+    assert!(
+        split.rewind(ids.len() + 1).is_err(),
+        "rewinding forward is refused"
+    );
+}

@@ -3,7 +3,7 @@
 
 use super::collect::{Collected, Set, log_softmax, refusal_score};
 use super::{LayerScore, MeasureError, Phase, Progress};
-use crate::executor::{Backend, Executor, ExecutorError, InferenceSession};
+use crate::executor::{Backend, BackendSession, Executor, ExecutorError, InferenceSession};
 use crate::intervene::{Direction, Intervention, Mode, Positions};
 use crate::report::stats::kl_divergence;
 
@@ -57,6 +57,11 @@ pub(super) fn score_candidates(
     let (harmful_held, harmless_held): (Vec<_>, Vec<_>) =
         (harmful.holdout().collect(), harmless.holdout().collect());
     let total = candidates.len() * (harmful_held.len() + harmless_held.len());
+    let held_ids: Vec<&[u32]> = harmful_held
+        .iter()
+        .chain(&harmless_held)
+        .map(|p| p.ids.as_slice())
+        .collect();
     let mut done = 0;
     let mut tick = || {
         done += 1;
@@ -91,13 +96,22 @@ pub(super) fn score_candidates(
                 condition: None,
             })
             .collect();
+        // Every held-out prompt opens with the same chat-template tokens
+        // (SmolLM2's: its default system prompt, about two thirds of each
+        // prompt): run them once per layer and only each prompt's rest
+        // after them. Exact for this ablation, which acts at every position
+        // alike.
+        let mut session = exec.session(&ablate);
+        let mut shared = Shared::new(&held_ids);
         let mut refusal = 0.0;
         for p in &harmful_held {
-            let lp = ablated(exec, &ablate, &p.ids).map_err(|source| MeasureError::Prompt {
-                set: harmful.name,
-                id: p.id.clone(),
-                source: Box::new(source),
-            })?;
+            let lp = shared
+                .run(&mut session, &p.ids)
+                .map_err(|source| MeasureError::Prompt {
+                    set: harmful.name,
+                    id: p.id.clone(),
+                    source: Box::new(source),
+                })?;
             refusal += refusal_score(&lp, refusal_ids);
             tick();
         }
@@ -106,11 +120,13 @@ pub(super) fn score_candidates(
             .iter()
             .zip(&collected.harmless_holdout_logprobs)
         {
-            let lp = ablated(exec, &ablate, &p.ids).map_err(|source| MeasureError::Prompt {
-                set: harmless.name,
-                id: p.id.clone(),
-                source: Box::new(source),
-            })?;
+            let lp = shared
+                .run(&mut session, &p.ids)
+                .map_err(|source| MeasureError::Prompt {
+                    set: harmless.name,
+                    id: p.id.clone(),
+                    source: Box::new(source),
+                })?;
             kl += kl_divergence(base, &lp).ok_or(MeasureError::NotFinite {
                 what: "the ablated next-token distribution",
                 layer,
@@ -135,14 +151,47 @@ pub(super) fn score_candidates(
     Ok(scores)
 }
 
-/// The next-token log-probabilities after `ids` with `ablate` applied.
-fn ablated(
-    exec: &Backend,
-    ablate: &[Intervention],
-    ids: &[u32],
-) -> Result<Vec<f32>, ExecutorError> {
-    let mut session = exec.session(ablate);
-    Ok(log_softmax(&session.prefill(ids)?.logits))
+/// Prompts run over one session after the prefix they all share, which
+/// runs once (on the first prompt) and is kept by rewinding to it.
+struct Shared {
+    /// Tokens every prompt starts with, one short of the shortest prompt
+    /// (each prompt runs at least its last token itself).
+    prefix: usize,
+    ran: bool,
+}
+
+impl Shared {
+    fn new(prompts: &[&[u32]]) -> Self {
+        let first = prompts.first().copied().unwrap_or_default();
+        let mut prefix = prompts
+            .iter()
+            .map(|p| p.len().saturating_sub(1))
+            .min()
+            .unwrap_or(0);
+        for p in prompts {
+            prefix = prefix.min(first.iter().zip(*p).take_while(|(a, b)| a == b).count());
+        }
+        Shared { prefix, ran: false }
+    }
+
+    /// The next-token log-probabilities after `ids`.
+    fn run(
+        &mut self,
+        session: &mut BackendSession<'_>,
+        ids: &[u32],
+    ) -> Result<Vec<f32>, ExecutorError> {
+        if self.prefix == 0 {
+            session.rewind(0)?;
+            return Ok(log_softmax(&session.extend(ids)?.logits));
+        }
+        if !self.ran {
+            session.extend(&ids[..self.prefix])?;
+            self.ran = true;
+        }
+        session.rewind(self.prefix)?;
+        let got = log_softmax(&session.extend(&ids[self.prefix..])?.logits);
+        Ok(got)
+    }
 }
 
 /// The candidate with the lowest refusal score among those whose KL is at

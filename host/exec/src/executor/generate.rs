@@ -271,6 +271,16 @@ mod tests {
             self.pos += 1;
             Ok(StepOutput { logits: peak(id) })
         }
+        fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+            self.pos += ids.len();
+            Ok(StepOutput {
+                logits: peak(*ids.last().unwrap()),
+            })
+        }
+        fn rewind(&mut self, to: usize) -> Result<(), ExecutorError> {
+            self.pos = to;
+            Ok(())
+        }
         fn position(&self) -> usize {
             self.pos
         }
@@ -400,6 +410,16 @@ mod tests {
             Ok(StepOutput {
                 logits: peak_at(self.pos - 1),
             })
+        }
+        fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+            self.pos += ids.len();
+            Ok(StepOutput {
+                logits: peak_at(self.pos - 1),
+            })
+        }
+        fn rewind(&mut self, to: usize) -> Result<(), ExecutorError> {
+            self.pos = to;
+            Ok(())
         }
         fn position(&self) -> usize {
             self.pos

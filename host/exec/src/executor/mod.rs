@@ -213,6 +213,17 @@ pub struct StepOutput {
 pub trait InferenceSession {
     fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError>;
     fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError>;
+    /// Runs `ids` as prompt tokens after the positions already held, in one
+    /// pass (the rest of a prompt after a shared prefix); the next-token
+    /// logits after the last.
+    fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError>;
+    /// Forgets every position from `to` on, so the next pass continues
+    /// after the first `to` (several prompts that share a prefix run it
+    /// once). What interventions and a policy did in the forgotten
+    /// positions stays in their logs. Splitting a prompt into passes gives
+    /// what one pass gives only for interventions that do not depend on
+    /// positions (`Positions::All` without a condition).
+    fn rewind(&mut self, to: usize) -> Result<(), ExecutorError>;
     /// Positions held in the cache.
     fn position(&self) -> usize;
     /// The model's context length, when it declares one.
@@ -456,6 +467,22 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.decode_step(id),
             BackendSession::Http(s) => s.decode_step(id),
             BackendSession::Replay(s) => s.decode_step(id),
+        }
+    }
+
+    fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+        match self {
+            BackendSession::Candle(s) => s.extend(ids),
+            BackendSession::Http(s) => s.extend(ids),
+            BackendSession::Replay(s) => s.extend(ids),
+        }
+    }
+
+    fn rewind(&mut self, to: usize) -> Result<(), ExecutorError> {
+        match self {
+            BackendSession::Candle(s) => s.rewind(to),
+            BackendSession::Http(s) => s.rewind(to),
+            BackendSession::Replay(s) => s.rewind(to),
         }
     }
 

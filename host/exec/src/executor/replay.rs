@@ -151,6 +151,12 @@ impl InferenceSession for ReplaySession {
     fn decode_step(&mut self, _id: u32) -> Result<StepOutput, ExecutorError> {
         Err(unsupported("running a forward pass"))
     }
+    fn extend(&mut self, _ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+        Err(unsupported("running a forward pass"))
+    }
+    fn rewind(&mut self, _to: usize) -> Result<(), ExecutorError> {
+        Err(unsupported("running a forward pass"))
+    }
     fn position(&self) -> usize {
         0
     }

@@ -252,6 +252,24 @@ impl InferenceSession for CandleSession<'_> {
         })
     }
 
+    fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+        self.hook.prefill = true;
+        let run = self
+            .model
+            .run(ids, Some(&mut self.cache), &mut self.hook, LogitsAt::Last);
+        self.hook.prefill = false;
+        let (logits, timing) = run?;
+        self.timing = timing;
+        self.hook.observe.clear();
+        Ok(StepOutput {
+            logits: last_row(&logits)?,
+        })
+    }
+
+    fn rewind(&mut self, to: usize) -> Result<(), ExecutorError> {
+        self.cache.truncate(to).map_err(ExecutorError::Request)
+    }
+
     fn position(&self) -> usize {
         self.cache.len()
     }

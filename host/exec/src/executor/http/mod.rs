@@ -582,6 +582,12 @@ impl InferenceSession for HttpSession {
     fn decode_step(&mut self, _id: u32) -> Result<StepOutput, ExecutorError> {
         Err(unsupported("running a forward pass step by step"))
     }
+    fn extend(&mut self, _ids: &[u32]) -> Result<StepOutput, ExecutorError> {
+        Err(unsupported("running a forward pass step by step"))
+    }
+    fn rewind(&mut self, _to: usize) -> Result<(), ExecutorError> {
+        Err(unsupported("running a forward pass step by step"))
+    }
     fn position(&self) -> usize {
         0
     }

@@ -339,6 +339,19 @@ impl KvCache {
             .sum()
     }
 
+    /// Forgets every position from `to` on (the buffers stay; the next
+    /// pass overwrites them).
+    pub fn truncate(&mut self, to: usize) -> Result<(), String> {
+        if to > self.len {
+            return Err(format!(
+                "cannot rewind to position {to}: the session holds {}",
+                self.len
+            ));
+        }
+        self.len = to;
+        Ok(())
+    }
+
     /// Writes block `layer`'s new keys and values (`[1, kv_heads, t,
     /// head_dim]`) after the `len` positions held, and returns views of all
     /// `len + t`.
