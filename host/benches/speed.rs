@@ -9,7 +9,7 @@
 //! Prints figures; asserts nothing.
 //!
 //! Run: `cargo bench -p vauban --bench speed -- [--model GGUF]
-//! [--llama-bench PATH] [--reps N]`. `--llama-bench` defaults to the binary
+//! [--llama-bench PATH | --no-llama-bench] [--reps N]`. `--llama-bench` defaults to the binary
 //! `scripts/build-llama-server.sh --bench` caches; without one, only
 //! vauban's figures print. `VAUBAN_MODELS` overrides where the default
 //! model (SmolLM2-135M-Instruct Q4_1, `scripts/fetch-model.sh`) is looked for.
@@ -143,9 +143,16 @@ fn main() -> anyhow::Result<()> {
         match a.as_str() {
             "--model" => model = args.next().map(PathBuf::from).unwrap_or(model),
             "--llama-bench" => llama_bench = args.next().map(PathBuf::from),
+            "--no-llama-bench" => llama_bench = None,
             "--reps" => reps = args.next().and_then(|r| r.parse().ok()).unwrap_or(reps),
             _ => {} // cargo bench passes `--bench`
         }
+    }
+    if let Some(bin) = llama_bench.as_ref().filter(|b| !b.exists()) {
+        anyhow::bail!(
+            "--llama-bench {}: no such file; build it with `bash scripts/build-llama-server.sh --bench`, or pass --no-llama-bench",
+            bin.display()
+        );
     }
     if !model.exists() {
         eprintln!(
