@@ -44,7 +44,7 @@ fn main() {
             let x: Vec<f32> = (0..128 * cols)
                 .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
                 .collect();
-            for isa in Isa::available() {
+            for &isa in Isa::available() {
                 let mut y = vec![0f32; 128 * rows];
                 let time = |m: usize, y: &mut [f32], reps: usize| {
                     w.matmul_on(isa, &x[..m * cols], m, &mut y[..m * rows]);

@@ -46,31 +46,36 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The fastest kernels this CPU runs, found once.
+    /// The fastest kernels this CPU runs.
     pub fn detect() -> Isa {
-        static DETECTED: OnceLock<Isa> = OnceLock::new();
-        *DETECTED.get_or_init(|| Isa::available().into_iter().last().unwrap_or(Isa::Portable))
+        *Isa::available().last().unwrap_or(&Isa::Portable)
     }
 
-    /// Every instruction set this CPU runs, slowest first.
-    pub fn available() -> Vec<Isa> {
-        #[allow(unused_mut)]
-        let mut v = vec![Isa::Portable];
-        #[cfg(target_arch = "aarch64")]
-        v.push(Isa::Neon);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
+    /// Every instruction set this CPU runs, slowest first; found once (every
+    /// product checks its `isa` against it).
+    pub fn available() -> &'static [Isa] {
+        static AVAILABLE: OnceLock<Vec<Isa>> = OnceLock::new();
+        AVAILABLE.get_or_init(|| {
+            #[allow(unused_mut)]
+            let mut v = vec![Isa::Portable];
+            #[cfg(target_arch = "aarch64")]
+            v.push(Isa::Neon);
+            #[cfg(target_arch = "x86_64")]
             {
-                v.push(Isa::Avx2);
-                if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
-                    v.push(Isa::Avx512Vnni);
+                if is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+                {
+                    v.push(Isa::Avx2);
+                    if is_x86_feature_detected!("avx512vnni")
+                        && is_x86_feature_detected!("avx512vl")
+                    {
+                        v.push(Isa::Avx512Vnni);
+                    }
                 }
             }
-        }
-        v
+            v
+        })
     }
 
     /// A short name (`avx512-vnni`), as the bench and the trace print it.

@@ -127,7 +127,7 @@ fn check(format: Format, isa: Isa, m: usize, rows: usize, cols: usize, seed: u64
 fn every_kernel_agrees_with_the_dequantized_product() {
     for format in Format::ALL {
         let cols = if format.block_len() == 256 { 512 } else { 96 };
-        for isa in Isa::available() {
+        for &isa in Isa::available() {
             // One row (decode), a tile of four plus a remainder, and a
             // prompt-sized block.
             for (m, seed) in [(1, 1), (7, 2), (16, 3)] {
@@ -146,7 +146,7 @@ fn simd_kernels_match_the_portable_ones() {
         let x = activations(5, cols, &mut rng);
         let mut portable = vec![0f32; 5 * 24];
         w.matmul_on(Isa::Portable, &x, 5, &mut portable);
-        for isa in Isa::available() {
+        for &isa in Isa::available() {
             let mut got = vec![0f32; 5 * 24];
             w.matmul_on(isa, &x, 5, &mut got);
             for (g, p) in got.iter().zip(&portable) {
@@ -229,7 +229,7 @@ fn a_row_comes_out_the_same_whatever_the_rows_around_it() {
         let cols = if format.block_len() == 256 { 512 } else { 96 };
         let w = matrix(format, 40, cols, &mut rng);
         let x = activations(45, cols, &mut rng);
-        for isa in Isa::available() {
+        for &isa in Isa::available() {
             let alone: Vec<Vec<f32>> = (0..45)
                 .map(|i| {
                     let mut y = vec![0f32; 40];
