@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Module, Shape, Tensor};
+use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
 use vauban_kernels::{Isa, QMatrix};
@@ -66,37 +66,6 @@ enum Proj {
     Candle(QMatMul),
 }
 
-/// `y = x Wᵀ` on vauban's kernels, as a candle op (CPU only).
-struct BlockProduct<'a>(&'a QMatrix);
-
-impl CustomOp1 for BlockProduct<'_> {
-    fn name(&self) -> &'static str {
-        "vauban-block-product"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let w = self.0;
-        let x = match l.contiguous_offsets() {
-            Some((start, end)) => &s.as_slice::<f32>()?[start..end],
-            None => candle_core::bail!("the block product needs contiguous activations"),
-        };
-        let mut dims = l.dims().to_vec();
-        let k = dims.pop().unwrap_or(0);
-        if k != w.cols() {
-            candle_core::bail!(
-                "activations of width {k} against a {} × {} matrix",
-                w.rows(),
-                w.cols()
-            );
-        }
-        let m = x.len() / k.max(1);
-        let mut y = vec![0f32; m * w.rows()];
-        w.matmul(x, m, &mut y);
-        dims.push(w.rows());
-        Ok((CpuStorage::F32(y), Shape::from(dims)))
-    }
-}
-
 /// A projection `y = x Wᵀ (+ b)`.
 struct Linear {
     w: Proj,
@@ -120,10 +89,10 @@ impl Linear {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
         let y = match &self.w {
-            Proj::Kernel(q) => x
-                .to_dtype(DType::F32)?
-                .contiguous()?
-                .apply_op1_no_bwd(&BlockProduct(q))?,
+            Proj::Kernel(_) => {
+                let [y] = Linear::forward_group([self], x)?;
+                return Ok(y);
+            }
             Proj::Candle(m) => m.forward(x)?,
         };
         Ok(match &self.b {
@@ -134,8 +103,8 @@ impl Linear {
 
     /// `[x Wᵢᵀ (+ bᵢ)]` for matrices that read the same `x`: one job on
     /// vauban's kernels when all of them run there (the input quantized
-    /// once, the rows of all split across the threads together), else one
-    /// product each.
+    /// once, the rows of all split across the threads together; a single
+    /// block-quantized matrix comes here too), else one product each.
     fn forward_group<const G: usize>(
         ls: [&Linear; G],
         x: &Tensor,
@@ -147,13 +116,19 @@ impl Linear {
                 Proj::Candle(_) => None,
             })
             .collect();
-        let Some(ws) = ws.filter(|_| x.device().is_cpu()) else {
+        let Some(ws) = ws else {
             let mut out = Vec::with_capacity(G);
             for l in ls {
                 out.push(l.forward(x)?);
             }
             return Ok(out.try_into().expect("one output per matrix"));
         };
+        if !x.device().is_cpu() {
+            // The loader keeps block-quantized matrices only for a CPU model.
+            return Err(ModelError::Compute(
+                "vauban's block kernels run on the CPU; these activations are not".into(),
+            ));
+        }
         let x = x.to_dtype(DType::F32)?.contiguous()?;
         let mut dims = x.dims().to_vec();
         let k = dims.pop().unwrap_or(0);
