@@ -108,6 +108,8 @@ impl Activations {
         assert_eq!(x.len(), rows * k, "activations are not rows × k");
         #[cfg(not(target_arch = "x86_64"))]
         let _ = simd;
+        // SAFETY (both calls): the caller passes `simd` only where AVX2 and
+        // FMA were detected.
         let blocks = if k_blocks {
             assert_eq!(k % 256, 0);
             let zero = Q8x256 {
@@ -116,16 +118,11 @@ impl Activations {
                 bsums: [0; 16],
             };
             let mut v = vec![zero; x.len() / 256];
-            #[cfg(target_arch = "x86_64")]
-            if simd {
-                // SAFETY: the caller passes `simd` only where AVX2 and FMA were detected.
-                unsafe { quantize256_avx2(x, &mut v) };
-                return Activations {
-                    rows,
-                    blocks: Blocks::B256(v),
-                };
+            match simd {
+                #[cfg(target_arch = "x86_64")]
+                true => unsafe { quantize256_avx2(x, &mut v) },
+                _ => quantize256(x, &mut v),
             }
-            quantize256(x, &mut v);
             Blocks::B256(v)
         } else {
             assert_eq!(k % 32, 0);
@@ -135,16 +132,11 @@ impl Activations {
                 qs: [0; 32],
             };
             let mut v = vec![zero; x.len() / 32];
-            #[cfg(target_arch = "x86_64")]
-            if simd {
-                // SAFETY: as above.
-                unsafe { quantize32_avx2(x, &mut v) };
-                return Activations {
-                    rows,
-                    blocks: Blocks::B32(v),
-                };
+            match simd {
+                #[cfg(target_arch = "x86_64")]
+                true => unsafe { quantize32_avx2(x, &mut v) },
+                _ => quantize32(x, &mut v),
             }
-            quantize32(x, &mut v);
             Blocks::B32(v)
         };
         Activations { rows, blocks }
