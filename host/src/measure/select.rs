@@ -62,6 +62,7 @@ pub(super) fn score_candidates(
         .chain(&harmless_held)
         .map(|p| p.ids.as_slice())
         .collect();
+    let prefix = shared_prefix(&held_ids);
     let mut done = 0;
     let mut tick = || {
         done += 1;
@@ -99,10 +100,11 @@ pub(super) fn score_candidates(
         // Every held-out prompt opens with the same chat-template tokens
         // (SmolLM2's: its default system prompt, about two thirds of each
         // prompt): run them once per layer and only each prompt's rest
-        // after them. Exact for this ablation, which acts at every position
-        // alike.
+        // after them. The same computation for this ablation, which acts at
+        // every position alike (to the block kernels' rounding:
+        // docs/measure.md).
         let mut session = exec.session(&ablate);
-        let mut shared = Shared::new(&held_ids);
+        let mut shared = Shared { prefix, ran: false };
         let mut refusal = 0.0;
         for p in &harmful_held {
             let lp = shared
@@ -154,26 +156,27 @@ pub(super) fn score_candidates(
 /// Prompts run over one session after the prefix they all share, which
 /// runs once (on the first prompt) and is kept by rewinding to it.
 struct Shared {
-    /// Tokens every prompt starts with, one short of the shortest prompt
-    /// (each prompt runs at least its last token itself).
+    /// From [`shared_prefix`].
     prefix: usize,
     ran: bool,
 }
 
-impl Shared {
-    fn new(prompts: &[&[u32]]) -> Self {
-        let first = prompts.first().copied().unwrap_or_default();
-        let mut prefix = prompts
-            .iter()
-            .map(|p| p.len().saturating_sub(1))
-            .min()
-            .unwrap_or(0);
-        for p in prompts {
-            prefix = prefix.min(first.iter().zip(*p).take_while(|(a, b)| a == b).count());
-        }
-        Shared { prefix, ran: false }
+/// Tokens every prompt starts with, one short of the shortest prompt
+/// (each prompt runs at least its last token itself).
+fn shared_prefix(prompts: &[&[u32]]) -> usize {
+    let first = prompts.first().copied().unwrap_or_default();
+    let mut prefix = prompts
+        .iter()
+        .map(|p| p.len().saturating_sub(1))
+        .min()
+        .unwrap_or(0);
+    for p in prompts {
+        prefix = prefix.min(first.iter().zip(*p).take_while(|(a, b)| a == b).count());
     }
+    prefix
+}
 
+impl Shared {
     /// The next-token log-probabilities after `ids`.
     fn run(
         &mut self,
