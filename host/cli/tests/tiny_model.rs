@@ -692,3 +692,158 @@ fn a_prefix_kept_by_rewinding_gives_the_logits_of_one_pass() {
         "rewinding forward is refused"
     );
 }
+
+/// Every artifact of `a` and `b` with the same kind, layer and labels in
+/// the same order; raw tensors within `tolerance`; token ids, text and
+/// scalars equal. Returns the largest tensor difference.
+fn same_evidence(
+    a: &vauban::executor::TraceOutput,
+    b: &vauban::executor::TraceOutput,
+    tolerance: f32,
+) -> f32 {
+    let (ta, tb) = (&a.trace, &b.trace);
+    let id = &ta.id;
+    let stages = |t: &vauban::trace::Trace| t.spans.iter().map(|s| s.stage).collect::<Vec<_>>();
+    assert_eq!(stages(ta), stages(tb), "{id}: spans");
+    assert_eq!(ta.artifacts.len(), tb.artifacts.len(), "{id}: artifacts");
+    let mut worst = 0f32;
+    for (x, y) in ta.artifacts.iter().zip(&tb.artifacts) {
+        let what = format!("{id}: {:?} at layer {:?} {:?}", x.kind, x.layer, x.labels);
+        assert_eq!(
+            (x.kind, x.layer, &x.labels),
+            (y.kind, y.layer, &y.labels),
+            "{what}"
+        );
+        match (&x.data, &y.data) {
+            (
+                ArtifactData::Tensor {
+                    summary: sx,
+                    raw: rx,
+                },
+                ArtifactData::Tensor {
+                    summary: sy,
+                    raw: ry,
+                },
+            ) => {
+                assert_eq!((&sx.shape, rx), (&sy.shape, ry), "{what}");
+                if *rx {
+                    let (vx, vy) = (
+                        a.tensors[&x.id].as_ref().to_f32_vec(),
+                        b.tensors[&y.id].as_ref().to_f32_vec(),
+                    );
+                    let d = vx
+                        .iter()
+                        .zip(&vy)
+                        .map(|(p, q)| (p - q).abs())
+                        .fold(0f32, f32::max);
+                    assert!(d <= tolerance, "{what}: max |Δ| {d}");
+                    worst = worst.max(d);
+                }
+            }
+            // Profiles hold times; intervention records hold projections
+            // (compared through the activations they produced).
+            (ArtifactData::Record { .. }, ArtifactData::Record { .. })
+                if matches!(x.kind, K::Profile | K::InterventionResult) => {}
+            (dx, dy) => assert_eq!(
+                serde_json::to_value(dx).unwrap(),
+                serde_json::to_value(dy).unwrap(),
+                "{what}"
+            ),
+        }
+    }
+    worst
+}
+
+#[test]
+fn a_batched_trace_records_what_each_trace_records_alone() {
+    let f = forms();
+    let dir = tempfile::tempdir().unwrap();
+    let d: Vec<f32> = (0..tiny::HIDDEN)
+        .map(|i| ((i * 5 % 13) as f32 - 6.0) / 10.0)
+        .collect();
+    let file = write_direction(dir.path(), "d.safetensors", &d);
+    let spec: InterventionSpec = format!("layer=1,mode=subtract,direction={}", file.display())
+        .parse()
+        .unwrap();
+    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    let job = |id: &str, text: &str, ivs: Vec<_>, tokens: usize| {
+        let mut r = request(&[0, 1, 2], !ivs.is_empty());
+        r.text = Some(text.into());
+        let mut o = options(ivs);
+        o.trace_id = id.into();
+        o.generate = GenerateOptions {
+            max_tokens: tokens,
+            top_logprobs: 4,
+            ..Default::default()
+        };
+        (r, o)
+    };
+    // Prompts of different lengths; greedy and sampled decoding that stop
+    // at different steps; an intervention on one; another side's
+    // continuation scored on one; a prompt in chat form.
+    let mut jobs = vec![
+        job("plain", TEXT, vec![], 6),
+        job("steered", "a mat", vec![iv.clone()], 9),
+        job("short", "hat", vec![], 0),
+        job("scored", "then ran in the", vec![iv], 3),
+        job("sampled", "on a mat, the cat", vec![], 5),
+    ];
+    jobs[3].1.reference = Some(vauban::executor::ReferenceContinuation::new(
+        "elsewhere".into(),
+        vec![5, 9, 40],
+        vec![vec![5, 6], vec![9, 10], vec![40, 41], vec![1, 2]],
+    ));
+    jobs[4].1.generate.sampling = Some(vauban::model::sample::Sampling {
+        temperature: 0.9,
+        top_p: 0.95,
+        top_k: None,
+        seed: 11,
+    });
+    jobs[2].1.prompt = PromptForm::Chat { system: None };
+    for (path, tolerance) in [(&f.gguf, 1e-4), (&f.q8, 2e-2)] {
+        let e = exec(path);
+        let batched = e.trace_batch(&jobs);
+        assert_eq!(batched.len(), jobs.len());
+        for ((request, options), got) in jobs.iter().zip(batched) {
+            let id = &options.trace_id;
+            let (got, alone) = (got.unwrap(), e.trace(request, options, None).unwrap());
+            let d = same_evidence(&got, &alone, tolerance);
+            eprintln!("{}: {id}: max |Δ| {d:.2e}", path.display());
+            assert_eq!(
+                got.generation.as_ref().map(|g| &g.ids),
+                alone.generation.as_ref().map(|g| &g.ids),
+                "{id}: generated tokens"
+            );
+            let batch = |out: &vauban::executor::TraceOutput, stage| {
+                let span = out.trace.spans.iter().find(|s| s.stage == stage).unwrap();
+                (
+                    span.profile.batch_size,
+                    span.profile.notes.get("batch").cloned(),
+                )
+            };
+            let (size, note) = batch(&got, vauban::trace::Stage::Prefill);
+            assert_eq!(size, 5, "{id}");
+            assert!(note.unwrap().contains("5 sequences"), "{id}");
+            assert_eq!(batch(&alone, vauban::trace::Stage::Prefill), (1, None));
+            if options.generate.max_tokens > 0 {
+                assert_eq!(batch(&got, vauban::trace::Stage::Decode).0, 4, "{id}");
+            }
+        }
+    }
+    // A prompt outside the vocabulary fails the batched pass: the batch is
+    // run again one job at a time, and that job fails alone.
+    let mut bad = job("bad", TEXT, vec![], 2);
+    bad.0.text = None;
+    bad.0.token_ids = Some(vec![3, 100_000]);
+    jobs.insert(2, bad);
+    let e = exec(&f.gguf);
+    for (got, (_, options)) in e.trace_batch(&jobs).into_iter().zip(&jobs) {
+        match options.trace_id.as_str() {
+            "bad" => {
+                let err = got.err().expect("the bad job fails").to_string();
+                assert!(err.contains("100000"), "{err}");
+            }
+            id => assert!(got.is_ok(), "{id}: {:?}", got.err()),
+        }
+    }
+}

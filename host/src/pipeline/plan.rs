@@ -72,6 +72,8 @@ pub struct SidePlan {
     /// The endpoint, with `executor = "http"` (its response cache is set
     /// when the side is loaded).
     pub http: Option<crate::executor::http::HttpSpec>,
+    /// Prompts the embedded model traces in one batched pass.
+    pub batch: usize,
 }
 
 /// Who serves a side's traces.
@@ -322,6 +324,30 @@ impl Plan {
                 }
             };
             let http = http_spec(s, backend, key, &resolve, &at)?;
+            let batch = match (s.batch, backend) {
+                (None, _) => crate::executor::candle::DEFAULT_BATCH,
+                (Some(0), _) => {
+                    return Err(at(
+                        &format!("{key}.batch"),
+                        "0: a batch holds at least 1 prompt (1 traces them one at a time)".into(),
+                    ));
+                }
+                (Some(n), SideBackend::Candle) => n,
+                (Some(_), _) => {
+                    return Err(at(
+                        &format!("{key}.batch"),
+                        format!(
+                            "`batch` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
+                            s.executor,
+                            if backend == SideBackend::Http {
+                                " (an endpoint's requests in flight are `concurrency`)"
+                            } else {
+                                ""
+                            }
+                        ),
+                    ));
+                }
+            };
             if backend == SideBackend::Http && !replay {
                 if s.transform.is_some() {
                     return Err(at(
@@ -430,6 +456,7 @@ impl Plan {
                 generation,
                 transform,
                 http,
+                batch,
             })
         };
         let baseline = side(SideName::Baseline, &config.baseline)?;

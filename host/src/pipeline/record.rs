@@ -32,6 +32,8 @@ pub struct LoadedSide {
     pub describe: Option<String>,
     /// sha256 of the weights file(s) as loaded, before any transformation.
     pub model_sha256: Option<String>,
+    /// Prompts the embedded model traces in one batched pass.
+    pub batch: usize,
 }
 
 /// Loads `side`'s model and applies its transformation; `measured` is the
@@ -76,6 +78,7 @@ pub fn load_side(
             fingerprint,
             describe: None,
             model_sha256: None,
+            batch: side.batch,
         });
     }
     if exec.is_replay() {
@@ -87,6 +90,7 @@ pub fn load_side(
             fingerprint: json!({ "replay": side.model.display().to_string() }),
             describe: None,
             model_sha256,
+            batch: side.batch,
         });
     }
     let model_sha256 = exec.weights_sha256();
@@ -200,6 +204,7 @@ pub fn load_side(
         fingerprint,
         describe,
         model_sha256,
+        batch: side.batch,
     })
 }
 
@@ -416,7 +421,7 @@ pub fn record_side(
     if cached && !jobs.is_empty() && crate::interrupt::requested() {
         failure = Some(interrupted());
     } else if !jobs.is_empty() {
-        side.exec.trace_all(&jobs, &mut |j, result| {
+        side.exec.trace_all(&jobs, side.batch, &mut |j, result| {
             let (i, p, dir, _) = &pending[j];
             let step = result
                 .with_context(|| format!("tracing prompt `{}`", p.id))

@@ -114,115 +114,171 @@ pub fn generate(
     detokenize: &dyn Fn(&[u32]) -> Result<String, ExecutorError>,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation, ExecutorError> {
-    let mut sampler = match &options.sampling {
-        Some(s) if s.temperature > 0.0 => Sampler::new(s.clone())?,
-        _ => Sampler::greedy(),
-    };
+    let mut g = Generator::new(options, is_eos, detokenize)?;
     let start = Instant::now();
     let mut logits = match prefilled {
         Some(l) => l,
         None => session.prefill(prompt)?.logits,
     };
-    let prefill_ns = start.elapsed().as_nanos() as u64;
-    let holdback = options.stop.iter().map(|s| s.len()).max().unwrap_or(0);
-    let mut ids = Vec::new();
-    let mut logprobs = Vec::new();
-    let mut emitted = 0usize;
-    let mut text = String::new();
-    let mut stop = StopReason::MaxTokens;
-    let mut decode_ns = 0u64;
-    let mut decode_steps = 0usize;
-    let mut top = Vec::new();
-    while ids.len() < options.max_tokens {
+    g.prefill_ns = start.elapsed().as_nanos() as u64;
+    while let Some(id) = g.next(&logits, session.position(), session.capacity(), on_text)? {
+        let t = Instant::now();
+        logits = session.decode_step(id)?.logits;
+        g.decode_ns += t.elapsed().as_nanos() as u64;
+        g.decode_steps += 1;
+    }
+    Ok(g.finish(on_text))
+}
+
+/// One generation as a state machine: it takes each next-token
+/// distribution and says which token to feed next, or that it is done.
+/// [`generate`] drives one through a session; a batched decode drives
+/// several, one pass feeding all of them.
+pub struct Generator<'o> {
+    options: &'o GenerateOptions,
+    is_eos: &'o dyn Fn(u32) -> bool,
+    detokenize: &'o dyn Fn(&[u32]) -> Result<String, ExecutorError>,
+    sampler: Sampler,
+    /// Bytes of text that could still start a stop string.
+    holdback: usize,
+    ids: Vec<u32>,
+    logprobs: Vec<f32>,
+    top: Vec<TopLogprobs>,
+    text: String,
+    /// Bytes of `text` handed to `on_text` so far.
+    emitted: usize,
+    /// Why it ended, once it has.
+    stop: Option<StopReason>,
+    /// Time of the prompt's pass, decode steps run and their time: the
+    /// driver's to fill in (a batched pass divides its time).
+    pub prefill_ns: u64,
+    pub decode_ns: u64,
+    pub decode_steps: usize,
+}
+
+impl<'o> Generator<'o> {
+    pub fn new(
+        options: &'o GenerateOptions,
+        is_eos: &'o dyn Fn(u32) -> bool,
+        detokenize: &'o dyn Fn(&[u32]) -> Result<String, ExecutorError>,
+    ) -> Result<Self, ExecutorError> {
+        let sampler = match &options.sampling {
+            Some(s) if s.temperature > 0.0 => Sampler::new(s.clone())?,
+            _ => Sampler::greedy(),
+        };
+        Ok(Generator {
+            options,
+            is_eos,
+            detokenize,
+            sampler,
+            holdback: options.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            ids: Vec::new(),
+            logprobs: Vec::new(),
+            top: Vec::new(),
+            text: String::new(),
+            emitted: 0,
+            stop: None,
+            prefill_ns: 0,
+            decode_ns: 0,
+            decode_steps: 0,
+        })
+    }
+
+    /// Takes the next-token `logits` of a sequence `position` tokens long
+    /// (`capacity`: the model's context) and returns the token to run
+    /// next, or `None` when the generation has ended (on EOS, a stop
+    /// string, the token budget or a full context).
+    pub fn next(
+        &mut self,
+        logits: &[f32],
+        position: usize,
+        capacity: Option<usize>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Option<u32>, ExecutorError> {
+        let options = self.options;
+        if self.stop.is_some() {
+            return Ok(None);
+        }
+        if self.ids.len() >= options.max_tokens {
+            self.stop = Some(StopReason::MaxTokens);
+            return Ok(None);
+        }
         if options.top_logprobs > 0 {
-            top.push(TopLogprobs::of(&logits, options.top_logprobs));
+            self.top.push(TopLogprobs::of(logits, options.top_logprobs));
         }
-        let id = sampler.sample(&logits)?;
-        if is_eos(id) {
-            stop = StopReason::Eos { id };
-            break;
+        let id = self.sampler.sample(logits)?;
+        if (self.is_eos)(id) {
+            self.stop = Some(StopReason::Eos { id });
+            return Ok(None);
         }
-        logprobs.push(log_prob(&logits, id));
-        ids.push(id);
-        text = detokenize(&ids)?;
+        self.logprobs.push(log_prob(logits, id));
+        self.ids.push(id);
+        self.text = (self.detokenize)(&self.ids)?;
         if let Some((at, s)) = options
             .stop
             .iter()
-            .filter_map(|s| text.find(s.as_str()).map(|at| (at, s)))
+            .filter_map(|s| self.text.find(s.as_str()).map(|at| (at, s)))
             .min_by_key(|(at, _)| *at)
         {
-            text.truncate(at);
-            stop = StopReason::StopString { stop: s.clone() };
-            break;
+            self.text.truncate(at);
+            self.stop = Some(StopReason::StopString { stop: s.clone() });
+            return Ok(None);
         }
         // Text is final up to the first byte sequence the tokenizer could
         // not decode yet (U+FFFD), less `holdback` bytes that could still
         // start a stop string.
+        let (text, emitted) = (&self.text, self.emitted);
         if text.is_char_boundary(emitted) {
             let decodable = text[emitted..]
                 .find('\u{FFFD}')
                 .map_or(text.len(), |at| emitted + at);
-            let mut ready = decodable.saturating_sub(holdback);
+            let mut ready = decodable.saturating_sub(self.holdback);
             while !text.is_char_boundary(ready) {
                 ready -= 1;
             }
             if ready > emitted {
                 on_text(&text[emitted..ready]);
-                emitted = ready;
+                self.emitted = ready;
             }
         }
-        if ids.len() == options.max_tokens {
-            break;
+        if self.ids.len() == options.max_tokens {
+            self.stop = Some(StopReason::MaxTokens);
+            return Ok(None);
         }
-        if let Some(limit) = session.capacity()
-            && session.position() + 1 > limit
+        if let Some(limit) = capacity
+            && position + 1 > limit
         {
-            stop = StopReason::ContextFull { limit };
-            break;
+            self.stop = Some(StopReason::ContextFull { limit });
+            return Ok(None);
         }
-        continue_decode(
-            &mut *session,
-            id,
-            &mut logits,
-            &mut decode_ns,
-            &mut decode_steps,
-        )?;
+        Ok(Some(id))
     }
-    // A generation cut by its budget can end inside a character: the
-    // tokenizer shows those bytes as U+FFFD. The text ends at the last
-    // whole character; the ids keep every token generated.
-    if matches!(stop, StopReason::MaxTokens | StopReason::ContextFull { .. }) {
-        let whole = text.trim_end_matches('\u{FFFD}').len();
-        text.truncate(whole);
-    }
-    if text.len() > emitted && text.is_char_boundary(emitted) {
-        on_text(&text[emitted..]);
-    }
-    Ok(Generation {
-        ids,
-        text,
-        stop,
-        logprobs,
-        top,
-        prefill_ns,
-        decode_ns,
-        decode_steps,
-    })
-}
 
-/// Runs one decode step for `id`, timing it.
-fn continue_decode(
-    session: &mut dyn InferenceSession,
-    id: u32,
-    logits: &mut Vec<f32>,
-    decode_ns: &mut u64,
-    decode_steps: &mut usize,
-) -> Result<(), ExecutorError> {
-    let t = Instant::now();
-    *logits = session.decode_step(id)?.logits;
-    *decode_ns += t.elapsed().as_nanos() as u64;
-    *decode_steps += 1;
-    Ok(())
+    /// The finished generation (the rest of its text to `on_text`).
+    pub fn finish(mut self, on_text: &mut dyn FnMut(&str)) -> Generation {
+        let stop = self.stop.take().unwrap_or(StopReason::MaxTokens);
+        let mut text = std::mem::take(&mut self.text);
+        // A generation cut by its budget can end inside a character: the
+        // tokenizer shows those bytes as U+FFFD. The text ends at the last
+        // whole character; the ids keep every token generated.
+        if matches!(stop, StopReason::MaxTokens | StopReason::ContextFull { .. }) {
+            let whole = text.trim_end_matches('\u{FFFD}').len();
+            text.truncate(whole);
+        }
+        if text.len() > self.emitted && text.is_char_boundary(self.emitted) {
+            on_text(&text[self.emitted..]);
+        }
+        Generation {
+            ids: self.ids,
+            text,
+            stop,
+            logprobs: self.logprobs,
+            top: self.top,
+            prefill_ns: self.prefill_ns,
+            decode_ns: self.decode_ns,
+            decode_steps: self.decode_steps,
+        }
+    }
 }
 
 /// `log softmax(logits)[id]`, in f64 for a stable sum.

@@ -405,18 +405,32 @@ impl Backend {
     /// Traces every job, handing each result to `on_done` with the job's
     /// index on this thread; `on_done` returning `Break` stops. An
     /// endpoint keeps up to its `concurrency` requests in flight and hands
-    /// results back as they complete; a local model runs them in order.
+    /// results back as they complete; the embedded model runs `batch` jobs
+    /// at a time in one batched pass (see [`CandleExecutor::trace_batch`])
+    /// and hands their results back in order.
     pub fn trace_all(
         &self,
         jobs: &[(TraceRequest, RunOptions)],
+        batch: usize,
         on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
     ) {
-        if let Backend::Http(e) = self {
-            return e.trace_all(jobs, false, on_done);
-        }
-        for (i, (request, options)) in jobs.iter().enumerate() {
-            if on_done(i, self.trace(request, options, None)).is_break() {
-                return;
+        match self {
+            Backend::Http(e) => e.trace_all(jobs, false, on_done),
+            Backend::Candle(e) => {
+                for (b, chunk) in jobs.chunks(batch.max(1)).enumerate() {
+                    for (i, result) in e.trace_batch(chunk).into_iter().enumerate() {
+                        if on_done(b * batch.max(1) + i, result).is_break() {
+                            return;
+                        }
+                    }
+                }
+            }
+            Backend::Replay(_) => {
+                for (i, (request, options)) in jobs.iter().enumerate() {
+                    if on_done(i, self.trace(request, options, None)).is_break() {
+                        return;
+                    }
+                }
             }
         }
     }

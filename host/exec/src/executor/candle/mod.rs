@@ -26,6 +26,12 @@ use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
 
+/// Prompts a pipeline side traces in one batched pass unless its config
+/// says otherwise (`batch`): on the quickstart's SmolLM2 on 2 cores, 8
+/// prompts decode together at several times one prompt's rate, and a batch
+/// of 8 of its traces holds well under 100 MB of logits.
+pub const DEFAULT_BATCH: usize = 8;
+
 /// A model loaded on a candle device.
 pub struct CandleExecutor {
     pub model: LoadedModel,
@@ -175,6 +181,15 @@ impl CandleExecutor {
         policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
         trace::run(self, request, options, policy)
+    }
+
+    /// Traces `jobs` as one batch (see [`trace::run_batch`]): one result
+    /// per job, in order.
+    pub fn trace_batch(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+    ) -> Vec<Result<TraceOutput, ExecutorError>> {
+        trace::run_batch(self, jobs)
     }
 
     pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {

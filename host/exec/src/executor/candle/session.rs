@@ -7,7 +7,7 @@ use std::time::Instant;
 use candle_core::{DType, IndexOp, Tensor};
 
 use super::intervene::{Outcome, apply_with, basis_tensor, policy_step};
-use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming};
+use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming, Seq};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::Intervention;
@@ -218,6 +218,49 @@ impl<'a> CandleSession<'a> {
     pub fn cache_bytes(&self) -> u64 {
         self.cache.bytes()
     }
+}
+
+/// One pass over several sessions of one model: `ids[j]` run as the next
+/// tokens of `sessions[j]`, with logits at `at[j]` (a ragged batch; see
+/// [`Llama::run_batch`]). `prefill` marks the pass as the prompt's for the
+/// interventions' records, and ends the sessions' observation after it.
+pub(crate) fn run_sessions(
+    sessions: &mut [&mut CandleSession<'_>],
+    ids: &[&[u32]],
+    at: &[LogitsAt],
+    prefill: bool,
+) -> Result<Vec<Tensor>, ExecutorError> {
+    let Some(model) = sessions.first().map(|s| s.model) else {
+        return Ok(Vec::new());
+    };
+    let mut seqs: Vec<Seq<'_>> = sessions
+        .iter_mut()
+        .zip(ids.iter().zip(at))
+        .map(|(s, (&ids, &at))| {
+            let CandleSession { cache, hook, .. } = &mut **s;
+            hook.prefill = prefill;
+            Seq {
+                ids,
+                cache: Some(cache),
+                hook,
+                at,
+            }
+        })
+        .collect();
+    let run = model.run_batch(&mut seqs);
+    drop(seqs);
+    for s in sessions.iter_mut() {
+        s.hook.prefill = false;
+        if prefill {
+            s.hook.observe.clear();
+        }
+    }
+    let mut logits = Vec::with_capacity(sessions.len());
+    for (s, (l, timing)) in sessions.iter_mut().zip(run?) {
+        s.timing = timing;
+        logits.push(l);
+    }
+    Ok(logits)
 }
 
 fn last_row(logits: &Tensor) -> Result<Vec<f32>, ExecutorError> {

@@ -11,16 +11,15 @@ use candle_core::{DType, Tensor};
 
 use super::CandleExecutor;
 use super::model::llama::{LogitsAt, log_softmax};
-use super::session::CandleSession;
-use crate::executor::generate::generate;
+use super::session::{CandleSession, run_sessions};
+use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{Recorder, check_request, labels, resident_bytes};
 use crate::executor::{
-    Executor, ExecutorError, InferenceSession, PromptForm, ReferenceContinuation, RunOptions,
-    TraceOutput,
+    Executor, ExecutorError, InferenceSession, PromptForm, RunOptions, TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
-use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
+use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data.
 fn to_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
@@ -33,12 +32,111 @@ fn to_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
     Ok(TensorData::from_f32(shape, &values).expect("the shape is the tensor's own"))
 }
 
+/// One trace: the batch of one every traced run goes through.
 pub(super) fn run(
     exec: &CandleExecutor,
     request: &TraceRequest,
     options: &RunOptions,
     policy: Option<&mut dyn StepPolicy>,
 ) -> Result<TraceOutput, ExecutorError> {
+    // The policy's trait object is reborrowed for the job's lifetime.
+    let policy = policy.map(|p| p as &mut dyn StepPolicy);
+    let mut jobs = vec![begin(exec, request, options, policy)?];
+    run_stages(exec, &mut jobs)?;
+    finish(jobs.pop().expect("one job"))
+}
+
+/// Traces `jobs` as one batch: their prompts run in one ragged pass,
+/// their generations decode together (one pass per step for every
+/// sequence still generating), and their reference continuations are
+/// scored in one pass. Each trace records what it would alone; its spans
+/// say the batch's size, and their times are its share of each pass.
+/// A job that cannot start fails alone; a batched pass that fails is run
+/// again one job at a time, so a bad job cannot fail the others.
+pub(super) fn run_batch(
+    exec: &CandleExecutor,
+    jobs: &[(TraceRequest, RunOptions)],
+) -> Vec<Result<TraceOutput, ExecutorError>> {
+    let mut out: Vec<Option<Result<TraceOutput, ExecutorError>>> =
+        jobs.iter().map(|_| None).collect();
+    let mut started = Vec::new();
+    let mut index = Vec::new();
+    for (i, (request, options)) in jobs.iter().enumerate() {
+        match begin(exec, request, options, None) {
+            Ok(job) => {
+                started.push(job);
+                index.push(i);
+            }
+            Err(e) => out[i] = Some(Err(e)),
+        }
+    }
+    match run_stages(exec, &mut started) {
+        Ok(()) => {
+            for (i, job) in index.into_iter().zip(started) {
+                out[i] = Some(finish(job));
+            }
+        }
+        Err(e) if started.len() == 1 => out[index[0]] = Some(Err(e)),
+        Err(e) => {
+            tracing::warn!(
+                "a batched pass over {} traces failed ({e}); running them one at a time",
+                started.len()
+            );
+            drop(started);
+            for i in index {
+                let (request, options) = &jobs[i];
+                out[i] = Some(run(exec, request, options, None));
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.expect("every job is answered"))
+        .collect()
+}
+
+/// A trace in progress.
+struct Job<'a> {
+    exec: &'a CandleExecutor,
+    request: &'a TraceRequest,
+    options: &'a RunOptions,
+    rec: Recorder,
+    ids: Vec<u32>,
+    session: CandleSession<'a>,
+    observe: bool,
+    at: LogitsAt,
+    /// This trace's share of the prefill pass (hook and lm_head included).
+    prefill_ns: u64,
+    /// The prompt's last-position logits, where generation starts.
+    prefill_last: Vec<f32>,
+    generation: Option<Generation>,
+}
+
+/// Spans of a batched pass say so (a batch of one says nothing).
+fn note_batch(p: &mut StageProfile, sequences: usize, tokens: usize) {
+    p.batch_size = sequences as u32;
+    if sequences > 1 {
+        p.notes.insert(
+            "batch".into(),
+            format!(
+                "one pass over {sequences} sequences ({tokens} tokens); this span's time is its share"
+            ),
+        );
+    }
+}
+
+/// `total` split by `part` of `whole`.
+fn share(total: u64, part: usize, whole: usize) -> u64 {
+    (total as u128 * part as u128 / whole.max(1) as u128) as u64
+}
+
+/// Tokenizes the prompt and prepares the session: the tokenize and
+/// prepare_batch spans.
+fn begin<'a>(
+    exec: &'a CandleExecutor,
+    request: &'a TraceRequest,
+    options: &'a RunOptions,
+    policy: Option<&'a mut dyn StepPolicy>,
+) -> Result<Job<'a>, ExecutorError> {
     check_request(exec.dims().layers, request, &options.interventions)?;
     let mut rec = Recorder::new(
         options.trace_id.clone(),
@@ -82,7 +180,7 @@ pub(super) fn run(
 
     // prepare_batch: the session, its cache and hook.
     let start = Instant::now();
-    let mut session: CandleSession<'_> = exec.session(&options.interventions);
+    let mut session: CandleSession<'a> = exec.session(&options.interventions);
     if let Some(p) = policy {
         for w in p.watches() {
             exec.check_layers(&w.layers)?;
@@ -101,109 +199,223 @@ pub(super) fn run(
         "per-layer key/value buffers written in place, capacity doubled when full".into(),
     );
     rec.span(Stage::PrepareBatch, p);
-
-    // prefill (the forward pass over the prompt, hooks included)
-    let want_all = request.wants(K::Logits) || request.wants(K::Logprobs);
-    let at = if want_all {
+    let at = if request.wants(K::Logits) || request.wants(K::Logprobs) {
         LogitsAt::All
     } else {
         LogitsAt::Last
     };
-    let start = Instant::now();
-    let logits = session.prefill_tensor(&ids, at)?;
-    let total_ns = start.elapsed().as_nanos() as u64;
-    let timing = session.timing;
-    let mut p = rec.profile(start, ids.len());
-    p.duration_ns = total_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
-    p.memory_bytes = resident_bytes();
-    p.notes.insert("kernel".into(), exec.model.model.kernel());
-    p.notes.insert(
-        "excludes".into(),
-        "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
-    );
-    p.notes
-        .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
-    rec.span(Stage::Prefill, p);
-
-    // observe: activations (and weight snapshots) copied to the host.
-    let kept = std::mem::take(&mut session.hook.kept);
-    let observed_ns = session
-        .timing
-        .hook_ns
-        .saturating_sub(session.hook.intervene_ns);
-    if observe || request.wants(K::WeightSnapshot) {
-        let start = Instant::now();
-        let mut pending: Vec<(K, usize, BTreeMap<String, String>, TensorData)> = Vec::new();
-        for k in &kept {
-            let l = labels(&[("site", k.site.as_str())]);
-            pending.push((K::Activation, k.layer, l, to_data(&k.tensor)?));
+    if let Some(limit) = exec.model.model.config().context_length
+        && ids.len() > limit
+    {
+        return Err(ModelError::ContextExceeded {
+            needed: ids.len(),
+            limit,
         }
-        if request.wants(K::WeightSnapshot) {
-            for &layer in &request.layers {
-                for m in [Matrix::AttnOutput, Matrix::FfnDown] {
-                    let w = exec.model.model.weight(layer, m)?;
-                    let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
-                    pending.push((K::WeightSnapshot, layer, l, to_data(&w)?));
+        .into());
+    }
+    Ok(Job {
+        exec,
+        request,
+        options,
+        rec,
+        ids,
+        session,
+        observe,
+        at,
+        prefill_ns: 0,
+        prefill_last: Vec::new(),
+        generation: None,
+    })
+}
+
+/// Prefill, decode and the reference continuations, each one batched pass
+/// (or one pass per decode step) over `jobs`.
+fn run_stages(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+    prefill(jobs)?;
+    decode(exec, jobs)?;
+    score_references(exec, jobs)
+}
+
+/// The prompts' forward pass with hooks (prefill), the activations copied
+/// to the host (observe) and the logits (lm_head).
+fn prefill(jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+    let start = Instant::now();
+    let logits = {
+        let mut sessions = Vec::with_capacity(jobs.len());
+        let mut ids = Vec::with_capacity(jobs.len());
+        let mut at = Vec::with_capacity(jobs.len());
+        for j in jobs.iter_mut() {
+            sessions.push(&mut j.session);
+            ids.push(j.ids.as_slice());
+            at.push(j.at);
+        }
+        run_sessions(&mut sessions, &ids, &at, true)?
+    };
+    let total_ns = start.elapsed().as_nanos() as u64;
+    let tokens: usize = jobs.iter().map(|j| j.ids.len()).sum();
+    let sequences = jobs.len();
+    for (job, logits) in jobs.iter_mut().zip(logits) {
+        job.after_prefill(
+            &logits,
+            share(total_ns, job.ids.len(), tokens),
+            (sequences, tokens),
+        )?;
+    }
+    Ok(())
+}
+
+impl Job<'_> {
+    /// Records the prefill, observe and lm_head spans of this trace.
+    fn after_prefill(
+        &mut self,
+        logits: &Tensor,
+        prefill_ns: u64,
+        (sequences, batch_tokens): (usize, usize),
+    ) -> Result<(), ExecutorError> {
+        let (exec, request, rec) = (self.exec, self.request, &mut self.rec);
+        let n = self.ids.len();
+        self.prefill_ns = prefill_ns;
+        let timing = self.session.timing;
+        let start = Instant::now();
+        let mut p = rec.profile(start, n);
+        p.duration_ns = prefill_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
+        p.memory_bytes = resident_bytes();
+        p.notes.insert("kernel".into(), exec.model.model.kernel());
+        p.notes.insert(
+            "excludes".into(),
+            "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
+        );
+        p.notes.insert(
+            "kv_cache_bytes".into(),
+            self.session.cache_bytes().to_string(),
+        );
+        note_batch(&mut p, sequences, batch_tokens);
+        rec.span(Stage::Prefill, p);
+
+        // observe: activations (and weight snapshots) copied to the host.
+        let kept = std::mem::take(&mut self.session.hook.kept);
+        let observed_ns = timing
+            .hook_ns
+            .saturating_sub(self.session.hook.intervene_ns);
+        if self.observe || request.wants(K::WeightSnapshot) {
+            let start = Instant::now();
+            let mut pending: Vec<(K, usize, BTreeMap<String, String>, TensorData)> = Vec::new();
+            for k in &kept {
+                let l = labels(&[("site", k.site.as_str())]);
+                pending.push((K::Activation, k.layer, l, to_data(&k.tensor)?));
+            }
+            if request.wants(K::WeightSnapshot) {
+                for &layer in &request.layers {
+                    for m in [Matrix::AttnOutput, Matrix::FfnDown] {
+                        let w = exec.model.model.weight(layer, m)?;
+                        let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
+                        pending.push((K::WeightSnapshot, layer, l, to_data(&w)?));
+                    }
                 }
             }
+            let mut p = rec.profile(start, n);
+            p.duration_ns += observed_ns;
+            p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
+            p.host_device_copies = pending.len() as u64;
+            let span = rec.span(Stage::Observe, p);
+            for (kind, layer, l, data) in pending {
+                rec.tensor(&span, kind, Some(layer), l, data);
+            }
         }
-        let mut p = rec.profile(start, ids.len());
-        p.duration_ns += observed_ns;
-        p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
-        p.host_device_copies = pending.len() as u64;
-        let span = rec.span(Stage::Observe, p);
-        for (kind, layer, l, data) in pending {
-            rec.tensor(&span, kind, Some(layer), l, data);
-        }
-    }
 
-    // lm_head: logits and log-probabilities at every prompt position.
-    let start = Instant::now();
-    let mut lm: Vec<(K, TensorData)> = Vec::new();
-    if request.wants(K::Logits) {
-        lm.push((K::Logits, to_data(&logits)?));
-    }
-    if request.wants(K::Logprobs) {
-        lm.push((K::Logprobs, to_data(&log_softmax(&logits)?)?));
-    }
-    let prefill_last: Vec<f32> = {
-        let n = logits.dim(0).map_err(ModelError::from)?;
-        logits
-            .get(n - 1)
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(ModelError::from)?
-    };
-    let mut p = rec.profile(start, ids.len());
-    p.duration_ns += timing.lm_head_ns;
-    p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
-    p.host_device_copies = 1 + lm.len() as u64;
-    p.notes.insert(
-        "positions".into(),
-        match at {
-            LogitsAt::All => "all",
-            LogitsAt::Last => "last",
-        }
-        .into(),
-    );
-    let span = rec.span(Stage::LmHead, p);
-    for (kind, data) in lm {
-        rec.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
-    }
-
-    // decode
-    let mut generation = None;
-    if options.generate.max_tokens > 0 {
+        // lm_head: logits and log-probabilities at every prompt position.
         let start = Instant::now();
-        let g = generate(
-            &mut session,
-            &ids,
-            Some(prefill_last),
-            &options.generate,
-            &|id| exec.is_eos(id),
-            &|ids| exec.detokenize(ids),
-            &mut |_| {},
-        )?;
-        let mut p = rec.profile(start, g.decode_steps);
+        let mut lm: Vec<(K, TensorData)> = Vec::new();
+        if request.wants(K::Logits) {
+            lm.push((K::Logits, to_data(logits)?));
+        }
+        if request.wants(K::Logprobs) {
+            lm.push((K::Logprobs, to_data(&log_softmax(logits)?)?));
+        }
+        let rows = logits.dim(0).map_err(ModelError::from)?;
+        self.prefill_last = logits
+            .get(rows - 1)
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(ModelError::from)?;
+        let mut p = rec.profile(start, n);
+        p.duration_ns += timing.lm_head_ns;
+        p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
+        p.host_device_copies = 1 + lm.len() as u64;
+        p.notes.insert(
+            "positions".into(),
+            match self.at {
+                LogitsAt::All => "all",
+                LogitsAt::Last | LogitsAt::From(_) => "last",
+            }
+            .into(),
+        );
+        note_batch(&mut p, sequences, batch_tokens);
+        let span = rec.span(Stage::LmHead, p);
+        for (kind, data) in lm {
+            rec.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
+        }
+        Ok(())
+    }
+}
+
+/// Generates for every job that asks, one pass per step over all the
+/// sequences still generating (each step's time shared among them).
+fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+    let is_eos = |id| exec.is_eos(id);
+    let detokenize = |ids: &[u32]| exec.detokenize(ids);
+    let capacity = exec.model.model.config().context_length;
+    let start = Instant::now();
+    // (job, its generator, its next-token logits)
+    let mut running = Vec::new();
+    for (i, job) in jobs.iter_mut().enumerate() {
+        if job.options.generate.max_tokens > 0 {
+            let mut g = Generator::new(&job.options.generate, &is_eos, &detokenize)?;
+            g.prefill_ns = job.prefill_ns;
+            running.push((i, g, std::mem::take(&mut job.prefill_last)));
+        }
+    }
+    let generating = running.len();
+    let mut feeding = vec![None; jobs.len()];
+    let mut widest = 0;
+    loop {
+        let mut feed = 0;
+        for (i, g, logits) in running.iter_mut() {
+            let position = jobs[*i].session.position();
+            feeding[*i] = g.next(logits, position, capacity, &mut |_| {})?;
+            feed += usize::from(feeding[*i].is_some());
+        }
+        if feed == 0 {
+            break;
+        }
+        widest = widest.max(feed);
+        let step = Instant::now();
+        let fed: Vec<[u32; 1]> = feeding.iter().flatten().map(|&id| [id]).collect();
+        let logits = {
+            let mut sessions = Vec::with_capacity(feed);
+            for (job, _) in jobs.iter_mut().zip(&feeding).filter(|(_, f)| f.is_some()) {
+                sessions.push(&mut job.session);
+            }
+            let ids: Vec<&[u32]> = fed.iter().map(|id| id.as_slice()).collect();
+            run_sessions(&mut sessions, &ids, &vec![LogitsAt::Last; feed], false)?
+        };
+        let step_ns = step.elapsed().as_nanos() as u64;
+        let mut logits = logits.into_iter();
+        for (i, g, next) in running.iter_mut() {
+            if feeding[*i].is_some() {
+                let row = logits.next().expect("one row per sequence fed");
+                *next = row
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .map_err(ModelError::from)?;
+                g.decode_ns += step_ns / feed as u64;
+                g.decode_steps += 1;
+            }
+        }
+    }
+    for (i, g, _) in running {
+        let job = &mut jobs[i];
+        let g = g.finish(&mut |_| {});
+        let mut p = job.rec.profile(start, g.decode_steps);
         p.duration_ns = g.decode_ns;
         p.notes.insert(
             "stop".into(),
@@ -211,7 +423,7 @@ pub(super) fn run(
         );
         p.notes.insert(
             "sampling".into(),
-            match &options.generate.sampling {
+            match &job.options.generate.sampling {
                 Some(s) => format!(
                     "temperature {} top_p {} top_k {:?} seed {}",
                     s.temperature, s.top_p, s.top_k, s.seed
@@ -219,22 +431,88 @@ pub(super) fn run(
                 None => "greedy".into(),
             },
         );
-        p.notes
-            .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
-        let span = rec.span(Stage::Decode, p);
-        rec.generation(&span, &g);
-        generation = Some(g);
+        p.notes.insert(
+            "kv_cache_bytes".into(),
+            job.session.cache_bytes().to_string(),
+        );
+        p.batch_size = widest as u32;
+        if generating > 1 {
+            p.notes.insert(
+                "batch".into(),
+                format!("decoded with up to {widest} sequences per step; each step's time is shared among them"),
+            );
+        }
+        let span = job.rec.span(Stage::Decode, p);
+        job.rec.generation(&span, &g);
+        job.generation = Some(g);
     }
+    Ok(())
+}
 
-    // forward: another side's continuation scored after this run's own prompt.
-    if let Some(r) = options
-        .reference
-        .as_ref()
-        .filter(|_| request.wants(K::Logprobs))
-    {
-        let start = Instant::now();
-        let scores = score_reference(exec, &ids, options, r)?;
-        let mut p = rec.profile(start, ids.len() + r.completion.len());
+/// The forward stage: for every job with another side's continuation,
+/// the log-probabilities `[positions, k]` of `r.support` at each position
+/// of `r.completion` teacher-forced after this trace's prompt, in one pass
+/// over fresh sessions with this run's interventions (a policy, which
+/// decides step by step, does not take part).
+fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+    // (job, the reference, rows, k, prompt then continuation)
+    let mut scoring = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let Some(r) = job
+            .options
+            .reference
+            .as_ref()
+            .filter(|_| job.request.wants(K::Logprobs))
+        else {
+            continue;
+        };
+        let (rows, k) = r.check(exec.dims().vocab)?;
+        let mut ids = job.ids.clone();
+        ids.extend(&r.completion[..rows - 1]);
+        if let Some(limit) = exec.model.model.config().context_length
+            && ids.len() > limit
+        {
+            return Err(ExecutorError::Request(format!(
+                "reference continuation of `{}`: the prompt and continuation are {} tokens, over the model's context of {limit}",
+                r.trace_id,
+                ids.len()
+            )));
+        }
+        scoring.push((i, r, rows, k, ids));
+    }
+    if scoring.is_empty() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let mut sessions: Vec<CandleSession<'_>> = scoring
+        .iter()
+        .map(|s| exec.session(&jobs[s.0].options.interventions))
+        .collect();
+    let logits = {
+        let mut refs: Vec<&mut CandleSession<'_>> = sessions.iter_mut().collect();
+        let ids: Vec<&[u32]> = scoring.iter().map(|s| s.4.as_slice()).collect();
+        let at: Vec<LogitsAt> = scoring
+            .iter()
+            .map(|s| LogitsAt::From(jobs[s.0].ids.len() - 1))
+            .collect();
+        run_sessions(&mut refs, &ids, &at, true)?
+    };
+    let total_ns = start.elapsed().as_nanos() as u64;
+    let tokens: usize = scoring.iter().map(|s| s.4.len()).sum();
+    for ((i, r, rows, k, ids), logits) in scoring.into_iter().zip(logits) {
+        let rows_lp: Vec<Vec<f32>> = log_softmax(&logits)?
+            .to_vec2::<f32>()
+            .map_err(ModelError::from)?;
+        debug_assert_eq!(rows_lp.len(), rows);
+        let values: Vec<f32> = rows_lp
+            .iter()
+            .zip(&r.support)
+            .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
+            .collect();
+        let scores = TensorData::from_f32(vec![rows, k], &values).expect("rows × k");
+        let job = &mut jobs[i];
+        let mut p = job.rec.profile(start, ids.len());
+        p.duration_ns = share(total_ns, ids.len(), tokens);
         p.output_bytes = scores.bytes.len() as u64;
         p.notes.insert(
             "teacher_forced".into(),
@@ -243,58 +521,29 @@ pub(super) fn run(
                 r.trace_id
             ),
         );
-        let span = rec.span(Stage::Forward, p);
-        rec.reference(&span, r, scores);
+        note_batch(&mut p, sessions.len(), tokens);
+        let span = job.rec.span(Stage::Forward, p);
+        job.rec.reference(&span, r, scores);
     }
+    Ok(())
+}
 
-    // intervene: what each intervention (and the policy) did over prefill and decode.
+/// The intervene span (what each intervention and the policy did over
+/// prefill and decode), the run's profile, and the finished trace.
+fn finish(mut job: Job<'_>) -> Result<TraceOutput, ExecutorError> {
+    let session = &job.session;
     let policy = session
         .hook
         .policy
         .as_deref()
         .map(|p| (p as &dyn StepPolicy, &session.hook.policy_log));
-    rec.interventions(
-        &options.interventions,
+    job.rec.interventions(
+        &job.options.interventions,
         session.effects(),
         policy,
         session.hook.intervene_ns,
     );
-    rec.run_profile(ids.len(), total_ns, generation.as_ref());
-    rec.finish(generation)
-}
-
-/// Log-probabilities `[positions, k]` of `r.support` at each position of
-/// `r.completion` teacher-forced after `prompt`, from one forward pass of a
-/// fresh session with this run's interventions (a policy, which decides
-/// step by step, does not take part).
-fn score_reference(
-    exec: &CandleExecutor,
-    prompt: &[u32],
-    options: &RunOptions,
-    r: &ReferenceContinuation,
-) -> Result<TensorData, ExecutorError> {
-    let (rows, k) = r.check(exec.dims().vocab)?;
-    let mut ids = prompt.to_vec();
-    ids.extend(&r.completion[..rows - 1]);
-    let mut session = exec.session(&options.interventions);
-    if let Some(limit) = session.capacity()
-        && ids.len() > limit
-    {
-        return Err(ExecutorError::Request(format!(
-            "reference continuation of `{}`: the prompt and continuation are {} tokens, over the model's context of {limit}",
-            r.trace_id,
-            ids.len()
-        )));
-    }
-    let logits = session.prefill_tensor(&ids, LogitsAt::All)?;
-    let rows_lp: Vec<Vec<f32>> = log_softmax(&logits)?
-        .narrow(0, prompt.len() - 1, rows)
-        .and_then(|t| t.to_vec2::<f32>())
-        .map_err(ModelError::from)?;
-    let values: Vec<f32> = rows_lp
-        .iter()
-        .zip(&r.support)
-        .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
-        .collect();
-    Ok(TensorData::from_f32(vec![rows, k], &values).expect("rows × k"))
+    job.rec
+        .run_profile(job.ids.len(), job.prefill_ns, job.generation.as_ref());
+    job.rec.finish(job.generation)
 }

@@ -372,6 +372,20 @@ pub enum LogitsAt {
     All,
     /// The last position only (generation).
     Last,
+    /// Positions from this one (of the pass) on: a teacher-forced
+    /// continuation after a prompt.
+    From(usize),
+}
+
+/// One sequence of a batched pass ([`Llama::run_batch`]).
+pub struct Seq<'s> {
+    /// The next tokens of this sequence.
+    pub ids: &'s [u32],
+    /// What the sequence holds so far (`None`: a pass from position 0
+    /// that keeps no cache).
+    pub cache: Option<&'s mut KvCache>,
+    pub hook: &'s mut dyn BlockHook,
+    pub at: LogitsAt,
 }
 
 /// What one forward pass produced.
@@ -603,111 +617,218 @@ impl Llama {
     }
 
     /// Runs `ids` as the next positions after what `cache` holds (from 0
-    /// without a cache), calling `hook` after every block.
+    /// without a cache), calling `hook` after every block: a batch of one.
     pub fn run(
         &self,
         ids: &[u32],
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
         hook: &mut dyn BlockHook,
         at: LogitsAt,
     ) -> Result<(Tensor, PassTiming), ModelError> {
+        let mut seqs = [Seq {
+            ids,
+            cache,
+            hook,
+            at,
+        }];
+        let [out] = <[_; 1]>::try_from(self.run_batch(&mut seqs)?).expect("one per sequence");
+        Ok(out)
+    }
+
+    /// One forward pass over several independent sequences (a ragged
+    /// batch): their tokens are concatenated, so every weight matrix is
+    /// read once for all of them, while attention, rotary positions, the
+    /// KV cache and the hook stay per sequence. A sequence's result does
+    /// not depend on the others beyond the kernels' rounding (each row's
+    /// activations are quantized on their own). Returns each sequence's
+    /// logits (`[positions, vocab]`, f32) and timing; the final norm and
+    /// output projection's time is shared by rows.
+    pub fn run_batch(&self, seqs: &mut [Seq<'_>]) -> Result<Vec<(Tensor, PassTiming)>, ModelError> {
         let c = &self.config;
-        if ids.is_empty() {
-            return Err(ModelError::EmptyInput);
+        // (first row in the batch, tokens, absolute position of the first)
+        let mut spans = Vec::with_capacity(seqs.len());
+        let mut all_ids = Vec::new();
+        for s in seqs.iter() {
+            if s.ids.is_empty() {
+                return Err(ModelError::EmptyInput);
+            }
+            if let Some(&id) = s.ids.iter().find(|&&id| id as usize >= c.vocab) {
+                return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
+            }
+            let offset = s.cache.as_ref().map_or(0, |c| c.len);
+            let t = s.ids.len();
+            if let Some(limit) = c.context_length
+                && offset + t > limit
+            {
+                return Err(ModelError::ContextExceeded {
+                    needed: offset + t,
+                    limit,
+                });
+            }
+            if let LogitsAt::From(p) = s.at
+                && p >= t
+            {
+                return Err(ModelError::Compute(
+                    format!("logits asked from position {p} of a pass of {t} tokens").into(),
+                ));
+            }
+            spans.push((all_ids.len(), t, offset));
+            all_ids.extend_from_slice(s.ids);
         }
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
+        if seqs.is_empty() {
+            return Ok(Vec::new());
         }
-        let offset = cache.as_ref().map_or(0, |c| c.len);
-        let t = ids.len();
-        if let Some(limit) = c.context_length
-            && offset + t > limit
-        {
-            return Err(ModelError::ContextExceeded {
-                needed: offset + t,
-                limit,
-            });
-        }
-        let (cos, sin) = self.rope(offset, t)?;
-        let mask = causal_mask(offset, t, &self.device)?;
-        let mut x = self.embed.lookup(ids, &self.device)?.unsqueeze(0)?;
-        let rep = c.heads / c.kv_heads;
-        let mut timing = PassTiming::default();
-        let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
-            Ok(match c.rope_style {
-                RopeStyle::Interleaved => rope_i(x, &cos, &sin)?,
-                RopeStyle::Half => rope(x, &cos, &sin)?,
+        let single = seqs.len() == 1;
+        // A view of each sequence's rows of a `[1, rows, width]` batch tensor.
+        let part = |y: &Tensor, j: usize| -> Result<Tensor, ModelError> {
+            let (start, t, _) = spans[j];
+            Ok(if single {
+                y.clone()
+            } else {
+                y.narrow(1, start, t)?
             })
         };
+        let join = |mut parts: Vec<Tensor>| -> Result<Tensor, ModelError> {
+            Ok(match parts.len() {
+                1 => parts.pop().expect("one part"),
+                _ => Tensor::cat(&parts, 1)?,
+            })
+        };
+        let mut ropes = Vec::with_capacity(seqs.len());
+        let mut masks = Vec::with_capacity(seqs.len());
+        for &(_, t, offset) in &spans {
+            ropes.push(self.rope(offset, t)?);
+            masks.push(causal_mask(offset, t, &self.device)?);
+        }
+        let mut x = self.embed.lookup(&all_ids, &self.device)?.unsqueeze(0)?;
+        let rep = c.heads / c.kv_heads;
+        let mut timings = vec![PassTiming::default(); seqs.len()];
         for (i, b) in self.blocks.iter().enumerate() {
             let h = rms_norm(&x, &b.attn_norm, c.rms_eps as f32)?;
             let [q, k, v] = Linear::forward_group([&b.q, &b.k, &b.v], &h)?;
-            let split = |y: Tensor, heads: usize| -> Result<Tensor, ModelError> {
-                Ok(y.reshape((1, t, heads, c.head_dim))?
-                    .transpose(1, 2)?
-                    .contiguous()?)
-            };
-            let q = rotate(&split(q, c.heads)?)?;
-            let mut k = rotate(&split(k, c.kv_heads)?)?;
-            let mut v = split(v, c.kv_heads)?;
-            if let Some(cache) = cache.as_deref_mut() {
-                (k, v) = cache.append(i, &k, &v)?;
+            let mut ys = Vec::with_capacity(seqs.len());
+            for (j, s) in seqs.iter_mut().enumerate() {
+                let t = spans[j].1;
+                let (cos, sin) = &ropes[j];
+                let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
+                    Ok(match c.rope_style {
+                        RopeStyle::Interleaved => rope_i(x, cos, sin)?,
+                        RopeStyle::Half => rope(x, cos, sin)?,
+                    })
+                };
+                let split = |y: &Tensor, heads: usize| -> Result<Tensor, ModelError> {
+                    Ok(part(y, j)?
+                        .reshape((1, t, heads, c.head_dim))?
+                        .transpose(1, 2)?
+                        .contiguous()?)
+                };
+                let q = rotate(&split(&q, c.heads)?)?;
+                let mut k = rotate(&split(&k, c.kv_heads)?)?;
+                let mut v = split(&v, c.kv_heads)?;
+                if let Some(cache) = s.cache.as_deref_mut() {
+                    (k, v) = cache.append(i, &k, &v)?;
+                }
+                let total = k.dim(2)?;
+                // Grouped-query attention without copying keys and values per
+                // query head: the `rep` query heads that share a key/value head
+                // are stacked as rows of one matrix against it.
+                let q = q.reshape((1, c.kv_heads, rep * t, c.head_dim))?;
+                let scores = (q.matmul(&k.t()?)? / (c.head_dim as f64).sqrt())?;
+                let scores = match &masks[j] {
+                    Some(m) => scores
+                        .reshape((1, c.kv_heads, rep, t, total))?
+                        .broadcast_add(m)?
+                        .reshape((1, c.kv_heads, rep * t, total))?,
+                    None => scores,
+                };
+                ys.push(
+                    softmax_last_dim(&scores)?
+                        .matmul(&v)?
+                        .reshape((1, c.heads, t, c.head_dim))?
+                        .transpose(1, 2)?
+                        .reshape((1, t, c.heads * c.head_dim))?,
+                );
             }
-            let total = k.dim(2)?;
-            // Grouped-query attention without copying keys and values per
-            // query head: the `rep` query heads that share a key/value head
-            // are stacked as rows of one matrix against it.
-            let q = q.reshape((1, c.kv_heads, rep * t, c.head_dim))?;
-            let scores = (q.matmul(&k.t()?)? / (c.head_dim as f64).sqrt())?;
-            let scores = match &mask {
-                Some(m) => scores
-                    .reshape((1, c.kv_heads, rep, t, total))?
-                    .broadcast_add(m)?
-                    .reshape((1, c.kv_heads, rep * t, total))?,
-                None => scores,
-            };
-            let y = softmax_last_dim(&scores)?
-                .matmul(&v)?
-                .reshape((1, c.heads, t, c.head_dim))?
-                .transpose(1, 2)?
-                .reshape((1, t, c.heads * c.head_dim))?;
-            let attn_out = b.o.forward(&y)?;
+            let attn_out = b.o.forward(&join(ys)?)?;
             x = (x + &attn_out)?;
             let h = rms_norm(&x, &b.ffn_norm, c.rms_eps as f32)?;
             let [gate, up] = Linear::forward_group([&b.gate, &b.up], &h)?;
             let mlp_out = b.down.forward(&(silu(&gate)? * up)?)?;
             x = (x + &mlp_out)?;
-            let start = std::time::Instant::now();
-            let view = BlockView {
-                layer: i,
-                offset,
-                attn_out: &attn_out,
-                mlp_out: &mlp_out,
-            };
-            if let Some(replaced) = hook.after_block(&view, &x)? {
-                if replaced.dims() != x.dims() {
-                    return Err(ModelError::HookShape {
-                        layer: i,
-                        found: replaced.dims().to_vec(),
-                        expected: x.dims().to_vec(),
-                    });
+            let mut parts = Vec::with_capacity(seqs.len());
+            let mut replaced_any = false;
+            for (j, s) in seqs.iter_mut().enumerate() {
+                let start = std::time::Instant::now();
+                let resid = part(&x, j)?;
+                let view = BlockView {
+                    layer: i,
+                    offset: spans[j].2,
+                    attn_out: &part(&attn_out, j)?,
+                    mlp_out: &part(&mlp_out, j)?,
+                };
+                match s.hook.after_block(&view, &resid)? {
+                    Some(replaced) if replaced.dims() != resid.dims() => {
+                        return Err(ModelError::HookShape {
+                            layer: i,
+                            found: replaced.dims().to_vec(),
+                            expected: resid.dims().to_vec(),
+                        });
+                    }
+                    Some(replaced) => {
+                        replaced_any = true;
+                        parts.push(replaced);
+                    }
+                    None => parts.push(resid),
                 }
-                x = replaced;
+                timings[j].hook_ns += start.elapsed().as_nanos() as u64;
             }
-            timing.hook_ns += start.elapsed().as_nanos() as u64;
+            if replaced_any {
+                x = join(parts)?;
+            }
         }
-        if let Some(cache) = cache {
-            cache.len += t;
+        for (s, &(_, t, _)) in seqs.iter_mut().zip(&spans) {
+            if let Some(cache) = s.cache.as_deref_mut() {
+                cache.len += t;
+            }
         }
+        // The final norm and output projection, on the rows asked for only
+        // (the output matrix is the largest: a decode step needs one row).
         let start = std::time::Instant::now();
-        let x = match at {
-            LogitsAt::All => x,
-            LogitsAt::Last => x.narrow(1, t - 1, 1)?,
+        let rows: Vec<(usize, usize)> = seqs
+            .iter()
+            .zip(&spans)
+            .map(|(s, &(first, t, _))| match s.at {
+                LogitsAt::All => (first, t),
+                LogitsAt::Last => (first + t - 1, 1),
+                LogitsAt::From(p) => (first + p, t - p),
+            })
+            .collect();
+        let asked: usize = rows.iter().map(|r| r.1).sum();
+        let x = if asked == all_ids.len() {
+            x
+        } else {
+            let mut picked = Vec::with_capacity(rows.len());
+            for &(first, n) in &rows {
+                picked.push(x.narrow(1, first, n)?);
+            }
+            join(picked)?
         };
         let x = rms_norm(&x, &self.norm, c.rms_eps as f32)?;
         let logits = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
-        timing.lm_head_ns = start.elapsed().as_nanos() as u64;
-        Ok((logits, timing))
+        let lm_head_ns = start.elapsed().as_nanos() as u64;
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut row = 0;
+        for ((_, n), mut timing) in rows.into_iter().zip(timings) {
+            timing.lm_head_ns = lm_head_ns * n as u64 / asked as u64;
+            let l = if single {
+                logits.clone()
+            } else {
+                logits.narrow(0, row, n)?
+            };
+            out.push((l, timing));
+            row += n;
+        }
+        Ok(out)
     }
 
     /// Rotary tables for positions `offset..offset + t`, `[t, head_dim / 2]` each.
