@@ -391,3 +391,69 @@ fn a_prefix_kept_by_rewinding_gives_the_logits_of_one_pass() {
         );
     }
 }
+
+/// The CPU's fused attention (one call per block for a whole batch, the
+/// rotary embedding and the KV cache on the host) against the tensor
+/// operations a GPU runs, on the real model with exact weights: a prompt,
+/// then decode steps through the cache, in a ragged batch of three.
+#[test]
+fn fused_attention_agrees_with_the_tensor_attention() {
+    use vauban::executor::candle::model::llama::{LogitsAt, NoHook, Seq};
+    if model().is_none() {
+        return;
+    }
+    let fused = LoadedModel::load(&model_path(), WeightMode::F32, &Device::Cpu).unwrap();
+    let mut tensor = LoadedModel::load(&model_path(), WeightMode::F32, &Device::Cpu).unwrap();
+    tensor.model.use_tensor_attention();
+    let prompts = [
+        "The capital of France is",
+        "Once upon a time, in a small village far away in the mountains, there lived a",
+        "1, 2,",
+    ];
+    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| encode(&fused, p)).collect();
+    let mut logits: Vec<Vec<Vec<f32>>> = Vec::new();
+    for m in [&fused, &tensor] {
+        let mut caches: Vec<_> = ids.iter().map(|_| m.model.new_cache()).collect();
+        let mut hooks: Vec<NoHook> = ids.iter().map(|_| NoHook).collect();
+        let mut rows: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
+        // The prompts, then four decode steps of token 42 each.
+        for step in 0..5 {
+            let next = [42u32];
+            let mut seqs: Vec<Seq<'_>> = caches
+                .iter_mut()
+                .zip(hooks.iter_mut())
+                .zip(&ids)
+                .map(|((cache, hook), ids)| Seq {
+                    ids: if step == 0 { ids } else { &next },
+                    cache: Some(cache),
+                    hook,
+                    at: if step == 0 {
+                        LogitsAt::All
+                    } else {
+                        LogitsAt::Last
+                    },
+                })
+                .collect();
+            for (j, (l, _)) in m
+                .model
+                .run_batch(&mut seqs)
+                .unwrap()
+                .into_iter()
+                .enumerate()
+            {
+                rows[j].extend(l.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            }
+        }
+        logits.push(rows);
+    }
+    for (j, (a, b)) in logits[0].iter().zip(&logits[1]).enumerate() {
+        assert_eq!(a.len(), b.len());
+        let d = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        eprintln!("prompt {j}: {} logits, max |Δ| {d:.2e}", a.len());
+        assert!(d < 2e-3, "prompt {j}: max |Δlogit| {d}");
+    }
+}

@@ -18,6 +18,7 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub mod act;
+pub mod attention;
 pub mod blocks;
 pub mod pool;
 mod portable;

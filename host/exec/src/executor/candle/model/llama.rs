@@ -16,6 +16,7 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
+use vauban_kernels::attention::{self, Heads, LayerCache, RopeTable, Rotary, SeqRows};
 use vauban_kernels::{Isa, QMatrix};
 
 use crate::model::config::{LlamaConfig, RopeStyle};
@@ -288,8 +289,17 @@ impl BlockHook for Observe<'_> {
 /// capacity doubles when a pass needs more (so a decode step copies only
 /// its own key and value, not the whole cache as concatenation did).
 pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    store: KvStore,
     len: usize,
+}
+
+/// Where a cache keeps its keys and values.
+enum KvStore {
+    /// On the CPU: host buffers that the fused attention
+    /// (`vauban_kernels::attention`) writes and reads.
+    Host(Vec<LayerCache>),
+    /// On a GPU: `[1, kv_heads, capacity, head_dim]` tensors per block.
+    Device(Vec<Option<(Tensor, Tensor)>>),
 }
 
 /// Positions a cache holds before its first growth.
@@ -307,11 +317,26 @@ impl KvCache {
 
     /// Bytes allocated for keys and values (the capacity, not just `len`).
     pub fn bytes(&self) -> u64 {
-        self.layers
-            .iter()
-            .flatten()
-            .map(|(k, v)| ((k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()) as u64)
-            .sum()
+        match &self.store {
+            KvStore::Host(layers) => layers.iter().map(|l| l.bytes() as u64).sum(),
+            KvStore::Device(layers) => layers
+                .iter()
+                .flatten()
+                .map(|(k, v)| {
+                    ((k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()) as u64
+                })
+                .sum(),
+        }
+    }
+
+    /// Block `layer`'s host buffers (a CPU model's cache).
+    fn host_layer(&mut self, layer: usize) -> Result<&mut LayerCache, ModelError> {
+        match &mut self.store {
+            KvStore::Host(layers) => Ok(&mut layers[layer]),
+            KvStore::Device(_) => Err(ModelError::Compute(
+                "a GPU model's KV cache was given to the CPU attention".into(),
+            )),
+        }
     }
 
     /// Forgets every position from `to` on (the buffers stay; the next
@@ -338,7 +363,12 @@ impl KvCache {
     ) -> Result<(Tensor, Tensor), ModelError> {
         let (t, len) = (k.dim(2)?, self.len);
         let need = len + t;
-        let slot = &mut self.layers[layer];
+        let KvStore::Device(layers) = &mut self.store else {
+            return Err(ModelError::Compute(
+                "a CPU model's KV cache was given to the GPU attention".into(),
+            ));
+        };
+        let slot = &mut layers[layer];
         let cap = slot.as_ref().map_or(0, |(b, _)| b.dim(2).unwrap_or(0));
         if need > cap {
             let cap = need.max(2 * cap).max(KV_START);
@@ -413,6 +443,11 @@ pub struct Llama {
     norm: Tensor,
     output: Linear,
     inv_freqs: Tensor,
+    /// The same, on the host, for the CPU attention's rotary tables.
+    inv_freqs_host: Vec<f32>,
+    /// Attention as one fused host call per block (the CPU's), or as
+    /// tensor operations per sequence (a GPU's).
+    fused_attention: bool,
     device: Device,
 }
 
@@ -509,7 +544,8 @@ impl Llama {
             blocks.push(block);
         }
         let norm = get("output_norm.weight", &[c.hidden])?.dense(device)?;
-        let inv_freqs = Tensor::new(c.inv_freqs().as_slice(), device)?;
+        let inv_freqs_host = c.inv_freqs();
+        let inv_freqs = Tensor::new(inv_freqs_host.as_slice(), device)?;
         Ok(Llama {
             config: config.clone(),
             embed,
@@ -517,6 +553,8 @@ impl Llama {
             norm,
             output,
             inv_freqs,
+            inv_freqs_host,
+            fused_attention: device.is_cpu(),
             device: device.clone(),
         })
     }
@@ -582,10 +620,21 @@ impl Llama {
         blocks + self.output.bytes()
     }
 
+    /// Runs attention as tensor operations per sequence, as on a GPU,
+    /// instead of the CPU's fused call: what tests compare the two paths
+    /// with. Caches made before this call no longer fit the model.
+    pub fn use_tensor_attention(&mut self) {
+        self.fused_attention = false;
+    }
+
     /// An empty KV cache for this model.
     pub fn new_cache(&self) -> KvCache {
+        let layers = self.config.layers;
         KvCache {
-            layers: (0..self.config.layers).map(|_| None).collect(),
+            store: match self.fused_attention {
+                true => KvStore::Host(vec![LayerCache::default(); layers]),
+                false => KvStore::Device((0..layers).map(|_| None).collect()),
+            },
             len: 0,
         }
     }
@@ -678,7 +727,9 @@ impl Llama {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
-        let single = seqs.len() == 1;
+        let batch = seqs.len();
+        let single = batch == 1;
+        let n = all_ids.len();
         // A view of each sequence's rows of a `[1, rows, width]` batch tensor.
         let part = |y: &Tensor, j: usize| -> Result<Tensor, ModelError> {
             let (start, t, _) = spans[j];
@@ -694,20 +745,80 @@ impl Llama {
                 _ => Tensor::cat(&parts, 1)?,
             })
         };
-        let mut ropes = Vec::with_capacity(seqs.len());
-        let mut masks = Vec::with_capacity(seqs.len());
-        for &(_, t, offset) in &spans {
-            ropes.push(self.rope(offset, t)?);
-            masks.push(causal_mask(offset, t, &self.device)?);
+        // Each sequence's cache; a sequence without one gets a scratch
+        // cache for this pass (attention needs its keys somewhere).
+        let mut scratch: Vec<KvCache> = seqs
+            .iter()
+            .filter(|s| s.cache.is_none())
+            .map(|_| self.new_cache())
+            .collect();
+        let mut scratch = scratch.iter_mut();
+        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(seqs.len());
+        let mut hooks: Vec<&mut dyn BlockHook> = Vec::with_capacity(seqs.len());
+        let mut ats = Vec::with_capacity(seqs.len());
+        for s in seqs.iter_mut() {
+            caches.push(match s.cache.as_deref_mut() {
+                Some(c) => c,
+                None => scratch
+                    .next()
+                    .expect("one scratch cache per sequence without"),
+            });
+            hooks.push(&mut *s.hook);
+            ats.push(s.at);
+        }
+        // On the CPU, attention is one fused call per block for the whole
+        // batch (the rotary angles of every row computed once per pass);
+        // on a GPU, tensor operations per sequence.
+        let host = self.fused_attention;
+        let heads = Heads {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+        };
+        let rotary = match c.rope_style {
+            RopeStyle::Interleaved => Rotary::Interleaved,
+            RopeStyle::Half => Rotary::Half,
+        };
+        let table = host.then(|| {
+            RopeTable::new(
+                &self.inv_freqs_host,
+                spans.iter().flat_map(|&(_, t, offset)| offset..offset + t),
+            )
+        });
+        let mut ropes = Vec::new();
+        let mut masks = Vec::new();
+        if !host {
+            for &(_, t, offset) in &spans {
+                ropes.push(self.rope(offset, t)?);
+                masks.push(causal_mask(offset, t, &self.device)?);
+            }
         }
         let mut x = self.embed.lookup(&all_ids, &self.device)?.unsqueeze(0)?;
         let rep = c.heads / c.kv_heads;
-        let mut timings = vec![PassTiming::default(); seqs.len()];
+        let mut timings = vec![PassTiming::default(); batch];
         for (i, b) in self.blocks.iter().enumerate() {
             let h = rms_norm(&x, &b.attn_norm, c.rms_eps as f32)?;
             let [q, k, v] = Linear::forward_group([&b.q, &b.k, &b.v], &h)?;
-            let mut ys = Vec::with_capacity(seqs.len());
-            for (j, s) in seqs.iter_mut().enumerate() {
+            let mut ys = Vec::with_capacity(batch);
+            if let Some(table) = &table {
+                let (q, k, v) = (host_rows(&q)?, host_rows(&k)?, host_rows(&v)?);
+                let mut out = vec![0f32; n * c.heads * c.head_dim];
+                let mut rows = Vec::with_capacity(caches.len());
+                for (cache, &(first, t, offset)) in caches.iter_mut().zip(&spans) {
+                    rows.push(SeqRows {
+                        first,
+                        rows: t,
+                        offset,
+                        cache: cache.host_layer(i)?,
+                    });
+                }
+                attention::attend(&heads, rotary, table, &q, &k, &v, &mut rows, &mut out);
+                ys.push(
+                    Tensor::from_vec(out, (1, n, c.heads * c.head_dim), &self.device)?
+                        .to_dtype(x.dtype())?,
+                );
+            }
+            for (j, cache) in caches.iter_mut().enumerate().filter(|_| !host) {
                 let t = spans[j].1;
                 let (cos, sin) = &ropes[j];
                 let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
@@ -723,11 +834,9 @@ impl Llama {
                         .contiguous()?)
                 };
                 let q = rotate(&split(&q, c.heads)?)?;
-                let mut k = rotate(&split(&k, c.kv_heads)?)?;
-                let mut v = split(&v, c.kv_heads)?;
-                if let Some(cache) = s.cache.as_deref_mut() {
-                    (k, v) = cache.append(i, &k, &v)?;
-                }
+                let k = rotate(&split(&k, c.kv_heads)?)?;
+                let v = split(&v, c.kv_heads)?;
+                let (k, v) = cache.append(i, &k, &v)?;
                 let total = k.dim(2)?;
                 // Grouped-query attention without copying keys and values per
                 // query head: the `rep` query heads that share a key/value head
@@ -755,9 +864,9 @@ impl Llama {
             let [gate, up] = Linear::forward_group([&b.gate, &b.up], &h)?;
             let mlp_out = b.down.forward(&(silu(&gate)? * up)?)?;
             x = (x + &mlp_out)?;
-            let mut parts = Vec::with_capacity(seqs.len());
+            let mut parts = Vec::with_capacity(batch);
             let mut replaced_any = false;
-            for (j, s) in seqs.iter_mut().enumerate() {
+            for (j, hook) in hooks.iter_mut().enumerate() {
                 let start = std::time::Instant::now();
                 let resid = part(&x, j)?;
                 let view = BlockView {
@@ -766,7 +875,7 @@ impl Llama {
                     attn_out: &part(&attn_out, j)?,
                     mlp_out: &part(&mlp_out, j)?,
                 };
-                match s.hook.after_block(&view, &resid)? {
+                match hook.after_block(&view, &resid)? {
                     Some(replaced) if replaced.dims() != resid.dims() => {
                         return Err(ModelError::HookShape {
                             layer: i,
@@ -786,25 +895,23 @@ impl Llama {
                 x = join(parts)?;
             }
         }
-        for (s, &(_, t, _)) in seqs.iter_mut().zip(&spans) {
-            if let Some(cache) = s.cache.as_deref_mut() {
-                cache.len += t;
-            }
+        for (cache, &(_, t, _)) in caches.iter_mut().zip(&spans) {
+            cache.len += t;
         }
         // The final norm and output projection, on the rows asked for only
         // (the output matrix is the largest: a decode step needs one row).
         let start = std::time::Instant::now();
-        let rows: Vec<(usize, usize)> = seqs
+        let rows: Vec<(usize, usize)> = ats
             .iter()
             .zip(&spans)
-            .map(|(s, &(first, t, _))| match s.at {
+            .map(|(at, &(first, t, _))| match at {
                 LogitsAt::All => (first, t),
                 LogitsAt::Last => (first + t - 1, 1),
-                LogitsAt::From(p) => (first + p, t - p),
+                &LogitsAt::From(p) => (first + p, t - p),
             })
             .collect();
         let asked: usize = rows.iter().map(|r| r.1).sum();
-        let x = if asked == all_ids.len() {
+        let x = if asked == n {
             x
         } else {
             let mut picked = Vec::with_capacity(rows.len());
@@ -816,7 +923,7 @@ impl Llama {
         let x = rms_norm(&x, &self.norm, c.rms_eps as f32)?;
         let logits = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
         let lm_head_ns = start.elapsed().as_nanos() as u64;
-        let mut out = Vec::with_capacity(seqs.len());
+        let mut out = Vec::with_capacity(batch);
         let mut row = 0;
         for ((_, n), mut timing) in rows.into_iter().zip(timings) {
             timing.lm_head_ns = lm_head_ns * n as u64 / asked as u64;
@@ -981,6 +1088,11 @@ fn causal_mask(offset: usize, t: usize, device: &Device) -> Result<Option<Tensor
         })
         .collect();
     Ok(Some(Tensor::from_slice(&mask, (t, total), device)?))
+}
+
+/// A tensor's values on the host, as f32, in row-major order.
+fn host_rows(t: &Tensor) -> Result<Vec<f32>, ModelError> {
+    Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
 }
 
 /// Log-softmax over the last dimension, in f32.

@@ -1,0 +1,346 @@
+//! Causal self-attention for the CPU over per-sequence key/value caches,
+//! with the rotary embedding applied on the way in.
+//!
+//! One call runs one layer of a ragged batch: each sequence brings its own
+//! rows (new positions after what its cache holds), its own cache and its
+//! own positions. The new keys and values are rotated and written into
+//! the caches, then every query attends to its sequence's keys up to its
+//! own position. Work is split by (sequence, key/value head), so the
+//! query heads that share a key/value head (grouped-query attention) read
+//! its keys and values once; a decode step of a batch is one call, not a
+//! dozen tensor operations per sequence.
+//!
+//! The arithmetic follows the tensor form it replaces (scores, softmax,
+//! then the weighted sum of values), so the two agree to f32 rounding
+//! (`tests/attention.rs`).
+
+use std::ops::Range;
+
+use crate::Isa;
+use crate::pool::Pool;
+
+/// How rotary embedding pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotary {
+    /// Adjacent pairs `(2i, 2i + 1)` (GGUF llama layouts).
+    Interleaved,
+    /// Halves `(i, i + d/2)` (HF / NeoX layouts).
+    Half,
+}
+
+/// The attention heads of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl Heads {
+    fn q_width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+    fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}
+
+/// The rotary angles' cosines and sines for every row of a pass,
+/// `[rows][head_dim / 2]`, computed once and shared by every layer.
+pub struct RopeTable {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+}
+
+impl RopeTable {
+    /// Angles `position · inv_freqs[i]` for each row's position.
+    pub fn new(inv_freqs: &[f32], positions: impl IntoIterator<Item = usize>) -> Self {
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for p in positions {
+            for &f in inv_freqs {
+                let angle = p as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        RopeTable {
+            cos,
+            sin,
+            half: inv_freqs.len(),
+        }
+    }
+
+    /// Writes `x` rotated to the angles of `row` into `out`.
+    fn rotate(&self, style: Rotary, row: usize, x: &[f32], out: &mut [f32]) {
+        let h = self.half;
+        let (cos, sin) = (
+            &self.cos[row * h..(row + 1) * h],
+            &self.sin[row * h..(row + 1) * h],
+        );
+        match style {
+            Rotary::Interleaved => {
+                for i in 0..h {
+                    let (a, b) = (x[2 * i], x[2 * i + 1]);
+                    out[2 * i] = a * cos[i] - b * sin[i];
+                    out[2 * i + 1] = a * sin[i] + b * cos[i];
+                }
+            }
+            Rotary::Half => {
+                for i in 0..h {
+                    let (a, b) = (x[i], x[i + h]);
+                    out[i] = a * cos[i] - b * sin[i];
+                    out[i + h] = a * sin[i] + b * cos[i];
+                }
+            }
+        }
+    }
+}
+
+/// Positions a cache holds before its first growth.
+const START_CAPACITY: usize = 256;
+
+/// One sequence's keys and values at one layer, `[kv_heads][capacity][head_dim]`
+/// each; the capacity doubles when a pass needs more.
+#[derive(Debug, Clone, Default)]
+pub struct LayerCache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    capacity: usize,
+}
+
+impl LayerCache {
+    /// Bytes allocated (the capacity, not just the positions held).
+    pub fn bytes(&self) -> usize {
+        (self.k.len() + self.v.len()) * 4
+    }
+
+    /// Room for `need` positions, keeping the first `len`.
+    fn reserve(&mut self, h: &Heads, len: usize, need: usize) {
+        if need <= self.capacity {
+            return;
+        }
+        let cap = need.max(2 * self.capacity).max(START_CAPACITY);
+        let d = h.head_dim;
+        for buf in [&mut self.k, &mut self.v] {
+            let mut grown = vec![0f32; h.kv_heads * cap * d];
+            for kh in 0..h.kv_heads {
+                let old = &buf[kh * self.capacity * d..][..len * d];
+                grown[kh * cap * d..][..len * d].copy_from_slice(old);
+            }
+            *buf = grown;
+        }
+        self.capacity = cap;
+    }
+
+    fn key(&self, h: &Heads, kv_head: usize, pos: usize) -> &[f32] {
+        &self.k[(kv_head * self.capacity + pos) * h.head_dim..][..h.head_dim]
+    }
+}
+
+/// One sequence of a pass: rows `first..first + rows` of the pass's
+/// matrices, at positions `offset..offset + rows`, after the `offset`
+/// positions its cache holds.
+pub struct SeqRows<'a> {
+    pub first: usize,
+    pub rows: usize,
+    pub offset: usize,
+    pub cache: &'a mut LayerCache,
+}
+
+/// One layer's attention for a ragged batch. `q` is `[rows, heads ·
+/// head_dim]`, `k` and `v` are `[rows, kv_heads · head_dim]` (before the
+/// rotary embedding; `table` holds each row's angles), `out` receives
+/// `[rows, heads · head_dim]`. The new keys and values are written into
+/// each sequence's cache; the caller advances the sequences' lengths.
+///
+/// # Panics
+/// If a shape does not agree.
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    h: &Heads,
+    style: Rotary,
+    table: &RopeTable,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    seqs: &mut [SeqRows<'_>],
+    out: &mut [f32],
+) {
+    let rows: usize = seqs.iter().map(|s| s.rows).sum();
+    let (d, qw, kw) = (h.head_dim, h.q_width(), h.kv_width());
+    assert_eq!(q.len(), rows * qw, "q is not rows × heads · head_dim");
+    assert_eq!(k.len(), rows * kw, "k is not rows × kv_heads · head_dim");
+    assert_eq!(v.len(), rows * kw, "v is not rows × kv_heads · head_dim");
+    assert_eq!(out.len(), rows * qw, "out is not rows × heads · head_dim");
+    assert_eq!(
+        table.half * 2,
+        d,
+        "the rotary table is not head_dim / 2 wide"
+    );
+    assert!(
+        h.kv_heads > 0 && h.heads.is_multiple_of(h.kv_heads),
+        "heads share kv heads evenly"
+    );
+    // The new keys (rotated) and values into the caches.
+    for s in seqs.iter_mut() {
+        assert!(
+            s.first + s.rows <= rows,
+            "a sequence's rows are outside the pass"
+        );
+        s.cache.reserve(h, s.offset, s.offset + s.rows);
+        let cap = s.cache.capacity;
+        for r in 0..s.rows {
+            let (row, pos) = (s.first + r, s.offset + r);
+            for kh in 0..h.kv_heads {
+                let at = (kh * cap + pos) * d;
+                let src = row * kw + kh * d;
+                table.rotate(style, row, &k[src..src + d], &mut s.cache.k[at..at + d]);
+                s.cache.v[at..at + d].copy_from_slice(&v[src..src + d]);
+            }
+        }
+    }
+    let seqs: Vec<(&LayerCache, Range<usize>, usize)> = seqs
+        .iter()
+        .map(|s| (&*s.cache, s.first..s.first + s.rows, s.offset))
+        .collect();
+    let tasks: Vec<(usize, usize)> = (0..seqs.len())
+        .flat_map(|s| (0..h.kv_heads).map(move |kh| (s, kh)))
+        .collect();
+    let simd = Isa::detect().avx2();
+    let scale = 1.0 / (d as f32).sqrt();
+    let rep = h.heads / h.kv_heads;
+    let shared = SharedOut(out.as_mut_ptr());
+    Pool::global().run(tasks.len(), &|t| {
+        let (s, kh) = tasks[t];
+        let (cache, ref rows, offset) = seqs[s];
+        let mut qr = vec![0f32; d];
+        let mut acc = vec![0f32; d];
+        let mut scores = Vec::with_capacity(offset + rows.len());
+        for qh in kh * rep..(kh + 1) * rep {
+            for (i, row) in rows.clone().enumerate() {
+                table.rotate(style, row, &q[row * qw + qh * d..][..d], &mut qr);
+                // Causal: position offset + i sees keys 0..=offset + i.
+                let seen = offset + i + 1;
+                scores.clear();
+                scores.extend((0..seen).map(|j| dot(simd, &qr, cache.key(h, kh, j)) * scale));
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for x in scores.iter_mut() {
+                    *x = (*x - max).exp();
+                    sum += *x;
+                }
+                acc.fill(0.0);
+                let values = &cache.v[kh * cache.capacity * d..];
+                for (j, &p) in scores.iter().enumerate() {
+                    axpy(simd, p / sum, &values[j * d..][..d], &mut acc);
+                }
+                // SAFETY: each task writes only its own (row, query head)
+                // slices, which no other task touches; `attend` returns
+                // after every task.
+                unsafe { shared.write(row * qw + qh * d, &acc) };
+            }
+        }
+    });
+}
+
+/// The output, written by every task at disjoint slices.
+struct SharedOut(*mut f32);
+
+// SAFETY: see the write in `attend`.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// Copies `values` to `at..at + values.len()`.
+    ///
+    /// # Safety
+    /// In bounds, and no other task writes or reads those elements meanwhile.
+    unsafe fn write(&self, at: usize, values: &[f32]) {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(at), values.len()) }
+    }
+}
+
+fn dot(simd: bool, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is set only where AVX2 and FMA were detected.
+        return unsafe { x86::dot(a, b) };
+    }
+    let _ = simd;
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `y += alpha · x`.
+fn axpy(simd: bool, alpha: f32, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: as in `dot`.
+        return unsafe { x86::axpy(alpha, x, y) };
+    }
+    let _ = simd;
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `Σ a·b` with AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        // SAFETY: every load reads 8 floats below `n`.
+        unsafe {
+            while i + 16 <= n {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+                s1 = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 8)),
+                    _mm256_loadu_ps(pb.add(i + 8)),
+                    s1,
+                );
+                i += 16;
+            }
+            if i + 8 <= n {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+                i += 8;
+            }
+        }
+        let s = _mm256_add_ps(s0, s1);
+        let quad = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
+        let mut sum = _mm_cvtss_f32(one);
+        for j in i..n {
+            sum += a[j] * b[j];
+        }
+        sum
+    }
+
+    /// `y += alpha · x` with AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+        let n = x.len().min(y.len());
+        let a = _mm256_set1_ps(alpha);
+        let mut i = 0;
+        // SAFETY: every load and store touches 8 floats below `n`.
+        unsafe {
+            while i + 8 <= n {
+                let py = y.as_mut_ptr().add(i);
+                _mm256_storeu_ps(
+                    py,
+                    _mm256_fmadd_ps(a, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(py)),
+                );
+                i += 8;
+            }
+        }
+        for j in i..n {
+            y[j] += alpha * x[j];
+        }
+    }
+}
