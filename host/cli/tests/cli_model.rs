@@ -541,3 +541,74 @@ fn trace_and_generate_share_the_default_length_and_show_the_completion() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(one < two);
 }
+
+#[test]
+fn trace_batches_prompts_and_says_so_in_each_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::Q8_0);
+    let batch_sizes = |bundle: &Path| -> Vec<u32> {
+        let b = vauban::bundle::Bundle::open(bundle).unwrap();
+        b.traces()
+            .iter()
+            .map(|t| {
+                t.spans
+                    .iter()
+                    .find(|s| s.stage == vauban::trace::Stage::Prefill)
+                    .unwrap()
+                    .profile
+                    .batch_size
+            })
+            .collect()
+    };
+    let run = |batch: &str, bundle: &Path| {
+        let o = vauban(&[
+            "trace",
+            "--model",
+            s(&model),
+            "--raw",
+            "--prompt",
+            "the cat",
+            "--prompt",
+            "in the hat sat",
+            "--prompt",
+            "a mat",
+            "--max-tokens",
+            "4",
+            "--batch",
+            batch,
+            "--out",
+            s(bundle),
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        out
+    };
+    let (two, one) = (dir.path().join("two"), dir.path().join("one"));
+    let batched = run("2", &two);
+    assert_eq!(batch_sizes(&two), [2, 2, 1]);
+    let alone = run("1", &one);
+    assert_eq!(batch_sizes(&one), [1, 1, 1]);
+    // The same completions either way (the lines name each trace's).
+    let lines = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with('t'))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(lines(&batched), lines(&alone));
+    assert_eq!(lines(&batched).len(), 3, "{batched}");
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "x",
+        "--batch",
+        "0",
+        "--out",
+        s(&dir.path().join("z")),
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--batch"), "{err}");
+}

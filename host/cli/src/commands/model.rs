@@ -291,6 +291,11 @@ pub struct TraceRunArgs {
     /// Replace the bundle if it exists.
     #[arg(long)]
     pub replace: bool,
+    /// Prompts traced together in one batched pass (1: one at a time). A
+    /// policy decides step by step for one sequence, so `--policy` traces
+    /// one at a time.
+    #[arg(long, default_value_t = vauban::executor::candle::DEFAULT_BATCH, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub batch: usize,
 }
 
 impl TraceRunArgs {
@@ -347,43 +352,71 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut writer = BundleWriter::create(bundle_path, mode)
         .with_context(|| format!("cannot write the bundle {}", bundle_path.display()))?;
     let progress = progress_bar(args.prompt.prompt.len() as u64, "tracing");
-    for (i, text) in args.prompt.prompt.iter().enumerate() {
-        let request = args.request(text, i);
-        let options = RunOptions {
-            trace_id: format!("t{i}"),
-            prompt: args.prompt.form(),
-            interventions: interventions.clone(),
-            block_outputs: args.block_outputs,
-            generate: generate.clone(),
-            reference: None,
+    let jobs: Vec<(TraceRequest, RunOptions)> = args
+        .prompt
+        .prompt
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let options = RunOptions {
+                trace_id: format!("t{i}"),
+                prompt: args.prompt.form(),
+                interventions: interventions.clone(),
+                block_outputs: args.block_outputs,
+                generate: generate.clone(),
+                reference: None,
+            };
+            (args.request(text, i), options)
+        })
+        .collect();
+    let mut write =
+        |i: usize,
+         result: Result<vauban::executor::TraceOutput, vauban::executor::ExecutorError>|
+         -> anyhow::Result<()> {
+            let output = result.with_context(|| format!("tracing prompt {i}"))?;
+            writer.add_trace(&output.trace, &output.tensors)?;
+            progress.inc(1);
+            progress.suspend(|| -> anyhow::Result<()> {
+                let t = &output.trace;
+                writeln!(
+                    out,
+                    "t{i}: {} artifacts, {} spans, {} tokens{}",
+                    t.artifacts.len(),
+                    t.spans.len(),
+                    t.artifacts_of(K::Tokens)
+                        .find_map(|a| match &a.data {
+                            vauban::trace::ArtifactData::TokenIds { ids } => Some(ids.len()),
+                            _ => None,
+                        })
+                        .unwrap_or(0),
+                    match &output.generation {
+                        Some(g) =>
+                            format!(", completion: {:?}", vauban::text::excerpt(&g.text, 80)),
+                        None => String::new(),
+                    }
+                )?;
+                Ok(())
+            })
         };
-        let output = match &policy {
-            Some(p) => exec.trace(&request, &options, Some(&mut p.run()?)),
-            None => exec.trace(&request, &options, None),
+    match &policy {
+        Some(p) => {
+            for (i, (request, options)) in jobs.iter().enumerate() {
+                write(i, exec.trace(request, options, Some(&mut p.run()?)))?;
+            }
         }
-        .with_context(|| format!("tracing prompt {i}"))?;
-        writer.add_trace(&output.trace, &output.tensors)?;
-        progress.inc(1);
-        progress.suspend(|| -> anyhow::Result<()> {
-            let t = &output.trace;
-            writeln!(
-                out,
-                "t{i}: {} artifacts, {} spans, {} tokens{}",
-                t.artifacts.len(),
-                t.spans.len(),
-                t.artifacts_of(K::Tokens)
-                    .find_map(|a| match &a.data {
-                        vauban::trace::ArtifactData::TokenIds { ids } => Some(ids.len()),
-                        _ => None,
-                    })
-                    .unwrap_or(0),
-                match &output.generation {
-                    Some(g) => format!(", completion: {:?}", vauban::text::excerpt(&g.text, 80)),
-                    None => String::new(),
+        None => {
+            let mut failed = None;
+            exec.trace_all(&jobs, args.batch, &mut |i, result| match write(i, result) {
+                Ok(()) => std::ops::ControlFlow::Continue(()),
+                Err(e) => {
+                    failed = Some(e);
+                    std::ops::ControlFlow::Break(())
                 }
-            )?;
-            Ok(())
-        })?;
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
     }
     progress.finish_and_clear();
     writer.finish()?;
