@@ -2,7 +2,9 @@
 //! thread count, in one run: prompt processing (`pp128`, `pp512`: one
 //! forward over the prompt into an empty KV cache, logits at the last
 //! position) and generation (`tg128`: 128 single-token steps from an empty
-//! cache), as llama-bench defines them. Also the machine's memory read
+//! cache), as llama-bench defines them; and vauban's batched decode
+//! (`tg128x8`: 8 sequences of 128 steps, one pass per step, tokens of all
+//! 8 per second; llama-bench has no such test). Also the machine's memory read
 //! bandwidth (a STREAM-like sum over 1 GiB on every thread) and the bound
 //! it puts on decode: every matrix is read once per token.
 //!
@@ -19,7 +21,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use vauban::executor::candle::CandleExecutor;
-use vauban::executor::candle::model::llama::{LogitsAt, NoHook};
+use vauban::executor::candle::model::llama::{LogitsAt, NoHook, Seq};
 use vauban::executor::{DeviceSpec, ModelSpec};
 use vauban::model::WeightMode;
 
@@ -56,7 +58,7 @@ fn read_bandwidth(threads: usize) -> f64 {
 }
 
 /// vauban's pp and tg on `exec`, medians over `reps`.
-fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 3]> {
+fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 4]> {
     let m = &exec.model.model;
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(128);
     let all = exec.model.encode(&text)?;
@@ -84,7 +86,32 @@ fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String
         v.push(128.0 / t.elapsed().as_secs_f64());
     }
     out.push(("tg128".into(), median(v)));
-    Ok(out.try_into().expect("three tests"))
+    // A batched decode (what tracing a suite does): 8 sequences of 128
+    // steps each in one pass per step, tokens of all 8 per second.
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let mut caches: Vec<_> = (0..8).map(|_| m.new_cache()).collect();
+        let mut hooks: Vec<NoHook> = (0..8).map(|_| NoHook).collect();
+        let t = Instant::now();
+        for step in 0..128 {
+            let ids: Vec<[u32; 1]> = (0..8).map(|j| [all[(step + 16 * j) % all.len()]]).collect();
+            let mut seqs: Vec<Seq<'_>> = caches
+                .iter_mut()
+                .zip(hooks.iter_mut())
+                .zip(&ids)
+                .map(|((cache, hook), ids)| Seq {
+                    ids,
+                    cache: Some(cache),
+                    hook,
+                    at: LogitsAt::Last,
+                })
+                .collect();
+            m.run_batch(&mut seqs)?;
+        }
+        v.push(8.0 * 128.0 / t.elapsed().as_secs_f64());
+    }
+    out.push(("tg128x8".into(), median(v)));
+    Ok(out.try_into().expect("four tests"))
 }
 
 /// llama-bench's average tok/s by (test, flash attention), from its JSON.
@@ -224,7 +251,7 @@ fn main() -> anyhow::Result<()> {
             cell(of(true)),
             ratio(of(true)),
         );
-        if test.starts_with("tg") {
+        if test == "tg128" {
             println!(
                 "        vauban decode at {:.0}% of the bandwidth bound",
                 100.0 * v / (bw * 1e9 / bytes)
