@@ -365,7 +365,10 @@ claim_strength = "model_change_audit"
         "activation_findings",
         "access",
     ] {
-        assert_eq!(r[key], r2[key], "{key} differs after resuming");
+        // The re-recorded trace ran alone where it first ran in a batch of
+        // four: with the tiny model's f32 weights the matrix library sums
+        // in another order, so its numbers may move by f32 rounding.
+        assert_close(&r[key], &r2[key], key);
     }
     let _ = json;
 
@@ -384,7 +387,8 @@ claim_strength = "model_change_audit"
     let r3 = report(&replay_out);
     report_fixture::validate_against_schema(&r3);
     // The KL is computed from rows recorded in the traces, so the replay
-    // gives everything the live run gave: deltas, KL, claims, gates.
+    // gives everything the run that wrote the bundles (the resumed one)
+    // gave: deltas, KL, claims, gates.
     for key in [
         "metric_deltas",
         "distribution",
@@ -395,7 +399,7 @@ claim_strength = "model_change_audit"
         "examples",
         "prompts",
     ] {
-        assert_eq!(r[key], r3[key], "{key} differs between live and replay");
+        assert_eq!(r2[key], r3[key], "{key} differs between live and replay");
     }
     assert!(r3["distribution"]["per_prompt"].as_array().unwrap().len() == 4);
     assert!(
@@ -463,6 +467,34 @@ claim_strength = "model_change_audit"
     }
     // The recorded traces name the executor that made them.
     assert_eq!(r4["target_change"]["candidate"]["executor"], "candle");
+}
+
+/// `a` and `b` equal, numbers within f32 rounding (1e-7 absolute or 1e-5
+/// relative); `at` names the place for the message.
+fn assert_close(a: &Value, b: &Value, at: &str) {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-7_f64.max(1e-5 * x.abs().max(y.abs())),
+                "{at}: {x} against {y} after resuming"
+            );
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths differ after resuming");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_close(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            let keys = |m: &serde_json::Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(x), keys(y), "{at}: keys differ after resuming");
+            for (k, v) in x {
+                assert_close(v, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at} differs after resuming"),
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -950,12 +950,12 @@ pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec
     }
     if let Some((_, i, a, b)) = best {
         out.push(format!(
-            "On the baseline, {} and {} prompts separate most along the direction at layer {} (mean projection {:+.3} vs {:+.3}, gap {:+.3}).",
+            "On the baseline, {} and {} prompts separate most along the direction at layer {} (mean projection {} vs {}, gap {:+.3}).",
             a.category,
             b.category,
             layers[i],
-            a.mean_projection[i],
-            b.mean_projection[i],
+            signed3(a.mean_projection[i]),
+            signed3(b.mean_projection[i]),
             a.mean_projection[i] - b.mean_projection[i]
         ));
     }
@@ -970,8 +970,12 @@ pub fn projection_findings(layers: &[usize], series: &[ProjectionSeries]) -> Vec
                 .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
         {
             out.push(format!(
-                "On {} prompts the candidate's mean projection moved most at layer {}: {:+.3} → {:+.3} ({:+.3}).",
-                c.category, layers[i], b.mean_projection[i], c.mean_projection[i], shift
+                "On {} prompts the candidate's mean projection moved most at layer {}: {} → {} ({:+.3}).",
+                c.category,
+                layers[i],
+                signed3(b.mean_projection[i]),
+                signed3(c.mean_projection[i]),
+                shift
             ));
         }
     }
@@ -992,6 +996,15 @@ pub fn activation_findings(
         layers,
         series,
     })
+}
+
+/// `x` signed, to three decimals; a value that rounds to zero reads
+/// `0.000` (an ablated projection of ±1e-9 has no sign worth printing).
+fn signed3(x: f64) -> String {
+    match format!("{x:+.3}") {
+        s if s == "+0.000" || s == "-0.000" => "0.000".into(),
+        s => s,
+    }
 }
 
 #[cfg(test)]

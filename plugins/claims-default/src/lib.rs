@@ -112,9 +112,22 @@ fn statement(d: &MetricDelta) -> String {
         _ => String::new(),
     };
     format!(
-        "{}{scope} {dir} from {:.3} to {:.3} (delta {:+.3}{ci}{p}, n = {})",
-        d.metric, d.baseline_mean, d.candidate_mean, d.delta, d.n
+        "{}{scope} {dir} from {} to {} (delta {:+.3}{ci}{p}, n = {})",
+        d.metric,
+        fixed3(d.baseline_mean),
+        fixed3(d.candidate_mean),
+        d.delta,
+        d.n
     )
+}
+
+/// `x` to three decimals, without the sign of a value that rounds to
+/// zero (a projection ablated to -1e-9 reads `0.000`, not `-0.000`).
+fn fixed3(x: f64) -> String {
+    match format!("{x:.3}") {
+        s if s == "-0.000" => "0.000".into(),
+        s => s,
+    }
 }
 
 struct ClaimsDefault;
@@ -244,8 +257,13 @@ fn activation_claim(e: &EvidenceSet, min_relative_shift: f64) -> Option<Claim> {
     }
     Some(Claim {
         statement: format!(
-            "At layer {}, the mean projection of the last prompt token onto {} moved from {:.3} to {:.3} ({:+.3}) over {} prompts",
-            a.layer, a.direction, a.baseline_mean, a.candidate_mean, shift, a.prompts
+            "At layer {}, the mean projection of the last prompt token onto {} moved from {} to {} ({:+.3}) over {} prompts",
+            a.layer,
+            a.direction,
+            fixed3(a.baseline_mean),
+            fixed3(a.candidate_mean),
+            shift,
+            a.prompts
         ),
         strength: weaker(Strength::ActivationDiagnostic, e.claim_strength),
         evidence: vec![a.id.clone()],
