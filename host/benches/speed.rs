@@ -4,7 +4,9 @@
 //! position) and generation (`tg128`: 128 single-token steps from an empty
 //! cache), as llama-bench defines them; and vauban's batched decode
 //! (`tg128x8`: 8 sequences of 128 steps, one pass per step, tokens of all
-//! 8 per second; llama-bench has no such test). Also the machine's memory read
+//! 8 per second; llama-bench has no such test). The `tensor attn` column
+//! runs the weights as stored with attention as tensor operations per
+//! sequence (a GPU's path) instead of the CPU's fused call. Also the machine's memory read
 //! bandwidth (a STREAM-like sum over 1 GiB on every thread) and the bound
 //! it puts on decode: every matrix is read once per token.
 //!
@@ -221,6 +223,12 @@ fn main() -> anyhow::Result<()> {
     );
     let ours = vauban_figures(&native, reps)?;
     drop(native);
+    // The same weights with attention as tensor operations per sequence
+    // (a GPU's path) instead of the CPU's fused call.
+    let mut tensor = load(WeightMode::Native)?;
+    tensor.model.model.use_tensor_attention();
+    let tensor_attention = vauban_figures(&tensor, reps)?;
+    drop(tensor);
     let f32s = vauban_figures(&load(WeightMode::F32)?, reps)?;
     let theirs = match &llama_bench {
         Some(bin) => llama_figures(bin, &model, threads, reps)?,
@@ -232,10 +240,10 @@ fn main() -> anyhow::Result<()> {
         }
     };
     println!(
-        "{:<7} {:>12} {:>12} {:>12} {:>7} {:>12} {:>7}",
-        "test", "vauban f32", "vauban", "llama fa=0", "ratio", "llama fa=1", "ratio"
+        "{:<7} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>7}",
+        "test", "vauban f32", "tensor attn", "vauban", "llama fa=0", "ratio", "llama fa=1", "ratio"
     );
-    for ((test, v), (_, f)) in ours.iter().zip(&f32s) {
+    for (((test, v), (_, f)), (_, t)) in ours.iter().zip(&f32s).zip(&tensor_attention) {
         let of = |fa: bool| {
             theirs
                 .iter()
@@ -245,7 +253,7 @@ fn main() -> anyhow::Result<()> {
         let cell = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.1}"));
         let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", v / x));
         println!(
-            "{test:<7} {f:>12.1} {v:>12.1} {:>12} {:>7} {:>12} {:>7}",
+            "{test:<7} {f:>12.1} {t:>12.1} {v:>12.1} {:>12} {:>7} {:>12} {:>7}",
             cell(of(false)),
             ratio(of(false)),
             cell(of(true)),

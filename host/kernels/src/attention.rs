@@ -97,6 +97,9 @@ impl RopeTable {
     }
 }
 
+/// Query rows one task of a long prompt takes.
+const ROWS_PER_TASK: usize = 16;
+
 /// Positions a cache holds before its first growth.
 const START_CAPACITY: usize = 256;
 
@@ -204,24 +207,36 @@ pub fn attend(
         .iter()
         .map(|s| (&*s.cache, s.first..s.first + s.rows, s.offset))
         .collect();
-    let tasks: Vec<(usize, usize)> = (0..seqs.len())
-        .flat_map(|s| (0..h.kv_heads).map(move |kh| (s, kh)))
+    // Tasks of (sequence, key/value head, up to 16 query rows): a long
+    // prompt splits into enough tasks to keep every thread busy (its
+    // later rows attend to more keys, so equal tasks would not balance).
+    let tasks: Vec<(usize, usize, Range<usize>)> = seqs
+        .iter()
+        .enumerate()
+        .flat_map(|(s, (_, rows, _))| {
+            let rows = rows.clone();
+            (0..h.kv_heads).flat_map(move |kh| {
+                rows.clone()
+                    .step_by(ROWS_PER_TASK)
+                    .map(move |r| (s, kh, r..(r + ROWS_PER_TASK).min(rows.end)))
+            })
+        })
         .collect();
     let simd = Isa::detect().avx2();
     let scale = 1.0 / (d as f32).sqrt();
     let rep = h.heads / h.kv_heads;
     let shared = SharedOut(out.as_mut_ptr());
     Pool::global().run(tasks.len(), &|t| {
-        let (s, kh) = tasks[t];
-        let (cache, ref rows, offset) = seqs[s];
+        let (s, kh, ref rows) = tasks[t];
+        let (cache, ref all, offset) = seqs[s];
         let mut qr = vec![0f32; d];
         let mut acc = vec![0f32; d];
         let mut scores = Vec::with_capacity(offset + rows.len());
         for qh in kh * rep..(kh + 1) * rep {
-            for (i, row) in rows.clone().enumerate() {
+            for row in rows.clone() {
                 table.rotate(style, row, &q[row * qw + qh * d..][..d], &mut qr);
                 // Causal: position offset + i sees keys 0..=offset + i.
-                let seen = offset + i + 1;
+                let seen = offset + (row - all.start) + 1;
                 scores.clear();
                 scores.extend((0..seen).map(|j| dot(simd, &qr, cache.key(h, kh, j)) * scale));
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
