@@ -800,7 +800,10 @@ fn a_batched_trace_records_what_each_trace_records_alone() {
         seed: 11,
     });
     jobs[2].1.prompt = PromptForm::Chat { system: None };
-    for (path, tolerance) in [(&f.gguf, 1e-4), (&f.q8, 2e-2)] {
+    // With the block kernels, bit for bit (every row's activations are
+    // quantized on their own); with f32 weights, the matrix library's
+    // summation order depends on the batch's row count.
+    for (path, tolerance) in [(&f.gguf, 1e-4), (&f.q8, 0.0)] {
         let e = exec(path);
         let batched = e.trace_batch(&jobs);
         assert_eq!(batched.len(), jobs.len());

@@ -158,7 +158,8 @@ pub struct SeqRows<'a> {
 /// each sequence's cache; the caller advances the sequences' lengths.
 ///
 /// # Panics
-/// If a shape does not agree.
+/// If a shape does not agree, or the sequences' rows do not tile the pass
+/// in order (the first from row 0, each after the one before).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     h: &Heads,
@@ -185,12 +186,20 @@ pub fn attend(
         h.kv_heads > 0 && h.heads.is_multiple_of(h.kv_heads),
         "heads share kv heads evenly"
     );
+    assert_eq!(
+        table.cos.len(),
+        rows * table.half,
+        "the rotary table has one row per row of the pass"
+    );
+    // The sequences tile the pass in order: every task then writes rows no
+    // other task writes (what makes the shared output sound).
+    let mut next = 0;
+    for s in seqs.iter() {
+        assert_eq!(s.first, next, "the sequences' rows tile the pass in order");
+        next += s.rows;
+    }
     // The new keys (rotated) and values into the caches.
     for s in seqs.iter_mut() {
-        assert!(
-            s.first + s.rows <= rows,
-            "a sequence's rows are outside the pass"
-        );
         s.cache.reserve(h, s.offset, s.offset + s.rows);
         let cap = s.cache.capacity;
         for r in 0..s.rows {
@@ -250,9 +259,10 @@ pub fn attend(
                 for (j, &p) in scores.iter().enumerate() {
                     axpy(simd, p / sum, &values[j * d..][..d], &mut acc);
                 }
-                // SAFETY: each task writes only its own (row, query head)
-                // slices, which no other task touches; `attend` returns
-                // after every task.
+                // SAFETY: the sequences tile the pass (asserted above) and
+                // the tasks split each sequence's rows by key/value head and
+                // row block, so this (row, query head) slice is this task's
+                // alone; `attend` returns after every task.
                 unsafe { shared.write(row * qw + qh * d, &acc) };
             }
         }

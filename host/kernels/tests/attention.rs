@@ -152,3 +152,35 @@ fn a_ragged_batch_in_two_passes_matches_the_reference_per_sequence() {
         }
     }
 }
+
+#[test]
+#[should_panic(expected = "tile the pass in order")]
+fn sequences_whose_rows_overlap_are_refused() {
+    let h = Heads {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+    };
+    // Four rows in all, as the shapes say; the second sequence claims
+    // rows 1..3 instead of 2..4.
+    let (q, k) = (vec![0.5f32; 4 * 8], vec![0.5f32; 4 * 4]);
+    let table = RopeTable::new(&inv_freqs(4), 0..4);
+    let mut out = vec![0f32; 4 * 8];
+    let (mut a, mut b) = (LayerCache::default(), LayerCache::default());
+    // Rows 0..2 and 1..3: two tasks would write row 1 at once.
+    let mut rows = vec![
+        SeqRows {
+            first: 0,
+            rows: 2,
+            offset: 0,
+            cache: &mut a,
+        },
+        SeqRows {
+            first: 1,
+            rows: 2,
+            offset: 0,
+            cache: &mut b,
+        },
+    ];
+    attend(&h, Rotary::Half, &table, &q, &k, &k, &mut rows, &mut out);
+}

@@ -194,6 +194,7 @@ pub struct ModelSection {
     /// weight read among its sequences; each trace records what it would
     /// alone.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub batch: Option<usize>,
     /// `cpu`, `cuda`, `cuda:N`, `metal`.
     #[serde(default = "cpu")]

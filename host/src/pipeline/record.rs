@@ -456,14 +456,16 @@ pub fn record_side(
                     }
                 }
                 Err(e) => {
-                    failure = Some(e);
+                    // The first failure is the one reported; a batch's
+                    // later results still arrive, and are kept.
+                    failure.get_or_insert(e);
                     return std::ops::ControlFlow::Break(());
                 }
             }
             // Stop before the next prompt; what arrived is kept.
             match cached && answered < jobs.len() && crate::interrupt::requested() {
                 true => {
-                    failure = Some(interrupted());
+                    failure.get_or_insert_with(interrupted);
                     std::ops::ControlFlow::Break(())
                 }
                 false => std::ops::ControlFlow::Continue(()),

@@ -403,7 +403,8 @@ impl Backend {
     }
 
     /// Traces every job, handing each result to `on_done` with the job's
-    /// index on this thread; `on_done` returning `Break` stops. An
+    /// index on this thread; `on_done` returning `Break` stops (after the
+    /// rest of a batch already computed). An
     /// endpoint keeps up to its `concurrency` requests in flight and hands
     /// results back as they complete; the embedded model runs `batch` jobs
     /// at a time in one batched pass (see [`CandleExecutor::trace_batch`])
@@ -417,11 +418,17 @@ impl Backend {
         match self {
             Backend::Http(e) => e.trace_all(jobs, false, on_done),
             Backend::Candle(e) => {
-                for (b, chunk) in jobs.chunks(batch.max(1)).enumerate() {
+                // A batch's results are all computed by the time the first
+                // is handed over, so all of them are (what was computed is
+                // kept); `Break` stops before the next batch.
+                let batch = batch.max(1);
+                for (b, chunk) in jobs.chunks(batch).enumerate() {
+                    let mut stop = false;
                     for (i, result) in e.trace_batch(chunk).into_iter().enumerate() {
-                        if on_done(b * batch.max(1) + i, result).is_break() {
-                            return;
-                        }
+                        stop |= on_done(b * batch + i, result).is_break();
+                    }
+                    if stop {
+                        return;
                     }
                 }
             }

@@ -50,7 +50,7 @@ pub(super) fn run(
 /// their generations decode together (one pass per step for every
 /// sequence still generating), and their reference continuations are
 /// scored in one pass. Each trace records what it would alone; its spans
-/// say the batch's size, and their times are its share of each pass.
+/// say the batch's size, and their times are the passes' wall-clock times.
 /// A job that cannot start fails alone; a batched pass that fails is run
 /// again one job at a time, so a bad job cannot fail the others.
 pub(super) fn run_batch(
@@ -104,29 +104,28 @@ struct Job<'a> {
     session: CandleSession<'a>,
     observe: bool,
     at: LogitsAt,
-    /// This trace's share of the prefill pass (hook and lm_head included).
+    /// Wall-clock time of the prefill pass (shared by the batch; hook and
+    /// lm_head included).
     prefill_ns: u64,
     /// The prompt's last-position logits, where generation starts.
     prefill_last: Vec<f32>,
     generation: Option<Generation>,
 }
 
-/// Spans of a batched pass say so (a batch of one says nothing).
+/// Spans of a batched pass say so (a batch of one says nothing). As the
+/// profile's contract has it, a span's duration is the stage's wall-clock
+/// time: for a batched pass, the whole pass, which `batch_size` sequences
+/// shared.
 fn note_batch(p: &mut StageProfile, sequences: usize, tokens: usize) {
-    p.batch_size = sequences as u32;
+    p.batch_size = sequences.max(1) as u32;
     if sequences > 1 {
         p.notes.insert(
             "batch".into(),
             format!(
-                "one pass over {sequences} sequences ({tokens} tokens); this span's time is its share"
+                "one pass over {sequences} sequences ({tokens} tokens); its time is the pass's, shared by them"
             ),
         );
     }
-}
-
-/// `total` split by `part` of `whole`.
-fn share(total: u64, part: usize, whole: usize) -> u64 {
-    (total as u128 * part as u128 / whole.max(1) as u128) as u64
 }
 
 /// Tokenizes the prompt and prepares the session: the tokenize and
@@ -204,7 +203,8 @@ fn begin<'a>(
     } else {
         LogitsAt::Last
     };
-    if let Some(limit) = exec.model.model.config().context_length
+    let context = exec.model.model.config().context_length;
+    if let Some(limit) = context
         && ids.len() > limit
     {
         return Err(ModelError::ContextExceeded {
@@ -212,6 +212,24 @@ fn begin<'a>(
             limit,
         }
         .into());
+    }
+    // A continuation this model cannot score fails its own job here, not
+    // the batch's pass later.
+    if let Some(r) = options
+        .reference
+        .as_ref()
+        .filter(|_| request.wants(K::Logprobs))
+    {
+        let (rows, _) = r.check(exec.dims().vocab)?;
+        let needed = ids.len() + rows - 1;
+        if let Some(limit) = context
+            && needed > limit
+        {
+            return Err(ExecutorError::Request(format!(
+                "reference continuation of `{}`: the prompt and continuation are {needed} tokens, over the model's context of {limit}",
+                r.trace_id
+            )));
+        }
     }
     Ok(Job {
         exec,
@@ -254,12 +272,14 @@ fn prefill(jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
     let total_ns = start.elapsed().as_nanos() as u64;
     let tokens: usize = jobs.iter().map(|j| j.ids.len()).sum();
     let sequences = jobs.len();
+    // The forward pass without any hook or the lm_head, which have their
+    // own spans (each job's own hook; the pass's lm_head).
+    let hooks: u64 = jobs.iter().map(|j| j.session.timing.hook_ns).sum();
+    let lm_head = jobs.first().map_or(0, |j| j.session.timing.lm_head_ns);
+    let forward_ns = total_ns.saturating_sub(hooks + lm_head);
     for (job, logits) in jobs.iter_mut().zip(logits) {
-        job.after_prefill(
-            &logits,
-            share(total_ns, job.ids.len(), tokens),
-            (sequences, tokens),
-        )?;
+        job.prefill_ns = total_ns;
+        job.after_prefill(&logits, forward_ns, (sequences, tokens))?;
     }
     Ok(())
 }
@@ -269,16 +289,15 @@ impl Job<'_> {
     fn after_prefill(
         &mut self,
         logits: &Tensor,
-        prefill_ns: u64,
+        forward_ns: u64,
         (sequences, batch_tokens): (usize, usize),
     ) -> Result<(), ExecutorError> {
         let (exec, request, rec) = (self.exec, self.request, &mut self.rec);
         let n = self.ids.len();
-        self.prefill_ns = prefill_ns;
         let timing = self.session.timing;
         let start = Instant::now();
         let mut p = rec.profile(start, n);
-        p.duration_ns = prefill_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
+        p.duration_ns = forward_ns;
         p.memory_bytes = resident_bytes();
         p.notes.insert("kernel".into(), exec.model.model.kernel());
         p.notes.insert(
@@ -359,7 +378,7 @@ impl Job<'_> {
 }
 
 /// Generates for every job that asks, one pass per step over all the
-/// sequences still generating (each step's time shared among them).
+/// sequences still generating.
 fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
     let is_eos = |id| exec.is_eos(id);
     let detokenize = |ids: &[u32]| exec.detokenize(ids);
@@ -376,7 +395,7 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
     }
     let generating = running.len();
     let mut feeding = vec![None; jobs.len()];
-    let mut widest = 0;
+    let mut widest = 1;
     loop {
         let mut feed = 0;
         for (i, g, logits) in running.iter_mut() {
@@ -407,7 +426,7 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
                     .flatten_all()
                     .and_then(|t| t.to_vec1::<f32>())
                     .map_err(ModelError::from)?;
-                g.decode_ns += step_ns / feed as u64;
+                g.decode_ns += step_ns;
                 g.decode_steps += 1;
             }
         }
@@ -439,7 +458,7 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
         if generating > 1 {
             p.notes.insert(
                 "batch".into(),
-                format!("decoded with up to {widest} sequences per step; each step's time is shared among them"),
+                format!("decoded with up to {widest} sequences per step; its time is the steps' it took part in"),
             );
         }
         let span = job.rec.span(Stage::Decode, p);
@@ -469,15 +488,6 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
         let (rows, k) = r.check(exec.dims().vocab)?;
         let mut ids = job.ids.clone();
         ids.extend(&r.completion[..rows - 1]);
-        if let Some(limit) = exec.model.model.config().context_length
-            && ids.len() > limit
-        {
-            return Err(ExecutorError::Request(format!(
-                "reference continuation of `{}`: the prompt and continuation are {} tokens, over the model's context of {limit}",
-                r.trace_id,
-                ids.len()
-            )));
-        }
         scoring.push((i, r, rows, k, ids));
     }
     if scoring.is_empty() {
@@ -512,7 +522,7 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
         let scores = TensorData::from_f32(vec![rows, k], &values).expect("rows × k");
         let job = &mut jobs[i];
         let mut p = job.rec.profile(start, ids.len());
-        p.duration_ns = share(total_ns, ids.len(), tokens);
+        p.duration_ns = total_ns;
         p.output_bytes = scores.bytes.len() as u64;
         p.notes.insert(
             "teacher_forced".into(),

@@ -690,8 +690,8 @@ impl Llama {
     /// KV cache and the hook stay per sequence. A sequence's result does
     /// not depend on the others beyond the kernels' rounding (each row's
     /// activations are quantized on their own). Returns each sequence's
-    /// logits (`[positions, vocab]`, f32) and timing; the final norm and
-    /// output projection's time is shared by rows.
+    /// logits (`[positions, vocab]`, f32) and timing: its own hook's time,
+    /// and the whole pass's final norm and output projection.
     pub fn run_batch(&self, seqs: &mut [Seq<'_>]) -> Result<Vec<(Tensor, PassTiming)>, ModelError> {
         let c = &self.config;
         // (first row in the batch, tokens, absolute position of the first)
@@ -926,7 +926,7 @@ impl Llama {
         let mut out = Vec::with_capacity(batch);
         let mut row = 0;
         for ((_, n), mut timing) in rows.into_iter().zip(timings) {
-            timing.lm_head_ns = lm_head_ns * n as u64 / asked as u64;
+            timing.lm_head_ns = lm_head_ns;
             let l = if single {
                 logits.clone()
             } else {
