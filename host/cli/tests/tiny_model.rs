@@ -222,6 +222,22 @@ fn write_direction(dir: &Path, name: &str, values: &[f32]) -> PathBuf {
     path
 }
 
+/// A direction over the tiny model's hidden width, not a unit vector.
+fn test_direction() -> Vec<f32> {
+    (0..tiny::HIDDEN)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
+        .collect()
+}
+
+/// Subtracting the direction in `file` after block `layer`.
+fn subtraction(file: &Path, layer: usize) -> vauban::intervene::Intervention {
+    let spec: InterventionSpec =
+        format!("layer={layer},mode=subtract,direction={}", file.display())
+            .parse()
+            .unwrap();
+    spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap()
+}
+
 fn request(layers: &[usize], interventions: bool) -> TraceRequest {
     let mut observe = vec![K::Text, K::Tokens, K::Logits, K::Logprobs, K::Activation];
     if interventions {
@@ -267,14 +283,9 @@ fn an_intervention_changes_activations_at_and_after_its_layer_only() {
     let f = forms();
     let e = exec(&f.gguf);
     let dir = tempfile::tempdir().unwrap();
-    let d: Vec<f32> = (0..tiny::HIDDEN)
-        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
-        .collect();
+    let d = test_direction();
     let file = write_direction(dir.path(), "d.safetensors", &d);
-    let spec: InterventionSpec = format!("layer=1,mode=subtract,direction={}", file.display())
-        .parse()
-        .unwrap();
-    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    let iv = subtraction(&file, 1);
     let plain = e
         .trace(&request(&[0, 1, 2], false), &options(vec![]), None)
         .unwrap();
@@ -332,10 +343,7 @@ fn subtracting_the_zero_direction_changes_nothing() {
     let e = exec(&f.hf);
     let dir = tempfile::tempdir().unwrap();
     let file = write_direction(dir.path(), "zero.safetensors", &vec![0.0; tiny::HIDDEN]);
-    let spec: InterventionSpec = format!("layer=0,mode=subtract,direction={}", file.display())
-        .parse()
-        .unwrap();
-    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    let iv = subtraction(&file, 0);
     let plain = e
         .trace(&request(&[2], false), &options(vec![]), None)
         .unwrap();
@@ -654,19 +662,8 @@ fn a_prefix_kept_by_rewinding_gives_the_logits_of_one_pass() {
     let f = forms();
     let e = exec(&f.q8);
     let dir = tempfile::tempdir().unwrap();
-    let d: Vec<f32> = (0..tiny::HIDDEN)
-        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
-        .collect();
-    let file = write_direction(dir.path(), "d.safetensors", &d);
-    let ivs: Vec<_> = (0..tiny::LAYERS)
-        .map(|l| {
-            let spec: InterventionSpec =
-                format!("layer={l},mode=subtract,direction={}", file.display())
-                    .parse()
-                    .unwrap();
-            spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap()
-        })
-        .collect();
+    let file = write_direction(dir.path(), "d.safetensors", &test_direction());
+    let ivs: Vec<_> = (0..tiny::LAYERS).map(|l| subtraction(&file, l)).collect();
     let ids = e.model.encode(TEXT).unwrap();
     let other = e
         .model
@@ -758,14 +755,8 @@ fn same_evidence(
 fn a_batched_trace_records_what_each_trace_records_alone() {
     let f = forms();
     let dir = tempfile::tempdir().unwrap();
-    let d: Vec<f32> = (0..tiny::HIDDEN)
-        .map(|i| ((i * 5 % 13) as f32 - 6.0) / 10.0)
-        .collect();
-    let file = write_direction(dir.path(), "d.safetensors", &d);
-    let spec: InterventionSpec = format!("layer=1,mode=subtract,direction={}", file.display())
-        .parse()
-        .unwrap();
-    let iv = spec.resolve(tiny::HIDDEN, tiny::LAYERS).unwrap();
+    let file = write_direction(dir.path(), "d.safetensors", &test_direction());
+    let iv = subtraction(&file, 1);
     let job = |id: &str, text: &str, ivs: Vec<_>, tokens: usize| {
         let mut r = request(&[0, 1, 2], !ivs.is_empty());
         r.text = Some(text.into());

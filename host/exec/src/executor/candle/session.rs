@@ -263,7 +263,8 @@ pub(crate) fn run_sessions(
     Ok(logits)
 }
 
-fn last_row(logits: &Tensor) -> Result<Vec<f32>, ExecutorError> {
+/// The last row of `[positions, vocab]` logits, as f32 on the host.
+pub(super) fn last_row(logits: &Tensor) -> Result<Vec<f32>, ExecutorError> {
     let n = logits.dim(0).map_err(ModelError::from)?;
     Ok(logits
         .get(n - 1)

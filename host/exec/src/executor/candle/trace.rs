@@ -11,11 +11,12 @@ use candle_core::{DType, Tensor};
 
 use super::CandleExecutor;
 use super::model::llama::{LogitsAt, log_softmax};
-use super::session::{CandleSession, run_sessions};
+use super::session::{CandleSession, last_row, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{Recorder, check_request, labels, resident_bytes};
 use crate::executor::{
-    Executor, ExecutorError, InferenceSession, PromptForm, RunOptions, TraceOutput,
+    Executor, ExecutorError, InferenceSession, PromptForm, ReferenceContinuation, RunOptions,
+    TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
@@ -104,6 +105,9 @@ struct Job<'a> {
     session: CandleSession<'a>,
     observe: bool,
     at: LogitsAt,
+    /// Another side's continuation to score (checked: its support rows and
+    /// their width).
+    reference: Option<(&'a ReferenceContinuation, usize, usize)>,
     /// Wall-clock time of the prefill pass (shared by the batch; hook and
     /// lm_head included).
     prefill_ns: u64,
@@ -215,12 +219,13 @@ fn begin<'a>(
     }
     // A continuation this model cannot score fails its own job here, not
     // the batch's pass later.
+    let mut reference = None;
     if let Some(r) = options
         .reference
         .as_ref()
         .filter(|_| request.wants(K::Logprobs))
     {
-        let (rows, _) = r.check(exec.dims().vocab)?;
+        let (rows, k) = r.check(exec.dims().vocab)?;
         let needed = ids.len() + rows - 1;
         if let Some(limit) = context
             && needed > limit
@@ -230,6 +235,7 @@ fn begin<'a>(
                 r.trace_id
             )));
         }
+        reference = Some((r, rows, k));
     }
     Ok(Job {
         exec,
@@ -240,6 +246,7 @@ fn begin<'a>(
         session,
         observe,
         at,
+        reference,
         prefill_ns: 0,
         prefill_last: Vec::new(),
         generation: None,
@@ -351,11 +358,7 @@ impl Job<'_> {
         if request.wants(K::Logprobs) {
             lm.push((K::Logprobs, to_data(&log_softmax(logits)?)?));
         }
-        let rows = logits.dim(0).map_err(ModelError::from)?;
-        self.prefill_last = logits
-            .get(rows - 1)
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(ModelError::from)?;
+        self.prefill_last = last_row(logits)?;
         let mut p = rec.profile(start, n);
         p.duration_ns += timing.lm_head_ns;
         p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
@@ -422,10 +425,7 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
         for (i, g, next) in running.iter_mut() {
             if feeding[*i].is_some() {
                 let row = logits.next().expect("one row per sequence fed");
-                *next = row
-                    .flatten_all()
-                    .and_then(|t| t.to_vec1::<f32>())
-                    .map_err(ModelError::from)?;
+                *next = last_row(&row)?;
                 g.decode_ns += step_ns;
                 g.decode_steps += 1;
             }
@@ -477,15 +477,9 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
     // (job, the reference, rows, k, prompt then continuation)
     let mut scoring = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
-        let Some(r) = job
-            .options
-            .reference
-            .as_ref()
-            .filter(|_| job.request.wants(K::Logprobs))
-        else {
+        let Some((r, rows, k)) = job.reference else {
             continue;
         };
-        let (rows, k) = r.check(exec.dims().vocab)?;
         let mut ids = job.ids.clone();
         ids.extend(&r.completion[..rows - 1]);
         scoring.push((i, r, rows, k, ids));
