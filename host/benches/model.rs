@@ -22,7 +22,7 @@ use vauban::executor::candle::model::llama::{LogitsAt, NoHook};
 use vauban::executor::{
     DeviceSpec, GenerateOptions, ModelSpec, PromptForm, RunOptions, generate::generate,
 };
-use vauban::model::WeightMode;
+use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -86,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             path: path.clone(),
             device,
             weights: mode,
+            kv_cache: KvType::F32,
         })?;
         let text = "The quick brown fox jumps over the lazy dog. ".repeat(prompt_tokens);
         let mut ids = exec.model.encode(&text)?;

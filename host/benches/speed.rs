@@ -6,7 +6,9 @@
 //! (`tg128x8`: 8 sequences of 128 steps, one pass per step, tokens of all
 //! 8 per second; llama-bench has no such test). The `tensor attn` column
 //! runs the weights as stored with attention as tensor operations per
-//! sequence (a GPU's path) instead of the CPU's fused call. Also the machine's memory read
+//! sequence (a GPU's path) instead of the CPU's fused call; the `kv f16`
+//! column keeps the KV cache in f16 (llama-bench's default cache type; the
+//! other columns keep it in f32). Also the machine's memory read
 //! bandwidth (a STREAM-like sum over 1 GiB on every thread) and the bound
 //! it puts on decode: every matrix is read once per token.
 //!
@@ -25,7 +27,7 @@ use std::time::Instant;
 use vauban::executor::candle::CandleExecutor;
 use vauban::executor::candle::model::llama::{LogitsAt, NoHook, Seq};
 use vauban::executor::{DeviceSpec, ModelSpec};
-use vauban::model::WeightMode;
+use vauban::model::{KvType, WeightMode};
 
 const LLAMA_CPP_VERSION: &str = "9993.0.0";
 
@@ -200,13 +202,15 @@ fn main() -> anyhow::Result<()> {
                 .map(|s| s.trim().to_owned())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    let load = |weights| {
+    let load_kv = |weights, kv_cache| {
         CandleExecutor::load(&ModelSpec {
             path: model.clone(),
             device: DeviceSpec::Cpu,
             weights,
+            kv_cache,
         })
     };
+    let load = |weights| load_kv(weights, KvType::F32);
     let native = load(WeightMode::Native)?;
     let m = &native.model.model;
     let bw = read_bandwidth(threads);
@@ -229,6 +233,8 @@ fn main() -> anyhow::Result<()> {
     tensor.model.model.use_tensor_attention();
     let tensor_attention = vauban_figures(&tensor, reps)?;
     drop(tensor);
+    // An f16 KV cache, as llama.cpp's default.
+    let f16_kv = vauban_figures(&load_kv(WeightMode::Native, KvType::F16)?, reps)?;
     let f32s = vauban_figures(&load(WeightMode::F32)?, reps)?;
     let theirs = match &llama_bench {
         Some(bin) => llama_figures(bin, &model, threads, reps)?,
@@ -240,10 +246,20 @@ fn main() -> anyhow::Result<()> {
         }
     };
     println!(
-        "{:<7} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>7}",
-        "test", "vauban f32", "tensor attn", "vauban", "llama fa=0", "ratio", "llama fa=1", "ratio"
+        "{:<7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>7}",
+        "test",
+        "vauban f32",
+        "tensor attn",
+        "kv f16",
+        "vauban",
+        "llama fa=0",
+        "ratio",
+        "llama fa=1",
+        "ratio"
     );
-    for (((test, v), (_, f)), (_, t)) in ours.iter().zip(&f32s).zip(&tensor_attention) {
+    for ((((test, v), (_, f)), (_, t)), (_, h)) in
+        ours.iter().zip(&f32s).zip(&tensor_attention).zip(&f16_kv)
+    {
         let of = |fa: bool| {
             theirs
                 .iter()
@@ -253,7 +269,7 @@ fn main() -> anyhow::Result<()> {
         let cell = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.1}"));
         let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", v / x));
         println!(
-            "{test:<7} {f:>12.1} {t:>12.1} {v:>12.1} {:>12} {:>7} {:>12} {:>7}",
+            "{test:<7} {f:>12.1} {t:>12.1} {h:>12.1} {v:>12.1} {:>12} {:>7} {:>12} {:>7}",
             cell(of(false)),
             ratio(of(false)),
             cell(of(true)),

@@ -612,3 +612,64 @@ fn trace_batches_prompts_and_says_so_in_each_span() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--batch"), "{err}");
 }
+
+/// `--kv-cache f16` stores keys and values in half the bytes, and each
+/// trace says which cache it ran with.
+#[test]
+fn trace_records_the_kv_cache_type_and_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::Q8_0);
+    let prefill_notes = |kind: &str| -> (String, u64) {
+        let bundle = dir.path().join(kind);
+        let o = vauban(&[
+            "trace",
+            "--model",
+            s(&model),
+            "--raw",
+            "--prompt",
+            "the cat sat",
+            "--max-tokens",
+            "2",
+            "--kv-cache",
+            kind,
+            "--out",
+            s(&bundle),
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        let b = vauban::bundle::Bundle::open(&bundle).unwrap();
+        let t = &b.traces()[0];
+        let p = &t
+            .spans
+            .iter()
+            .find(|s| s.stage == vauban::trace::Stage::Prefill)
+            .unwrap()
+            .profile;
+        (
+            p.notes["kv_cache"].clone(),
+            p.notes["kv_cache_bytes"].parse().unwrap(),
+        )
+    };
+    let (f32_kind, f32_bytes) = prefill_notes("f32");
+    let (f16_kind, f16_bytes) = prefill_notes("f16");
+    assert_eq!((f32_kind.as_str(), f16_kind.as_str()), ("f32", "f16"));
+    assert!(f16_bytes > 0);
+    assert_eq!(f16_bytes * 2, f32_bytes);
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "x",
+        "--kv-cache",
+        "q8",
+        "--out",
+        s(&dir.path().join("z")),
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--kv-cache") && err.contains("f32 or f16"),
+        "{err}"
+    );
+}

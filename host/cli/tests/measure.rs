@@ -20,7 +20,7 @@ use vauban::measure::{
     self, MeasureError, MeasureOptions, Measurement, Provenance, Selection, holdout_split,
     read_metadata,
 };
-use vauban::model::WeightMode;
+use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 const HARMFUL: [&str; 5] = [
@@ -83,6 +83,7 @@ fn load(path: &Path, weights: WeightMode) -> Backend {
         path: path.to_path_buf(),
         device: DeviceSpec::Cpu,
         weights,
+        kv_cache: KvType::F32,
     })
     .unwrap()
 }

@@ -612,7 +612,7 @@ fn validate_points_at_typos_and_unknown_gate_metrics() {
 fn validate_refuses_what_run_would_refuse_naming_the_key() {
     let s = setup("", "");
     let text0 = std::fs::read_to_string(&s.config).unwrap();
-    let cases: [(&str, &str, &str); 12] = [
+    let cases: [(&str, &str, &str); 15] = [
         (
             "max_tokens = 5",
             "max_tokens = 5\ntemperature = nan",
@@ -662,6 +662,21 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
             "[baseline]\n",
             "[baseline]\ndevice = \"cuda:99\"\n",
             "baseline.device",
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\nbatch = 0\n",
+            "baseline.batch: 0",
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\nkv_cache = \"q8\"\n",
+            "baseline.kv_cache: `q8`: expected f32 or f16",
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\nexecutor = \"replay\"\nkv_cache = \"f16\"\n",
+            "baseline.kv_cache: `kv_cache` is a setting of executor = \"candle\"",
         ),
         (
             "config = { attack = \"panic\" }",

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, TraceOutput};
-use vauban::model::WeightMode;
+use vauban::model::{KvType, WeightMode};
 use vauban::trace::ArtifactKind as K;
 
 /// A `vauban serve` child, killed when dropped.
@@ -74,6 +74,7 @@ fn in_process(model: &Path, spec: Option<&str>) -> Vec<u32> {
         path: model.to_path_buf(),
         device: "cpu".parse().unwrap(),
         weights: WeightMode::F32,
+        kv_cache: KvType::F32,
     })
     .unwrap();
     let d = exec.dims();

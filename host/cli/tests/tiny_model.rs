@@ -15,7 +15,7 @@ use vauban::executor::{
     generate::generate,
 };
 use vauban::intervene::InterventionSpec;
-use vauban::model::{Matrix, WeightMode};
+use vauban::model::{KvType, Matrix, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
 const TEXT: &str = "the cat in the hat sat on a mat, then ran in";
@@ -57,6 +57,7 @@ fn exec(path: &Path) -> CandleExecutor {
         path: path.to_path_buf(),
         device: DeviceSpec::Cpu,
         weights: WeightMode::Native,
+        kv_cache: KvType::F32,
     })
     .unwrap()
 }
@@ -521,6 +522,7 @@ fn the_backend_enum_dispatches_to_candle() {
         path: f.hf.clone(),
         device: DeviceSpec::Cpu,
         weights: WeightMode::Native,
+        kv_cache: KvType::F32,
     };
     let backend = <Backend as Executor>::load(&spec).unwrap();
     assert_eq!(backend.capabilities().executor, "candle");

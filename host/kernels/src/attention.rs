@@ -12,12 +12,61 @@
 //!
 //! The arithmetic follows the tensor form it replaces (scores, softmax,
 //! then the weighted sum of values), so the two agree to f32 rounding
-//! (`tests/attention.rs`).
+//! (`tests/attention.rs`). A cache may hold its keys and values as f16
+//! ([`KvType::F16`]): half the memory and half the bytes each step reads,
+//! at f16's rounding of every key and value (a relative 2^-11); the
+//! arithmetic stays f32.
 
 use std::ops::Range;
 
+use half::f16;
+
 use crate::Isa;
 use crate::pool::Pool;
+
+/// How a cache stores keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// As computed: the cache adds no rounding.
+    #[default]
+    F32,
+    /// Rounded to f16 on the way in (as llama.cpp's default cache).
+    F16,
+}
+
+impl KvType {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+
+    /// Bytes one key or value element takes.
+    pub fn size(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            _ => Err(format!("`{s}`: expected f32 or f16")),
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// How rotary embedding pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,17 +154,93 @@ const START_CAPACITY: usize = 256;
 
 /// One sequence's keys and values at one layer, `[kv_heads][capacity][head_dim]`
 /// each; the capacity doubles when a pass needs more.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LayerCache {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: Buf,
+    v: Buf,
     capacity: usize,
 }
 
+/// A cache buffer in its element type.
+#[derive(Debug, Clone)]
+enum Buf {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Buf {
+    fn new(kind: KvType) -> Buf {
+        match kind {
+            KvType::F32 => Buf::F32(Vec::new()),
+            KvType::F16 => Buf::F16(Vec::new()),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Buf::F32(b) => b.len() * 4,
+            Buf::F16(b) => b.len() * 2,
+        }
+    }
+
+    /// A buffer of `cap` positions per head holding the first `len` of this
+    /// one's (`old_cap` per head).
+    fn grown(&self, h: &Heads, old_cap: usize, len: usize, cap: usize) -> Buf {
+        fn grow<T: Copy + Default>(
+            b: &[T],
+            h: &Heads,
+            old_cap: usize,
+            len: usize,
+            cap: usize,
+        ) -> Vec<T> {
+            let d = h.head_dim;
+            let mut grown = vec![T::default(); h.kv_heads * cap * d];
+            for kh in 0..h.kv_heads {
+                let old = &b[kh * old_cap * d..][..len * d];
+                grown[kh * cap * d..][..len * d].copy_from_slice(old);
+            }
+            grown
+        }
+        match self {
+            Buf::F32(b) => Buf::F32(grow(b, h, old_cap, len, cap)),
+            Buf::F16(b) => Buf::F16(grow(b, h, old_cap, len, cap)),
+        }
+    }
+
+    /// Writes `x` at element `at`, rounded to the buffer's type.
+    fn store(&mut self, at: usize, x: &[f32]) {
+        match self {
+            Buf::F32(b) => b[at..at + x.len()].copy_from_slice(x),
+            Buf::F16(b) => {
+                for (o, &x) in b[at..at + x.len()].iter_mut().zip(x) {
+                    *o = f16::from_f32(x);
+                }
+            }
+        }
+    }
+}
+
 impl LayerCache {
+    /// An empty cache that stores `kind`.
+    pub fn new(kind: KvType) -> LayerCache {
+        LayerCache {
+            k: Buf::new(kind),
+            v: Buf::new(kind),
+            capacity: 0,
+        }
+    }
+
+    /// What this cache stores.
+    pub fn kind(&self) -> KvType {
+        match self.k {
+            Buf::F32(_) => KvType::F32,
+            Buf::F16(_) => KvType::F16,
+        }
+    }
+
     /// Bytes allocated (the capacity, not just the positions held).
     pub fn bytes(&self) -> usize {
-        (self.k.len() + self.v.len()) * 4
+        self.k.bytes() + self.v.bytes()
     }
 
     /// Room for `need` positions, keeping the first `len`.
@@ -124,20 +249,15 @@ impl LayerCache {
             return;
         }
         let cap = need.max(2 * self.capacity).max(START_CAPACITY);
-        let d = h.head_dim;
-        for buf in [&mut self.k, &mut self.v] {
-            let mut grown = vec![0f32; h.kv_heads * cap * d];
-            for kh in 0..h.kv_heads {
-                let old = &buf[kh * self.capacity * d..][..len * d];
-                grown[kh * cap * d..][..len * d].copy_from_slice(old);
-            }
-            *buf = grown;
-        }
+        self.k = self.k.grown(h, self.capacity, len, cap);
+        self.v = self.v.grown(h, self.capacity, len, cap);
         self.capacity = cap;
     }
+}
 
-    fn key(&self, h: &Heads, kv_head: usize, pos: usize) -> &[f32] {
-        &self.k[(kv_head * self.capacity + pos) * h.head_dim..][..h.head_dim]
+impl Default for LayerCache {
+    fn default() -> Self {
+        LayerCache::new(KvType::F32)
     }
 }
 
@@ -199,6 +319,7 @@ pub fn attend(
         next += s.rows;
     }
     // The new keys (rotated) and values into the caches.
+    let mut rotated = vec![0f32; d];
     for s in seqs.iter_mut() {
         s.cache.reserve(h, s.offset, s.offset + s.rows);
         let cap = s.cache.capacity;
@@ -207,8 +328,9 @@ pub fn attend(
             for kh in 0..h.kv_heads {
                 let at = (kh * cap + pos) * d;
                 let src = row * kw + kh * d;
-                table.rotate(style, row, &k[src..src + d], &mut s.cache.k[at..at + d]);
-                s.cache.v[at..at + d].copy_from_slice(&v[src..src + d]);
+                table.rotate(style, row, &k[src..src + d], &mut rotated);
+                s.cache.k.store(at, &rotated);
+                s.cache.v.store(at, &v[src..src + d]);
             }
         }
     }
@@ -238,16 +360,67 @@ pub fn attend(
     Pool::global().run(tasks.len(), &|t| {
         let (s, kh, ref rows) = tasks[t];
         let (cache, ref all, offset) = seqs[s];
+        let task = Task {
+            h,
+            style,
+            table,
+            q,
+            kv_head: kh,
+            rows: rows.clone(),
+            first: all.start,
+            offset,
+            capacity: cache.capacity,
+            scale,
+            rep,
+            simd,
+            out: &shared,
+        };
+        match (&cache.k, &cache.v) {
+            (Buf::F32(k), Buf::F32(v)) => task.run(k, v),
+            (Buf::F16(k), Buf::F16(v)) => task.run(k, v),
+            _ => unreachable!("a cache's keys and values share one type"),
+        }
+    });
+}
+
+/// One task of [`attend`]: the query heads of one key/value head, for some
+/// rows of one sequence.
+struct Task<'a> {
+    h: &'a Heads,
+    style: Rotary,
+    table: &'a RopeTable,
+    q: &'a [f32],
+    kv_head: usize,
+    rows: Range<usize>,
+    /// The sequence's first row in the pass, at position `offset`.
+    first: usize,
+    offset: usize,
+    capacity: usize,
+    scale: f32,
+    rep: usize,
+    simd: bool,
+    out: &'a SharedOut,
+}
+
+impl Task<'_> {
+    fn run<T: Elem>(&self, keys: &[T], values: &[T]) {
+        let (h, d) = (self.h, self.h.head_dim);
+        let qw = h.q_width();
+        let keys = &keys[self.kv_head * self.capacity * d..];
+        let values = &values[self.kv_head * self.capacity * d..];
         let mut qr = vec![0f32; d];
         let mut acc = vec![0f32; d];
-        let mut scores = Vec::with_capacity(offset + rows.len());
-        for qh in kh * rep..(kh + 1) * rep {
-            for row in rows.clone() {
-                table.rotate(style, row, &q[row * qw + qh * d..][..d], &mut qr);
+        let mut scores = Vec::with_capacity(self.offset + self.rows.len());
+        for qh in self.kv_head * self.rep..(self.kv_head + 1) * self.rep {
+            for row in self.rows.clone() {
+                self.table
+                    .rotate(self.style, row, &self.q[row * qw + qh * d..][..d], &mut qr);
                 // Causal: position offset + i sees keys 0..=offset + i.
-                let seen = offset + (row - all.start) + 1;
+                let seen = self.offset + (row - self.first) + 1;
                 scores.clear();
-                scores.extend((0..seen).map(|j| dot(simd, &qr, cache.key(h, kh, j)) * scale));
+                scores.extend(
+                    (0..seen).map(|j| T::dot(self.simd, &qr, &keys[j * d..][..d]) * self.scale),
+                );
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0f32;
                 for x in scores.iter_mut() {
@@ -255,18 +428,17 @@ pub fn attend(
                     sum += *x;
                 }
                 acc.fill(0.0);
-                let values = &cache.v[kh * cache.capacity * d..];
                 for (j, &p) in scores.iter().enumerate() {
-                    axpy(simd, p / sum, &values[j * d..][..d], &mut acc);
+                    T::axpy(self.simd, p / sum, &values[j * d..][..d], &mut acc);
                 }
-                // SAFETY: the sequences tile the pass (asserted above) and
-                // the tasks split each sequence's rows by key/value head and
-                // row block, so this (row, query head) slice is this task's
-                // alone; `attend` returns after every task.
-                unsafe { shared.write(row * qw + qh * d, &acc) };
+                // SAFETY: the sequences tile the pass (asserted in `attend`)
+                // and the tasks split each sequence's rows by key/value head
+                // and row block, so this (row, query head) slice is this
+                // task's alone; `attend` returns after every task.
+                unsafe { self.out.write(row * qw + qh * d, &acc) };
             }
         }
-    });
+    }
 }
 
 /// The output, written by every task at disjoint slices.
@@ -286,26 +458,60 @@ impl SharedOut {
     }
 }
 
-fn dot(simd: bool, a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is set only where AVX2 and FMA were detected.
-        return unsafe { x86::dot(a, b) };
-    }
-    let _ = simd;
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// A cache element: what the scores' dot products and the values' weighted
+/// sum read.
+trait Elem: Copy {
+    /// `Σ q·k`.
+    fn dot(simd: bool, q: &[f32], k: &[Self]) -> f32;
+    /// `y += alpha · x`.
+    fn axpy(simd: bool, alpha: f32, x: &[Self], y: &mut [f32]);
 }
 
-/// `y += alpha · x`.
-fn axpy(simd: bool, alpha: f32, x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: as in `dot`.
-        return unsafe { x86::axpy(alpha, x, y) };
+impl Elem for f32 {
+    fn dot(simd: bool, a: &[f32], b: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: `simd` is set only where AVX2, FMA and F16C were detected.
+            return unsafe { x86::dot(a, b) };
+        }
+        let _ = simd;
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
     }
-    let _ = simd;
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
+
+    fn axpy(simd: bool, alpha: f32, x: &[f32], y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as in `dot`.
+            return unsafe { x86::axpy(alpha, x, y) };
+        }
+        let _ = simd;
+        for (y, x) in y.iter_mut().zip(x) {
+            *y += alpha * x;
+        }
+    }
+}
+
+impl Elem for f16 {
+    fn dot(simd: bool, a: &[f32], b: &[f16]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as for f32.
+            return unsafe { x86::dot_f16(a, b) };
+        }
+        let _ = simd;
+        a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
+    }
+
+    fn axpy(simd: bool, alpha: f32, x: &[f16], y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: as for f32.
+            return unsafe { x86::axpy_f16(alpha, x, y) };
+        }
+        let _ = simd;
+        for (y, x) in y.iter_mut().zip(x) {
+            *y += alpha * x.to_f32();
+        }
     }
 }
 
@@ -336,15 +542,20 @@ mod x86 {
                 i += 8;
             }
         }
-        let s = _mm256_add_ps(s0, s1);
-        let quad = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
-        let mut sum = _mm_cvtss_f32(one);
+        let mut sum = hsum(_mm256_add_ps(s0, s1));
         for j in i..n {
             sum += a[j] * b[j];
         }
         sum
+    }
+
+    /// The sum of the eight lanes.
+    #[target_feature(enable = "avx2")]
+    fn hsum(s: __m256) -> f32 {
+        let quad = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
+        _mm_cvtss_f32(one)
     }
 
     /// `y += alpha · x` with AVX2 and FMA.
@@ -366,6 +577,61 @@ mod x86 {
         }
         for j in i..n {
             y[j] += alpha * x[j];
+        }
+    }
+
+    /// Eight f16 at `p` widened to f32.
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load_f16(p: *const half::f16) -> __m256 {
+        // SAFETY: the caller keeps the 16 bytes in bounds.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+
+    /// `Σ a·b` for f16 `b`, with AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16(a: &[f32], b: &[half::f16]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        // SAFETY: every load reads 8 elements below `n`.
+        unsafe {
+            while i + 16 <= n {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), load_f16(pb.add(i)), s0);
+                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8)), load_f16(pb.add(i + 8)), s1);
+                i += 16;
+            }
+            if i + 8 <= n {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), load_f16(pb.add(i)), s0);
+                i += 8;
+            }
+        }
+        let mut sum = hsum(_mm256_add_ps(s0, s1));
+        for j in i..n {
+            sum += a[j] * b[j].to_f32();
+        }
+        sum
+    }
+
+    /// `y += alpha · x` for f16 `x`, with AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn axpy_f16(alpha: f32, x: &[half::f16], y: &mut [f32]) {
+        let n = x.len().min(y.len());
+        let a = _mm256_set1_ps(alpha);
+        let mut i = 0;
+        // SAFETY: every load and store touches 8 elements below `n`.
+        unsafe {
+            while i + 8 <= n {
+                let py = y.as_mut_ptr().add(i);
+                _mm256_storeu_ps(
+                    py,
+                    _mm256_fmadd_ps(a, load_f16(x.as_ptr().add(i)), _mm256_loadu_ps(py)),
+                );
+                i += 8;
+            }
+        }
+        for j in i..n {
+            y[j] += alpha * x[j].to_f32();
         }
     }
 }

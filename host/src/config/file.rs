@@ -196,6 +196,13 @@ pub struct ModelSection {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub batch: Option<usize>,
+    /// `executor = "candle"`: how the KV cache stores keys and values:
+    /// `f32` (as computed, the default) or `f16` (half the memory and half
+    /// the bytes each decode step reads, every key and value rounded to
+    /// f16; a trace records which).
+    #[serde(default)]
+    #[schemars(regex(pattern = r"^f(32|16)$"))]
+    pub kv_cache: Option<String>,
     /// `cpu`, `cuda`, `cuda:N`, `metal`.
     #[serde(default = "cpu")]
     pub device: String,

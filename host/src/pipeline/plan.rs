@@ -12,7 +12,7 @@ use crate::config::file::{
 };
 use crate::config::{Redaction, Suite};
 use crate::executor::DeviceSpec;
-use crate::model::WeightMode;
+use crate::model::{KvType, WeightMode};
 use crate::report::{AccessLevel, ClaimStrength};
 
 /// Which side of the comparison.
@@ -74,6 +74,8 @@ pub struct SidePlan {
     pub http: Option<crate::executor::http::HttpSpec>,
     /// Prompts the embedded model traces in one batched pass.
     pub batch: usize,
+    /// How the embedded model's KV cache stores keys and values.
+    pub kv_cache: KvType,
 }
 
 /// Who serves a side's traces.
@@ -324,6 +326,21 @@ impl Plan {
                 }
             };
             let http = http_spec(s, backend, key, &resolve, &at)?;
+            // Settings of the embedded model, refused on other executors.
+            let candle_only = |setting: &str| {
+                at(
+                    &format!("{key}.{setting}"),
+                    format!(
+                        "`{setting}` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
+                        s.executor,
+                        if backend == SideBackend::Http && setting == "batch" {
+                            " (an endpoint's requests in flight are `concurrency`)"
+                        } else {
+                            ""
+                        }
+                    ),
+                )
+            };
             let batch = match (s.batch, backend) {
                 (None, _) => crate::executor::candle::DEFAULT_BATCH,
                 (Some(0), _) => {
@@ -333,20 +350,16 @@ impl Plan {
                     ));
                 }
                 (Some(n), SideBackend::Candle) => n,
-                (Some(_), _) => {
-                    return Err(at(
-                        &format!("{key}.batch"),
-                        format!(
-                            "`batch` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
-                            s.executor,
-                            if backend == SideBackend::Http {
-                                " (an endpoint's requests in flight are `concurrency`)"
-                            } else {
-                                ""
-                            }
-                        ),
-                    ));
+                (Some(_), _) => return Err(candle_only("batch")),
+            };
+            let kv_cache = match (&s.kv_cache, backend) {
+                (None, _) => KvType::F32,
+                (Some(_), SideBackend::Http | SideBackend::Replay) => {
+                    return Err(candle_only("kv_cache"));
                 }
+                (Some(k), SideBackend::Candle) => k
+                    .parse()
+                    .map_err(|e: String| at(&format!("{key}.kv_cache"), e))?,
             };
             if backend == SideBackend::Http && !replay {
                 if s.transform.is_some() {
@@ -457,6 +470,7 @@ impl Plan {
                 transform,
                 http,
                 batch,
+                kv_cache,
             })
         };
         let baseline = side(SideName::Baseline, &config.baseline)?;

@@ -47,6 +47,7 @@ pub fn load_side(
         path: side.model.clone(),
         device: side.device,
         weights: side.weights,
+        kv_cache: side.kv_cache,
     };
     let loaded = match side.backend {
         SideBackend::Candle => Backend::load(&spec),
@@ -194,6 +195,7 @@ pub fn load_side(
         "model_sha256": model_sha256,
         "model": side.model.display().to_string(),
         "weights": format!("{:?}", side.weights),
+        "kv_cache": side.kv_cache.name(),
         "device": exec.device_name(),
         "transform": transform_fp,
         "system": side.system,

@@ -14,8 +14,8 @@ use vauban::executor::{
     RunOptions, StopReason, generate::DEFAULT_MAX_TOKENS,
 };
 use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
-use vauban::model::WeightMode;
 use vauban::model::sample::Sampling;
+use vauban::model::{KvType, WeightMode};
 use vauban::pipeline::progress_bar;
 use vauban::plugin::policy::PolicyRun;
 use vauban::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
@@ -34,6 +34,10 @@ pub struct ModelArgs {
     /// quantized); f32: dequantize at load (more memory, often faster on CPU).
     #[arg(long, default_value = "native", value_parser = parse_weight_mode)]
     pub weights: WeightMode,
+    /// How the KV cache stores keys and values: f32 (as computed) or f16
+    /// (half the memory, each key and value rounded to f16).
+    #[arg(long, default_value = "f32", value_name = "f32|f16")]
+    pub kv_cache: KvType,
 }
 
 fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
@@ -53,6 +57,7 @@ impl ModelArgs {
             path: path.clone(),
             device: self.device,
             weights: self.weights,
+            kv_cache: self.kv_cache,
         };
         let start = std::time::Instant::now();
         let exec = Backend::load(&spec)

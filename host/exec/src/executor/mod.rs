@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
-use crate::model::WeightMode;
+use crate::model::{KvType, WeightMode};
 use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
 };
@@ -87,6 +87,9 @@ pub struct ModelSpec {
     pub path: PathBuf,
     pub device: DeviceSpec,
     pub weights: WeightMode,
+    /// How the embedded model's KV cache stores keys and values (f32: as
+    /// computed; f16: half the memory, rounded).
+    pub kv_cache: KvType,
 }
 
 /// How the prompt text becomes tokens.

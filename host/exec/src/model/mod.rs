@@ -13,6 +13,8 @@ pub mod config;
 pub mod sample;
 pub mod tokenizer;
 
+pub use vauban_kernels::attention::KvType;
+
 use std::path::{Path, PathBuf};
 
 use config::LlamaConfig;

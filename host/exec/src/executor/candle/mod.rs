@@ -51,7 +51,8 @@ impl CandleExecutor {
     /// Loads the model at `spec.path` on `spec.device`.
     pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         let device = device::open(spec.device).map_err(ExecutorError::Device)?;
-        let model = LoadedModel::load(&spec.path, spec.weights, &device)?;
+        let mut model = LoadedModel::load(&spec.path, spec.weights, &device)?;
+        model.model.set_kv_type(spec.kv_cache);
         Ok(CandleExecutor {
             model,
             device,

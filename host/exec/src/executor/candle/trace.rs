@@ -315,6 +315,8 @@ impl Job<'_> {
             "kv_cache_bytes".into(),
             self.session.cache_bytes().to_string(),
         );
+        p.notes
+            .insert("kv_cache".into(), exec.model.model.kv_type().name().into());
         note_batch(&mut p, sequences, batch_tokens);
         rec.span(Stage::Prefill, p);
 

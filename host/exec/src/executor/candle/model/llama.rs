@@ -16,7 +16,7 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
-use vauban_kernels::attention::{self, Heads, LayerCache, RopeTable, Rotary, SeqRows};
+use vauban_kernels::attention::{self, Heads, KvType, LayerCache, RopeTable, Rotary, SeqRows};
 use vauban_kernels::{Isa, QMatrix};
 
 use crate::model::config::{LlamaConfig, RopeStyle};
@@ -290,6 +290,8 @@ impl BlockHook for Observe<'_> {
 /// its own key and value, not the whole cache as concatenation did).
 pub struct KvCache {
     store: KvStore,
+    /// How keys and values are stored (f32: as computed).
+    kind: KvType,
     len: usize,
 }
 
@@ -298,7 +300,8 @@ enum KvStore {
     /// On the CPU: host buffers that the fused attention
     /// (`vauban_kernels::attention`) writes and reads.
     Host(Vec<LayerCache>),
-    /// On a GPU: `[1, kv_heads, capacity, head_dim]` tensors per block.
+    /// On a GPU: `[1, kv_heads, capacity, head_dim]` tensors per block,
+    /// in the model's dtype or f16.
     Device(Vec<Option<(Tensor, Tensor)>>),
 }
 
@@ -313,6 +316,11 @@ impl KvCache {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// How keys and values are stored.
+    pub fn kind(&self) -> KvType {
+        self.kind
     }
 
     /// Bytes allocated for keys and values (the capacity, not just `len`).
@@ -370,11 +378,15 @@ impl KvCache {
         };
         let slot = &mut layers[layer];
         let cap = slot.as_ref().map_or(0, |(b, _)| b.dim(2).unwrap_or(0));
+        let stored = match self.kind {
+            KvType::F32 => k.dtype(),
+            KvType::F16 => DType::F16,
+        };
         if need > cap {
             let cap = need.max(2 * cap).max(KV_START);
             let (b, h, _, d) = k.dims4()?;
             let grow = |old: Option<&Tensor>| -> Result<Tensor, ModelError> {
-                let buf = Tensor::zeros((b, h, cap, d), k.dtype(), k.device())?;
+                let buf = Tensor::zeros((b, h, cap, d), stored, k.device())?;
                 if let Some(old) = old
                     && len > 0
                 {
@@ -389,9 +401,11 @@ impl KvCache {
             ));
         }
         let (kb, vb) = slot.as_ref().expect("allocated above");
-        kb.slice_set(&k.contiguous()?, 2, len)?;
-        vb.slice_set(&v.contiguous()?, 2, len)?;
-        Ok((kb.narrow(2, 0, need)?, vb.narrow(2, 0, need)?))
+        kb.slice_set(&k.to_dtype(stored)?.contiguous()?, 2, len)?;
+        vb.slice_set(&v.to_dtype(stored)?.contiguous()?, 2, len)?;
+        let (k_all, v_all) = (kb.narrow(2, 0, need)?, vb.narrow(2, 0, need)?);
+        // The attention computes in the model's dtype.
+        Ok((k_all.to_dtype(k.dtype())?, v_all.to_dtype(v.dtype())?))
     }
 }
 
@@ -448,6 +462,8 @@ pub struct Llama {
     /// Attention as one fused host call per block (the CPU's), or as
     /// tensor operations per sequence (a GPU's).
     fused_attention: bool,
+    /// How new KV caches store keys and values.
+    kv_type: KvType,
     device: Device,
 }
 
@@ -555,6 +571,7 @@ impl Llama {
             inv_freqs,
             inv_freqs_host,
             fused_attention: device.is_cpu(),
+            kv_type: KvType::F32,
             device: device.clone(),
         })
     }
@@ -627,14 +644,25 @@ impl Llama {
         self.fused_attention = false;
     }
 
+    /// Stores keys and values of caches made from now on as `kind`.
+    pub fn set_kv_type(&mut self, kind: KvType) {
+        self.kv_type = kind;
+    }
+
+    /// How this model's KV caches store keys and values.
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
+    }
+
     /// An empty KV cache for this model.
     pub fn new_cache(&self) -> KvCache {
         let layers = self.config.layers;
         KvCache {
             store: match self.fused_attention {
-                true => KvStore::Host(vec![LayerCache::default(); layers]),
+                true => KvStore::Host(vec![LayerCache::new(self.kv_type); layers]),
                 false => KvStore::Device((0..layers).map(|_| None).collect()),
             },
+            kind: self.kv_type,
             len: 0,
         }
     }
