@@ -4,7 +4,10 @@
 //! position) and generation (`tg128`: 128 single-token steps from an empty
 //! cache), as llama-bench defines them; and vauban's batched decode
 //! (`tg128x8`: 8 sequences of 128 steps, one pass per step, tokens of all
-//! 8 per second; llama-bench has no such test). The `tensor attn` column
+//! 8 per second; llama-bench has no such test); and decode after a long
+//! context (`tg64@d2048`: 64 steps after 2048 positions, llama-bench's
+//! `-n 64 -d 2048`), where the KV cache is read as much as the weights.
+//! The `tensor attn` column
 //! runs the weights as stored with attention as tensor operations per
 //! sequence (a GPU's path) instead of the CPU's fused call; the `kv f16`
 //! column keeps the KV cache in f16 (llama-bench's default cache type; the
@@ -62,9 +65,9 @@ fn read_bandwidth(threads: usize) -> f64 {
 }
 
 /// vauban's pp and tg on `exec`, medians over `reps`.
-fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 4]> {
+fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 5]> {
     let m = &exec.model.model;
-    let text = "The quick brown fox jumps over the lazy dog. ".repeat(128);
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(256);
     let all = exec.model.encode(&text)?;
     // Warm-up: first touch of every weight.
     m.run(&all[..16], None, &mut NoHook, LogitsAt::Last)?;
@@ -90,6 +93,20 @@ fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String
         v.push(128.0 / t.elapsed().as_secs_f64());
     }
     out.push(("tg128".into(), median(v)));
+    // Decode after a long context, where the KV cache is read as much as
+    // the weights: 64 steps after 2048 positions (llama-bench's
+    // `-n 64 -d 2048`).
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let mut cache = m.new_cache();
+        m.run(&all[..DEPTH], Some(&mut cache), &mut NoHook, LogitsAt::Last)?;
+        let t = Instant::now();
+        for &id in &all[DEPTH..DEPTH + 64] {
+            m.run(&[id], Some(&mut cache), &mut NoHook, LogitsAt::Last)?;
+        }
+        v.push(64.0 / t.elapsed().as_secs_f64());
+    }
+    out.push((format!("tg64@d{DEPTH}"), median(v)));
     // A batched decode (what tracing a suite does): 8 sequences of 128
     // steps each in one pass per step, tokens of all 8 per second.
     let mut v = Vec::new();
@@ -115,8 +132,11 @@ fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String
         v.push(8.0 * 128.0 / t.elapsed().as_secs_f64());
     }
     out.push(("tg128x8".into(), median(v)));
-    Ok(out.try_into().expect("four tests"))
+    Ok(out.try_into().expect("five tests"))
 }
+
+/// The context `tg64@d2048` decodes after.
+const DEPTH: usize = 2048;
 
 /// llama-bench's average tok/s by (test, flash attention), from its JSON.
 fn llama_figures(
@@ -125,35 +145,43 @@ fn llama_figures(
     threads: usize,
     reps: usize,
 ) -> anyhow::Result<Vec<(String, bool, f64)>> {
-    let out = Command::new(bin)
-        .args(["-m".as_ref(), model.as_os_str()])
-        .args(["-t", &threads.to_string(), "-p", "128,512", "-n", "128"])
-        .args(["-fa", "0,1", "-r", &reps.to_string(), "-o", "json"])
-        .output()?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| {
-            let (p, g) = (r["n_prompt"].as_u64()?, r["n_gen"].as_u64()?);
-            let test = if g > 0 {
-                format!("tg{g}")
-            } else {
-                format!("pp{p}")
-            };
-            let fa = match &r["flash_attn"] {
-                serde_json::Value::Bool(b) => *b,
-                v => v.as_i64().is_some_and(|x| x > 0),
-            };
-            Some((test, fa, r["avg_ts"].as_f64()?))
-        })
-        .collect())
+    let run = |tests: &[&str]| -> anyhow::Result<Vec<(String, bool, f64)>> {
+        let out = Command::new(bin)
+            .args(["-m".as_ref(), model.as_os_str()])
+            .args(["-t", &threads.to_string()])
+            .args(tests)
+            .args(["-fa", "0,1", "-r", &reps.to_string(), "-o", "json"])
+            .output()?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "{} failed: {}",
+                bin.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let (p, g) = (r["n_prompt"].as_u64()?, r["n_gen"].as_u64()?);
+                let depth = r["n_depth"].as_u64().unwrap_or(0);
+                let test = match (g > 0, depth > 0) {
+                    (true, false) => format!("tg{g}"),
+                    (true, true) => format!("tg{g}@d{depth}"),
+                    (false, _) => format!("pp{p}"),
+                };
+                let fa = match &r["flash_attn"] {
+                    serde_json::Value::Bool(b) => *b,
+                    v => v.as_i64().is_some_and(|x| x > 0),
+                };
+                Some((test, fa, r["avg_ts"].as_f64()?))
+            })
+            .collect())
+    };
+    let mut figures = run(&["-p", "128,512", "-n", "128"])?;
+    let depth = DEPTH.to_string();
+    figures.extend(run(&["-p", "0", "-n", "64", "-d", &depth])?);
+    Ok(figures)
 }
 
 fn main() -> anyhow::Result<()> {

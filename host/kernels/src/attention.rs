@@ -341,37 +341,43 @@ pub fn attend(
     // Tasks of (sequence, key/value head, up to 16 query rows): a long
     // prompt splits into enough tasks to keep every thread busy (its
     // later rows attend to more keys, so equal tasks would not balance).
-    let tasks: Vec<(usize, usize, Range<usize>)> = seqs
+    //
+    // A sequence of one row (a decode step) splits by query head instead:
+    // a batch of one would otherwise be `kv_heads` tasks, three for
+    // SmolLM2, which two threads share badly; the query heads of a
+    // key/value head then read its keys from cache, not memory.
+    let rep = h.heads / h.kv_heads;
+    let tasks: Vec<(usize, Range<usize>, Range<usize>)> = seqs
         .iter()
         .enumerate()
         .flat_map(|(s, (_, rows, _))| {
             let rows = rows.clone();
-            (0..h.kv_heads).flat_map(move |kh| {
+            let group = if rows.len() == 1 { 1 } else { rep };
+            (0..h.heads).step_by(group).flat_map(move |qh| {
                 rows.clone()
                     .step_by(ROWS_PER_TASK)
-                    .map(move |r| (s, kh, r..(r + ROWS_PER_TASK).min(rows.end)))
+                    .map(move |r| (s, qh..qh + group, r..(r + ROWS_PER_TASK).min(rows.end)))
             })
         })
         .collect();
     let simd = Isa::detect().avx2();
     let scale = 1.0 / (d as f32).sqrt();
-    let rep = h.heads / h.kv_heads;
     let shared = SharedOut(out.as_mut_ptr());
     Pool::global().run(tasks.len(), &|t| {
-        let (s, kh, ref rows) = tasks[t];
+        let (s, ref heads, ref rows) = tasks[t];
         let (cache, ref all, offset) = seqs[s];
         let task = Task {
             h,
             style,
             table,
             q,
-            kv_head: kh,
+            heads: heads.clone(),
+            kv_head: heads.start / rep,
             rows: rows.clone(),
             first: all.start,
             offset,
             capacity: cache.capacity,
             scale,
-            rep,
             simd,
             out: &shared,
         };
@@ -383,13 +389,15 @@ pub fn attend(
     });
 }
 
-/// One task of [`attend`]: the query heads of one key/value head, for some
-/// rows of one sequence.
+/// One task of [`attend`]: some query heads of one key/value head, for
+/// some rows of one sequence.
 struct Task<'a> {
     h: &'a Heads,
     style: Rotary,
     table: &'a RopeTable,
     q: &'a [f32],
+    heads: Range<usize>,
+    /// The key/value head `heads` read.
     kv_head: usize,
     rows: Range<usize>,
     /// The sequence's first row in the pass, at position `offset`.
@@ -397,7 +405,6 @@ struct Task<'a> {
     offset: usize,
     capacity: usize,
     scale: f32,
-    rep: usize,
     simd: bool,
     out: &'a SharedOut,
 }
@@ -411,28 +418,23 @@ impl Task<'_> {
         let mut qr = vec![0f32; d];
         let mut acc = vec![0f32; d];
         let mut scores = Vec::with_capacity(self.offset + self.rows.len());
-        for qh in self.kv_head * self.rep..(self.kv_head + 1) * self.rep {
+        for qh in self.heads.clone() {
             for row in self.rows.clone() {
                 self.table
                     .rotate(self.style, row, &self.q[row * qw + qh * d..][..d], &mut qr);
                 // Causal: position offset + i sees keys 0..=offset + i.
                 let seen = self.offset + (row - self.first) + 1;
-                scores.clear();
-                scores.extend(
-                    (0..seen).map(|j| T::dot(self.simd, &qr, &keys[j * d..][..d]) * self.scale),
-                );
+                scores.resize(seen, 0.0);
+                T::scores(self.simd, &qr, &keys[..seen * d], self.scale, &mut scores);
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for x in scores.iter_mut() {
-                    *x = (*x - max).exp();
-                    sum += *x;
+                let sum = exp_shifted(self.simd, &mut scores, max);
+                let inv = 1.0 / sum;
+                for p in scores.iter_mut() {
+                    *p *= inv;
                 }
-                acc.fill(0.0);
-                for (j, &p) in scores.iter().enumerate() {
-                    T::axpy(self.simd, p / sum, &values[j * d..][..d], &mut acc);
-                }
+                T::weighted_sum(self.simd, &scores, &values[..seen * d], &mut acc);
                 // SAFETY: the sequences tile the pass (asserted in `attend`)
-                // and the tasks split each sequence's rows by key/value head
+                // and the tasks split each sequence's rows by query heads
                 // and row block, so this (row, query head) slice is this
                 // task's alone; `attend` returns after every task.
                 unsafe { self.out.write(row * qw + qh * d, &acc) };
@@ -458,59 +460,98 @@ impl SharedOut {
     }
 }
 
-/// A cache element: what the scores' dot products and the values' weighted
-/// sum read.
+/// `x ← exp(x − max)` for every element, returning their sum: the
+/// softmax's numerators. With AVX2 a polynomial exp eight lanes at a time
+/// (`exp_shifted_matches_f64_exp` bounds its relative error; values that
+/// would be f32 subnormals become 0).
+fn exp_shifted(simd: bool, x: &mut [f32], max: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is set only where AVX2, FMA and F16C were detected.
+        return unsafe { x86::exp_shifted(x, max) };
+    }
+    let _ = simd;
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    sum
+}
+
+/// A cache element: what the scores and the values' weighted sum read.
 trait Elem: Copy {
-    /// `Σ q·k`.
-    fn dot(simd: bool, q: &[f32], k: &[Self]) -> f32;
-    /// `y += alpha · x`.
-    fn axpy(simd: bool, alpha: f32, x: &[Self], y: &mut [f32]);
+    /// `out[j] = scale · q·k_j` for the keys `k_j`, rows of `q.len()`.
+    fn scores(simd: bool, q: &[f32], keys: &[Self], scale: f32, out: &mut [f32]);
+    /// `out = Σ p_j · v_j` for the values `v_j`, rows of `out.len()`.
+    fn weighted_sum(simd: bool, p: &[f32], values: &[Self], out: &mut [f32]);
+    fn to_f32(self) -> f32;
 }
 
 impl Elem for f32 {
-    fn dot(simd: bool, a: &[f32], b: &[f32]) -> f32 {
+    fn scores(simd: bool, q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: `simd` is set only where AVX2, FMA and F16C were detected.
-            return unsafe { x86::dot(a, b) };
+        if simd && q.len().is_multiple_of(8) {
+            // SAFETY: `simd` is set only where AVX2, FMA and F16C were
+            // detected; the widths are checked there.
+            return unsafe { x86::scores(q, keys, scale, out) };
         }
         let _ = simd;
-        a.iter().zip(b).map(|(x, y)| x * y).sum()
+        portable_scores(q, keys, scale, out)
     }
 
-    fn axpy(simd: bool, alpha: f32, x: &[f32], y: &mut [f32]) {
+    fn weighted_sum(simd: bool, p: &[f32], values: &[f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as in `dot`.
-            return unsafe { x86::axpy(alpha, x, y) };
+        if simd && out.len().is_multiple_of(x86::SUM_WIDTH) {
+            // SAFETY: as in `scores`.
+            return unsafe { x86::weighted_sum(p, values, out) };
         }
         let _ = simd;
-        for (y, x) in y.iter_mut().zip(x) {
-            *y += alpha * x;
-        }
+        portable_weighted_sum(p, values, out)
+    }
+
+    fn to_f32(self) -> f32 {
+        self
     }
 }
 
 impl Elem for f16 {
-    fn dot(simd: bool, a: &[f32], b: &[f16]) -> f32 {
+    fn scores(simd: bool, q: &[f32], keys: &[f16], scale: f32, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if simd {
+        if simd && q.len().is_multiple_of(8) {
             // SAFETY: as for f32.
-            return unsafe { x86::dot_f16(a, b) };
+            return unsafe { x86::scores(q, keys, scale, out) };
         }
         let _ = simd;
-        a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
+        portable_scores(q, keys, scale, out)
     }
 
-    fn axpy(simd: bool, alpha: f32, x: &[f16], y: &mut [f32]) {
+    fn weighted_sum(simd: bool, p: &[f32], values: &[f16], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if simd {
+        if simd && out.len().is_multiple_of(x86::SUM_WIDTH) {
             // SAFETY: as for f32.
-            return unsafe { x86::axpy_f16(alpha, x, y) };
+            return unsafe { x86::weighted_sum(p, values, out) };
         }
         let _ = simd;
-        for (y, x) in y.iter_mut().zip(x) {
-            *y += alpha * x.to_f32();
+        portable_weighted_sum(p, values, out)
+    }
+
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
+fn portable_scores<T: Elem>(q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
+    for (o, k) in out.iter_mut().zip(keys.chunks_exact(q.len())) {
+        *o = q.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
+    }
+}
+
+fn portable_weighted_sum<T: Elem>(p: &[f32], values: &[T], out: &mut [f32]) {
+    out.fill(0.0);
+    for (&p, v) in p.iter().zip(values.chunks_exact(out.len())) {
+        for (o, v) in out.iter_mut().zip(v) {
+            *o += p * v.to_f32();
         }
     }
 }
@@ -519,34 +560,96 @@ impl Elem for f16 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// `Σ a·b` with AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut i = 0;
-        // SAFETY: every load reads 8 floats below `n`.
+    /// Eight lanes of a cache element type, widened to f32.
+    pub trait Lanes: Copy {
+        /// # Safety
+        /// Eight elements at `p` are readable, and the CPU has AVX2 and F16C.
+        unsafe fn load8(p: *const Self) -> __m256;
+    }
+
+    impl Lanes for f32 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> __m256 {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+    }
+
+    impl Lanes for half::f16 {
+        #[inline(always)]
+        unsafe fn load8(p: *const half::f16) -> __m256 {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+        }
+    }
+
+    /// `out[j] = scale · q·k_j`, four keys at a time so that one
+    /// horizontal reduction serves four scores. `q.len()` is a multiple of 8.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scores<T: Lanes>(q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
+        let d = q.len();
+        assert!(d.is_multiple_of(8) && keys.len() >= out.len() * d);
+        let (pq, pk) = (q.as_ptr(), keys.as_ptr());
+        let n = out.len();
+        let mut j = 0;
+        // SAFETY: every load reads 8 elements of row j..j + 4 (< n) of
+        // `keys`, or of `q`, in bounds by the assert.
         unsafe {
-            while i + 16 <= n {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-                s1 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(pa.add(i + 8)),
-                    _mm256_loadu_ps(pb.add(i + 8)),
-                    s1,
+            while j + 4 <= n {
+                let mut a = [_mm256_setzero_ps(); 4];
+                for c in (0..d).step_by(8) {
+                    let qv = _mm256_loadu_ps(pq.add(c));
+                    for (r, a) in a.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(qv, T::load8(pk.add((j + r) * d + c)), *a);
+                    }
+                }
+                let s01 = _mm256_hadd_ps(a[0], a[1]);
+                let s23 = _mm256_hadd_ps(a[2], a[3]);
+                let s = _mm256_hadd_ps(s01, s23);
+                let four = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+                _mm_storeu_ps(
+                    out.as_mut_ptr().add(j),
+                    _mm_mul_ps(four, _mm_set1_ps(scale)),
                 );
-                i += 16;
+                j += 4;
             }
-            if i + 8 <= n {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-                i += 8;
+            while j < n {
+                let mut a = _mm256_setzero_ps();
+                for c in (0..d).step_by(8) {
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(c)), T::load8(pk.add(j * d + c)), a);
+                }
+                out[j] = hsum(a) * scale;
+                j += 1;
             }
         }
-        let mut sum = hsum(_mm256_add_ps(s0, s1));
-        for j in i..n {
-            sum += a[j] * b[j];
+    }
+
+    /// Columns one sweep of [`weighted_sum`] keeps in registers.
+    pub const SUM_WIDTH: usize = 32;
+
+    /// `out = Σ p_j · v_j`, 32 columns at a time held in four registers over
+    /// every value row. `out.len()` is a multiple of 32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn weighted_sum<T: Lanes>(p: &[f32], values: &[T], out: &mut [f32]) {
+        let d = out.len();
+        assert!(d.is_multiple_of(SUM_WIDTH) && values.len() >= p.len() * d);
+        let pv = values.as_ptr();
+        for c in (0..d).step_by(SUM_WIDTH) {
+            let mut a = [_mm256_setzero_ps(); 4];
+            // SAFETY: row j < p.len() of `values`, columns c..c + 32 < d.
+            unsafe {
+                for (j, &w) in p.iter().enumerate() {
+                    let w = _mm256_set1_ps(w);
+                    let row = pv.add(j * d + c);
+                    for (r, a) in a.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(w, T::load8(row.add(8 * r)), *a);
+                    }
+                }
+                for (r, a) in a.iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * r), *a);
+                }
+            }
         }
-        sum
     }
 
     /// The sum of the eight lanes.
@@ -558,80 +661,107 @@ mod x86 {
         _mm_cvtss_f32(one)
     }
 
-    /// `y += alpha · x` with AVX2 and FMA.
+    /// `exp(x)` in eight lanes for `x ≤ 0` (what a softmax shifted by its
+    /// maximum passes): `x = n·ln 2 + r` with |r| ≤ ln 2 / 2, a degree-6
+    /// polynomial for `e^r` (Cephes' `expf` coefficients), `2^n` built in
+    /// the exponent bits. Below ln(f32::MIN_POSITIVE) the result is 0.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let a = _mm256_set1_ps(alpha);
+    fn exp8(x: __m256) -> __m256 {
+        let low = _mm256_set1_ps(-87.336_55);
+        let kept = _mm256_cmp_ps::<_CMP_GE_OQ>(x, low);
+        let x = _mm256_max_ps(x, low);
+        let n = _mm256_floor_ps(_mm256_fmadd_ps(
+            x,
+            _mm256_set1_ps(std::f32::consts::LOG2_E),
+            _mm256_set1_ps(0.5),
+        ));
+        // r = x − n·ln 2, with ln 2 split in two for precision.
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            0.166_666_65,
+            0.5,
+        ] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let r2 = _mm256_mul_ps(r, r);
+        let e = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
+        let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        ));
+        _mm256_and_ps(kept, _mm256_mul_ps(e, _mm256_castsi256_ps(pow2)))
+    }
+
+    /// `x ← exp(x − max)`, returning the sum.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
+        let n = x.len();
+        let m = _mm256_set1_ps(max);
+        let mut acc = _mm256_setzero_ps();
         let mut i = 0;
         // SAFETY: every load and store touches 8 floats below `n`.
         unsafe {
             while i + 8 <= n {
-                let py = y.as_mut_ptr().add(i);
-                _mm256_storeu_ps(
-                    py,
-                    _mm256_fmadd_ps(a, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(py)),
-                );
+                let p = x.as_mut_ptr().add(i);
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p), m));
+                _mm256_storeu_ps(p, e);
+                acc = _mm256_add_ps(acc, e);
                 i += 8;
             }
         }
-        for j in i..n {
-            y[j] += alpha * x[j];
-        }
-    }
-
-    /// Eight f16 at `p` widened to f32.
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn load_f16(p: *const half::f16) -> __m256 {
-        // SAFETY: the caller keeps the 16 bytes in bounds.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
-    }
-
-    /// `Σ a·b` for f16 `b`, with AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_f16(a: &[f32], b: &[half::f16]) -> f32 {
-        let n = a.len().min(b.len());
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut i = 0;
-        // SAFETY: every load reads 8 elements below `n`.
-        unsafe {
-            while i + 16 <= n {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), load_f16(pb.add(i)), s0);
-                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8)), load_f16(pb.add(i + 8)), s1);
-                i += 16;
-            }
-            if i + 8 <= n {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), load_f16(pb.add(i)), s0);
-                i += 8;
-            }
-        }
-        let mut sum = hsum(_mm256_add_ps(s0, s1));
-        for j in i..n {
-            sum += a[j] * b[j].to_f32();
+        let mut sum = hsum(acc);
+        for v in &mut x[i..] {
+            *v = (*v - max).exp();
+            sum += *v;
         }
         sum
     }
+}
 
-    /// `y += alpha · x` for f16 `x`, with AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn axpy_f16(alpha: f32, x: &[half::f16], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let a = _mm256_set1_ps(alpha);
-        let mut i = 0;
-        // SAFETY: every load and store touches 8 elements below `n`.
-        unsafe {
-            while i + 8 <= n {
-                let py = y.as_mut_ptr().add(i);
-                _mm256_storeu_ps(
-                    py,
-                    _mm256_fmadd_ps(a, load_f16(x.as_ptr().add(i)), _mm256_loadu_ps(py)),
-                );
-                i += 8;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vector exp against f64 over the range a shifted softmax passes,
+    /// through every tail length.
+    #[test]
+    fn exp_shifted_matches_f64_exp() {
+        let simd = Isa::detect().avx2();
+        let xs: Vec<f32> = (0..=20_000).map(|i| -90.0 + i as f32 * 0.0045).collect();
+        for len in [xs.len(), 7, 8, 9, 1] {
+            let max = 0.5f32;
+            // The last `len` values: near 0, where the sum is not tiny.
+            let xs = &xs[xs.len() - len..];
+            let mut got = xs.to_vec();
+            let sum = exp_shifted(simd, &mut got, max);
+            let mut want_sum = 0f64;
+            let mut worst = 0f64;
+            for (&x, &g) in xs.iter().zip(&got) {
+                let want = ((x - max) as f64).exp();
+                want_sum += want;
+                // Relative where the value is a normal f32; below, within
+                // the smallest normal (0 for what underflows).
+                let err = (g as f64 - want).abs();
+                match want >= f32::MIN_POSITIVE as f64 {
+                    true => worst = worst.max(err / want),
+                    false => assert!(err <= f32::MIN_POSITIVE as f64, "exp({x} - {max})"),
+                }
             }
+            eprintln!("len {len}: max relative error {worst:.1e}");
+            assert!(worst < 1e-6, "len {len}: max relative error {worst:e}");
+            assert!(
+                ((sum as f64) - want_sum).abs() / want_sum < 1e-5,
+                "len {len}: sum"
+            );
         }
-        for j in i..n {
-            y[j] += alpha * x[j].to_f32();
-        }
+        // Far below: 0, not a NaN or garbage from the exponent bits.
+        let mut tiny = vec![-1e30f32; 9];
+        assert_eq!(exp_shifted(simd, &mut tiny, 0.0), 0.0);
+        assert!(tiny.iter().all(|&v| v == 0.0));
     }
 }
