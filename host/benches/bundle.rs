@@ -36,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         observe: vec![K::Activation],
         layers: vec![0],
         raw_tensors: true,
+        raw_kinds: Vec::new(),
     };
     let caps = Capabilities::uniform("bench", &[DeviceKind::Cpu], SupportLevel::Full);
     let model = ModelRef {

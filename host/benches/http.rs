@@ -181,6 +181,7 @@ fn main() -> anyhow::Result<()> {
                     observe: vec![K::Text, K::Tokens, K::Logprobs, K::Profile],
                     layers: vec![],
                     raw_tensors: false,
+                    raw_kinds: Vec::new(),
                 },
                 RunOptions {
                     trace_id: format!("p{i}"),

@@ -115,6 +115,7 @@ fn main() -> anyhow::Result<()> {
             observe,
             layers: layers.clone(),
             raw_tensors: true,
+            raw_kinds: Vec::new(),
         };
         let acts_only = request(vec![K::Tokens, K::Activation]);
         let everything = request(vec![K::Tokens, K::Logits, K::Logprobs, K::Activation]);

@@ -91,6 +91,7 @@ fn trace(
         ],
         layers: vec![2],
         raw_tensors: true,
+        raw_kinds: Vec::new(),
     };
     let id = format!("{}/{}", model.name, prompt.0);
     let mut b = TraceBuilder::new(id, model.clone(), caps, "cpu", request);

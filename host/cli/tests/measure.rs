@@ -119,6 +119,7 @@ fn traced_last_token(exec: &Backend, text: &str) -> Vec<Vec<f32>> {
         observe: vec![K::Text, K::Tokens, K::Activation],
         layers: layers.clone(),
         raw_tensors: true,
+        raw_kinds: Vec::new(),
     };
     let options = RunOptions {
         trace_id: "t".into(),

@@ -469,14 +469,17 @@ claim_strength = "model_change_audit"
     assert_eq!(r4["target_change"]["candidate"]["executor"], "candle");
 }
 
-/// `a` and `b` equal, numbers within f32 rounding (1e-7 absolute or 1e-5
-/// relative); `at` names the place for the message.
+/// `a` and `b` equal, numbers within f32 rounding (1e-6 absolute or 1e-5
+/// relative: the KLs are sums over f32 log-probabilities near -10, each
+/// good to about 1e-6, and a trace re-recorded alone on resume ran in a
+/// batch the first time, where f32 products sum in another order; a first
+/// token KL of 0.00397806 came back as 0.00397819); `at` names the place.
 fn assert_close(a: &Value, b: &Value, at: &str) {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {
             let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
             assert!(
-                (x - y).abs() <= 1e-7_f64.max(1e-5 * x.abs().max(y.abs())),
+                (x - y).abs() <= 1e-6_f64.max(1e-5 * x.abs().max(y.abs())),
                 "{at}: {x} against {y} after resuming"
             );
         }

@@ -253,6 +253,7 @@ fn request(layers: &[usize], interventions: bool) -> TraceRequest {
         observe,
         layers: layers.to_vec(),
         raw_tensors: true,
+        raw_kinds: Vec::new(),
     }
 }
 

@@ -142,6 +142,7 @@ fn request() -> (TraceRequest, RunOptions) {
         observe: vec![K::Text, K::Tokens, K::Logprobs, K::Logits, K::Profile],
         layers: vec![],
         raw_tensors: false,
+        raw_kinds: Vec::new(),
     };
     let options = RunOptions {
         trace_id: "q7".into(),

@@ -23,6 +23,7 @@ use half::f16;
 
 use crate::Isa;
 use crate::pool::Pool;
+use crate::softmax::exp_shifted;
 
 /// How a cache stores keys and values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -460,25 +461,6 @@ impl SharedOut {
     }
 }
 
-/// `x ← exp(x − max)` for every element, returning their sum: the
-/// softmax's numerators. With AVX2 a polynomial exp eight lanes at a time
-/// (`exp_shifted_matches_f64_exp` bounds its relative error; values that
-/// would be f32 subnormals become 0).
-fn exp_shifted(simd: bool, x: &mut [f32], max: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: `simd` is set only where AVX2, FMA and F16C were detected.
-        return unsafe { x86::exp_shifted(x, max) };
-    }
-    let _ = simd;
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    sum
-}
-
 /// A cache element: what the scores and the values' weighted sum read.
 trait Elem: Copy {
     /// `out[j] = scale · q·k_j` for the keys `k_j`, rows of `q.len()`.
@@ -659,109 +641,5 @@ mod x86 {
         let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
         let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
         _mm_cvtss_f32(one)
-    }
-
-    /// `exp(x)` in eight lanes for `x ≤ 0` (what a softmax shifted by its
-    /// maximum passes): `x = n·ln 2 + r` with |r| ≤ ln 2 / 2, a degree-6
-    /// polynomial for `e^r` (Cephes' `expf` coefficients), `2^n` built in
-    /// the exponent bits. Below ln(f32::MIN_POSITIVE) the result is 0.
-    #[target_feature(enable = "avx2,fma")]
-    fn exp8(x: __m256) -> __m256 {
-        let low = _mm256_set1_ps(-87.336_55);
-        let kept = _mm256_cmp_ps::<_CMP_GE_OQ>(x, low);
-        let x = _mm256_max_ps(x, low);
-        let n = _mm256_floor_ps(_mm256_fmadd_ps(
-            x,
-            _mm256_set1_ps(std::f32::consts::LOG2_E),
-            _mm256_set1_ps(0.5),
-        ));
-        // r = x − n·ln 2, with ln 2 split in two for precision.
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            0.166_666_65,
-            0.5,
-        ] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let r2 = _mm256_mul_ps(r, r);
-        let e = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
-        let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-            _mm256_cvtps_epi32(n),
-            _mm256_set1_epi32(127),
-        ));
-        _mm256_and_ps(kept, _mm256_mul_ps(e, _mm256_castsi256_ps(pow2)))
-    }
-
-    /// `x ← exp(x − max)`, returning the sum.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
-        let n = x.len();
-        let m = _mm256_set1_ps(max);
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        // SAFETY: every load and store touches 8 floats below `n`.
-        unsafe {
-            while i + 8 <= n {
-                let p = x.as_mut_ptr().add(i);
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p), m));
-                _mm256_storeu_ps(p, e);
-                acc = _mm256_add_ps(acc, e);
-                i += 8;
-            }
-        }
-        let mut sum = hsum(acc);
-        for v in &mut x[i..] {
-            *v = (*v - max).exp();
-            sum += *v;
-        }
-        sum
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The vector exp against f64 over the range a shifted softmax passes,
-    /// through every tail length.
-    #[test]
-    fn exp_shifted_matches_f64_exp() {
-        let simd = Isa::detect().avx2();
-        let xs: Vec<f32> = (0..=20_000).map(|i| -90.0 + i as f32 * 0.0045).collect();
-        for len in [xs.len(), 7, 8, 9, 1] {
-            let max = 0.5f32;
-            // The last `len` values: near 0, where the sum is not tiny.
-            let xs = &xs[xs.len() - len..];
-            let mut got = xs.to_vec();
-            let sum = exp_shifted(simd, &mut got, max);
-            let mut want_sum = 0f64;
-            let mut worst = 0f64;
-            for (&x, &g) in xs.iter().zip(&got) {
-                let want = ((x - max) as f64).exp();
-                want_sum += want;
-                // Relative where the value is a normal f32; below, within
-                // the smallest normal (0 for what underflows).
-                let err = (g as f64 - want).abs();
-                match want >= f32::MIN_POSITIVE as f64 {
-                    true => worst = worst.max(err / want),
-                    false => assert!(err <= f32::MIN_POSITIVE as f64, "exp({x} - {max})"),
-                }
-            }
-            eprintln!("len {len}: max relative error {worst:.1e}");
-            assert!(worst < 1e-6, "len {len}: max relative error {worst:e}");
-            assert!(
-                ((sum as f64) - want_sum).abs() / want_sum < 1e-5,
-                "len {len}: sum"
-            );
-        }
-        // Far below: 0, not a NaN or garbage from the exponent bits.
-        let mut tiny = vec![-1e30f32; 9];
-        assert_eq!(exp_shifted(simd, &mut tiny, 0.0), 0.0);
-        assert!(tiny.iter().all(|&v| v == 0.0));
     }
 }

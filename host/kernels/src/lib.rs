@@ -22,6 +22,7 @@ pub mod attention;
 pub mod blocks;
 pub mod pool;
 mod portable;
+pub mod softmax;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -308,6 +308,9 @@ impl RunSettings {
             observe: self.observe.clone(),
             layers: self.layers.clone(),
             raw_tensors: self.raw_activations,
+            // Logits, log-probabilities and weight snapshots are vocabulary- or
+            // matrix-sized and the pipeline keeps their summaries only.
+            raw_kinds: vec![K::Activation],
         }
     }
 

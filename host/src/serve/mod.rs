@@ -226,6 +226,7 @@ fn echo(served: &Served, ids: &[u32], p: &Params) -> Result<Echoed, ServeError> 
         observe: vec![K::Logprobs],
         layers: vec![],
         raw_tensors: true,
+        raw_kinds: Vec::new(),
     };
     let options = RunOptions {
         trace_id: "echo".into(),

@@ -327,6 +327,7 @@ impl TraceRunArgs {
             observe,
             layers: self.layers.clone(),
             raw_tensors: self.raw_tensors,
+            raw_kinds: Vec::new(),
         }
     }
 }

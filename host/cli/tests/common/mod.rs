@@ -159,6 +159,7 @@ pub fn raw_request(
         observe: vec![K::Text, K::Tokens, K::Logprobs, K::Profile],
         layers: vec![],
         raw_tensors: false,
+        raw_kinds: Vec::new(),
     };
     let options = RunOptions {
         trace_id: id.into(),

@@ -150,7 +150,7 @@ impl Recorder {
         labels: BTreeMap<String, String>,
         data: TensorData,
     ) {
-        let raw = self.request.raw_tensors;
+        let raw = self.request.keeps_raw(kind);
         self.put(span, kind, layer, labels, data, raw);
     }
 
@@ -507,6 +507,7 @@ mod tests {
             observe: observe.to_vec(),
             layers: vec![],
             raw_tensors: raw,
+            raw_kinds: Vec::new(),
         }
     }
 

@@ -83,6 +83,7 @@ impl TraceFixture {
                 observe: Vec::new(),
                 layers: Vec::new(),
                 raw_tensors: false,
+                raw_kinds: Vec::new(),
             },
             model: model(),
             capabilities: Capabilities::uniform("fixture", &[DeviceKind::Cpu], SupportLevel::Full),

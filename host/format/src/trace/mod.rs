@@ -26,7 +26,7 @@ pub use builder::TraceBuilder;
 pub use capability::{Capabilities, DeviceKind, SupportLevel};
 pub use kind::{ArtifactKind, Stage, UnknownKind};
 pub use profile::StageProfile;
-pub use tensor::{DType, ShapeMismatch, TensorData, TensorRef, TensorSummary};
+pub use tensor::{DType, ShapeMismatch, TensorData, TensorRef, TensorSummary, summarize_f32};
 pub use validate::{Problem, TraceError};
 
 /// What a caller asks of a run: the input and the observations wanted.
@@ -56,12 +56,22 @@ pub struct TraceRequest {
     /// Keep raw tensors in the bundle, not only their summaries.
     #[serde(default)]
     pub raw_tensors: bool,
+    /// With `raw_tensors`: only these kinds keep their raw data (empty:
+    /// every kind). An audit that reads activations need not hold every
+    /// position's logits, a vocabulary wide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raw_kinds: Vec<ArtifactKind>,
 }
 
 impl TraceRequest {
     /// Whether the request asks for `kind`.
     pub fn wants(&self, kind: ArtifactKind) -> bool {
         self.observe.contains(&kind)
+    }
+
+    /// Whether a tensor artifact of `kind` keeps its raw data.
+    pub fn keeps_raw(&self, kind: ArtifactKind) -> bool {
+        self.raw_tensors && (self.raw_kinds.is_empty() || self.raw_kinds.contains(&kind))
     }
 }
 

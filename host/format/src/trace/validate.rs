@@ -617,6 +617,7 @@ mod tests {
             observe: observe.to_vec(),
             layers: vec![1],
             raw_tensors: false,
+            raw_kinds: Vec::new(),
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 
 use super::CandleExecutor;
-use super::model::llama::{LogitsAt, log_softmax};
+use super::model::llama::LogitsAt;
 use super::session::{CandleSession, last_row, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{Recorder, check_request, labels, resident_bytes};
@@ -22,15 +22,50 @@ use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
-/// A tensor copied to the host as f32 trace data.
-fn to_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
+/// A tensor copied to the host as f32 trace data: one copy, straight from
+/// a CPU tensor's storage into the bytes a trace keeps (or drops after
+/// summarising), never through an intermediate vector.
+fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
     let shape = t.dims().to_vec();
+    let t = t.to_dtype(DType::F32).map_err(ModelError::from)?;
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(cpu), Some((from, to))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            let values = cpu.as_slice::<f32>().map_err(ModelError::from)?;
+            return Ok(TensorData::from_f32(shape, &values[from..to]).expect("the tensor's shape"));
+        }
+    }
+    // A GPU tensor, or a strided view: candle copies it out.
     let values = t
-        .to_dtype(DType::F32)
-        .and_then(|t| t.flatten_all())
+        .flatten_all()
         .and_then(|t| t.to_vec1::<f32>())
         .map_err(ModelError::from)?;
-    Ok(TensorData::from_f32(shape, &values).expect("the shape is the tensor's own"))
+    Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
+}
+
+/// Row-wise log-probabilities of f32 logits (over the last dimension),
+/// computed on the host across the kernel threads.
+fn log_softmax_data(logits: &TensorData) -> TensorData {
+    let width = *logits
+        .shape
+        .last()
+        .expect("logits have a vocabulary dimension");
+    let x = f32_values(logits);
+    let mut out = vec![0f32; x.len()];
+    vauban_kernels::softmax::log_softmax_rows(&x, width, &mut out);
+    TensorData::from_f32(logits.shape.clone(), &out).expect("the logits' shape")
+}
+
+/// The values of f32 trace data: borrowed where the bytes are aligned (a
+/// large allocation always is), else copied.
+fn f32_values(data: &TensorData) -> std::borrow::Cow<'_, [f32]> {
+    debug_assert_eq!(data.dtype, crate::trace::DType::F32);
+    match bytemuck::try_cast_slice::<u8, f32>(&data.bytes) {
+        Ok(v) if cfg!(target_endian = "little") => std::borrow::Cow::Borrowed(v),
+        _ => std::borrow::Cow::Owned(data.as_ref().to_f32_vec()),
+    }
 }
 
 /// One trace: the batch of one every traced run goes through.
@@ -330,14 +365,14 @@ impl Job<'_> {
             let mut pending: Vec<(K, usize, BTreeMap<String, String>, TensorData)> = Vec::new();
             for k in &kept {
                 let l = labels(&[("site", k.site.as_str())]);
-                pending.push((K::Activation, k.layer, l, to_data(&k.tensor)?));
+                pending.push((K::Activation, k.layer, l, host_data(&k.tensor)?));
             }
             if request.wants(K::WeightSnapshot) {
                 for &layer in &request.layers {
                     for m in [Matrix::AttnOutput, Matrix::FfnDown] {
                         let w = exec.model.model.weight(layer, m)?;
                         let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
-                        pending.push((K::WeightSnapshot, layer, l, to_data(&w)?));
+                        pending.push((K::WeightSnapshot, layer, l, host_data(&w)?));
                     }
                 }
             }
@@ -354,17 +389,21 @@ impl Job<'_> {
         // lm_head: logits and log-probabilities at every prompt position.
         let start = Instant::now();
         let mut lm: Vec<(K, TensorData)> = Vec::new();
-        if request.wants(K::Logits) {
-            lm.push((K::Logits, to_data(logits)?));
-        }
-        if request.wants(K::Logprobs) {
-            lm.push((K::Logprobs, to_data(&log_softmax(logits)?)?));
+        if request.wants(K::Logits) || request.wants(K::Logprobs) {
+            let host = host_data(logits)?;
+            if request.wants(K::Logprobs) {
+                lm.push((K::Logprobs, log_softmax_data(&host)));
+            }
+            if request.wants(K::Logits) {
+                lm.push((K::Logits, host));
+            }
         }
         self.prefill_last = last_row(logits)?;
         let mut p = rec.profile(start, n);
         p.duration_ns += timing.lm_head_ns;
         p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
-        p.host_device_copies = 1 + lm.len() as u64;
+        // The last row for decoding; every position once when asked.
+        p.host_device_copies = 1 + u64::from(!lm.is_empty());
         p.notes.insert(
             "positions".into(),
             match self.at {
@@ -375,7 +414,8 @@ impl Job<'_> {
         );
         note_batch(&mut p, sequences, batch_tokens);
         let span = rec.span(Stage::LmHead, p);
-        for (kind, data) in lm {
+        // Logits first, as they always were.
+        for (kind, data) in lm.into_iter().rev() {
             rec.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
         }
         Ok(())
@@ -506,12 +546,12 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
     let total_ns = start.elapsed().as_nanos() as u64;
     let tokens: usize = scoring.iter().map(|s| s.4.len()).sum();
     for ((i, r, rows, k, ids), logits) in scoring.into_iter().zip(logits) {
-        let rows_lp: Vec<Vec<f32>> = log_softmax(&logits)?
-            .to_vec2::<f32>()
-            .map_err(ModelError::from)?;
-        debug_assert_eq!(rows_lp.len(), rows);
-        let values: Vec<f32> = rows_lp
-            .iter()
+        let lp = log_softmax_data(&host_data(&logits)?);
+        let width = *lp.shape.last().expect("logits have a vocabulary dimension");
+        let lp_values = f32_values(&lp);
+        debug_assert_eq!(lp_values.len(), rows * width);
+        let values: Vec<f32> = lp_values
+            .chunks_exact(width)
             .zip(&r.support)
             .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
             .collect();
