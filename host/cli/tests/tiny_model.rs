@@ -844,3 +844,123 @@ fn a_batched_trace_records_what_each_trace_records_alone() {
         }
     }
 }
+
+/// JSON values equal, numbers within `tolerance` (absolute).
+fn json_close(a: &serde_json::Value, b: &serde_json::Value, tolerance: f64, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= tolerance, "{at}: {x} against {y}");
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                json_close(x, y, tolerance, &format!("{at}[{i}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(
+                x.keys().collect::<Vec<_>>(),
+                y.keys().collect::<Vec<_>>(),
+                "{at}"
+            );
+            for (k, x) in x {
+                json_close(x, &y[k], tolerance, &format!("{at}.{k}"));
+            }
+        }
+        (x, y) => assert_eq!(x, y, "{at}"),
+    }
+}
+
+/// Prompts of a batch that open alike (a chat template with a system
+/// message) run their opening once; each trace still records what it
+/// would alone: every activation (block outputs included), the logits and
+/// log-probabilities at every position, the intervention's record, the
+/// generated tokens. An intervention on "the last token of each call" would
+/// move with a split pass, so it turns the sharing off.
+#[test]
+fn a_shared_opening_runs_once_and_each_trace_records_what_it_would_alone() {
+    let f = forms();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_direction(dir.path(), "d.safetensors", &test_direction());
+    let system = "the cat sat on the mat and the hat sat on the cat";
+    let jobs = |ivs: Vec<vauban::intervene::Intervention>| -> Vec<(TraceRequest, RunOptions)> {
+        ["then ran in", "a mat", "on a mat, the cat sat"]
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let mut r = request(&[0, 1, 2], true);
+                r.text = Some((*text).into());
+                let mut o = options(ivs.clone());
+                o.trace_id = format!("t{i}");
+                o.block_outputs = true;
+                o.prompt = PromptForm::Chat {
+                    system: Some(system.into()),
+                };
+                o.generate = GenerateOptions {
+                    max_tokens: 3,
+                    top_logprobs: 2,
+                    ..Default::default()
+                };
+                (r, o)
+            })
+            .collect()
+    };
+    let shared = |out: &vauban::executor::TraceOutput| -> Option<String> {
+        let span = out
+            .trace
+            .spans
+            .iter()
+            .find(|s| s.stage == vauban::trace::Stage::Prefill)
+            .unwrap();
+        span.profile.notes.get("shared_opening").cloned()
+    };
+    let all_positions = subtraction(&file, 1);
+    let mut last = subtraction(&file, 1);
+    last.positions = vauban::intervene::Positions::Last;
+    for (path, tolerance) in [(&f.gguf, 1e-4), (&f.q8, 0.0)] {
+        let e = exec(path);
+        for (ivs, shares) in [
+            (vec![all_positions.clone()], true),
+            (vec![last.clone()], false),
+        ] {
+            let jobs = jobs(ivs);
+            for (got, (request, options)) in e.trace_batch(&jobs).into_iter().zip(&jobs) {
+                let id = &options.trace_id;
+                let (got, alone) = (got.unwrap(), e.trace(request, options, None).unwrap());
+                let note = shared(&got);
+                assert_eq!(note.is_some(), shares, "{id}: {note:?}");
+                if let Some(note) = note {
+                    let n: usize = note
+                        .trim_start_matches("the first ")
+                        .split(' ')
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    assert!(n >= 8, "{id}: {note}");
+                    assert!(note.contains("all 3 prompts"), "{note}");
+                }
+                assert_eq!(shared(&alone), None);
+                let d = same_evidence(&got, &alone, tolerance);
+                eprintln!("{}: {id} sharing {shares}: max |Δ| {d:.2e}", path.display());
+                assert_eq!(
+                    got.generation.as_ref().map(|g| &g.ids),
+                    alone.generation.as_ref().map(|g| &g.ids),
+                    "{id}: generated tokens"
+                );
+                // The intervention's record covers every prompt position once.
+                let records = |out: &vauban::executor::TraceOutput| -> Vec<serde_json::Value> {
+                    out.trace
+                        .artifacts_of(K::InterventionResult)
+                        .map(|a| serde_json::to_value(&a.data).unwrap())
+                        .collect()
+                };
+                let (rg, ra) = (records(&got), records(&alone));
+                assert_eq!(rg.len(), 1, "{id}");
+                json_close(&rg[0], &ra[0], 1e-3, id);
+            }
+        }
+    }
+}

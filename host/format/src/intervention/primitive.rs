@@ -406,7 +406,7 @@ impl Direction {
 }
 
 /// One intervention at one layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Intervention {
     /// The transformer block (0-based) whose output the intervention acts on.
     pub layer: usize,

@@ -36,6 +36,7 @@ impl Site {
 }
 
 /// An activation kept by the hook.
+#[derive(Clone)]
 pub struct Kept {
     pub layer: usize,
     pub site: Site,
@@ -220,16 +221,29 @@ impl<'a> CandleSession<'a> {
     }
 }
 
+/// What a pass over sessions is, for their hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// A prompt, or its rest after a shared opening: the interventions
+    /// count its tokens as prefill, and observation ends after it.
+    Prompt,
+    /// The opening several prompts share, run once: prefill, and
+    /// observation goes on into each prompt's rest.
+    Opening,
+    /// A decode step.
+    Decode,
+}
+
 /// One pass over several sessions of one model: `ids[j]` run as the next
 /// tokens of `sessions[j]`, with logits at `at[j]` (a ragged batch; see
-/// [`Llama::run_batch`]). `prefill` marks the pass as the prompt's for the
-/// interventions' records, and ends the sessions' observation after it.
+/// [`Llama::run_batch`]).
 pub(crate) fn run_sessions(
     sessions: &mut [&mut CandleSession<'_>],
     ids: &[&[u32]],
     at: &[LogitsAt],
-    prefill: bool,
+    pass: Pass,
 ) -> Result<Vec<Tensor>, ExecutorError> {
+    let prefill = pass != Pass::Decode;
     let Some(model) = sessions.first().map(|s| s.model) else {
         return Ok(Vec::new());
     };
@@ -251,7 +265,7 @@ pub(crate) fn run_sessions(
     drop(seqs);
     for s in sessions.iter_mut() {
         s.hook.prefill = false;
-        if prefill {
+        if pass == Pass::Prompt {
             s.hook.observe.clear();
         }
     }

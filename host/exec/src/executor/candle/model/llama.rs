@@ -347,6 +347,28 @@ impl KvCache {
         }
     }
 
+    /// A copy to continue from separately: the host buffers cloned, a GPU's
+    /// tensors copied (a clone would share the buffers written in place).
+    pub fn fork(&self) -> Result<KvCache, ModelError> {
+        let store = match &self.store {
+            KvStore::Host(layers) => KvStore::Host(layers.clone()),
+            KvStore::Device(layers) => KvStore::Device(
+                layers
+                    .iter()
+                    .map(|l| match l {
+                        Some((k, v)) => Ok(Some((k.copy()?, v.copy()?))),
+                        None => Ok(None),
+                    })
+                    .collect::<Result<_, ModelError>>()?,
+            ),
+        };
+        Ok(KvCache {
+            store,
+            kind: self.kind,
+            len: self.len,
+        })
+    }
+
     /// Forgets every position from `to` on (the buffers stay; the next
     /// pass overwrites them).
     pub fn truncate(&mut self, to: usize) -> Result<(), String> {
