@@ -964,3 +964,102 @@ fn a_shared_opening_runs_once_and_each_trace_records_what_it_would_alone() {
         }
     }
 }
+
+/// The other side's continuation, scored from the trace's own KV cache
+/// (rewound to before the prompt's last token), against one plain pass over
+/// the prompt and the continuation: the same log-probabilities, bit for bit
+/// with the Q8_0 kernels, within f32 rounding with f32 weights; with and
+/// without an intervention, alone and in a batch.
+#[test]
+fn a_reference_continuation_scored_from_the_cache_equals_a_full_pass() {
+    use vauban::executor::candle::model::llama::LogitsAt;
+    let f = forms();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_direction(dir.path(), "d.safetensors", &test_direction());
+    let completion = vec![5u32, 9, 40, 7];
+    let support = vec![
+        vec![5, 6],
+        vec![9, 10],
+        vec![40, 41],
+        vec![7, 8],
+        vec![1, 2],
+    ];
+    let reference = vauban::executor::ReferenceContinuation::new(
+        "other".into(),
+        completion.clone(),
+        support.clone(),
+    );
+    for (path, tolerance) in [(&f.gguf, 1e-5f32), (&f.q8, 0.0)] {
+        let e = exec(path);
+        for ivs in [vec![], vec![subtraction(&file, 1)]] {
+            let mut jobs = Vec::new();
+            for (i, text) in [TEXT, "a mat"].iter().enumerate() {
+                let mut r = request(&[0], false);
+                r.text = Some((*text).into());
+                let mut o = options(ivs.clone());
+                o.trace_id = format!("t{i}");
+                o.generate = GenerateOptions {
+                    max_tokens: 4,
+                    ..Default::default()
+                };
+                o.reference = Some(reference.clone());
+                jobs.push((r, o));
+            }
+            let batched = e.trace_batch(&jobs);
+            for ((request, options), got) in jobs.iter().zip(batched) {
+                let alone = e.trace(request, options, None).unwrap();
+                let got = got.unwrap();
+                // One pass over the prompt and the continuation, with the
+                // same interventions.
+                let prompt = e
+                    .model
+                    .encode_raw(request.text.as_deref().unwrap())
+                    .unwrap();
+                let mut ids = prompt.clone();
+                ids.extend(&completion);
+                let mut hook = vauban::executor::candle::RunHook::new(&options.interventions);
+                let (logits, _) = e
+                    .model
+                    .model
+                    .run(&ids, None, &mut hook, LogitsAt::From(prompt.len() - 1))
+                    .unwrap();
+                let lp = vauban::executor::candle::model::llama::log_softmax(&logits)
+                    .unwrap()
+                    .to_vec2::<f32>()
+                    .unwrap();
+                let want: Vec<f32> = lp
+                    .iter()
+                    .zip(&support)
+                    .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
+                    .collect();
+                for out in [&got, &alone] {
+                    let a = out
+                        .trace
+                        .artifacts_of(K::Logprobs)
+                        .find(|a| {
+                            a.labels.get("values").map(String::as_str) == Some("at_reference_top_k")
+                        })
+                        .expect("the reference's scores");
+                    let have = out.tensors[&a.id].as_ref().to_f32_vec();
+                    assert_eq!(have.len(), want.len());
+                    let d = have
+                        .iter()
+                        .zip(&want)
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0f32, f32::max);
+                    eprintln!(
+                        "{} {} interventions: max |Δ| {d:.2e}",
+                        path.display(),
+                        options.interventions.len()
+                    );
+                    // The host log-softmax against candle's: f32 rounding.
+                    assert!(
+                        d <= tolerance.max(2e-6),
+                        "{}: max |Δ| {d}",
+                        options.trace_id
+                    );
+                }
+            }
+        }
+    }
+}

@@ -631,31 +631,47 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
 /// over fresh sessions with this run's interventions (a policy, which
 /// decides step by step, does not take part).
 fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
-    // (job, the reference, rows, k, prompt then continuation)
+    // (job, the reference, rows, k, the tokens the pass runs). The prompt
+    // is in the job's KV cache already: a fork of it, rewound to before
+    // the prompt's last token, runs that token and the continuation. A job
+    // with a policy runs its prompt again in a session without the policy
+    // (the continuation is scored under the model and its interventions).
     let mut scoring = Vec::new();
+    let mut sessions: Vec<CandleSession<'_>> = Vec::new();
+    let mut at = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         let Some((r, rows, k)) = job.reference else {
             continue;
         };
-        let mut ids = job.ids.clone();
+        let n = job.ids.len();
+        let mut session = exec.session(&job.options.interventions);
+        let ids = match job.session.hook.policy.is_none() {
+            true => {
+                session.cache = job.session.cache.fork()?;
+                session
+                    .cache
+                    .truncate(n - 1)
+                    .map_err(ExecutorError::Request)?;
+                at.push(LogitsAt::All);
+                job.ids[n - 1..].to_vec()
+            }
+            false => {
+                at.push(LogitsAt::From(n - 1));
+                job.ids.clone()
+            }
+        };
+        let mut ids = ids;
         ids.extend(&r.completion[..rows - 1]);
         scoring.push((i, r, rows, k, ids));
+        sessions.push(session);
     }
     if scoring.is_empty() {
         return Ok(());
     }
     let start = Instant::now();
-    let mut sessions: Vec<CandleSession<'_>> = scoring
-        .iter()
-        .map(|s| exec.session(&jobs[s.0].options.interventions))
-        .collect();
     let logits = {
         let mut refs: Vec<&mut CandleSession<'_>> = sessions.iter_mut().collect();
         let ids: Vec<&[u32]> = scoring.iter().map(|s| s.4.as_slice()).collect();
-        let at: Vec<LogitsAt> = scoring
-            .iter()
-            .map(|s| LogitsAt::From(jobs[s.0].ids.len() - 1))
-            .collect();
         run_sessions(&mut refs, &ids, &at, Pass::Prompt)?
     };
     let total_ns = start.elapsed().as_nanos() as u64;
