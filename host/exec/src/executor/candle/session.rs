@@ -10,8 +10,8 @@ use super::intervene::{Outcome, apply_with, basis_tensor, policy_step};
 use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming, Seq};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
-use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
+use crate::intervene::{Intervention, Positions};
 use crate::model::ModelError;
 
 /// Where in a block an activation was read.
@@ -92,6 +92,31 @@ impl<'a> RunHook<'a> {
             bases: vec![None; interventions.len()],
             policy_bases: HashMap::new(),
         }
+    }
+}
+
+impl RunHook<'_> {
+    /// Joins the activations kept over several passes (a shared opening's,
+    /// then the prompt's rest): one entry per layer and site, positions in
+    /// order.
+    fn merge_kept(&mut self) -> Result<(), ModelError> {
+        let kept = std::mem::take(&mut self.kept);
+        let mut merged: Vec<Kept> = Vec::with_capacity(kept.len());
+        for k in kept {
+            match merged
+                .iter_mut()
+                .find(|m| m.layer == k.layer && m.site == k.site)
+            {
+                Some(m) => {
+                    // [.., positions, hidden]
+                    let dim = m.tensor.rank() - 2;
+                    m.tensor = Tensor::cat(&[&m.tensor, &k.tensor], dim)?;
+                }
+                None => merged.push(k),
+            }
+        }
+        self.kept = merged;
+        Ok(())
     }
 }
 
@@ -275,6 +300,116 @@ pub(crate) fn run_sessions(
         logits.push(l);
     }
     Ok(logits)
+}
+
+/// Tokens a batch's prompts must share before their opening runs once.
+const MIN_SHARED_OPENING: usize = 8;
+
+/// Tokens every prompt of a batch opens with, when their opening can run
+/// once for all of them; 0 when it cannot. It can when there are several
+/// fresh sessions with the same hook (interventions, observed layers and
+/// block outputs, no policy), no intervention acts on "the last token of
+/// each call" (a split pass would move it), and the prompts share at least
+/// [`MIN_SHARED_OPENING`] tokens. Each prompt still runs its last token.
+fn shared_opening(sessions: &[&mut CandleSession<'_>], ids: &[&[u32]]) -> usize {
+    let (Some(first), Some(first_ids)) = (sessions.first(), ids.first()) else {
+        return 0;
+    };
+    let h = &first.hook;
+    let same_hook = sessions.iter().all(|s| {
+        s.cache.is_empty()
+            && s.hook.interventions == h.interventions
+            && s.hook.observe == h.observe
+            && s.hook.block_outputs == h.block_outputs
+            && s.hook.policy.is_none()
+    });
+    let moves = h
+        .interventions
+        .iter()
+        .any(|i| i.positions == Positions::Last);
+    if sessions.len() < 2 || !same_hook || moves {
+        return 0;
+    }
+    let mut shared = ids
+        .iter()
+        .map(|i| i.len().saturating_sub(1))
+        .min()
+        .unwrap_or(0);
+    for i in &ids[1..] {
+        let common = first_ids.iter().zip(*i).take_while(|(a, b)| a == b);
+        shared = shared.min(common.count());
+    }
+    if shared < MIN_SHARED_OPENING {
+        0
+    } else {
+        shared
+    }
+}
+
+/// What [`prefill_batch`] did.
+pub(crate) struct Prefilled {
+    /// Each session's logits at its `at` positions (the opening's rows
+    /// first, where `at` is every position).
+    pub logits: Vec<Tensor>,
+    /// Tokens of the shared opening that ran once (0: none).
+    pub opening: usize,
+    /// The opening's pass: its hook and lm_head time.
+    pub opening_timing: PassTiming,
+}
+
+/// Fresh sessions' prompts in one ragged pass (prefill). An opening every
+/// prompt shares (a chat template's system prompt) runs once, on the first
+/// session; the others start from a fork of its KV cache, its kept
+/// activations and its interventions' records, so each session ends as it
+/// would alone (on the CPU, bit for bit: every row of a pass is computed
+/// on its own). Kept activations are joined, one per layer and site.
+pub(crate) fn prefill_batch(
+    sessions: &mut [&mut CandleSession<'_>],
+    ids: &[&[u32]],
+    at: &[LogitsAt],
+) -> Result<Prefilled, ExecutorError> {
+    let opening = shared_opening(sessions, ids);
+    let mut opening_logits = None;
+    let mut opening_timing = PassTiming::default();
+    if opening > 0 {
+        let wide = match at.contains(&LogitsAt::All) {
+            true => LogitsAt::All,
+            false => LogitsAt::Last,
+        };
+        let (first, rest) = sessions.split_first_mut().expect("several sessions");
+        let logits = run_sessions(
+            &mut [&mut **first],
+            &[&ids[0][..opening]],
+            &[wide],
+            Pass::Opening,
+        )?;
+        opening_timing = first.timing;
+        for s in rest {
+            s.cache = first.cache.fork()?;
+            s.hook.kept = first.hook.kept.clone();
+            s.hook.effects = first.hook.effects.clone();
+        }
+        opening_logits = (wide == LogitsAt::All)
+            .then(|| logits.into_iter().next())
+            .flatten();
+    }
+    let rest: Vec<&[u32]> = ids.iter().map(|i| &i[opening..]).collect();
+    let logits = run_sessions(sessions, &rest, at, Pass::Prompt)?;
+    let mut joined = Vec::with_capacity(logits.len());
+    for ((s, logits), &at) in sessions.iter_mut().zip(logits).zip(at) {
+        s.hook.merge_kept()?;
+        joined.push(match (&opening_logits, at) {
+            (Some(first), LogitsAt::All) => {
+                Tensor::cat(&[first, &logits], 0).map_err(ModelError::from)?
+            }
+            _ => logits,
+        });
+    }
+    Ok(Prefilled {
+        logits: joined,
+        opening,
+        opening_timing,
+    })
 }
 
 /// The last row of `[positions, vocab]` logits, as f32 on the host.

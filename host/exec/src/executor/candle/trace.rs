@@ -10,15 +10,14 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 
 use super::CandleExecutor;
-use super::model::llama::{LogitsAt, PassTiming};
-use super::session::{CandleSession, Kept, Pass, last_row, run_sessions};
+use super::model::llama::LogitsAt;
+use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{Recorder, check_request, labels, resident_bytes};
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, PromptForm, ReferenceContinuation, RunOptions,
     TraceOutput,
 };
-use crate::intervene::Positions;
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
@@ -297,137 +296,43 @@ fn run_stages(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), Executo
     score_references(exec, jobs)
 }
 
-/// Tokens a batch's prompts must share before their opening runs once.
-const MIN_SHARED_OPENING: usize = 8;
-
-/// Tokens every prompt of the batch opens with, when their opening can run
-/// once for all of them; 0 when it cannot. It can when there are several
-/// jobs with the same hook (interventions, observed layers and block
-/// outputs, no policy), no intervention acts on "the last token of each
-/// call" (a split pass would move it), and they share at least
-/// [`MIN_SHARED_OPENING`] tokens. Each job still runs its last token.
-fn shared_opening(jobs: &[Job<'_>]) -> usize {
-    let Some(first) = jobs.first().filter(|_| jobs.len() > 1) else {
-        return 0;
-    };
-    let same_hook = jobs.iter().all(|j| {
-        j.options.interventions == first.options.interventions
-            && j.session.hook.observe == first.session.hook.observe
-            && j.session.hook.block_outputs == first.session.hook.block_outputs
-            && j.session.hook.policy.is_none()
-    });
-    let moves = first
-        .options
-        .interventions
-        .iter()
-        .any(|i| i.positions == Positions::Last);
-    if !same_hook || moves {
-        return 0;
-    }
-    let mut shared = jobs.iter().map(|j| j.ids.len() - 1).min().unwrap_or(0);
-    for j in &jobs[1..] {
-        let common = first.ids.iter().zip(&j.ids).take_while(|(a, b)| a == b);
-        shared = shared.min(common.count());
-    }
-    if shared < MIN_SHARED_OPENING {
-        0
-    } else {
-        shared
-    }
-}
-
 /// The prompts' forward pass with hooks (prefill), the activations copied
 /// to the host (observe) and the logits (lm_head). An opening every prompt
-/// shares (a chat template's system prompt) runs once, on the first job's
-/// session; the others start from a copy of its KV cache, its observed
-/// activations and its interventions' records, so each trace holds what it
-/// would alone.
+/// shares runs once ([`prefill_batch`]).
 fn prefill(jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
     let start = Instant::now();
-    let opening = shared_opening(jobs);
-    let mut opening_logits = None;
-    let mut opening_timing = PassTiming::default();
-    if opening > 0 {
-        let at = match jobs.iter().any(|j| j.at == LogitsAt::All) {
-            true => LogitsAt::All,
-            false => LogitsAt::Last,
-        };
-        let (first, rest) = jobs.split_first_mut().expect("several jobs");
-        let ids = &first.ids[..opening];
-        let logits = run_sessions(&mut [&mut first.session], &[ids], &[at], Pass::Opening)?;
-        opening_timing = first.session.timing;
-        for j in rest {
-            j.session.cache = first.session.cache.fork()?;
-            j.session.hook.kept = first.session.hook.kept.clone();
-            j.session.hook.effects = first.session.hook.effects.clone();
-        }
-        opening_logits = (at == LogitsAt::All)
-            .then(|| logits.into_iter().next())
-            .flatten();
-    }
-    let logits = {
+    let done = {
         let mut sessions = Vec::with_capacity(jobs.len());
         let mut ids = Vec::with_capacity(jobs.len());
         let mut at = Vec::with_capacity(jobs.len());
         for j in jobs.iter_mut() {
             sessions.push(&mut j.session);
-            ids.push(&j.ids[opening..]);
+            ids.push(j.ids.as_slice());
             at.push(j.at);
         }
-        run_sessions(&mut sessions, &ids, &at, Pass::Prompt)?
+        prefill_batch(&mut sessions, &ids, &at)?
     };
     let total_ns = start.elapsed().as_nanos() as u64;
+    let opening = done.opening;
     let tokens: usize = opening + jobs.iter().map(|j| j.ids.len() - opening).sum::<usize>();
     let sequences = jobs.len();
     // The forward passes without any hook or the lm_head, which have their
     // own spans (each job's own hook; the passes' lm_head).
     let hooks: u64 =
-        opening_timing.hook_ns + jobs.iter().map(|j| j.session.timing.hook_ns).sum::<u64>();
+        done.opening_timing.hook_ns + jobs.iter().map(|j| j.session.timing.hook_ns).sum::<u64>();
     let lm_head =
-        opening_timing.lm_head_ns + jobs.first().map_or(0, |j| j.session.timing.lm_head_ns);
+        done.opening_timing.lm_head_ns + jobs.first().map_or(0, |j| j.session.timing.lm_head_ns);
     let forward_ns = total_ns.saturating_sub(hooks + lm_head);
-    // Every job's observation and interventions include the opening's.
-    for j in jobs.iter_mut() {
-        j.session.timing.hook_ns += opening_timing.hook_ns;
-    }
-    for (job, logits) in jobs.iter_mut().zip(logits) {
+    for (job, logits) in jobs.iter_mut().zip(done.logits) {
+        // Every job's observation and interventions include the opening's.
+        job.session.timing.hook_ns += done.opening_timing.hook_ns;
         job.prefill_ns = total_ns;
-        let logits = match (&opening_logits, job.at) {
-            (Some(first), LogitsAt::All) => {
-                Tensor::cat(&[first, &logits], 0).map_err(ModelError::from)?
-            }
-            _ => logits,
-        };
-        job.merge_kept()?;
         job.after_prefill(&logits, forward_ns, (sequences, tokens), opening)?;
     }
     Ok(())
 }
 
 impl Job<'_> {
-    /// Joins the activations kept in the shared opening's pass and in this
-    /// job's own (one entry per layer and site, positions in order).
-    fn merge_kept(&mut self) -> Result<(), ExecutorError> {
-        let kept = std::mem::take(&mut self.session.hook.kept);
-        let mut merged: Vec<Kept> = Vec::with_capacity(kept.len());
-        for k in kept {
-            match merged
-                .iter_mut()
-                .find(|m| m.layer == k.layer && m.site == k.site)
-            {
-                Some(m) => {
-                    // [.., positions, hidden]
-                    let dim = m.tensor.rank() - 2;
-                    m.tensor =
-                        Tensor::cat(&[&m.tensor, &k.tensor], dim).map_err(ModelError::from)?;
-                }
-                None => merged.push(k),
-            }
-        }
-        self.session.hook.kept = merged;
-        Ok(())
-    }
-
     /// Records the prefill, observe and lm_head spans of this trace.
     fn after_prefill(
         &mut self,
