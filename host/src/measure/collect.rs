@@ -76,6 +76,9 @@ pub(super) fn log_softmax(logits: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// Prompts run in one batched pass (as a pipeline side's default `batch`).
+pub(super) const MEASURE_BATCH: usize = crate::executor::candle::DEFAULT_BATCH;
+
 /// One prompt, tokenized.
 pub(super) struct Prompt {
     pub id: String,
@@ -171,27 +174,29 @@ fn run_set(
         count: 0,
         holdout_logprobs: Vec::new(),
     };
-    for p in &set.prompts {
+    // In batches (their shared chat-template opening runs once per batch).
+    for batch in set.prompts.chunks(MEASURE_BATCH) {
         stop_if_asked()?;
-        let state = exec
-            .last_token_state(&p.ids)
-            .map_err(|e| MeasureError::Prompt {
+        let ids: Vec<&[u32]> = batch.iter().map(|p| p.ids.as_slice()).collect();
+        for (p, state) in batch.iter().zip(exec.last_token_states(&[], &ids)) {
+            let state = state.map_err(|e| MeasureError::Prompt {
                 set: set.name,
                 id: p.id.clone(),
                 source: Box::new(e),
             })?;
-        let (acts, logits) = (state.residuals, state.logits);
-        if p.holdout {
-            sums.holdout_logprobs.push(log_softmax(&logits));
-        } else {
-            for (acc, row) in sums.sum.iter_mut().zip(&acts) {
-                for (a, &x) in acc.iter_mut().zip(row) {
-                    *a += f64::from(x);
+            let (acts, logits) = (state.residuals, state.logits);
+            if p.holdout {
+                sums.holdout_logprobs.push(log_softmax(&logits));
+            } else {
+                for (acc, row) in sums.sum.iter_mut().zip(&acts) {
+                    for (a, &x) in acc.iter_mut().zip(row) {
+                        *a += f64::from(x);
+                    }
                 }
+                sums.count += 1;
             }
-            sums.count += 1;
+            *done += 1;
         }
-        *done += 1;
         progress(Progress {
             phase: Phase::Collect,
             done: *done,

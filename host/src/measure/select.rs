@@ -1,9 +1,9 @@
 //! The held-out split, the candidate layers, and choosing one: each
 //! candidate direction ablated at every layer, scored on held-out prompts.
 
-use super::collect::{Collected, Set, log_softmax, refusal_score};
+use super::collect::{Collected, MEASURE_BATCH, Set, log_softmax, refusal_score};
 use super::{LayerScore, MeasureError, Phase, Progress};
-use crate::executor::{Backend, BackendSession, Executor, ExecutorError, InferenceSession};
+use crate::executor::{Backend, Executor, ExecutorError};
 use crate::intervene::{Direction, Intervention, Mode, Positions};
 use crate::report::stats::kl_divergence;
 
@@ -57,12 +57,16 @@ pub(super) fn score_candidates(
     let (harmful_held, harmless_held): (Vec<_>, Vec<_>) =
         (harmful.holdout().collect(), harmless.holdout().collect());
     let total = candidates.len() * (harmful_held.len() + harmless_held.len());
-    let held_ids: Vec<&[u32]> = harmful_held
+    // Both sets' held-out prompts, in batches: their shared chat-template
+    // opening (SmolLM2's default system prompt, about two thirds of each
+    // prompt) runs once per batch, and each prompt's rest after it. The
+    // ablation acts at every position alike, so this is the same
+    // computation (on the CPU the same bits: docs/measure.md).
+    let held: Vec<(&'static str, &super::collect::Prompt)> = harmful_held
         .iter()
-        .chain(&harmless_held)
-        .map(|p| p.ids.as_slice())
+        .map(|p| (harmful.name, *p))
+        .chain(harmless_held.iter().map(|p| (harmless.name, *p)))
         .collect();
-    let prefix = shared_prefix(&held_ids);
     let mut done = 0;
     let mut tick = || {
         done += 1;
@@ -97,44 +101,32 @@ pub(super) fn score_candidates(
                 condition: None,
             })
             .collect();
-        // Every held-out prompt opens with the same chat-template tokens
-        // (SmolLM2's: its default system prompt, about two thirds of each
-        // prompt): run them once per layer and only each prompt's rest
-        // after them. The same computation for this ablation, which acts at
-        // every position alike (to the block kernels' rounding:
-        // docs/measure.md).
-        let mut session = exec.session(&ablate);
-        let mut shared = Shared { prefix, ran: false };
-        let mut refusal = 0.0;
-        for p in &harmful_held {
-            let lp = shared
-                .run(&mut session, &p.ids)
-                .map_err(|source| MeasureError::Prompt {
-                    set: harmful.name,
+        let mut logprobs: Vec<Vec<f32>> = Vec::with_capacity(held.len());
+        for batch in held.chunks(MEASURE_BATCH) {
+            super::collect::stop_if_asked()?;
+            let ids: Vec<&[u32]> = batch.iter().map(|(_, p)| p.ids.as_slice()).collect();
+            for ((set, p), state) in batch.iter().zip(exec.last_token_states(&ablate, &ids)) {
+                let state = state.map_err(|source| MeasureError::Prompt {
+                    set,
                     id: p.id.clone(),
                     source: Box::new(source),
                 })?;
-            refusal += refusal_score(&lp, refusal_ids);
-            tick();
+                logprobs.push(log_softmax(&state.logits));
+                tick();
+            }
         }
-        let mut kl = 0.0;
-        for (p, base) in harmless_held
+        let (harmful_lp, harmless_lp) = logprobs.split_at(harmful_held.len());
+        let refusal: f64 = harmful_lp
             .iter()
-            .zip(&collected.harmless_holdout_logprobs)
-        {
-            let lp = shared
-                .run(&mut session, &p.ids)
-                .map_err(|source| MeasureError::Prompt {
-                    set: harmless.name,
-                    id: p.id.clone(),
-                    source: Box::new(source),
-                })?;
-            kl += kl_divergence(base, &lp).ok_or(MeasureError::NotFinite {
+            .map(|lp| refusal_score(lp, refusal_ids))
+            .sum();
+        let mut kl = 0.0;
+        for (lp, base) in harmless_lp.iter().zip(&collected.harmless_holdout_logprobs) {
+            kl += kl_divergence(base, lp).ok_or(MeasureError::NotFinite {
                 what: "the ablated next-token distribution",
                 layer,
                 value: f64::NAN,
             })?;
-            tick();
         }
         let score = LayerScore {
             layer,
@@ -151,50 +143,6 @@ pub(super) fn score_candidates(
         scores.push(score);
     }
     Ok(scores)
-}
-
-/// Prompts run over one session after the prefix they all share, which
-/// runs once (on the first prompt) and is kept by rewinding to it.
-struct Shared {
-    /// From [`shared_prefix`].
-    prefix: usize,
-    ran: bool,
-}
-
-/// Tokens every prompt starts with, one short of the shortest prompt
-/// (each prompt runs at least its last token itself).
-fn shared_prefix(prompts: &[&[u32]]) -> usize {
-    let first = prompts.first().copied().unwrap_or_default();
-    let mut prefix = prompts
-        .iter()
-        .map(|p| p.len().saturating_sub(1))
-        .min()
-        .unwrap_or(0);
-    for p in prompts {
-        prefix = prefix.min(first.iter().zip(*p).take_while(|(a, b)| a == b).count());
-    }
-    prefix
-}
-
-impl Shared {
-    /// The next-token log-probabilities after `ids`.
-    fn run(
-        &mut self,
-        session: &mut BackendSession<'_>,
-        ids: &[u32],
-    ) -> Result<Vec<f32>, ExecutorError> {
-        if self.prefix == 0 {
-            session.rewind(0)?;
-            return Ok(log_softmax(&session.extend(ids)?.logits));
-        }
-        if !self.ran {
-            session.extend(&ids[..self.prefix])?;
-            self.ran = true;
-        }
-        session.rewind(self.prefix)?;
-        let got = log_softmax(&session.extend(&ids[self.prefix..])?.logits);
-        Ok(got)
-    }
 }
 
 /// The candidate with the lowest refusal score among those whose KL is at

@@ -293,9 +293,16 @@ pub trait Executor {
     ) -> Result<TraceOutput, ExecutorError>;
     /// A generation session with `interventions` applied at every step.
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> Self::Session<'a>;
-    /// One plain forward pass of `ids` (no cache, no intervention): the
-    /// last token's residual after every block, and its next-token logits.
-    fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError>;
+    /// Each prompt's last token: its residual after every block (after
+    /// the interventions' changes) and its next-token logits, with
+    /// `interventions` applied at every position. The prompts run as one
+    /// batch where the backend can (an opening they all share runs once),
+    /// with the same result as each alone; one result per prompt.
+    fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>>;
     /// Removes `direction` (one row) from every matrix of `layers` that
     /// writes into the residual stream (`W ← W − r̂(r̂ᵀW)` on the attention
     /// output and MLP down projections). The model's reference then no
@@ -608,8 +615,12 @@ impl Executor for Backend {
             Backend::Replay(e) => BackendSession::Replay(e.session(interventions)),
         }
     }
-    fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
-        dispatch!(self, e => e.last_token_state(ids))
+    fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        dispatch!(self, e => e.last_token_states(interventions, prompts))
     }
     fn orthogonalize(
         &mut self,

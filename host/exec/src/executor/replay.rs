@@ -219,8 +219,15 @@ impl ReplayExecutor {
     pub fn detokenize(&self, _: &[u32]) -> Result<String, ExecutorError> {
         Err(unsupported("detokenizing"))
     }
-    pub fn last_token_state(&self, _: &[u32]) -> Result<LastTokenState, ExecutorError> {
-        Err(unsupported("running a forward pass"))
+    pub fn last_token_states(
+        &self,
+        _: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        prompts
+            .iter()
+            .map(|_| Err(unsupported("running a forward pass")))
+            .collect()
     }
     pub fn orthogonalize(
         &mut self,

@@ -9,19 +9,20 @@ mod trace;
 
 use std::sync::OnceLock;
 
-use candle_core::Device;
+use candle_core::{Device, IndexOp};
 
 pub use session::{CandleSession, RunHook, Site};
 
 use self::model::LoadedModel;
+use self::model::llama::LogitsAt;
 use super::{
     Executor, ExecutorError, LastTokenState, ModelDims, ModelSpec, PromptForm, RunOptions,
     TraceOutput, WeightChange,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
-use crate::model::Matrix;
 use crate::model::chat::Message;
+use crate::model::{Matrix, ModelError};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
@@ -231,9 +232,75 @@ impl CandleExecutor {
         self.model.tokenizer.id_to_token(id)
     }
 
-    pub fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
-        let (residuals, logits) = session::forward_last(&self.model.model, ids)?;
-        Ok(LastTokenState { residuals, logits })
+    /// See [`Executor::last_token_states`]: one batched prefill (a shared
+    /// opening run once), every block observed. A batch that fails is run
+    /// again one prompt at a time, so the error names its own prompt.
+    pub fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        match self.last_token_states_batched(interventions, prompts) {
+            Ok(states) => states.into_iter().map(Ok).collect(),
+            Err(e) if prompts.len() == 1 => vec![Err(e)],
+            Err(_) => prompts
+                .iter()
+                .map(|p| {
+                    self.last_token_states_batched(interventions, &[p])
+                        .map(|mut s| s.remove(0))
+                })
+                .collect(),
+        }
+    }
+
+    fn last_token_states_batched(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Result<Vec<LastTokenState>, ExecutorError> {
+        let layers = self.dims().layers;
+        let mut sessions: Vec<CandleSession<'_>> = prompts
+            .iter()
+            .map(|_| {
+                let mut s = self.session(interventions);
+                s.hook.observe = (0..layers).collect();
+                s
+            })
+            .collect();
+        if let Some(empty) = prompts.iter().position(|p| p.is_empty()) {
+            return Err(ExecutorError::Request(format!(
+                "prompt {empty} of the batch has no tokens"
+            )));
+        }
+        let logits = {
+            let mut refs: Vec<&mut CandleSession<'_>> = sessions.iter_mut().collect();
+            let at = vec![LogitsAt::Last; prompts.len()];
+            session::prefill_batch(&mut refs, prompts, &at)?.logits
+        };
+        sessions
+            .iter()
+            .zip(logits)
+            .map(|(s, logits)| {
+                let residuals = s
+                    .hook
+                    .kept
+                    .iter()
+                    .map(|k| {
+                        let t = k.tensor.dim(1)?;
+                        k.tensor
+                            .i((0, t - 1))?
+                            .to_dtype(candle_core::DType::F32)?
+                            .to_vec1::<f32>()
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ModelError::from)?;
+                debug_assert_eq!(residuals.len(), layers, "every block observed, in order");
+                Ok(LastTokenState {
+                    residuals,
+                    logits: session::last_row(&logits)?,
+                })
+            })
+            .collect()
     }
 
     pub fn orthogonalize(
@@ -335,8 +402,12 @@ impl Executor for CandleExecutor {
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
         CandleExecutor::session(self, interventions)
     }
-    fn last_token_state(&self, ids: &[u32]) -> Result<LastTokenState, ExecutorError> {
-        CandleExecutor::last_token_state(self, ids)
+    fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        CandleExecutor::last_token_states(self, interventions, prompts)
     }
     fn orthogonalize(
         &mut self,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use candle_core::{DType, IndexOp, Tensor};
+use candle_core::{DType, Tensor};
 
 use super::intervene::{Outcome, apply_with, basis_tensor, policy_step};
 use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming, Seq};
@@ -470,42 +470,4 @@ impl InferenceSession for CandleSession<'_> {
     fn capacity(&self) -> Option<usize> {
         self.model.config().context_length
     }
-}
-
-/// Keeps the residual stream after every block at the last token only
-/// (a `[hidden]` row per block, not the whole `[1, t, hidden]`).
-struct LastToken {
-    rows: Vec<Tensor>,
-}
-
-impl BlockHook for LastToken {
-    fn after_block(
-        &mut self,
-        v: &BlockView<'_>,
-        resid: &Tensor,
-    ) -> Result<Option<Tensor>, ModelError> {
-        debug_assert_eq!(v.layer, self.rows.len(), "blocks run in order");
-        let t = resid.dim(1)?;
-        self.rows.push(resid.i((0, t - 1))?);
-        Ok(None)
-    }
-}
-
-/// One plain forward pass of `ids` (no cache, no intervention, logits at
-/// the last position only): the last token's residual after every block,
-/// `[layers][hidden]`, and the next-token logits.
-pub(super) fn forward_last(
-    model: &Llama,
-    ids: &[u32],
-) -> Result<(Vec<Vec<f32>>, Vec<f32>), ModelError> {
-    let mut hook = LastToken { rows: Vec::new() };
-    let (logits, _) = model.run(ids, None, &mut hook, LogitsAt::Last)?;
-    let acts = Tensor::stack(&hook.rows, 0)?
-        .to_dtype(DType::F32)?
-        .to_vec2::<f32>()?;
-    let logits = logits
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    Ok((acts, logits))
 }

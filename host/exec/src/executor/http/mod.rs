@@ -653,8 +653,15 @@ impl HttpExecutor {
     pub fn is_eos(&self, _: u32) -> bool {
         false
     }
-    pub fn last_token_state(&self, _: &[u32]) -> Result<LastTokenState, ExecutorError> {
-        Err(unsupported("reading hidden states"))
+    pub fn last_token_states(
+        &self,
+        _: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        prompts
+            .iter()
+            .map(|_| Err(unsupported("reading hidden states")))
+            .collect()
     }
     pub fn orthogonalize(
         &mut self,
