@@ -31,7 +31,9 @@ pub enum KvType {
     /// As computed: the cache adds no rounding.
     #[default]
     F32,
-    /// Rounded to f16 on the way in (as llama.cpp's default cache).
+    /// Rounded to f16 on the way in (as llama.cpp's default cache). A key
+    /// or value beyond f16's range (±65504) becomes infinite, and the
+    /// attention output NaN: for such a model, keep f32.
     F16,
 }
 

@@ -16,6 +16,7 @@ use crate::executor::{
     Backend, Executor, GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
 };
 use crate::intervene::{Intervention, Mode, Positions, load_direction};
+use crate::model::KvType;
 use crate::model::sample::Sampling;
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
 
@@ -191,15 +192,19 @@ pub fn load_side(
             }
         }
     }
-    let fingerprint = json!({
+    let mut fingerprint = json!({
         "model_sha256": model_sha256,
         "model": side.model.display().to_string(),
         "weights": format!("{:?}", side.weights),
-        "kv_cache": side.kv_cache.name(),
         "device": exec.device_name(),
         "transform": transform_fp,
         "system": side.system,
     });
+    // Named only when it is not the default, so traces recorded before the
+    // setting existed (all f32) keep their fingerprint and are reused.
+    if side.kv_cache != KvType::F32 {
+        fingerprint["kv_cache"] = json!(side.kv_cache.name());
+    }
     Ok(LoadedSide {
         exec,
         interventions,

@@ -264,6 +264,7 @@ impl CandleExecutor {
             .map(|_| {
                 let mut s = self.session(interventions);
                 s.hook.observe = (0..layers).collect();
+                s.hook.last_only = true;
                 s
             })
             .collect();

@@ -64,6 +64,9 @@ pub struct RunHook<'a> {
     pub observe: Vec<usize>,
     /// Also keep attention and MLP outputs at the observed layers.
     pub block_outputs: bool,
+    /// Keep only each pass's last position of what is observed (all a
+    /// measurement reads), not every position.
+    pub last_only: bool,
     pub kept: Vec<Kept>,
     pub intervene_ns: u64,
     /// A policy deciding ops after its watched blocks, and what it did.
@@ -84,6 +87,7 @@ impl<'a> RunHook<'a> {
             effects: vec![Effect::default(); interventions.len()],
             observe: Vec::new(),
             block_outputs: false,
+            last_only: false,
             kept: Vec::new(),
             intervene_ns: 0,
             policy: None,
@@ -165,10 +169,19 @@ impl BlockHook for RunHook<'_> {
         self.intervene_ns += start.elapsed().as_nanos() as u64;
         if self.observe.contains(&v.layer) {
             let resid = replaced.as_ref().unwrap_or(resid);
+            let tensor = match self.last_only {
+                // [1, t, hidden] → [1, 1, hidden], copied so the pass's
+                // activations are not kept alive by a view.
+                true => {
+                    let t = resid.dim(1)?;
+                    resid.narrow(1, t - 1, 1)?.copy()?
+                }
+                false => resid.clone(),
+            };
             self.kept.push(Kept {
                 layer: v.layer,
                 site: Site::ResidPost,
-                tensor: resid.clone(),
+                tensor,
             });
             if self.block_outputs {
                 for (site, t) in [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)] {
@@ -311,7 +324,7 @@ const MIN_SHARED_OPENING: usize = 8;
 /// block outputs, no policy), no intervention acts on "the last token of
 /// each call" (a split pass would move it), and the prompts share at least
 /// [`MIN_SHARED_OPENING`] tokens. Each prompt still runs its last token.
-fn shared_opening(sessions: &[&mut CandleSession<'_>], ids: &[&[u32]]) -> usize {
+fn shared_opening(sessions: &[&mut CandleSession<'_>], ids: &[&[u32]], at: &[LogitsAt]) -> usize {
     let (Some(first), Some(first_ids)) = (sessions.first(), ids.first()) else {
         return 0;
     };
@@ -327,7 +340,10 @@ fn shared_opening(sessions: &[&mut CandleSession<'_>], ids: &[&[u32]]) -> usize 
         .interventions
         .iter()
         .any(|i| i.positions == Positions::Last);
-    if sessions.len() < 2 || !same_hook || moves {
+    // Logits from a position of the prompt would need shifting past the
+    // opening; no prefill asks for them.
+    let from = at.iter().any(|a| matches!(a, LogitsAt::From(_)));
+    if sessions.len() < 2 || !same_hook || moves || from {
         return 0;
     }
     let mut shared = ids
@@ -361,14 +377,18 @@ pub(crate) struct Prefilled {
 /// prompt shares (a chat template's system prompt) runs once, on the first
 /// session; the others start from a fork of its KV cache, its kept
 /// activations and its interventions' records, so each session ends as it
-/// would alone (on the CPU, bit for bit: every row of a pass is computed
-/// on its own). Kept activations are joined, one per layer and site.
+/// would alone: on the CPU the same activations, logits and keys and
+/// values bit for bit (every row of a pass is computed on its own); the
+/// interventions' summed squared change to f64 rounding (two passes' norms
+/// instead of one); the cache's capacity may differ (grown from the
+/// opening's, in doublings). Kept activations are joined, one per layer
+/// and site.
 pub(crate) fn prefill_batch(
     sessions: &mut [&mut CandleSession<'_>],
     ids: &[&[u32]],
     at: &[LogitsAt],
 ) -> Result<Prefilled, ExecutorError> {
-    let opening = shared_opening(sessions, ids);
+    let opening = shared_opening(sessions, ids, at);
     let mut opening_logits = None;
     let mut opening_timing = PassTiming::default();
     if opening > 0 {
@@ -388,6 +408,7 @@ pub(crate) fn prefill_batch(
             s.cache = first.cache.fork()?;
             s.hook.kept = first.hook.kept.clone();
             s.hook.effects = first.hook.effects.clone();
+            s.hook.intervene_ns = first.hook.intervene_ns;
         }
         opening_logits = (wide == LogitsAt::All)
             .then(|| logits.into_iter().next())
