@@ -462,8 +462,17 @@ claim_strength = "model_change_audit"
     let o4 = vauban(&["run", mixed_config.to_str().unwrap()]);
     assert_eq!(o4.status.code(), Some(3), "{}", text(&o4));
     let r4 = report(&s.dir.path().join("mixed"));
+    // Against the resumed run the candidate's bundle was copied from: one
+    // of its traces may be the one re-recorded alone (see above), while
+    // the baseline here runs in batches again, so numbers agree to f32
+    // rounding. Which cached trace the resume lost follows the directory's
+    // order, so an exact comparison passed or failed by that order.
     for key in ["metric_deltas", "distribution", "gates"] {
-        assert_eq!(r[key], r4[key], "{key} differs with the candidate replayed");
+        assert_close(
+            &r2[key],
+            &r4[key],
+            &format!("{key} with the candidate replayed"),
+        );
     }
     // The recorded traces name the executor that made them.
     assert_eq!(r4["target_change"]["candidate"]["executor"], "candle");
