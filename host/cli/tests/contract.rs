@@ -16,7 +16,12 @@
 //! - a session either runs (logits a vocabulary wide, the position moving
 //!   with each token) or is refused as unsupported by this backend, never
 //!   with another error;
-//! - a layer past the model is refused where the backend knows the depth.
+//! - a layer past the model is refused where the backend knows the depth;
+//! - an intervention does what it says (a subtraction leaves no component
+//!   along its direction, α = 0 changes nothing), or the backend refuses
+//!   interventions as unsupported; a direction of the wrong width is
+//!   refused;
+//! - generation stops within its budget.
 
 mod common;
 
@@ -29,6 +34,7 @@ use vauban::executor::{
     Backend, DeviceSpec, Executor, ExecutorError, GenerateOptions, InferenceSession, ModelSpec,
     PromptForm, RunOptions, TraceOutput,
 };
+use vauban::intervene::{Direction, Intervention, Mode, Positions};
 use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, SupportLevel, TraceRequest};
 
@@ -275,5 +281,111 @@ fn a_layer_past_the_model_is_refused_where_the_depth_is_known() {
         r.layers = vec![layers];
         let err = b.trace(&r, &options(id), None).err();
         assert!(err.is_some(), "{name}: traced layer {layers} of {layers}");
+    }
+}
+
+/// Subtracting `alpha` times the component along `values` after `layer`.
+fn subtraction(layer: usize, values: &[f32], alpha: f32) -> Intervention {
+    Intervention {
+        layer,
+        mode: Mode::Subtract,
+        direction: Direction::new("contract", "direction", "", None, values, &[values.len()])
+            .unwrap(),
+        alpha,
+        value: None,
+        positions: Positions::All,
+        condition: None,
+    }
+}
+
+/// The raw residual stream after `layer`, as rows of the hidden width.
+fn residual(out: &TraceOutput, layer: usize) -> Vec<Vec<f32>> {
+    let a = out
+        .trace
+        .artifacts_of(K::Activation)
+        .find(|a| a.layer == Some(layer))
+        .expect("the activation");
+    let data = &out.tensors[&a.id];
+    let width = *data.shape.last().unwrap();
+    data.as_ref()
+        .to_f32_vec()
+        .chunks(width)
+        .map(<[f32]>::to_vec)
+        .collect()
+}
+
+#[test]
+fn an_intervention_does_what_it_says_or_is_refused_as_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let direction: Vec<f32> = (0..tiny::HIDDEN)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
+        .collect();
+    let norm = direction.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let unit: Vec<f32> = direction.iter().map(|x| x / norm).collect();
+    for (name, b) in subjects(dir.path()) {
+        let (id, text) = PROMPTS[0];
+        let plain = trace(&b, id, text);
+        for alpha in [0.0, 1.0] {
+            let mut o = options(id);
+            // A unit direction: the primitive uses directions as given.
+            o.interventions = vec![subtraction(0, &unit, alpha)];
+            let out = match b.trace(&request(id, text), &o, None) {
+                Ok(out) => out,
+                Err(ExecutorError::Unsupported { backend, .. }) => {
+                    assert_eq!(backend, name);
+                    continue;
+                }
+                Err(e) => panic!("{name}: α = {alpha}: {e}"),
+            };
+            let (before, after) = (residual(&plain, 0), residual(&out, 0));
+            match alpha == 0.0 {
+                true => assert!(before == after, "{name}: α = 0 changed the activations"),
+                false => {
+                    assert!(before != after, "{name}: the subtraction changed nothing");
+                    for row in &after {
+                        let along: f32 = row.iter().zip(&unit).map(|(x, u)| x * u).sum();
+                        let size = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+                        assert!(
+                            along.abs() <= 1e-4 * size.max(1.0),
+                            "{name}: {along} left along the direction"
+                        );
+                    }
+                }
+            }
+        }
+        // A direction one wider than the model is refused.
+        if b.dims().hidden > 0 {
+            let mut o = options(id);
+            let wide = vec![0.5f32; b.dims().hidden + 1];
+            o.interventions = vec![subtraction(0, &wide, 1.0)];
+            let err = b.trace(&request(id, text), &o, None).err();
+            assert!(
+                err.is_some(),
+                "{name}: a direction of the wrong width was applied"
+            );
+        }
+    }
+}
+
+#[test]
+fn generation_stops_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, b) in subjects(dir.path()) {
+        for (id, text) in PROMPTS {
+            let out = trace(&b, id, text);
+            let completion = out
+                .trace
+                .artifacts_of(K::Tokens)
+                .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
+                .and_then(|a| match &a.data {
+                    ArtifactData::TokenIds { ids } => Some(ids.len()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("{name} {id}: no completion tokens"));
+            assert!(
+                (1..=options(id).generate.max_tokens).contains(&completion),
+                "{name} {id}: {completion} tokens for a budget of 4"
+            );
+        }
     }
 }

@@ -101,6 +101,14 @@ impl ReplayExecutor {
         if policy.is_some() {
             return Err(unsupported("running an intervention policy"));
         }
+        // A recording holds the run it recorded; served for a request with
+        // interventions it would pass for their effect (the executor
+        // contract's check caught this being answered silently).
+        if !options.interventions.is_empty() {
+            return Err(unsupported(
+                "applying interventions (a bundle holds the runs it recorded; record the intervened run)",
+            ));
+        }
         let id = request
             .prompt_id
             .as_deref()
