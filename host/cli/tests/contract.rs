@@ -1,8 +1,9 @@
 //! The executor contract: checks every backend passes unchanged, written
 //! once and run against each (issue 19). A backend is done when it passes
-//! this module. Today: candle (the tiny model's Q8_0 and f32 GGUFs) and
-//! replay (a bundle recorded from candle); the Torch and MLX backends join
-//! the `subjects` list when they exist.
+//! this module. Today: candle (the tiny model's Q8_0 and f32 GGUFs), replay
+//! (a bundle recorded from candle) and http (llama.cpp's `llama-server` on
+//! loopback serving SmolLM2, where both are present); the Torch and MLX
+//! backends join the `subjects` list when they exist.
 //!
 //! What the contract asks:
 //! - capabilities list every artifact kind and the backend's own name and
@@ -28,8 +29,10 @@ mod common;
 use std::path::Path;
 
 use candle_core::quantized::GgmlDType;
+use common::llama_server::{self, LlamaServer};
 use common::tiny;
 use vauban::bundle::{BundleWriter, WriteMode};
+use vauban::executor::http::HttpSpec;
 use vauban::executor::{
     Backend, DeviceSpec, Executor, ExecutorError, GenerateOptions, InferenceSession, ModelSpec,
     PromptForm, RunOptions, TraceOutput,
@@ -76,8 +79,11 @@ fn options(id: &str) -> RunOptions {
         prompt: PromptForm::Raw,
         interventions: vec![],
         block_outputs: false,
+        // With log-probabilities of the chosen tokens (an endpoint gives
+        // the completion's token ids with them).
         generate: GenerateOptions {
             max_tokens: 4,
+            top_logprobs: 2,
             ..Default::default()
         },
         reference: None,
@@ -108,16 +114,37 @@ fn replay_of(source: &Backend, dir: &Path) -> Backend {
     Backend::replay(&bundle).unwrap()
 }
 
-/// Every backend the contract runs against, by name.
-fn subjects(dir: &Path) -> Vec<(&'static str, Backend)> {
+/// Every backend the contract runs against, by name, and the server the
+/// http one talks to (stopped when this is dropped).
+struct Subjects {
+    list: Vec<(&'static str, Backend)>,
+    _server: Option<LlamaServer>,
+}
+
+fn subjects(dir: &Path) -> Subjects {
     let q8 = tiny::write_gguf(&dir.join("tiny-q8.gguf"), 7, GgmlDType::Q8_0);
     let f32 = tiny::write_gguf(&dir.join("tiny-f32.gguf"), 7, GgmlDType::F32);
     let replay = replay_of(&candle(&q8), dir);
-    vec![
+    let mut list = vec![
         ("candle", candle(&q8)),
         ("candle", candle(&f32)),
         ("replay", replay),
-    ]
+    ];
+    // An OpenAI-compatible endpoint: llama-server serving SmolLM2.
+    let server = match (llama_server::binary(), common::smollm2_path()) {
+        (Some(bin), Some(model)) => {
+            let server = LlamaServer::start(&bin, &model, llama_server::free_port());
+            let mut spec = HttpSpec::new(&server.url(), llama_server::ALIAS);
+            spec.tokenizer = Some(model);
+            list.push(("http", Backend::http(&spec).unwrap()));
+            Some(server)
+        }
+        _ => None,
+    };
+    Subjects {
+        list,
+        _server: server,
+    }
 }
 
 fn trace(b: &Backend, id: &str, text: &str) -> TraceOutput {
@@ -139,7 +166,7 @@ fn shape(out: &TraceOutput, kind: K) -> Vec<Vec<usize>> {
 #[test]
 fn capabilities_name_the_backend_and_list_every_kind() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         let caps = b.capabilities();
         assert_eq!(caps.executor, name);
         for k in K::ALL {
@@ -157,7 +184,7 @@ fn capabilities_name_the_backend_and_list_every_kind() {
 #[test]
 fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         let caps = b.capabilities();
         let dims = b.dims();
         for (id, text) in PROMPTS {
@@ -184,31 +211,6 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
                     );
                 }
             }
-            // Shapes agree with each other: one row per prompt token.
-            let tokens = t
-                .artifacts_of(K::Tokens)
-                .find(|a| a.labels.get("role").map(String::as_str) == Some("prompt"))
-                .and_then(|a| match &a.data {
-                    ArtifactData::TokenIds { ids } => Some(ids.len()),
-                    _ => None,
-                })
-                .unwrap_or_else(|| panic!("{name} {id}: no prompt tokens"));
-            for kind in [K::Logits, K::Logprobs] {
-                let shapes = shape(&out, kind);
-                assert_eq!(shapes.len(), 1, "{name} {id}: {kind:?}: {shapes:?}");
-                assert_eq!(shapes[0][0], tokens, "{name} {id}: {kind:?} rows");
-                if dims.vocab > 0 {
-                    assert_eq!(shapes[0][1], dims.vocab, "{name} {id}: {kind:?} width");
-                }
-            }
-            let acts = shape(&out, K::Activation);
-            assert_eq!(acts.len(), 2, "{name} {id}: one activation per asked layer");
-            for s in &acts {
-                assert_eq!(s[s.len() - 2], tokens, "{name} {id}: activation rows");
-                if dims.hidden > 0 {
-                    assert_eq!(s[s.len() - 1], dims.hidden, "{name} {id}: activation width");
-                }
-            }
             // Raw data for every raw tensor artifact.
             for a in &t.artifacts {
                 if let ArtifactData::Tensor { raw: true, summary } = &a.data {
@@ -219,6 +221,41 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
                     assert_eq!(data.shape, summary.shape, "{name} {id}: {}", a.id);
                 }
             }
+            // Shapes agree with each other: one row per prompt token, where
+            // the backend knows the prompt's tokens.
+            let full = |k: K| caps.artifacts[&k] == SupportLevel::Full;
+            if !full(K::Tokens) {
+                continue;
+            }
+            let tokens = t
+                .artifacts_of(K::Tokens)
+                .find(|a| a.labels.get("role").map(String::as_str) == Some("prompt"))
+                .and_then(|a| match &a.data {
+                    ArtifactData::TokenIds { ids } => Some(ids.len()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("{name} {id}: no prompt tokens"));
+            for kind in [K::Logits, K::Logprobs].into_iter().filter(|&k| full(k)) {
+                let shapes = shape(&out, kind);
+                assert_eq!(shapes.len(), 1, "{name} {id}: {kind:?}: {shapes:?}");
+                assert_eq!(shapes[0][0], tokens, "{name} {id}: {kind:?} rows");
+                if dims.vocab > 0 {
+                    assert_eq!(shapes[0][1], dims.vocab, "{name} {id}: {kind:?} width");
+                }
+            }
+            let acts = shape(&out, K::Activation);
+            let layers_asked = if full(K::Activation) { 2 } else { 0 };
+            assert_eq!(
+                acts.len(),
+                layers_asked,
+                "{name} {id}: one activation per asked layer"
+            );
+            for s in &acts {
+                assert_eq!(s[s.len() - 2], tokens, "{name} {id}: activation rows");
+                if dims.hidden > 0 {
+                    assert_eq!(s[s.len() - 1], dims.hidden, "{name} {id}: activation width");
+                }
+            }
         }
     }
 }
@@ -226,7 +263,7 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
 #[test]
 fn the_same_request_gives_the_same_evidence() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         let (id, text) = PROMPTS[0];
         let (x, y) = (trace(&b, id, text), trace(&b, id, text));
         let summaries = |o: &TraceOutput| -> Vec<serde_json::Value> {
@@ -247,7 +284,7 @@ fn the_same_request_gives_the_same_evidence() {
 #[test]
 fn a_session_runs_or_is_refused_as_unsupported() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         let mut s = b.session(&[]);
         match s.prefill(&[1, 2, 3]) {
             Ok(step) => {
@@ -266,7 +303,7 @@ fn a_session_runs_or_is_refused_as_unsupported() {
 #[test]
 fn a_layer_past_the_model_is_refused_where_the_depth_is_known() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         let layers = b.dims().layers;
         if layers == 0 {
             // The backend does not know the model's depth (a recording):
@@ -322,7 +359,7 @@ fn an_intervention_does_what_it_says_or_is_refused_as_unsupported() {
         .collect();
     let norm = direction.iter().map(|x| x * x).sum::<f32>().sqrt();
     let unit: Vec<f32> = direction.iter().map(|x| x / norm).collect();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         let (id, text) = PROMPTS[0];
         let plain = trace(&b, id, text);
         for alpha in [0.0, 1.0] {
@@ -370,7 +407,7 @@ fn an_intervention_does_what_it_says_or_is_refused_as_unsupported() {
 #[test]
 fn generation_stops_within_its_budget() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, b) in subjects(dir.path()) {
+    for (name, b) in subjects(dir.path()).list {
         for (id, text) in PROMPTS {
             let out = trace(&b, id, text);
             let completion = out
