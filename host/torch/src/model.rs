@@ -239,19 +239,35 @@ impl TorchLlama {
         &self.config
     }
 
+    /// An empty KV cache for this model.
+    pub fn new_cache(&self) -> TorchCache {
+        TorchCache {
+            layers: (0..self.config.layers).map(|_| None).collect(),
+            len: 0,
+        }
+    }
+
     /// Logits at every position of `ids` run from position 0, `[n, vocab]`.
     pub fn forward(&self, ids: &[u32]) -> Tensor {
+        self.forward_cached(ids, &mut self.new_cache())
+    }
+
+    /// Logits at every position of `ids` run after the positions `cache`
+    /// holds, `[n, vocab]`; their keys and values are appended to it.
+    pub fn forward_cached(&self, ids: &[u32], cache: &mut TorchCache) -> Tensor {
         tch::no_grad(|| {
             let c = &self.config;
-            let n = ids.len() as i64;
+            let (n, past) = (ids.len() as i64, cache.len as i64);
+            let total = past + n;
             let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
             let ids = Tensor::from_slice(&ids).to_device(self.device);
             let mut x = self.embed.index_select(0, &ids);
-            let positions = Tensor::arange(n, (Kind::Float, self.device));
+            let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
             let angles = positions.unsqueeze(1) * self.inv_freqs.unsqueeze(0);
             let (cos, sin) = (angles.cos(), angles.sin());
-            let mask = Tensor::ones([n, n], (Kind::Bool, self.device)).triu(1);
-            for block in &self.blocks {
+            // Causal: the query at position past + i sees keys 0..=past + i.
+            let mask = Tensor::ones([n, total], (Kind::Bool, self.device)).triu(past + 1);
+            for (block, slot) in self.blocks.iter().zip(cache.layers.iter_mut()) {
                 let h = block.attn_norm.forward(&x);
                 let a = &block.attn;
                 let (d, heads, kvh) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
@@ -263,6 +279,11 @@ impl TorchLlama {
                     rotate(&q, &cos, &sin, c.rope_style),
                     rotate(&k, &cos, &sin, c.rope_style),
                 );
+                let (k, v) = match slot.take() {
+                    Some((pk, pv)) => (Tensor::cat(&[pk, k], 1), Tensor::cat(&[pv, v], 1)),
+                    None => (k, v),
+                };
+                *slot = Some((k.shallow_clone(), v.shallow_clone()));
                 let rep = heads / kvh;
                 let (k, v) = (
                     k.repeat_interleave_self_int(rep, 0, None),
@@ -279,8 +300,27 @@ impl TorchLlama {
                 let h = block.mlp_norm.forward(&x);
                 x = &x + block.mlp.forward(&h);
             }
+            cache.len += ids.size()[0] as usize;
             self.output.forward(&self.norm.forward(&x))
         })
+    }
+}
+
+/// Keys and values of every block for the positions run so far,
+/// `[kv_heads, len, head_dim]` each (grown by concatenation for now).
+pub struct TorchCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl TorchCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

@@ -67,3 +67,36 @@ fn torch_and_candle_agree_on_smollm2() {
         assert!(worst < 1e-3, "{text}: max |Δlogit| {worst}");
     }
 }
+
+/// A prompt, then tokens one at a time through the KV cache, against one
+/// pass over all of them.
+#[test]
+fn decoding_through_the_cache_equals_the_whole_pass() {
+    let Some(path) = smollm2() else { return };
+    let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
+    let torch = TorchLlama::from_gguf(&path, tch::Device::Cpu).unwrap();
+    let ids = candle
+        .encode("The capital of France is Paris, and the capital of Italy")
+        .unwrap();
+    let whole: Vec<Vec<f32>> = Vec::<Vec<f32>>::try_from(&torch.forward(&ids)).unwrap();
+    let split = ids.len() - 4;
+    let mut cache = torch.new_cache();
+    let mut rows: Vec<Vec<f32>> =
+        Vec::<Vec<f32>>::try_from(&torch.forward_cached(&ids[..split], &mut cache)).unwrap();
+    for &id in &ids[split..] {
+        let step = Vec::<Vec<f32>>::try_from(&torch.forward_cached(&[id], &mut cache)).unwrap();
+        rows.extend(step);
+    }
+    assert_eq!(cache.len(), ids.len());
+    let worst = rows
+        .iter()
+        .flatten()
+        .zip(whole.iter().flatten())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!(
+        "{} positions, the last 4 decoded through the cache: max |Δlogit| {worst:.2e}",
+        ids.len()
+    );
+    assert!(worst < 1e-3, "max |Δlogit| {worst}");
+}
