@@ -1,0 +1,145 @@
+//! The activation primitive on libtorch tensors: the same backend-neutral
+//! [`Intervention`] (modes, positions, conditions, α, the direction's
+//! basis) as candle's `executor::candle::intervene`, with the same outcome
+//! (the new activation, each token's projections, which tokens it touched,
+//! the norm of the change). `tests/intervene.rs` checks the two against
+//! each other for every mode.
+
+use tch::{Device, Kind, Tensor};
+use vauban_exec::intervene::{InterveneError, Intervention, Mode, Positions, When};
+
+/// What [`apply`] did (as candle's `Outcome`).
+#[derive(Debug)]
+pub struct Outcome {
+    /// The new activation for intervening modes, same shape and kind as
+    /// the input; `None` for the project modes.
+    pub hidden: Option<Tensor>,
+    /// Per token (batch-major), per basis row, the projection before the op.
+    pub projections: Vec<Vec<f32>>,
+    /// Per token: whether its position was selected and its condition passed.
+    pub applied: Vec<bool>,
+    /// Frobenius norm of (new − old) over the whole input; 0 for the
+    /// project modes.
+    pub delta_norm: f32,
+}
+
+/// The direction's basis `[k, d_model]` as f32 on `device`.
+pub fn basis_tensor(iv: &Intervention, device: Device) -> Tensor {
+    let d = &iv.direction;
+    Tensor::from_slice(&d.basis)
+        .reshape([d.rows() as i64, d.width() as i64])
+        .to_device(device)
+}
+
+/// Applies `iv` to `h` (`[batch, tokens, d_model]`, a float kind, computed
+/// in f32 and cast back); `offset` is the absolute position of `h`'s first
+/// token, so positions mean the same tokens in prefill and decode.
+pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, InterveneError> {
+    iv.check()?;
+    let size = h.size();
+    let (b, t, d) = match size.as_slice() {
+        &[b, t, d] if h.is_floating_point() => (b, t, d),
+        _ => {
+            return Err(InterveneError::BadActivation {
+                shape: size.iter().map(|&s| s as usize).collect(),
+                dtype: format!("{:?}", h.kind()),
+            });
+        }
+    };
+    let width = iv.direction.width();
+    if width != d as usize {
+        return Err(InterveneError::WidthMismatch {
+            width,
+            hidden: d as usize,
+        });
+    }
+    let n = b * t;
+    if n == 0 {
+        return Ok(Outcome {
+            hidden: iv.mode.intervenes().then(|| h.shallow_clone()),
+            projections: Vec::new(),
+            applied: Vec::new(),
+            delta_norm: 0.0,
+        });
+    }
+    tch::no_grad(|| {
+        let dev = h.device();
+        let x = h.to_kind(Kind::Float).reshape([n, d]);
+        let basis = basis_tensor(iv, dev);
+        // Coordinates along every row: [n, k].
+        let c = x.matmul(&basis.transpose(0, 1));
+        let selected: Vec<f32> = (0..t as usize)
+            .map(|i| f32::from(u8::from(iv.positions.selects(i, t as usize, offset))))
+            .collect();
+        let none_selected = selected.iter().all(|&s| s == 0.0);
+        let mut mask = (iv.positions != Positions::All).then(|| {
+            Tensor::from_slice(&selected)
+                .to_device(dev)
+                .reshape([1, t])
+                .expand([b, t], false)
+                .reshape([n, 1])
+        });
+        if let Some(cond) = iv.condition {
+            let score = match iv.mode.subspace() {
+                true => c.square().sum_dim_intlist(1, true, Kind::Float).sqrt(),
+                false => c.shallow_clone(),
+            };
+            let pass = match cond.when {
+                When::Above => score.gt(f64::from(cond.threshold)),
+                When::Below => score.lt(f64::from(cond.threshold)),
+            }
+            .to_kind(Kind::Float);
+            mask = Some(match mask {
+                Some(m) => m * pass,
+                None => pass,
+            });
+        }
+        let projections = Vec::<Vec<f32>>::try_from(&c).map_err(torch_error)?;
+        let applied = match &mask {
+            Some(m) => Vec::<f32>::try_from(&m.flatten(0, -1))
+                .map_err(torch_error)?
+                .iter()
+                .map(|&v| v > 0.5)
+                .collect(),
+            None => vec![true; n as usize],
+        };
+        let alpha = f64::from(iv.alpha);
+        let (hidden, delta_norm) = match iv.mode {
+            Mode::Project | Mode::SubspaceProject => (None, 0.0),
+            _ if none_selected => (Some(h.shallow_clone()), 0.0),
+            mode => {
+                // Per token, per row, how much of each row to add: [n, k].
+                let coef = match mode {
+                    Mode::Subtract | Mode::SubspaceRemove => &c * (-alpha),
+                    Mode::Add | Mode::SubspaceAdd => &c * alpha,
+                    Mode::Clamp => &c * (-alpha) + alpha * f64::from(iv.value.unwrap_or(0.0)),
+                    Mode::Steer => Tensor::full([n, 1], alpha, (Kind::Float, dev)),
+                    Mode::Project | Mode::SubspaceProject => c.zeros_like(),
+                };
+                let coef = match &mask {
+                    Some(m) => coef * m,
+                    None => coef,
+                };
+                let new = (&x + coef.matmul(&basis))
+                    .reshape([b, t, d])
+                    .to_kind(h.kind());
+                let norm = (new.to_kind(Kind::Float).reshape([n, d]) - &x)
+                    .square()
+                    .sum(Kind::Float)
+                    .sqrt()
+                    .double_value(&[]) as f32;
+                (Some(new), norm)
+            }
+        };
+        Ok(Outcome {
+            hidden,
+            projections,
+            applied,
+            delta_norm,
+        })
+    })
+}
+
+fn torch_error(e: tch::TchError) -> InterveneError {
+    InterveneError::Policy(format!("libtorch: {e}"))
+}
