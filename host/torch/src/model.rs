@@ -94,6 +94,22 @@ struct Block {
     mlp: Mlp,
 }
 
+/// Called after every block with the residual stream (`[tokens, hidden]`)
+/// and the absolute position of its first token; a returned tensor
+/// replaces it (an intervention).
+pub trait BlockHook {
+    fn after_block(&mut self, layer: usize, offset: usize, resid: &Tensor) -> Option<Tensor>;
+}
+
+/// A hook that does nothing.
+pub struct NoHook;
+
+impl BlockHook for NoHook {
+    fn after_block(&mut self, _: usize, _: usize, _: &Tensor) -> Option<Tensor> {
+        None
+    }
+}
+
 /// A llama-family model in libtorch.
 pub struct TorchLlama {
     config: LlamaConfig,
@@ -255,6 +271,16 @@ impl TorchLlama {
     /// Logits at every position of `ids` run after the positions `cache`
     /// holds, `[n, vocab]`; their keys and values are appended to it.
     pub fn forward_cached(&self, ids: &[u32], cache: &mut TorchCache) -> Tensor {
+        self.forward_hooked(ids, cache, &mut NoHook)
+    }
+
+    /// [`TorchLlama::forward_cached`] with `hook` called after every block.
+    pub fn forward_hooked(
+        &self,
+        ids: &[u32],
+        cache: &mut TorchCache,
+        hook: &mut dyn BlockHook,
+    ) -> Tensor {
         tch::no_grad(|| {
             let c = &self.config;
             let (n, past) = (ids.len() as i64, cache.len as i64);
@@ -267,7 +293,9 @@ impl TorchLlama {
             let (cos, sin) = (angles.cos(), angles.sin());
             // Causal: the query at position past + i sees keys 0..=past + i.
             let mask = Tensor::ones([n, total], (Kind::Bool, self.device)).triu(past + 1);
-            for (block, slot) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+            for (layer, (block, slot)) in
+                self.blocks.iter().zip(cache.layers.iter_mut()).enumerate()
+            {
                 let h = block.attn_norm.forward(&x);
                 let a = &block.attn;
                 let (d, heads, kvh) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
@@ -299,6 +327,9 @@ impl TorchLlama {
                 x = &x + a.o.forward(&out);
                 let h = block.mlp_norm.forward(&x);
                 x = &x + block.mlp.forward(&h);
+                if let Some(changed) = hook.after_block(layer, past as usize, &x) {
+                    x = changed;
+                }
             }
             cache.len += ids.size()[0] as usize;
             self.output.forward(&self.norm.forward(&x))
