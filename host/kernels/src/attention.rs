@@ -428,14 +428,14 @@ impl Task<'_> {
                 // Causal: position offset + i sees keys 0..=offset + i.
                 let seen = self.offset + (row - self.first) + 1;
                 scores.resize(seen, 0.0);
-                T::scores(self.simd, &qr, &keys[..seen * d], self.scale, &mut scores);
+                key_scores(self.simd, &qr, &keys[..seen * d], self.scale, &mut scores);
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let sum = exp_shifted(self.simd, &mut scores, max);
                 let inv = 1.0 / sum;
                 for p in scores.iter_mut() {
                     *p *= inv;
                 }
-                T::weighted_sum(self.simd, &scores, &values[..seen * d], &mut acc);
+                weighted_sum(self.simd, &scores, &values[..seen * d], &mut acc);
                 // SAFETY: the sequences tile the pass (asserted in `attend`)
                 // and the tasks split each sequence's rows by query heads
                 // and row block, so this (row, query head) slice is this
@@ -463,66 +463,53 @@ impl SharedOut {
     }
 }
 
-/// A cache element: what the scores and the values' weighted sum read.
-trait Elem: Copy {
-    /// `out[j] = scale · q·k_j` for the keys `k_j`, rows of `q.len()`.
-    fn scores(simd: bool, q: &[f32], keys: &[Self], scale: f32, out: &mut [f32]);
-    /// `out = Σ p_j · v_j` for the values `v_j`, rows of `out.len()`.
-    fn weighted_sum(simd: bool, p: &[f32], values: &[Self], out: &mut [f32]);
+/// What the vector kernels need of a cache element: its eight-lane load on
+/// x86-64, nothing elsewhere.
+#[cfg(target_arch = "x86_64")]
+use x86::Lanes as Vector;
+#[cfg(not(target_arch = "x86_64"))]
+trait Vector {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<T> Vector for T {}
+
+/// A cache element: f32 or f16.
+trait Elem: Copy + Vector {
     fn to_f32(self) -> f32;
 }
 
 impl Elem for f32 {
-    fn scores(simd: bool, q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if simd && q.len().is_multiple_of(8) {
-            // SAFETY: `simd` is set only where AVX2, FMA and F16C were
-            // detected; the widths are checked there.
-            return unsafe { x86::scores(q, keys, scale, out) };
-        }
-        let _ = simd;
-        portable_scores(q, keys, scale, out)
-    }
-
-    fn weighted_sum(simd: bool, p: &[f32], values: &[f32], out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if simd && out.len().is_multiple_of(x86::SUM_WIDTH) {
-            // SAFETY: as in `scores`.
-            return unsafe { x86::weighted_sum(p, values, out) };
-        }
-        let _ = simd;
-        portable_weighted_sum(p, values, out)
-    }
-
     fn to_f32(self) -> f32 {
         self
     }
 }
 
 impl Elem for f16 {
-    fn scores(simd: bool, q: &[f32], keys: &[f16], scale: f32, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if simd && q.len().is_multiple_of(8) {
-            // SAFETY: as for f32.
-            return unsafe { x86::scores(q, keys, scale, out) };
-        }
-        let _ = simd;
-        portable_scores(q, keys, scale, out)
-    }
-
-    fn weighted_sum(simd: bool, p: &[f32], values: &[f16], out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if simd && out.len().is_multiple_of(x86::SUM_WIDTH) {
-            // SAFETY: as for f32.
-            return unsafe { x86::weighted_sum(p, values, out) };
-        }
-        let _ = simd;
-        portable_weighted_sum(p, values, out)
-    }
-
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
+}
+
+/// `out[j] = scale · q·k_j` for the keys `k_j`, rows of `q.len()`.
+fn key_scores<T: Elem>(simd: bool, q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd && q.len().is_multiple_of(8) {
+        // SAFETY: `simd` is set only where AVX2, FMA and F16C were
+        // detected; the widths are checked there.
+        return unsafe { x86::scores(q, keys, scale, out) };
+    }
+    let _ = simd;
+    portable_scores(q, keys, scale, out)
+}
+
+/// `out = Σ p_j · v_j` for the values `v_j`, rows of `out.len()`.
+fn weighted_sum<T: Elem>(simd: bool, p: &[f32], values: &[T], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd && out.len().is_multiple_of(x86::SUM_WIDTH) {
+        // SAFETY: as in `key_scores`.
+        return unsafe { x86::weighted_sum(p, values, out) };
+    }
+    let _ = simd;
+    portable_weighted_sum(p, values, out)
 }
 
 fn portable_scores<T: Elem>(q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
@@ -543,6 +530,8 @@ fn portable_weighted_sum<T: Elem>(p: &[f32], values: &[T], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    use crate::x86::hsum;
 
     /// Eight lanes of a cache element type, widened to f32.
     pub trait Lanes: Copy {
@@ -634,14 +623,5 @@ mod x86 {
                 }
             }
         }
-    }
-
-    /// The sum of the eight lanes.
-    #[target_feature(enable = "avx2")]
-    fn hsum(s: __m256) -> f32 {
-        let quad = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
-        _mm_cvtss_f32(one)
     }
 }

@@ -74,14 +74,7 @@ pub fn log_softmax_rows(x: &[f32], width: usize, out: &mut [f32]) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// The sum of the eight lanes.
-    #[target_feature(enable = "avx2")]
-    fn hsum(s: __m256) -> f32 {
-        let quad = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
-        _mm_cvtss_f32(one)
-    }
+    use crate::x86::hsum;
 
     /// `exp(x)` in eight lanes for `x ≤ 0` (what a softmax shifted by its
     /// maximum passes): `x = n·ln 2 + r` with |r| ≤ ln 2 / 2, a degree-6
@@ -139,7 +132,8 @@ mod x86 {
                 i += 8;
             }
         }
-        let mut sum = hsum(acc);
+        // SAFETY: AVX2 is enabled here.
+        let mut sum = unsafe { hsum(acc) };
         for v in &mut x[i..] {
             *v = (*v - max).exp();
             sum += *v;

@@ -54,8 +54,13 @@ impl Mac for Vnni {
     }
 }
 
+/// The sum of the eight lanes (the kernels', the attention's and the
+/// softmax's horizontal reduction).
+///
+/// # Safety
+/// The CPU has AVX.
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     unsafe {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
