@@ -8,20 +8,9 @@
 use tch::{Device, Kind, Tensor};
 use vauban_exec::intervene::{InterveneError, Intervention, Mode, Positions, When};
 
-/// What [`apply`] did (as candle's `Outcome`).
-#[derive(Debug)]
-pub struct Outcome {
-    /// The new activation for intervening modes, same shape and kind as
-    /// the input; `None` for the project modes.
-    pub hidden: Option<Tensor>,
-    /// Per token (batch-major), per basis row, the projection before the op.
-    pub projections: Vec<Vec<f32>>,
-    /// Per token: whether its position was selected and its condition passed.
-    pub applied: Vec<bool>,
-    /// Frobenius norm of (new − old) over the whole input; 0 for the
-    /// project modes.
-    pub delta_norm: f32,
-}
+/// What [`apply`] did, on libtorch tensors (the outcome every backend
+/// gives).
+pub type Outcome = vauban_exec::intervene::Outcome<Tensor>;
 
 /// The direction's basis `[k, d_model]` as f32 on `device`.
 pub fn basis_tensor(iv: &Intervention, device: Device) -> Tensor {

@@ -13,3 +13,24 @@ pub use spec::InterventionSpec;
 pub use vauban_format::intervention::{
     Condition, Direction, InterveneError, Intervention, Mode, Positions, When, policy, primitive,
 };
+
+/// What applying an intervention to an activation did, whatever the
+/// backend: `T` is its tensor type (candle's, libtorch's).
+#[derive(Debug)]
+pub struct Outcome<T> {
+    /// The new activation for intervening modes: same shape, dtype and
+    /// device as the input. `None` for the project modes.
+    pub hidden: Option<T>,
+    /// Per token, per basis row, the projection before the op. Tokens are
+    /// flattened batch-major: entry `b * tokens + t` is batch row `b`,
+    /// token `t` of this call.
+    pub projections: Vec<Vec<f32>>,
+    /// Per token (flattened as `projections`): whether its position was
+    /// selected and its condition passed. For an intervening mode, whether
+    /// the op touched it; for a project mode, which tokens were selected,
+    /// though none changes.
+    pub applied: Vec<bool>,
+    /// Frobenius norm of (new − old) over the whole input, measured after
+    /// casting back to the input's dtype; 0 for the project modes.
+    pub delta_norm: f32,
+}

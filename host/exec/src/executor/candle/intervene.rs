@@ -50,25 +50,8 @@ fn basis(d: &Direction, device: &Device) -> Result<Tensor, candle_core::Error> {
     Tensor::from_slice(&d.basis, (d.rows(), d.width()), device)
 }
 
-/// What [`apply`] did.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The new activation for intervening modes: same shape, dtype and
-    /// device as the input. `None` for the project modes.
-    pub hidden: Option<Tensor>,
-    /// Per token, per basis row, the projection before the op. Tokens are
-    /// flattened batch-major: entry `b * tokens + t` is batch row `b`,
-    /// token `t` of this call.
-    pub projections: Vec<Vec<f32>>,
-    /// Per token (flattened as `projections`): whether its position was
-    /// selected and its condition passed. For an intervening mode, whether
-    /// the op touched it; for a project mode, which tokens were selected,
-    /// though none changes.
-    pub applied: Vec<bool>,
-    /// Frobenius norm of (new − old) over the whole input, measured after
-    /// casting back to the input's dtype; 0 for the project modes.
-    pub delta_norm: f32,
-}
+/// What [`apply`] did, on candle tensors.
+pub type Outcome = crate::intervene::Outcome<Tensor>;
 
 /// Applies `iv` to `h`.
 ///

@@ -258,6 +258,11 @@ impl CandleExecutor {
         interventions: &[Intervention],
         prompts: &[&[u32]],
     ) -> Result<Vec<LastTokenState>, ExecutorError> {
+        if let Some(empty) = prompts.iter().position(|p| p.is_empty()) {
+            return Err(ExecutorError::Request(format!(
+                "prompt {empty} of the batch has no tokens"
+            )));
+        }
         let layers = self.dims().layers;
         let mut sessions: Vec<CandleSession<'_>> = prompts
             .iter()
@@ -268,11 +273,6 @@ impl CandleExecutor {
                 s
             })
             .collect();
-        if let Some(empty) = prompts.iter().position(|p| p.is_empty()) {
-            return Err(ExecutorError::Request(format!(
-                "prompt {empty} of the batch has no tokens"
-            )));
-        }
         let logits = {
             let mut refs: Vec<&mut CandleSession<'_>> = sessions.iter_mut().collect();
             let at = vec![LogitsAt::Last; prompts.len()];
