@@ -2,8 +2,10 @@
 //! once and run against each (issue 19). A backend is done when it passes
 //! this module. Today: candle (the tiny model's Q8_0 and f32 GGUFs), replay
 //! (a bundle recorded from candle) and http (llama.cpp's `llama-server` on
-//! loopback serving SmolLM2, where both are present); the Torch and MLX
-//! backends join the `subjects` list when they exist.
+//! loopback serving SmolLM2, where both are present) and, in a build with
+//! `--features torch`, torch (libtorch on the CPU, and on a GPU when
+//! `VAUBAN_TEST_DEVICE=cuda` names one) on the same two GGUFs; the MLX
+//! backend joins the `subjects` list when it exists.
 //!
 //! What the contract asks:
 //! - capabilities list every artifact kind and the backend's own name and
@@ -100,6 +102,26 @@ fn candle(path: &Path) -> Backend {
     .unwrap()
 }
 
+/// The device the torch subjects run on: `VAUBAN_TEST_DEVICE` (`cuda`,
+/// `cuda:1`), else the CPU.
+#[cfg(feature = "torch")]
+fn test_device() -> DeviceSpec {
+    std::env::var("VAUBAN_TEST_DEVICE")
+        .map(|d| d.parse().expect("VAUBAN_TEST_DEVICE names a device"))
+        .unwrap_or(DeviceSpec::Cpu)
+}
+
+#[cfg(feature = "torch")]
+fn torch(path: &Path) -> Backend {
+    Backend::torch(&ModelSpec {
+        path: path.to_path_buf(),
+        device: test_device(),
+        weights: WeightMode::Native,
+        kv_cache: KvType::F32,
+    })
+    .unwrap()
+}
+
 /// A bundle of the contract's prompts traced by `source`, served by replay.
 fn replay_of(source: &Backend, dir: &Path) -> Backend {
     let bundle = dir.join("recorded");
@@ -130,6 +152,8 @@ fn subjects(dir: &Path) -> Subjects {
         ("candle", candle(&f32)),
         ("replay", replay),
     ];
+    #[cfg(feature = "torch")]
+    list.extend([("torch", torch(&q8)), ("torch", torch(&f32))]);
     // An OpenAI-compatible endpoint: llama-server serving SmolLM2.
     let server = match (llama_server::binary(), common::smollm2_path()) {
         (Some(bin), Some(model)) => {

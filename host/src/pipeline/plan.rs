@@ -87,6 +87,9 @@ pub enum SideBackend {
     Http,
     /// A recorded bundle (`executor = "replay"`, or `vauban diff`).
     Replay,
+    /// The model run by libtorch (`executor = "torch"`; a build with the
+    /// `torch` feature).
+    Torch,
 }
 
 impl SidePlan {
@@ -315,12 +318,19 @@ impl Plan {
                 "candle" => SideBackend::Candle,
                 "http" => SideBackend::Http,
                 "replay" => SideBackend::Replay,
+                "torch" if crate::executor::TORCH_BUILT => SideBackend::Torch,
+                "torch" => {
+                    return Err(at(
+                        &format!("{key}.executor"),
+                        crate::executor::TORCH_MISSING.into(),
+                    ));
+                }
                 other => {
                     return Err(at(
                         &format!("{key}.executor"),
                         format!(
-                            "`{other}` is not an executor of this build; this build has `candle`, \
-                             `http` and `replay` (the torch and mlx executors are not written yet)"
+                            "`{other}` is not an executor; expected candle, torch, http or replay \
+                             (the mlx executor is not written yet)"
                         ),
                     ));
                 }
@@ -354,7 +364,7 @@ impl Plan {
             };
             let kv_cache = match (&s.kv_cache, backend) {
                 (None, _) => KvType::F32,
-                (Some(_), SideBackend::Http | SideBackend::Replay) => {
+                (Some(_), SideBackend::Http | SideBackend::Replay | SideBackend::Torch) => {
                     return Err(candle_only("kv_cache"));
                 }
                 (Some(k), SideBackend::Candle) => k
@@ -434,8 +444,11 @@ impl Plan {
             if !recorded && !remote {
                 // What `run` would refuse, refused here: a device this build
                 // or machine cannot open, layers the model does not have.
-                crate::executor::check_device(device)
-                    .map_err(|e| at(&format!("{key}.device"), e))?;
+                match backend {
+                    SideBackend::Torch => crate::executor::check_torch_device(device),
+                    _ => crate::executor::check_device(device),
+                }
+                .map_err(|e| at(&format!("{key}.device"), e))?;
                 let shape = crate::model::read_config(&model)
                     .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
                 let measures = name == SideName::Baseline;

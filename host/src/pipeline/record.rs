@@ -52,6 +52,7 @@ pub fn load_side(
     };
     let loaded = match side.backend {
         SideBackend::Candle => Backend::load(&spec),
+        SideBackend::Torch => Backend::torch(&spec),
         SideBackend::Replay => Backend::replay(&side.model),
         SideBackend::Http => {
             let mut http = side
@@ -204,6 +205,10 @@ pub fn load_side(
     // setting existed (all f32) keep their fingerprint and are reused.
     if side.kv_cache != KvType::F32 {
         fingerprint["kv_cache"] = json!(side.kv_cache.name());
+    }
+    // Likewise the executor: candle's traces keep their fingerprint.
+    if side.backend == SideBackend::Torch {
+        fingerprint["executor"] = json!("torch");
     }
     Ok(LoadedSide {
         exec,

@@ -27,7 +27,8 @@ pub struct ModelArgs {
     /// A .gguf file or an HF-style folder (config.json, *.safetensors, tokenizer.json).
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
-    /// cpu, cuda, cuda:N, metal (GPUs need a build with --features cuda or metal).
+    /// cpu, cuda, cuda:N, metal (candle's GPUs need a build with --features
+    /// cuda or metal), mps (torch on Apple silicon).
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
     /// native: weights as the file stores them (quantized GGUF stays
@@ -38,6 +39,17 @@ pub struct ModelArgs {
     /// (half the memory, each key and value rounded to f16).
     #[arg(long, default_value = "f32", value_name = "f32|f16")]
     pub kv_cache: KvType,
+    /// Who runs the model: candle (embedded, the default) or torch
+    /// (libtorch; a build with --features torch).
+    #[arg(long, value_enum, default_value_t = Engine::Candle)]
+    pub executor: Engine,
+}
+
+/// The executors that run a model file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    Candle,
+    Torch,
 }
 
 fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
@@ -60,8 +72,11 @@ impl ModelArgs {
             kv_cache: self.kv_cache,
         };
         let start = std::time::Instant::now();
-        let exec = Backend::load(&spec)
-            .with_context(|| format!("cannot load the model {}", path.display()))?;
+        let exec = match self.executor {
+            Engine::Candle => Backend::load(&spec),
+            Engine::Torch => Backend::torch(&spec),
+        }
+        .with_context(|| format!("cannot load the model {}", path.display()))?;
         let d = exec.dims();
         tracing::info!(
             "loaded {} in {:.2} s ({} layers, hidden {}, vocab {})",

@@ -1,4 +1,5 @@
-//! Device names on the command line (`cpu`, `cuda`, `cuda:1`, `metal`).
+//! Device names on the command line (`cpu`, `cuda`, `cuda:1`, `metal`,
+//! `mps`).
 //! Each backend opens them its own way (`candle::device::open`).
 
 use std::fmt;
@@ -13,6 +14,9 @@ pub enum DeviceSpec {
     Cpu,
     Cuda(usize),
     Metal(usize),
+    /// An Apple GPU through PyTorch's MPS backend (the Torch executor's
+    /// name for it; candle's is `metal`).
+    Mps,
 }
 
 impl DeviceSpec {
@@ -21,6 +25,7 @@ impl DeviceSpec {
             DeviceSpec::Cpu => DeviceKind::Cpu,
             DeviceSpec::Cuda(_) => DeviceKind::Cuda,
             DeviceSpec::Metal(_) => DeviceKind::Metal,
+            DeviceSpec::Mps => DeviceKind::Mps,
         }
     }
 }
@@ -31,6 +36,7 @@ impl fmt::Display for DeviceSpec {
             DeviceSpec::Cpu => f.write_str("cpu"),
             DeviceSpec::Cuda(i) => write!(f, "cuda:{i}"),
             DeviceSpec::Metal(i) => write!(f, "metal:{i}"),
+            DeviceSpec::Mps => f.write_str("mps"),
         }
     }
 }
@@ -51,8 +57,9 @@ impl FromStr for DeviceSpec {
             "cpu" if index == 0 => Ok(DeviceSpec::Cpu),
             "cuda" => Ok(DeviceSpec::Cuda(index)),
             "metal" => Ok(DeviceSpec::Metal(index)),
+            "mps" if index == 0 => Ok(DeviceSpec::Mps),
             _ => Err(format!(
-                "unknown device `{s}`; expected cpu, cuda, cuda:N, metal or metal:N"
+                "unknown device `{s}`; expected cpu, cuda, cuda:N, metal, metal:N or mps"
             )),
         }
     }

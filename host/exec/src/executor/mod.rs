@@ -13,6 +13,8 @@ pub mod generate;
 pub mod http;
 pub mod recorder;
 pub mod replay;
+#[cfg(feature = "torch")]
+pub mod torch;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -48,6 +50,26 @@ pub unsafe fn pin_thread_count() {
 /// with (what `vauban validate` checks before any weights load).
 pub fn check_device(device: DeviceSpec) -> Result<(), String> {
     candle::device::open(device).map(drop)
+}
+
+/// Whether this build has the Torch executor (the `torch` feature).
+pub const TORCH_BUILT: bool = cfg!(feature = "torch");
+
+/// Why `executor = "torch"` cannot run in a build without it, and the fix.
+pub const TORCH_MISSING: &str = "`torch` is the Torch executor (libtorch), and this vauban was built without it; \
+     get libtorch with `eval \"$(bash scripts/setup-torch.sh)\"`, then rebuild with \
+     `cargo build --release --features torch`";
+
+/// Whether the Torch executor can open `device` on this machine: a GPU
+/// libtorch does not see is an error naming what it does see.
+pub fn check_torch_device(device: DeviceSpec) -> Result<(), String> {
+    #[cfg(feature = "torch")]
+    return torch::open_device(device).map(drop);
+    #[cfg(not(feature = "torch"))]
+    {
+        let _ = device;
+        Err(TORCH_MISSING.into())
+    }
 }
 
 /// A run that could not be carried out.
@@ -350,6 +372,25 @@ pub struct Effect {
     pub prefill_tokens: usize,
 }
 
+impl Effect {
+    /// Adds what one application did to the `n` tokens from `offset`.
+    pub(crate) fn add<T>(
+        &mut self,
+        out: &crate::intervene::Outcome<T>,
+        offset: usize,
+        prefill: bool,
+    ) {
+        let n = out.applied.len();
+        self.positions.extend(offset..offset + n);
+        self.projections.extend(out.projections.iter().cloned());
+        self.applied.extend(&out.applied);
+        self.delta_sq += (out.delta_norm as f64).powi(2);
+        if prefill {
+            self.prefill_tokens += n;
+        }
+    }
+}
+
 /// The sizes a caller checks requests against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelDims {
@@ -367,6 +408,9 @@ pub enum Backend {
     Candle(CandleExecutor),
     Http(HttpExecutor),
     Replay(ReplayExecutor),
+    /// libtorch, through tch (built with the `torch` feature).
+    #[cfg(feature = "torch")]
+    Torch(torch::TorchExecutor),
 }
 
 impl Backend {
@@ -378,6 +422,18 @@ impl Backend {
     /// An OpenAI-compatible endpoint, connected and probed.
     pub fn http(spec: &HttpSpec) -> Result<Backend, ExecutorError> {
         Ok(Backend::Http(HttpExecutor::connect(spec)?))
+    }
+
+    /// The Torch executor on `spec`'s model and device; in a build
+    /// without the `torch` feature, an error saying how to build it.
+    pub fn torch(spec: &ModelSpec) -> Result<Backend, ExecutorError> {
+        #[cfg(feature = "torch")]
+        return Ok(Backend::Torch(torch::TorchExecutor::load(spec)?));
+        #[cfg(not(feature = "torch"))]
+        {
+            let _ = spec;
+            Err(ExecutorError::Request(TORCH_MISSING.into()))
+        }
     }
 
     /// Whether this serves recorded traces rather than running a model.
@@ -442,12 +498,22 @@ impl Backend {
                     }
                 }
             }
-            Backend::Replay(_) => {
-                for (i, (request, options)) in jobs.iter().enumerate() {
-                    if on_done(i, self.trace(request, options, None)).is_break() {
-                        return;
-                    }
-                }
+            // One job at a time: no batched passes on these yet.
+            #[cfg(feature = "torch")]
+            Backend::Torch(_) => self.trace_each(jobs, on_done),
+            Backend::Replay(_) => self.trace_each(jobs, on_done),
+        }
+    }
+
+    /// Traces the jobs one at a time, in order.
+    fn trace_each(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
+    ) {
+        for (i, (request, options)) in jobs.iter().enumerate() {
+            if on_done(i, self.trace(request, options, None)).is_break() {
+                return;
             }
         }
     }
@@ -460,6 +526,8 @@ pub enum BackendSession<'a> {
     Candle(CandleSession<'a>),
     Http(HttpSession),
     Replay(ReplaySession),
+    #[cfg(feature = "torch")]
+    Torch(torch::TorchSession<'a>),
 }
 
 impl<'a> BackendSession<'a> {
@@ -468,6 +536,8 @@ impl<'a> BackendSession<'a> {
     pub fn set_policy(&mut self, policy: &'a mut dyn StepPolicy) {
         match self {
             BackendSession::Candle(s) => s.set_policy(policy),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.set_policy(policy),
             BackendSession::Http(_) | BackendSession::Replay(_) => {}
         }
     }
@@ -476,6 +546,8 @@ impl<'a> BackendSession<'a> {
     pub fn effects(&self) -> &[Effect] {
         match self {
             BackendSession::Candle(s) => s.effects(),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.effects(),
             BackendSession::Http(s) => s.effects(),
             BackendSession::Replay(s) => s.effects(),
         }
@@ -487,6 +559,8 @@ impl InferenceSession for BackendSession<'_> {
     fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.prefill(ids),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.prefill(ids),
             BackendSession::Http(s) => s.prefill(ids),
             BackendSession::Replay(s) => s.prefill(ids),
         }
@@ -496,6 +570,8 @@ impl InferenceSession for BackendSession<'_> {
     fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.decode_step(id),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.decode_step(id),
             BackendSession::Http(s) => s.decode_step(id),
             BackendSession::Replay(s) => s.decode_step(id),
         }
@@ -504,6 +580,8 @@ impl InferenceSession for BackendSession<'_> {
     fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.extend(ids),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.extend(ids),
             BackendSession::Http(s) => s.extend(ids),
             BackendSession::Replay(s) => s.extend(ids),
         }
@@ -512,6 +590,8 @@ impl InferenceSession for BackendSession<'_> {
     fn rewind(&mut self, to: usize) -> Result<(), ExecutorError> {
         match self {
             BackendSession::Candle(s) => s.rewind(to),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.rewind(to),
             BackendSession::Http(s) => s.rewind(to),
             BackendSession::Replay(s) => s.rewind(to),
         }
@@ -521,6 +601,8 @@ impl InferenceSession for BackendSession<'_> {
     fn position(&self) -> usize {
         match self {
             BackendSession::Candle(s) => s.position(),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.position(),
             BackendSession::Http(s) => s.position(),
             BackendSession::Replay(s) => s.position(),
         }
@@ -530,6 +612,8 @@ impl InferenceSession for BackendSession<'_> {
     fn capacity(&self) -> Option<usize> {
         match self {
             BackendSession::Candle(s) => s.capacity(),
+            #[cfg(feature = "torch")]
+            BackendSession::Torch(s) => s.capacity(),
             BackendSession::Http(s) => s.capacity(),
             BackendSession::Replay(s) => s.capacity(),
         }
@@ -543,6 +627,8 @@ macro_rules! dispatch {
             Backend::Candle($e) => $call,
             Backend::Http($e) => $call,
             Backend::Replay($e) => $call,
+            #[cfg(feature = "torch")]
+            Backend::Torch($e) => $call,
         }
     };
 }
@@ -574,6 +660,8 @@ impl Executor for Backend {
             Backend::Candle(e) => Executor::check_layers(e, layers),
             Backend::Http(e) => e.check_layers(layers),
             Backend::Replay(e) => e.check_layers(layers),
+            #[cfg(feature = "torch")]
+            Backend::Torch(e) => Executor::check_layers(e, layers),
         }
     }
     fn device_name(&self) -> String {
@@ -613,6 +701,8 @@ impl Executor for Backend {
             Backend::Candle(e) => BackendSession::Candle(e.session(interventions)),
             Backend::Http(e) => BackendSession::Http(e.session(interventions)),
             Backend::Replay(e) => BackendSession::Replay(e.session(interventions)),
+            #[cfg(feature = "torch")]
+            Backend::Torch(e) => BackendSession::Torch(e.session(interventions)),
         }
     }
     fn last_token_states(

@@ -13,9 +13,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use super::{Effect, ExecutorError, Generation, ReferenceContinuation, TraceOutput};
+use super::{
+    Effect, ExecutorError, Generation, PromptForm, ReferenceContinuation, RunOptions, TraceOutput,
+};
 use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
+use crate::model::ModelError;
+use crate::model::assets::ModelAssets;
 use crate::trace::{
     ArtifactData, ArtifactKind as K, Capabilities, ModelRef, Stage, StageProfile, TensorData,
     TraceBuilder, TraceRequest,
@@ -411,6 +415,88 @@ impl Recorder {
             generation,
         })
     }
+}
+
+/// The tokenize span: the prompt's token ids (as given, or the text as
+/// `options.prompt` forms it with the model's tokenizer and chat
+/// template), with the prompt artifacts. What every backend that runs a
+/// model file does first, the same way, so the same file gives the same
+/// ids on each. An empty prompt is refused.
+pub(crate) fn tokenize_prompt(
+    rec: &mut Recorder,
+    assets: &ModelAssets,
+    request: &TraceRequest,
+    options: &RunOptions,
+) -> Result<Vec<u32>, ExecutorError> {
+    let start = Instant::now();
+    let (ids, rendered) = match (&request.token_ids, &request.text) {
+        (Some(ids), _) => (ids.clone(), None),
+        (None, Some(text)) => match &options.prompt {
+            PromptForm::Raw => (assets.encode_raw(text)?, None),
+            PromptForm::Chat { system } => {
+                let rendered = assets.render_chat(text, system.as_deref())?;
+                (assets.encode(&rendered)?, Some(rendered))
+            }
+        },
+        (None, None) => {
+            return Err(ExecutorError::Request(
+                "the request has neither text nor token ids".into(),
+            ));
+        }
+    };
+    if ids.is_empty() {
+        return Err(ModelError::EmptyInput.into());
+    }
+    let mut p = rec.profile(start, ids.len());
+    p.output_bytes = (ids.len() * 4) as u64;
+    let span = rec.span(Stage::Tokenize, p);
+    // The prompt as given, or (for token ids) detokenized, which only a
+    // request for text pays for.
+    let text = match &request.text {
+        Some(text) => Ok(text.as_str()),
+        None if rec.wants(K::Text) => Err(assets.decode(&ids)?),
+        None => Err(String::new()),
+    };
+    rec.prompt(&span, text, rendered.as_deref(), Some(&ids));
+    Ok(ids)
+}
+
+/// Row-wise log-probabilities of f32 logits (over the last dimension),
+/// computed on the host across the kernel threads.
+pub(crate) fn log_softmax_data(logits: &TensorData) -> TensorData {
+    let width = *logits
+        .shape
+        .last()
+        .expect("logits have a vocabulary dimension");
+    let x = f32_values(logits);
+    let mut out = vec![0f32; x.len()];
+    vauban_kernels::softmax::log_softmax_rows(&x, width, &mut out);
+    TensorData::from_f32(logits.shape.clone(), &out).expect("the logits' shape")
+}
+
+/// The values of f32 trace data: borrowed where the bytes are aligned (a
+/// large allocation always is), else copied.
+pub(crate) fn f32_values(data: &TensorData) -> std::borrow::Cow<'_, [f32]> {
+    debug_assert_eq!(data.dtype, crate::trace::DType::F32);
+    match bytemuck::try_cast_slice::<u8, f32>(&data.bytes) {
+        Ok(v) if cfg!(target_endian = "little") => std::borrow::Cow::Borrowed(v),
+        _ => std::borrow::Cow::Owned(data.as_ref().to_f32_vec()),
+    }
+}
+
+/// The log-probabilities `[rows, k]` of each row's `support` ids, from
+/// logits `[rows, vocab]` (a reference continuation's scores).
+pub(crate) fn support_scores(logits: &TensorData, support: &[Vec<u32>]) -> TensorData {
+    let lp = log_softmax_data(logits);
+    let width = *lp.shape.last().expect("logits have a vocabulary dimension");
+    let values = f32_values(&lp);
+    let k = support.first().map_or(0, Vec::len);
+    let scores: Vec<f32> = values
+        .chunks_exact(width)
+        .zip(support)
+        .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
+        .collect();
+    TensorData::from_f32(vec![support.len(), k], &scores).expect("rows × k")
 }
 
 /// The labels of another side's continuation scored here: its role, what

@@ -3,11 +3,14 @@
 //! of loading one. The forward passes live with each backend
 //! (`executor::candle::model` for the embedded one).
 //!
+//! - [`assets`]: a model file's tokenizer, chat template, special tokens
+//!   and shape, read the same way for every backend;
 //! - [`config`]: the shape of a llama-family model, from GGUF or config.json;
 //! - [`tokenizer`]: the tokenizer a GGUF file describes;
 //! - [`chat`]: the model's own chat template, rendered with minijinja;
 //! - [`sample`]: greedy and seeded next-token choice.
 
+pub mod assets;
 pub mod chat;
 pub mod config;
 pub mod sample;

@@ -55,6 +55,9 @@ pub fn open(spec: DeviceSpec) -> Result<Device, String> {
             }
             Device::new_metal(i).map_err(|e| format!("device `{spec}`: {e}"))
         }
+        DeviceSpec::Mps => Err(format!(
+            "device `{spec}` is the Torch executor's name for an Apple GPU; candle's is `metal` (or set `executor = \"torch\"`)"
+        )),
     }
 }
 

@@ -21,7 +21,6 @@ use super::{
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
-use crate::model::chat::Message;
 use crate::model::{Matrix, ModelError};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
@@ -84,36 +83,13 @@ impl CandleExecutor {
             .with(K::ReportEvidence, SupportLevel::Unsupported)
     }
 
-    /// sha256 of the weights: the file's own for a GGUF file; for a folder,
-    /// the sha256 of the listing `<sha256>  <name>\n` of its weight files
-    /// in name order. Computed once, on first use.
+    /// sha256 of the weights (see [`ModelAssets::weights_sha256`]),
+    /// computed once, on first use.
+    ///
+    /// [`ModelAssets::weights_sha256`]: crate::model::assets::ModelAssets::weights_sha256
     pub fn weights_sha256(&self) -> Option<String> {
         self.sha256
-            .get_or_init(|| {
-                let hashes: Vec<(String, String)> = self
-                    .model
-                    .weight_files
-                    .iter()
-                    .map(|p| {
-                        crate::hash::sha256_file(p).ok().map(|(h, _)| {
-                            let name = p
-                                .file_name()
-                                .unwrap_or_default()
-                                .to_string_lossy()
-                                .into_owned();
-                            (h, name)
-                        })
-                    })
-                    .collect::<Option<_>>()?;
-                match hashes.as_slice() {
-                    [(one, _)] => Some(one.clone()),
-                    many => {
-                        let listing: String =
-                            many.iter().map(|(h, n)| format!("{h}  {n}\n")).collect();
-                        Some(crate::hash::sha256_hex(listing.as_bytes()))
-                    }
-                }
-            })
+            .get_or_init(|| self.model.assets.weights_sha256())
             .clone()
     }
 
@@ -147,26 +123,7 @@ impl CandleExecutor {
     pub fn render(&self, text: &str, form: &PromptForm) -> Result<String, ExecutorError> {
         match form {
             PromptForm::Raw => Ok(text.to_owned()),
-            PromptForm::Chat { system } => {
-                let mut messages = Vec::new();
-                if let Some(s) = system {
-                    messages.push(Message {
-                        role: "system".into(),
-                        content: s.clone(),
-                    });
-                }
-                messages.push(Message {
-                    role: "user".into(),
-                    content: text.to_owned(),
-                });
-                let template = self.model.chat()?;
-                template.render(&messages, true).map_err(|e| {
-                    ExecutorError::Request(format!(
-                        "{}: chat template: {e}",
-                        self.model.path.display()
-                    ))
-                })
-            }
+            PromptForm::Chat { system } => Ok(self.model.render_chat(text, system.as_deref())?),
         }
     }
 

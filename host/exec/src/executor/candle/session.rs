@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Tensor};
 
-use super::intervene::{Outcome, apply_with, basis_tensor, policy_step};
+use super::intervene::{apply_with, basis_tensor, policy_step};
 use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming, Seq};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
@@ -41,19 +41,6 @@ pub struct Kept {
     pub layer: usize,
     pub site: Site,
     pub tensor: Tensor,
-}
-
-impl Effect {
-    fn add(&mut self, out: &Outcome, offset: usize, prefill: bool) {
-        let n = out.applied.len();
-        self.positions.extend(offset..offset + n);
-        self.projections.extend(out.projections.iter().cloned());
-        self.applied.extend(&out.applied);
-        self.delta_sq += (out.delta_norm as f64).powi(2);
-        if prefill {
-            self.prefill_tokens += n;
-        }
-    }
 }
 
 /// Applies interventions after their block and keeps observed activations.

@@ -13,10 +13,12 @@ use super::CandleExecutor;
 use super::model::llama::LogitsAt;
 use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
-use crate::executor::recorder::{Recorder, check_request, labels, resident_bytes};
+use crate::executor::recorder::{
+    Recorder, check_request, labels, log_softmax_data, resident_bytes, support_scores,
+    tokenize_prompt,
+};
 use crate::executor::{
-    Executor, ExecutorError, InferenceSession, PromptForm, ReferenceContinuation, RunOptions,
-    TraceOutput,
+    Executor, ExecutorError, InferenceSession, ReferenceContinuation, RunOptions, TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
@@ -43,29 +45,6 @@ fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
         .and_then(|t| t.to_vec1::<f32>())
         .map_err(ModelError::from)?;
     Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
-}
-
-/// Row-wise log-probabilities of f32 logits (over the last dimension),
-/// computed on the host across the kernel threads.
-fn log_softmax_data(logits: &TensorData) -> TensorData {
-    let width = *logits
-        .shape
-        .last()
-        .expect("logits have a vocabulary dimension");
-    let x = f32_values(logits);
-    let mut out = vec![0f32; x.len()];
-    vauban_kernels::softmax::log_softmax_rows(&x, width, &mut out);
-    TensorData::from_f32(logits.shape.clone(), &out).expect("the logits' shape")
-}
-
-/// The values of f32 trace data: borrowed where the bytes are aligned (a
-/// large allocation always is), else copied.
-fn f32_values(data: &TensorData) -> std::borrow::Cow<'_, [f32]> {
-    debug_assert_eq!(data.dtype, crate::trace::DType::F32);
-    match bytemuck::try_cast_slice::<u8, f32>(&data.bytes) {
-        Ok(v) if cfg!(target_endian = "little") => std::borrow::Cow::Borrowed(v),
-        _ => std::borrow::Cow::Owned(data.as_ref().to_f32_vec()),
-    }
 }
 
 /// One trace: the batch of one every traced run goes through.
@@ -184,37 +163,7 @@ fn begin<'a>(
         request,
     );
 
-    // tokenize
-    let start = Instant::now();
-    let (ids, rendered) = match (&request.token_ids, &request.text) {
-        (Some(ids), _) => (ids.clone(), None),
-        (None, Some(text)) => {
-            let rendered = exec.render(text, &options.prompt)?;
-            let ids = match options.prompt {
-                PromptForm::Raw => exec.model.encode_raw(text)?,
-                PromptForm::Chat { .. } => exec.model.encode(&rendered)?,
-            };
-            (ids, Some(rendered))
-        }
-        (None, None) => unreachable!("check_request refuses it"),
-    };
-    if ids.is_empty() {
-        return Err(ModelError::EmptyInput.into());
-    }
-    let mut p = rec.profile(start, ids.len());
-    p.output_bytes = (ids.len() * 4) as u64;
-    let span = rec.span(Stage::Tokenize, p);
-    // The prompt as given, or (for token ids) detokenized, which only a
-    // request for text pays for.
-    let text = match &request.text {
-        Some(text) => Ok(text.as_str()),
-        None if rec.wants(K::Text) => Err(exec.detokenize(&ids)?),
-        None => Err(String::new()),
-    };
-    let rendered = rendered
-        .as_deref()
-        .filter(|_| matches!(options.prompt, PromptForm::Chat { .. }));
-    rec.prompt(&span, text, rendered, Some(&ids));
+    let ids = tokenize_prompt(&mut rec, &exec.model.assets, request, options)?;
 
     // prepare_batch: the session, its cache and hook.
     let start = Instant::now();
@@ -582,16 +531,8 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
     let total_ns = start.elapsed().as_nanos() as u64;
     let tokens: usize = scoring.iter().map(|s| s.4.len()).sum();
     for ((i, r, rows, k, ids), logits) in scoring.into_iter().zip(logits) {
-        let lp = log_softmax_data(&host_data(&logits)?);
-        let width = *lp.shape.last().expect("logits have a vocabulary dimension");
-        let lp_values = f32_values(&lp);
-        debug_assert_eq!(lp_values.len(), rows * width);
-        let values: Vec<f32> = lp_values
-            .chunks_exact(width)
-            .zip(&r.support)
-            .flat_map(|(row, ids)| ids.iter().map(|&i| row[i as usize]))
-            .collect();
-        let scores = TensorData::from_f32(vec![rows, k], &values).expect("rows × k");
+        let scores = support_scores(&host_data(&logits)?, &r.support);
+        debug_assert_eq!(scores.shape, [rows, k]);
         let job = &mut jobs[i];
         let mut p = job.rec.profile(start, ids.len());
         p.duration_ns = total_ns;

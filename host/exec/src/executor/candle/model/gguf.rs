@@ -1,5 +1,5 @@
-//! GGUF files: the config from the metadata, the tokenizer and chat
-//! template from the metadata, and the weights (quantized ones kept
+//! GGUF files: the assets from the metadata ([`ModelAssets::from_gguf`]),
+//! and the weights (quantized ones kept
 //! quantized unless [`WeightMode::F32`] asks otherwise).
 
 use std::fs::File;
@@ -13,8 +13,8 @@ use vauban_kernels::{Format, QMatrix};
 use super::LoadedModel;
 use super::llama::{Llama, Weight};
 use crate::executor::candle::gguf_file::GgufFile;
-use crate::model::config::{LlamaConfig, RopeScaling};
-use crate::model::{ModelError, ModelFormat, Special, WeightMode, tokenizer};
+use crate::model::assets::ModelAssets;
+use crate::model::{ModelError, WeightMode};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
 pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
@@ -27,46 +27,7 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
             path: path.to_path_buf(),
             message,
         })?;
-    let mut config = LlamaConfig::from_gguf(path, &file)?;
-    if config.rope_scaling.is_none() && file.has_tensor("rope_freqs.weight") {
-        let factors = file
-            .read_f32("rope_freqs.weight")
-            .map_err(|problem| ModelError::Tensor {
-                path: path.to_path_buf(),
-                tensor: "rope_freqs.weight".into(),
-                problem,
-            })?;
-        config.rope_scaling = Some(RopeScaling::FreqFactors { factors });
-    }
-    config.check(path)?;
-    let tokenizer = tokenizer::from_gguf(&file)?;
-    let md_str = |key: &str| {
-        file.meta(key)
-            .and_then(|v| v.to_str().ok().map(str::to_owned))
-    };
-    let md_u32 = |key: &str| file.meta(key).and_then(|v| v.to_u32().ok());
-    let special = Special::from_ids(
-        &tokenizer,
-        md_u32("tokenizer.ggml.bos_token_id"),
-        // EOS, and the end-of-turn / end-of-message ids that also end a reply.
-        [
-            "tokenizer.ggml.eos_token_id",
-            "tokenizer.ggml.eot_token_id",
-            "tokenizer.ggml.eom_token_id",
-        ]
-        .iter()
-        .filter_map(|k| md_u32(k))
-        .fold(Vec::new(), |mut v, id| {
-            if !v.contains(&id) {
-                v.push(id);
-            }
-            v
-        }),
-        file.meta("tokenizer.ggml.add_bos_token")
-            .and_then(|v| v.to_bool().ok())
-            .unwrap_or(false),
-    );
-    let chat_template = md_str("tokenizer.chat_template");
+    let assets = ModelAssets::from_gguf(path, &mut file)?;
     let (content, mut file) = file.into_parts();
     // Quantized matrices stay as stored on the CPU, for vauban's kernels.
     let kernels = matches!(device, Device::Cpu) && mode == WeightMode::Native;
@@ -104,18 +65,12 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
                 problem: e.to_string(),
             })
     };
-    let model = Llama::load(&config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
+    let model =
+        Llama::load(&assets.config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
     Ok(LoadedModel {
-        path: path.to_path_buf(),
-        format: ModelFormat::Gguf,
-        name: LoadedModel::name_of(path),
-        weight_mode: mode,
-        config,
-        tokenizer,
-        chat_template,
-        special,
+        assets,
         model,
-        weight_files: vec![path.to_path_buf()],
+        weight_mode: mode,
     })
 }
 

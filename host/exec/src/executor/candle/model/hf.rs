@@ -10,8 +10,9 @@ use candle_core::{DType, Device, Tensor};
 
 use super::LoadedModel;
 use super::llama::{Llama, Weight};
+use crate::model::assets::ModelAssets;
 use crate::model::config::{self, RopeStyle};
-use crate::model::{ModelError, ModelFormat, Special, WeightMode, chat, hf_name};
+use crate::model::{ModelError, Special, WeightMode, hf_name};
 
 /// llama.cpp's row permutation of Q and K (`[out, in]`, `heads` heads),
 /// which turns `rotate_half` pairs into adjacent pairs. `inverse` undoes it.
@@ -28,137 +29,85 @@ pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, Mod
 
 /// Loads an HF folder.
 pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
-    let file = |name: &str| dir.join(name);
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let (hf, config) = config::read_hf_config(dir)?;
+    let assets = ModelAssets::from_hf(dir)?;
+    let weights = HfWeights::open(&assets)?;
+    let mut load = |name: &str| Ok(weights.get(name, device)?.map(Weight::Dense));
+    let model = Llama::load(&assets.config, mode, &mut load, device)
+        .map_err(|e| e.hf_names().in_file(dir))?;
+    Ok(LoadedModel {
+        assets,
+        model,
+        weight_mode: mode,
+    })
+}
 
-    let tokenizer_path = file("tokenizer.json");
-    if !tokenizer_path.is_file() {
-        return Err(ModelError::Io {
-            path: tokenizer_path,
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no tokenizer.json in the model folder",
-            ),
-        });
-    }
-    let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path)
-        .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tokenizer_path.display())))?;
-    let tc_path = file("tokenizer_config.json");
-    let tc: serde_json::Value = match tc_path.is_file() {
-        true => serde_json::from_str(&read(&tc_path)?).map_err(|e| ModelError::Config {
-            path: tc_path.clone(),
-            key: format!("line {}", e.line()),
-            problem: e.to_string(),
-        })?,
-        false => serde_json::Value::Null,
-    };
-    let jinja = file("chat_template.jinja");
-    let chat_template = match jinja.is_file() {
-        true => Some(read(&jinja)?),
-        false => chat::template_from_tokenizer_config(&tc)
-            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tc_path.display())))?,
-    };
-    let token_text = |key: &str| -> Option<String> {
-        match tc.get(key)? {
-            serde_json::Value::String(s) => Some(s.clone()),
-            v => v.get("content")?.as_str().map(str::to_owned),
-        }
-    };
-    let id_of = |s: Option<String>| s.and_then(|s| tokenizer.token_to_id(&s));
-    let bos = hf.bos_token_id.or_else(|| id_of(token_text("bos_token")));
-    let mut eos: Vec<u32> = hf
-        .eos_token_id
-        .as_ref()
-        .map(|e| e.to_vec())
-        .unwrap_or_default();
-    if let Some(id) = id_of(token_text("eos_token"))
-        && !eos.contains(&id)
-    {
-        eos.push(id);
-    }
-    // generation_config.json lists the ids that end a reply (Llama 3's
-    // <|eot_id|>, Qwen's <|im_end|>).
-    let gen_path = file("generation_config.json");
-    if gen_path.is_file() {
-        let config: serde_json::Value =
-            serde_json::from_str(&read(&gen_path)?).map_err(|e| ModelError::Config {
-                path: gen_path.clone(),
-                key: format!("line {}", e.line()),
-                problem: e.to_string(),
+/// An HF folder's safetensors files, read by GGUF tensor name
+/// (`blk.0.attn_q.weight`) in GGUF's layout: Q and K rows permuted where
+/// the model pairs RoPE dimensions as llama.cpp does. Every backend that
+/// loads a folder reads its weights through this, as f32.
+pub struct HfWeights {
+    files: Vec<MmapedSafetensors>,
+    /// Tensor name → the file that holds it.
+    owner: BTreeMap<String, usize>,
+    weight_files: Vec<PathBuf>,
+    /// Query and key-value heads.
+    heads: (usize, usize),
+    interleaved: bool,
+}
+
+impl HfWeights {
+    /// Maps every weight file of the folder; a tensor held by two files is
+    /// refused, naming both.
+    pub fn open(assets: &ModelAssets) -> Result<HfWeights, ModelError> {
+        let weight_files = assets.weight_files.clone();
+        // One map per file, so a tensor held by two files is found, not shadowed.
+        let mut files = Vec::new();
+        let mut owner: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, path) in weight_files.iter().enumerate() {
+            // SAFETY: mapped read-only; vauban never writes a model it is reading.
+            let st = unsafe { MmapedSafetensors::new(path) }.map_err(|e| ModelError::Tensor {
+                path: path.clone(),
+                tensor: "*".into(),
+                problem: format!("is not a readable safetensors file: {e}"),
             })?;
-        if let Some(v) = config.get("eos_token_id") {
-            let ids: config::EosIds =
-                serde_json::from_value(v.clone()).map_err(|e| ModelError::Config {
-                    path: gen_path.clone(),
-                    key: "eos_token_id".into(),
-                    problem: e.to_string(),
-                })?;
-            for id in ids.to_vec() {
-                if !eos.contains(&id) {
-                    eos.push(id);
+            for (name, _) in st.tensors() {
+                if let Some(&first) = owner.get(&name) {
+                    return Err(ModelError::Tensor {
+                        path: path.clone(),
+                        tensor: name,
+                        problem: format!(
+                            "is also in {}; remove the stale file (or list the shards in model.safetensors.index.json)",
+                            weight_files[first].display()
+                        ),
+                    });
                 }
+                owner.insert(name, i);
             }
+            files.push(st);
         }
+        let c = &assets.config;
+        Ok(HfWeights {
+            files,
+            owner,
+            weight_files,
+            heads: (c.heads, c.kv_heads),
+            interleaved: c.rope_style == RopeStyle::Interleaved,
+        })
     }
-    // Whether a raw prompt gets BOS: as tokenizer_config.json says, else
-    // what the tokenizer's own post-processor does.
-    let add_bos = match tc.get("add_bos_token").and_then(|v| v.as_bool()) {
-        Some(v) => v,
-        None => match (tokenizer.encode("a", true), tokenizer.encode("a", false)) {
-            (Ok(with), Ok(without)) => {
-                with.get_ids().len() > without.get_ids().len()
-                    && with.get_ids().first() == bos.as_ref()
-            }
-            _ => false,
-        },
-    };
-    let special = Special::from_ids(&tokenizer, bos, eos, add_bos);
 
-    let weight_files = weight_files(dir)?;
-    // One map per file, so a tensor held by two files is found, not shadowed.
-    let mut files = Vec::new();
-    let mut owner: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, path) in weight_files.iter().enumerate() {
-        // SAFETY: mapped read-only; vauban never writes a model it is reading.
-        let st = unsafe { MmapedSafetensors::new(path) }.map_err(|e| ModelError::Tensor {
-            path: path.clone(),
-            tensor: "*".into(),
-            problem: format!("is not a readable safetensors file: {e}"),
-        })?;
-        for (name, _) in st.tensors() {
-            if let Some(&first) = owner.get(&name) {
-                return Err(ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name,
-                    problem: format!(
-                        "is also in {}; remove the stale file (or list the shards in model.safetensors.index.json)",
-                        weight_files[first].display()
-                    ),
-                });
-            }
-            owner.insert(name, i);
-        }
-        files.push(st);
-    }
-    let heads = (config.heads, config.kv_heads);
-    let interleaved = config.rope_style == RopeStyle::Interleaved;
-    let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
+    /// The tensor GGUF calls `name`, as f32 on `device`; `None` when the
+    /// folder has no such tensor.
+    pub fn get(&self, name: &str, device: &Device) -> Result<Option<Tensor>, ModelError> {
         let hf = hf_name(name);
-        let Some(&i) = owner.get(&hf) else {
+        let Some(&i) = self.owner.get(&hf) else {
             return Ok(None);
         };
         let bad = |problem: String| ModelError::Tensor {
-            path: weight_files[i].clone(),
+            path: self.weight_files[i].clone(),
             tensor: hf.clone(),
             problem,
         };
-        let view = files[i].get(&hf).map_err(|e| bad(e.to_string()))?;
+        let view = self.files[i].get(&hf).map_err(|e| bad(e.to_string()))?;
         use safetensors::Dtype as S;
         if !matches!(view.dtype(), S::F32 | S::F16 | S::BF16 | S::F64) {
             return Err(bad(format!(
@@ -166,108 +115,22 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel
                 view.dtype()
             )));
         }
-        let t = files[i]
+        let t = self.files[i]
             .load(&hf, device)
             .and_then(|t| t.to_dtype(DType::F32))
             .map_err(|e| bad(e.to_string()))?;
-        let t = match (
-            interleaved,
-            name.contains(".attn_q.weight"),
-            name.contains(".attn_k.weight"),
-        ) {
-            (true, true, _) => permute_qk(&t, heads.0, false)?,
-            (true, _, true) => permute_qk(&t, heads.1, false)?,
-            _ => t,
-        };
-        Ok(Some(Weight::Dense(t)))
-    };
-    let model =
-        Llama::load(&config, mode, &mut load, device).map_err(|e| e.hf_names().in_file(dir))?;
-    Ok(LoadedModel {
-        path: dir.to_path_buf(),
-        format: ModelFormat::HfFolder,
-        name: LoadedModel::name_of(dir),
-        weight_mode: mode,
-        config,
-        tokenizer,
-        chat_template,
-        special,
-        model,
-        weight_files,
-    })
-}
-
-/// The weight files of a folder: those `model.safetensors.index.json` lists
-/// (each must exist), else every `*.safetensors` in name order.
-fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
-    let index = dir.join("model.safetensors.index.json");
-    if index.is_file() {
-        let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
-            path: index.clone(),
-            source,
-        })?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| ModelError::Config {
-                path: index.clone(),
-                key: format!("line {}", e.line()),
-                problem: e.to_string(),
-            })?;
-        let map = json
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| ModelError::Config {
-                path: index.clone(),
-                key: "weight_map".into(),
-                problem: "is missing or not an object of tensor name → shard file".into(),
-            })?;
-        let mut files: Vec<PathBuf> = Vec::new();
-        for (tensor, file) in map {
-            let name = file
-                .as_str()
-                .filter(|f| !f.contains('/') && !f.contains(".."))
-                .ok_or_else(|| ModelError::Config {
-                    path: index.clone(),
-                    key: format!("weight_map.{tensor}"),
-                    problem: "is not a file name in the model folder".into(),
-                })?;
-            let path = dir.join(name);
-            if !files.contains(&path) {
-                files.push(path);
-            }
-        }
-        files.sort();
-        for f in &files {
-            if !f.is_file() {
-                return Err(ModelError::Io {
-                    path: f.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "a shard listed in model.safetensors.index.json is missing",
-                    ),
-                });
-            }
-        }
-        return Ok(files);
+        Ok(Some(
+            match (
+                self.interleaved,
+                name.contains(".attn_q.weight"),
+                name.contains(".attn_k.weight"),
+            ) {
+                (true, true, _) => permute_qk(&t, self.heads.0, false)?,
+                (true, _, true) => permute_qk(&t, self.heads.1, false)?,
+                _ => t,
+            },
+        ))
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| ModelError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(ModelError::Io {
-            path: dir.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no *.safetensors weights in the model folder",
-            ),
-        });
-    }
-    Ok(files)
 }
 
 /// Writes `model` as an HF folder vauban (and `transformers`) can load:

@@ -6,12 +6,12 @@ pub mod gguf;
 pub mod hf;
 pub mod llama;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::Device;
 
-use crate::model::config::LlamaConfig;
-use crate::model::{ModelError, ModelFormat, Special, WeightMode, chat, not_a_model};
+use crate::model::assets::ModelAssets;
+use crate::model::{ModelError, WeightMode, not_a_model};
 use llama::Llama;
 
 impl From<candle_core::Error> for ModelError {
@@ -20,20 +20,22 @@ impl From<candle_core::Error> for ModelError {
     }
 }
 
-/// A loaded model with its tokenizer, chat template and special tokens.
+/// A loaded model: its assets (tokenizer, chat template, special tokens,
+/// shape; read as every backend reads them) and candle's weights.
 pub struct LoadedModel {
-    pub path: PathBuf,
-    pub format: ModelFormat,
-    /// A short name for reports (file or folder name).
-    pub name: String,
-    pub config: LlamaConfig,
-    pub tokenizer: tokenizers::Tokenizer,
-    pub chat_template: Option<String>,
-    pub special: Special,
+    pub assets: ModelAssets,
     pub model: Llama,
-    /// The files the weights came from (for hashing).
-    pub weight_files: Vec<PathBuf>,
     pub weight_mode: WeightMode,
+}
+
+/// The assets' fields and methods (`config`, `tokenizer`, `encode`...)
+/// read through the loaded model, as they did before the assets were
+/// shared with the other backends.
+impl std::ops::Deref for LoadedModel {
+    type Target = ModelAssets;
+    fn deref(&self) -> &ModelAssets {
+        &self.assets
+    }
 }
 
 impl LoadedModel {
@@ -50,71 +52,5 @@ impl LoadedModel {
         } else {
             Err(not_a_model(path))
         }
-    }
-
-    /// A short name for a model path: its file or folder name.
-    pub(crate) fn name_of(path: &Path) -> String {
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string())
-    }
-
-    /// Token ids of a raw prompt: no special tokens parsed from the text's
-    /// meaning beyond the tokenizer's own, BOS first when the model asks for it.
-    pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>, ModelError> {
-        let mut ids = self.encode(text)?;
-        if let Some((bos, _)) = &self.special.bos
-            && self.special.add_bos
-            && ids.first() != Some(bos)
-        {
-            ids.insert(0, *bos);
-        }
-        Ok(ids)
-    }
-
-    /// Token ids of already-rendered text (a chat template adds its own BOS).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
-        Ok(self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| ModelError::Tokenizer(format!("cannot encode the prompt: {e}")))?
-            .get_ids()
-            .to_vec())
-    }
-
-    /// Text of token ids, special tokens included.
-    pub fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
-        self.tokenizer
-            .decode(ids, false)
-            .map_err(|e| ModelError::Tokenizer(format!("cannot decode tokens: {e}")))
-    }
-
-    /// The chat template, compiled; an error when the model has none.
-    pub fn chat(&self) -> Result<chat::ChatTemplate, ModelError> {
-        let source = self.chat_template.clone().ok_or_else(|| {
-            ModelError::Tokenizer(format!(
-                "{} has no chat template; pass --raw to send the prompt as plain text",
-                self.path.display()
-            ))
-        })?;
-        chat::ChatTemplate::new(
-            source,
-            self.special.bos.as_ref().map(|b| b.1.clone()),
-            self.special.eos.first().map(|e| e.1.clone()),
-        )
-        .map_err(|e| ModelError::Tokenizer(format!("{}: chat template: {e}", self.path.display())))
-    }
-
-    /// sha256 of the vocabulary: every token's text in id order, one a
-    /// line, added tokens included. Two models with equal hashes index the
-    /// same tokens (what comparing their distributions needs); an id the
-    /// tokenizer has no text for hashes as an empty line.
-    pub fn vocabulary_sha256(&self) -> String {
-        crate::model::tokenizer::vocabulary_sha256(&self.tokenizer)
-    }
-
-    /// Whether `id` ends a generation.
-    pub fn is_eos(&self, id: u32) -> bool {
-        self.special.eos.iter().any(|(e, _)| *e == id)
     }
 }

@@ -4,16 +4,16 @@
 //! cache, logits at every position for both) and generation (`tg128`: 128 single-token steps), tok/s, median
 //! of `--reps` (default 5). Prints figures; asserts nothing.
 //!
-//! Run: `eval "$(bash scripts/setup-torch.sh)"; cargo bench -p vauban-torch
-//! --features torch --bench speed -- [--reps N]`.
+//! Run: `eval "$(bash scripts/setup-torch.sh)"; cargo bench -p vauban-exec
+//! --features torch --bench torch_speed -- [--reps N]`.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use vauban_exec::executor::candle::model::LoadedModel;
 use vauban_exec::executor::candle::model::llama::{LogitsAt, NoHook};
+use vauban_exec::executor::torch::model::TorchLlama;
 use vauban_exec::model::WeightMode;
-use vauban_torch::model::TorchLlama;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     candle
         .model
         .run(&all[..16], None, &mut NoHook, LogitsAt::Last)?;
-    let _ = torch.forward(&all[..16]);
+    let _ = torch.forward(&all[..16])?;
     for n in [128usize, 512] {
         let ids = &all[..n];
         let (mut c, mut t) = (vec![], vec![]);
@@ -77,7 +77,7 @@ fn main() -> anyhow::Result<()> {
             t.push(
                 n as f64
                     / time(&mut || {
-                        let _ = torch.forward_cached(ids, &mut torch.new_cache());
+                        let _ = torch.forward_cached(ids, &mut torch.new_cache())?;
                         Ok(())
                     })?,
             );
@@ -108,7 +108,7 @@ fn main() -> anyhow::Result<()> {
                 / time(&mut || {
                     let mut cache = torch.new_cache();
                     for &id in &all[..128] {
-                        let _ = torch.forward_cached(&[id], &mut cache);
+                        let _ = torch.forward_cached(&[id], &mut cache)?;
                     }
                     Ok(())
                 })?,

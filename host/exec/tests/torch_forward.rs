@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use vauban_exec::executor::candle::model::LoadedModel;
+use vauban_exec::executor::torch::model::TorchLlama;
 use vauban_exec::model::WeightMode;
-use vauban_torch::model::TorchLlama;
 
 fn smollm2() -> Option<PathBuf> {
     let dir = std::env::var_os("VAUBAN_MODELS")
@@ -47,7 +47,7 @@ fn torch_and_candle_agree_on_smollm2() {
             .logits
             .to_vec2::<f32>()
             .unwrap();
-        let got = torch.forward(&ids);
+        let got = torch.forward(&ids).unwrap();
         let got: Vec<Vec<f32>> = Vec::<Vec<f32>>::try_from(&got).unwrap();
         assert_eq!(got.len(), want.len());
         let mut worst = 0f32;
@@ -78,13 +78,15 @@ fn decoding_through_the_cache_equals_the_whole_pass() {
     let ids = candle
         .encode("The capital of France is Paris, and the capital of Italy")
         .unwrap();
-    let whole: Vec<Vec<f32>> = Vec::<Vec<f32>>::try_from(&torch.forward(&ids)).unwrap();
+    let whole: Vec<Vec<f32>> = Vec::<Vec<f32>>::try_from(&torch.forward(&ids).unwrap()).unwrap();
     let split = ids.len() - 4;
     let mut cache = torch.new_cache();
     let mut rows: Vec<Vec<f32>> =
-        Vec::<Vec<f32>>::try_from(&torch.forward_cached(&ids[..split], &mut cache)).unwrap();
+        Vec::<Vec<f32>>::try_from(&torch.forward_cached(&ids[..split], &mut cache).unwrap())
+            .unwrap();
     for &id in &ids[split..] {
-        let step = Vec::<Vec<f32>>::try_from(&torch.forward_cached(&[id], &mut cache)).unwrap();
+        let step =
+            Vec::<Vec<f32>>::try_from(&torch.forward_cached(&[id], &mut cache).unwrap()).unwrap();
         rows.extend(step);
     }
     assert_eq!(cache.len(), ids.len());
@@ -108,18 +110,21 @@ struct Ablate {
     kept: Vec<tch::Tensor>,
 }
 
-impl vauban_torch::model::BlockHook for Ablate {
+impl vauban_exec::executor::torch::model::BlockHook for Ablate {
     fn after_block(
         &mut self,
-        layer: usize,
-        offset: usize,
+        v: &vauban_exec::executor::torch::model::BlockView<'_>,
         resid: &tch::Tensor,
-    ) -> Option<tch::Tensor> {
-        let out =
-            vauban_torch::intervene::apply(&self.iv[layer], &resid.unsqueeze(0), offset).unwrap();
+    ) -> Result<Option<tch::Tensor>, vauban_exec::model::ModelError> {
+        let out = vauban_exec::executor::torch::intervene::apply(
+            &self.iv[v.layer],
+            &resid.unsqueeze(0),
+            v.offset,
+        )
+        .unwrap();
         let new = out.hidden.unwrap().squeeze_dim(0);
         self.kept.push(new.shallow_clone());
-        Some(new)
+        Ok(Some(new))
     }
 }
 
@@ -165,7 +170,9 @@ fn an_ablation_at_every_block_agrees_with_candle() {
         iv: ivs.clone(),
         kept: Vec::new(),
     };
-    let got = torch.forward_hooked(&ids, &mut torch.new_cache(), &mut ablate);
+    let (got, _) = torch
+        .run(&ids, &mut torch.new_cache(), &mut ablate, false)
+        .unwrap();
     let got = Vec::<Vec<f32>>::try_from(&got).unwrap();
     let worst = got
         .iter()

@@ -5,16 +5,18 @@
 //! the norm of the change). `tests/intervene.rs` checks the two against
 //! each other for every mode.
 
+use std::collections::HashMap;
 use tch::{Device, Kind, Tensor};
-use vauban_exec::intervene::{InterveneError, Intervention, Mode, Positions, When};
+
+use crate::intervene::policy::{Observation, PolicyLog, StepPolicy};
+use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
 
 /// What [`apply`] did, on libtorch tensors (the outcome every backend
 /// gives).
-pub type Outcome = vauban_exec::intervene::Outcome<Tensor>;
+pub type Outcome = crate::intervene::Outcome<Tensor>;
 
 /// The direction's basis `[k, d_model]` as f32 on `device`.
-pub fn basis_tensor(iv: &Intervention, device: Device) -> Tensor {
-    let d = &iv.direction;
+pub fn basis_tensor(d: &Direction, device: Device) -> Tensor {
     Tensor::from_slice(&d.basis)
         .reshape([d.rows() as i64, d.width() as i64])
         .to_device(device)
@@ -24,6 +26,17 @@ pub fn basis_tensor(iv: &Intervention, device: Device) -> Tensor {
 /// in f32 and cast back); `offset` is the absolute position of `h`'s first
 /// token, so positions mean the same tokens in prefill and decode.
 pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, InterveneError> {
+    apply_with(iv, &basis_tensor(&iv.direction, h.device()), h, offset)
+}
+
+/// [`apply`] with the direction's basis already on `h`'s device (a
+/// session makes it once, not in every decode step).
+pub fn apply_with(
+    iv: &Intervention,
+    basis: &Tensor,
+    h: &Tensor,
+    offset: usize,
+) -> Result<Outcome, InterveneError> {
     iv.check()?;
     let size = h.size();
     let (b, t, d) = match size.as_slice() {
@@ -54,7 +67,6 @@ pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, In
     tch::no_grad(|| {
         let dev = h.device();
         let x = h.to_kind(Kind::Float).reshape([n, d]);
-        let basis = basis_tensor(iv, dev);
         // Coordinates along every row: [n, k].
         let c = x.matmul(&basis.transpose(0, 1));
         let selected: Vec<f32> = (0..t as usize)
@@ -131,4 +143,73 @@ pub fn apply(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, In
 
 fn torch_error(e: tch::TchError) -> InterveneError {
     InterveneError::Policy(format!("libtorch: {e}"))
+}
+
+/// Runs `policy` after block `layer` on `h` (`[1, tokens, d_model]`):
+/// observes, decides, applies, as candle's `policy_step`. Returns the new
+/// activation if an op changed it. `bases` keeps each watched direction's
+/// basis, by name, for the whole session.
+pub fn policy_step(
+    policy: &mut dyn StepPolicy,
+    log: &mut PolicyLog,
+    bases: &mut HashMap<String, Tensor>,
+    (layer, offset, prefill): (usize, usize, bool),
+    h: &Tensor,
+) -> Result<Option<Tensor>, InterveneError> {
+    for w in policy.watches() {
+        if !bases.contains_key(&w.name) {
+            bases.insert(w.name.clone(), basis_tensor(&w.direction, h.device()));
+        }
+    }
+    let mut observations = Vec::new();
+    for w in policy
+        .watches()
+        .iter()
+        .filter(|w| w.layers.contains(&layer))
+    {
+        let probe = Intervention {
+            layer,
+            mode: Mode::Project,
+            direction: w.direction.clone(),
+            alpha: 1.0,
+            value: None,
+            positions: Positions::All,
+            condition: None,
+        };
+        let out = apply_with(&probe, &bases[&w.name], h, offset)?;
+        observations.push(Observation {
+            layer,
+            direction: w.name.clone(),
+            offset,
+            projections: out.projections.iter().map(|p| p[0]).collect(),
+        });
+    }
+    if observations.is_empty() {
+        return Ok(None);
+    }
+    log.decisions += 1;
+    let ops = policy
+        .decide(&observations)
+        .map_err(|e| InterveneError::Policy(format!("policy {}: {e}", policy.describe())))?;
+    let mut current: Option<Tensor> = None;
+    for op in &ops {
+        let w = policy
+            .watches()
+            .iter()
+            .find(|w| w.name == op.direction && w.layers.contains(&layer))
+            .ok_or_else(|| {
+                InterveneError::Policy(format!(
+                    "op names direction {}, which is not watched at layer {layer}",
+                    op.direction
+                ))
+            })?;
+        for iv in op.interventions(&w.direction) {
+            let out = apply_with(&iv, &bases[&w.name], current.as_ref().unwrap_or(h), offset)?;
+            if let Some(new) = out.hidden {
+                current = Some(new);
+            }
+        }
+        log.add(op, prefill);
+    }
+    Ok(current)
 }

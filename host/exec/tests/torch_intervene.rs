@@ -69,7 +69,8 @@ fn every_mode_matches_candles() {
                 };
                 let what = format!("{mode:?} {positions:?} {condition:?}");
                 let want = candle_iv::apply(&iv, &h_candle, offset).unwrap();
-                let got = vauban_torch::intervene::apply(&iv, &h_torch, offset).unwrap();
+                let got =
+                    vauban_exec::executor::torch::intervene::apply(&iv, &h_torch, offset).unwrap();
                 assert_eq!(got.applied, want.applied, "{what}: tokens touched");
                 for (g, w) in got
                     .projections
@@ -118,7 +119,7 @@ fn a_direction_of_another_width_is_refused() {
         condition: None,
     };
     let h = tch::Tensor::zeros([1, 2, D as i64 + 1], (tch::Kind::Float, tch::Device::Cpu));
-    let err = vauban_torch::intervene::apply(&iv, &h, 0)
+    let err = vauban_exec::executor::torch::intervene::apply(&iv, &h, 0)
         .unwrap_err()
         .to_string();
     assert!(

@@ -1,0 +1,614 @@
+//! The llama-family forward pass in libtorch, following the same model
+//! description as candle's (`crate::model::config::LlamaConfig`:
+//! sizes, RoPE style and scaling, QKV bias, tied embeddings) and the same
+//! GGUF tensor names, one small struct per part.
+//!
+//! Weights are read from a GGUF file and dequantized to f32 at load (the
+//! Torch backend has no block kernels); the dtype on the device is a
+//! setting (f32 on CPU; bf16 or f16 on a GPU).
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+use tch::{Device, Kind, Tensor};
+
+use crate::executor::candle::model::hf::HfWeights;
+use crate::model::ModelError;
+use crate::model::assets::ModelAssets;
+use crate::model::config::{LlamaConfig, RopeStyle};
+
+impl From<tch::TchError> for ModelError {
+    fn from(e: tch::TchError) -> Self {
+        ModelError::Compute(Box::new(e))
+    }
+}
+
+/// A linear map `y = x·Wᵀ (+ b)`.
+struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// RMSNorm with a learned scale.
+struct RmsNorm {
+    scale: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    /// In f32 whatever the activations' dtype, as candle's.
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let xf = x.to_kind(Kind::Float);
+        let var = xf.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        (xf * (var + self.eps).rsqrt()).to_kind(x.kind()) * &self.scale
+    }
+}
+
+/// Grouped-query self-attention with rotary positions.
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+}
+
+/// The gated MLP: `down(silu(gate(x)) * up(x))`.
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.down
+            .forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+    }
+}
+
+/// One transformer block: attention and MLP, each after its norm and added
+/// to the residual stream.
+struct Block {
+    attn_norm: RmsNorm,
+    attn: Attention,
+    mlp_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// What a hook sees of a block after it ran.
+pub struct BlockView<'a> {
+    pub layer: usize,
+    /// Absolute position of the pass's first token.
+    pub offset: usize,
+    /// What the attention added to the residual stream, `[tokens, hidden]`.
+    pub attn_out: &'a Tensor,
+    /// What the MLP added to the residual stream, `[tokens, hidden]`.
+    pub mlp_out: &'a Tensor,
+}
+
+/// Called after every block with the residual stream (`[tokens, hidden]`);
+/// a returned tensor of the same shape replaces it (an intervention).
+pub trait BlockHook {
+    fn after_block(
+        &mut self,
+        view: &BlockView<'_>,
+        resid: &Tensor,
+    ) -> Result<Option<Tensor>, ModelError>;
+}
+
+/// A hook that does nothing.
+pub struct NoHook;
+
+impl BlockHook for NoHook {
+    fn after_block(&mut self, _: &BlockView<'_>, _: &Tensor) -> Result<Option<Tensor>, ModelError> {
+        Ok(None)
+    }
+}
+
+/// Time a pass spent outside the blocks' own arithmetic.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PassTiming {
+    /// In the hook after each block (interventions, observation).
+    pub hook_ns: u64,
+    /// In the final norm and the output projection.
+    pub lm_head_ns: u64,
+}
+
+/// A llama-family model in libtorch.
+pub struct TorchLlama {
+    config: LlamaConfig,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    output: Linear,
+    inv_freqs: Tensor,
+    device: Device,
+    /// The weights' and activations' dtype.
+    kind: Kind,
+}
+
+/// Where the weights come from: tensors by GGUF name in GGUF's layout,
+/// as f32 on the CPU (a GGUF file dequantized, or an HF folder read
+/// through the same [`HfWeights`] as candle's).
+enum Source {
+    Gguf {
+        file: std::fs::File,
+        content: gguf_file::Content,
+    },
+    Hf(HfWeights),
+}
+
+/// Reads the weights a model's config implies, checking each shape, and
+/// puts them on the device in the model's dtype.
+struct Reader<'a> {
+    path: &'a Path,
+    source: Source,
+    device: Device,
+    kind: Kind,
+}
+
+impl Reader<'_> {
+    fn get(&mut self, name: &str) -> Result<Option<Tensor>, ModelError> {
+        let t = match &mut self.source {
+            Source::Gguf { file, content } => {
+                if !content.tensor_infos.contains_key(name) {
+                    return Ok(None);
+                }
+                let bad = |e: candle_core::Error| ModelError::Tensor {
+                    path: self.path.to_path_buf(),
+                    tensor: name.to_owned(),
+                    problem: e.to_string(),
+                };
+                content
+                    .tensor(file, name, &candle_core::Device::Cpu)
+                    .and_then(|q| q.dequantize(&candle_core::Device::Cpu))
+                    .map_err(bad)?
+            }
+            Source::Hf(w) => match w.get(name, &candle_core::Device::Cpu)? {
+                Some(t) => t,
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(
+            to_torch(&t)?.to_device(self.device).to_kind(self.kind),
+        ))
+    }
+
+    fn need(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
+        let t = self.get(name)?.ok_or_else(|| ModelError::MissingTensor {
+            tensor: name.to_owned(),
+            path: Some(self.path.to_path_buf()),
+        })?;
+        let found: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+        if found != shape {
+            return Err(ModelError::ShapeMismatch {
+                tensor: name.to_owned(),
+                found,
+                expected: shape.to_vec(),
+                path: Some(self.path.to_path_buf()),
+            });
+        }
+        Ok(t)
+    }
+
+    fn linear(&mut self, stem: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
+        Ok(Linear {
+            weight: self.need(&format!("{stem}.weight"), &[out, inp])?,
+            bias: self.get(&format!("{stem}.bias"))?,
+        })
+    }
+}
+
+/// A candle CPU tensor as an f32 libtorch one of the same shape.
+pub(crate) fn to_torch(t: &candle_core::Tensor) -> Result<Tensor, ModelError> {
+    let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
+    let values = t
+        .to_dtype(candle_core::DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())?;
+    Ok(Tensor::from_slice(&values).reshape(dims))
+}
+
+impl TorchLlama {
+    /// Loads a GGUF file's weights (dequantized to f32) onto `device`, in
+    /// f32: what the forward tests compare with candle's.
+    pub fn from_gguf(path: &Path, device: Device) -> Result<TorchLlama, ModelError> {
+        let assets = ModelAssets::load(path)?;
+        TorchLlama::load(&assets, device, Kind::Float)
+    }
+
+    /// Loads the weights of the model `assets` describe (a GGUF file,
+    /// dequantized; or an HF folder's safetensors) onto `device` as `kind`
+    /// (a float kind; norms and softmax are computed in f32 whatever it is).
+    pub fn load(
+        assets: &ModelAssets,
+        device: Device,
+        kind: Kind,
+    ) -> Result<TorchLlama, ModelError> {
+        let path = assets.path.as_path();
+        let source = match assets.format {
+            crate::model::ModelFormat::Gguf => {
+                let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let content =
+                    gguf_file::Content::read(&mut file).map_err(|e| ModelError::Gguf {
+                        path: path.to_path_buf(),
+                        message: e.to_string(),
+                    })?;
+                Source::Gguf { file, content }
+            }
+            crate::model::ModelFormat::HfFolder => Source::Hf(HfWeights::open(assets)?),
+        };
+        let hf = matches!(source, Source::Hf(_));
+        let mut r = Reader {
+            path,
+            source,
+            device,
+            kind,
+        };
+        let config = assets.config.clone();
+        let model = tch::no_grad(|| TorchLlama::read(config, &mut r, device, kind));
+        // An HF folder's tensors are named as HF names them.
+        model.map_err(|e| if hf { e.hf_names() } else { e })
+    }
+
+    fn read(
+        config: LlamaConfig,
+        r: &mut Reader<'_>,
+        device: Device,
+        kind: Kind,
+    ) -> Result<TorchLlama, ModelError> {
+        let c = &config;
+        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let embed = r.need("token_embd.weight", &[c.vocab, c.hidden])?;
+        let norm = |scale: Tensor| RmsNorm {
+            scale,
+            eps: c.rms_eps,
+        };
+        let mut blocks = Vec::with_capacity(c.layers);
+        for i in 0..c.layers {
+            let b = |part: &str| format!("blk.{i}.{part}");
+            blocks.push(Block {
+                attn_norm: norm(r.need(&b("attn_norm.weight"), &[c.hidden])?),
+                attn: Attention {
+                    q: r.linear(&b("attn_q"), q_width, c.hidden)?,
+                    k: r.linear(&b("attn_k"), kv_width, c.hidden)?,
+                    v: r.linear(&b("attn_v"), kv_width, c.hidden)?,
+                    o: r.linear(&b("attn_output"), c.hidden, q_width)?,
+                },
+                mlp_norm: norm(r.need(&b("ffn_norm.weight"), &[c.hidden])?),
+                mlp: Mlp {
+                    gate: r.linear(&b("ffn_gate"), c.ffn, c.hidden)?,
+                    up: r.linear(&b("ffn_up"), c.ffn, c.hidden)?,
+                    down: r.linear(&b("ffn_down"), c.hidden, c.ffn)?,
+                },
+            });
+        }
+        let final_norm = norm(r.need("output_norm.weight", &[c.hidden])?);
+        let output = match r.get("output.weight")? {
+            Some(weight) => Linear { weight, bias: None },
+            None => Linear {
+                weight: embed.shallow_clone(),
+                bias: None,
+            },
+        };
+        let inv_freqs = Tensor::from_slice(&c.inv_freqs()).to_device(device);
+        Ok(TorchLlama {
+            config,
+            embed,
+            blocks,
+            norm: final_norm,
+            output,
+            inv_freqs,
+            device,
+            kind,
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The weights' and activations' dtype.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// An empty KV cache for this model.
+    pub fn new_cache(&self) -> TorchCache {
+        TorchCache {
+            layers: (0..self.config.layers).map(|_| None).collect(),
+            len: 0,
+        }
+    }
+
+    /// Logits at every position of `ids` run from position 0, `[n, vocab]`.
+    pub fn forward(&self, ids: &[u32]) -> Result<Tensor, ModelError> {
+        self.forward_cached(ids, &mut self.new_cache())
+    }
+
+    /// Logits at every position of `ids` run after the positions `cache`
+    /// holds, `[n, vocab]`; their keys and values are appended to it.
+    pub fn forward_cached(
+        &self,
+        ids: &[u32],
+        cache: &mut TorchCache,
+    ) -> Result<Tensor, ModelError> {
+        Ok(self.run(ids, cache, &mut NoHook, false)?.0)
+    }
+
+    /// Runs `ids` after the positions `cache` holds, calling `hook` after
+    /// every block; the f32 logits at every position (`[n, vocab]`) or,
+    /// with `last_only`, at the last (`[1, vocab]`). Token ids outside the
+    /// vocabulary and a hook's tensor of the wrong shape are refused, never
+    /// handed to libtorch (whose errors would be panics in `tch`).
+    pub fn run(
+        &self,
+        ids: &[u32],
+        cache: &mut TorchCache,
+        hook: &mut dyn BlockHook,
+        last_only: bool,
+    ) -> Result<(Tensor, PassTiming), ModelError> {
+        let c = &self.config;
+        if ids.is_empty() {
+            return Err(ModelError::EmptyInput);
+        }
+        if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
+            return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
+        }
+        let mut timing = PassTiming::default();
+        tch::no_grad(|| {
+            let (n, past) = (ids.len() as i64, cache.len as i64);
+            let total = past + n;
+            let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+            let ids = Tensor::from_slice(&ids).to_device(self.device);
+            let mut x = self.embed.index_select(0, &ids);
+            let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
+            let angles = positions.unsqueeze(1) * self.inv_freqs.unsqueeze(0);
+            let (cos, sin) = (
+                angles.cos().to_kind(self.kind),
+                angles.sin().to_kind(self.kind),
+            );
+            // Causal: the query at position past + i sees keys 0..=past + i.
+            let mask = Tensor::ones([n, total], (Kind::Bool, self.device)).triu(past + 1);
+            for (layer, (block, slot)) in
+                self.blocks.iter().zip(cache.layers.iter_mut()).enumerate()
+            {
+                let attn_out =
+                    block
+                        .attn
+                        .forward(&block.attn_norm.forward(&x), c, (&cos, &sin), &mask, slot);
+                x = &x + &attn_out;
+                let mlp_out = block.mlp.forward(&block.mlp_norm.forward(&x));
+                x = &x + &mlp_out;
+                let start = std::time::Instant::now();
+                let view = BlockView {
+                    layer,
+                    offset: past as usize,
+                    attn_out: &attn_out,
+                    mlp_out: &mlp_out,
+                };
+                if let Some(changed) = hook.after_block(&view, &x)? {
+                    if changed.size() != x.size() || changed.kind() != x.kind() {
+                        return Err(ModelError::HookShape {
+                            layer,
+                            found: changed.size().iter().map(|&d| d as usize).collect(),
+                            expected: x.size().iter().map(|&d| d as usize).collect(),
+                        });
+                    }
+                    x = changed;
+                }
+                timing.hook_ns += start.elapsed().as_nanos() as u64;
+            }
+            cache.len += n as usize;
+            let start = std::time::Instant::now();
+            let x = match last_only {
+                true => x.narrow(0, n - 1, 1),
+                false => x,
+            };
+            let logits = self
+                .output
+                .forward(&self.norm.forward(&x))
+                .to_kind(Kind::Float);
+            timing.lm_head_ns = start.elapsed().as_nanos() as u64;
+            Ok((logits, timing))
+        })
+    }
+
+    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`.
+    pub fn weight(&self, layer: usize, m: crate::model::Matrix) -> Result<&Tensor, ModelError> {
+        use crate::model::Matrix as M;
+        let b = self.blocks.get(layer).ok_or(ModelError::LayerOutOfRange {
+            layer,
+            count: self.blocks.len(),
+        })?;
+        Ok(match m {
+            M::AttnQ => &b.attn.q.weight,
+            M::AttnK => &b.attn.k.weight,
+            M::AttnV => &b.attn.v.weight,
+            M::AttnOutput => &b.attn.o.weight,
+            M::FfnGate => &b.mlp.gate.weight,
+            M::FfnUp => &b.mlp.up.weight,
+            M::FfnDown => &b.mlp.down.weight,
+        })
+    }
+
+    /// Removes the unit direction `r` (`[hidden]`) from the output of
+    /// `m` at `layer` (`W ← W − r(rᵀW)`, in f32, written in place); the
+    /// Frobenius norm of the change.
+    pub fn orthogonalize(
+        &mut self,
+        r: &Tensor,
+        layer: usize,
+        m: crate::model::Matrix,
+    ) -> Result<f32, ModelError> {
+        use crate::model::Matrix as M;
+        if !matches!(m, M::AttnOutput | M::FfnDown) {
+            return Err(ModelError::NotResidualWriter { matrix: m });
+        }
+        let count = self.blocks.len();
+        let b = self
+            .blocks
+            .get_mut(layer)
+            .ok_or(ModelError::LayerOutOfRange { layer, count })?;
+        let w = match m {
+            M::AttnOutput => &mut b.attn.o.weight,
+            _ => &mut b.mlp.down.weight,
+        };
+        tch::no_grad(|| {
+            let r = r
+                .to_device(w.device())
+                .to_kind(Kind::Float)
+                .reshape([-1, 1]);
+            let wf = w.to_kind(Kind::Float);
+            let change = r.matmul(&r.transpose(0, 1).matmul(&wf));
+            let norm = change.norm().double_value(&[]) as f32;
+            *w = (wf - change).to_kind(w.kind());
+            Ok(norm)
+        })
+    }
+}
+
+impl Attention {
+    /// Self-attention of `h` (`[n, hidden]`) over the cached positions
+    /// and its own, appending its keys and values to `slot`.
+    fn forward(
+        &self,
+        h: &Tensor,
+        c: &LlamaConfig,
+        (cos, sin): (&Tensor, &Tensor),
+        mask: &Tensor,
+        slot: &mut Option<(Tensor, Tensor)>,
+    ) -> Tensor {
+        let n = h.size()[0];
+        let (d, heads, kvh) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
+        // [n, heads, d] → [heads, n, d]
+        let q = self.q.forward(h).view([n, heads, d]).transpose(0, 1);
+        let k = self.k.forward(h).view([n, kvh, d]).transpose(0, 1);
+        let v = self.v.forward(h).view([n, kvh, d]).transpose(0, 1);
+        let (q, k) = (
+            rotate(&q, cos, sin, c.rope_style),
+            rotate(&k, cos, sin, c.rope_style),
+        );
+        let (k, v) = match slot.take() {
+            Some((pk, pv)) => (Tensor::cat(&[pk, k], 1), Tensor::cat(&[pv, v], 1)),
+            None => (k, v),
+        };
+        *slot = Some((k.shallow_clone(), v.shallow_clone()));
+        let rep = heads / kvh;
+        let (k, v) = (
+            k.repeat_interleave_self_int(rep, 0, None),
+            v.repeat_interleave_self_int(rep, 0, None),
+        );
+        let scores = q.matmul(&k.transpose(1, 2)) / (d as f64).sqrt();
+        let scores = scores.masked_fill(mask, f64::NEG_INFINITY);
+        let out = scores
+            .softmax(-1, Kind::Float)
+            .to_kind(v.kind())
+            .matmul(&v)
+            .transpose(0, 1)
+            .reshape([n, heads * d]);
+        self.o.forward(&out)
+    }
+}
+
+/// Keys and values of every block for the positions run so far,
+/// `[kv_heads, len, head_dim]` each (grown by concatenation).
+pub struct TorchCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl TorchCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every position from `to` on.
+    pub fn truncate(&mut self, to: usize) -> Result<(), String> {
+        if to > self.len {
+            return Err(format!(
+                "cannot rewind to position {to}: the session holds {}",
+                self.len
+            ));
+        }
+        for slot in &mut self.layers {
+            *slot = match slot.take() {
+                Some(_) if to == 0 => None,
+                Some((k, v)) => Some((k.narrow(1, 0, to as i64), v.narrow(1, 0, to as i64))),
+                None => None,
+            };
+        }
+        self.len = to;
+        Ok(())
+    }
+
+    /// A cache holding the same positions that grows on its own (the
+    /// tensors are shared until either grows: growing makes new ones).
+    pub fn fork(&self) -> TorchCache {
+        TorchCache {
+            layers: self
+                .layers
+                .iter()
+                .map(|s| {
+                    s.as_ref()
+                        .map(|(k, v)| (k.shallow_clone(), v.shallow_clone()))
+                })
+                .collect(),
+            len: self.len,
+        }
+    }
+
+    /// Bytes held by the keys and values.
+    pub fn bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| {
+                (k.numel() * k.kind().elt_size_in_bytes()
+                    + v.numel() * v.kind().elt_size_in_bytes()) as u64
+            })
+            .sum()
+    }
+}
+
+/// Rotary embedding of `x` (`[heads, n, d]`) at the angles `cos`/`sin`
+/// (`[n, d/2]`), pairing dimensions as `style` says.
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Tensor {
+    let d = *x.size().last().expect("a head dimension");
+    let half = d / 2;
+    match style {
+        RopeStyle::Interleaved => {
+            // Pairs (2i, 2i + 1).
+            let pairs = x.unflatten(-1, [half, 2]);
+            let (a, b) = (pairs.select(-1, 0), pairs.select(-1, 1));
+            let ra = &a * cos - &b * sin;
+            let rb = &a * sin + &b * cos;
+            Tensor::stack(&[ra, rb], -1).flatten(-2, -1)
+        }
+        RopeStyle::Half => {
+            // Pairs (i, i + d/2).
+            let (a, b) = (x.narrow(-1, 0, half), x.narrow(-1, half, half));
+            let ra = &a * cos - &b * sin;
+            let rb = &a * sin + &b * cos;
+            Tensor::cat(&[ra, rb], -1)
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! One traced run on libtorch: tokenize, prepare, prefill (with hooks),
+//! observe, lm_head, and optionally decode, forward (the reference
+//! continuation) and intervene, each a span with a profile, recorded
+//! through the shared [`Recorder`] as candle's are. Jobs run one at a
+//! time (no batched passes yet).
+
+use std::time::Instant;
+
+use tch::{Device, Kind, Tensor};
+
+use super::TorchExecutor;
+use super::session::{TorchSession, last_row};
+use crate::executor::generate::Generator;
+use crate::executor::recorder::{
+    Recorder, check_request, labels, log_softmax_data, resident_bytes, support_scores,
+    tokenize_prompt,
+};
+use crate::executor::{Executor, ExecutorError, InferenceSession, RunOptions, TraceOutput};
+use crate::intervene::policy::StepPolicy;
+use crate::model::{Matrix, ModelError};
+use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
+
+/// A tensor copied to the host as f32 trace data, with its shape.
+fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
+    let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+    let values = super::host_vec(t)?;
+    Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
+}
+
+/// Bytes libtorch's CUDA caching allocator holds on the model's device,
+/// allocated and reserved, for stage profiles on a GPU (`None` on the CPU).
+fn cuda_memory(device: Device) -> Option<(u64, u64)> {
+    match device {
+        Device::Cuda(_) => {
+            // tch exposes no allocator statistics; the device's free memory
+            // through the CUDA runtime is not reachable either. Synchronise
+            // so span times are the device's, not the launch queue's.
+            tch::Cuda::synchronize(device_index(device));
+            None
+        }
+        _ => None,
+    }
+}
+
+fn device_index(device: Device) -> i64 {
+    match device {
+        Device::Cuda(i) => i as i64,
+        _ => 0,
+    }
+}
+
+pub(super) fn run(
+    exec: &TorchExecutor,
+    request: &TraceRequest,
+    options: &RunOptions,
+    policy: Option<&mut dyn StepPolicy>,
+) -> Result<TraceOutput, ExecutorError> {
+    check_request(exec.dims().layers, request, &options.interventions)?;
+    let mut rec = Recorder::new(
+        options.trace_id.clone(),
+        exec.model_ref(),
+        exec.capabilities(),
+        exec.device_name(),
+        request,
+    );
+    let ids = tokenize_prompt(&mut rec, &exec.assets, request, options)?;
+    let n = ids.len();
+    let device = exec.model.device();
+
+    // prepare_batch: the session, its cache and hook.
+    let start = Instant::now();
+    let mut session: TorchSession<'_> = exec.session(&options.interventions);
+    if let Some(p) = policy {
+        for w in p.watches() {
+            exec.check_layers(&w.layers)?;
+        }
+        session.set_policy(p);
+    }
+    let observe = request.wants(K::Activation);
+    if observe {
+        session.hook.observe = request.layers.clone();
+        session.hook.block_outputs = options.block_outputs;
+    }
+    let mut p = rec.profile(start, n);
+    p.input_bytes = (n * 4) as u64;
+    p.notes.insert(
+        "kv_cache".into(),
+        "per-layer key/value tensors, grown by concatenation".into(),
+    );
+    rec.span(Stage::PrepareBatch, p);
+    let all_logits = request.wants(K::Logits) || request.wants(K::Logprobs);
+    let context = exec.assets.config.context_length;
+    if let Some(limit) = context
+        && n > limit
+    {
+        return Err(ModelError::ContextExceeded { needed: n, limit }.into());
+    }
+    let reference = match options
+        .reference
+        .as_ref()
+        .filter(|_| request.wants(K::Logprobs))
+    {
+        Some(r) => {
+            let (rows, k) = r.check(exec.dims().vocab)?;
+            let needed = n + rows - 1;
+            if let Some(limit) = context
+                && needed > limit
+            {
+                return Err(ExecutorError::Request(format!(
+                    "reference continuation of `{}`: the prompt and continuation are {needed} tokens, over the model's context of {limit}",
+                    r.trace_id
+                )));
+            }
+            Some((r, rows, k))
+        }
+        None => None,
+    };
+
+    // prefill: the forward pass with hooks.
+    let start = Instant::now();
+    let logits = session.pass(&ids, true, !all_logits)?;
+    cuda_memory(device);
+    let prefill_ns = start.elapsed().as_nanos() as u64;
+    let timing = session.timing;
+    let mut p = rec.profile(start, n);
+    p.duration_ns = prefill_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
+    p.memory_bytes = resident_bytes();
+    p.notes.insert("kernel".into(), exec.kernel_note());
+    p.notes.insert(
+        "excludes".into(),
+        "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
+    );
+    p.notes
+        .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
+    p.notes.insert("kv_cache".into(), "f32".into());
+    rec.span(Stage::Prefill, p);
+
+    // observe: activations (and weight snapshots) copied to the host.
+    let kept = std::mem::take(&mut session.hook.kept);
+    if observe || request.wants(K::WeightSnapshot) {
+        let start = Instant::now();
+        let mut pending = Vec::new();
+        for k in &kept {
+            // `[1, tokens, hidden]`, as candle records them.
+            let data = host_data(&k.tensor.unsqueeze(0))?;
+            pending.push((
+                K::Activation,
+                k.layer,
+                labels(&[("site", k.site.as_str())]),
+                data,
+            ));
+        }
+        if request.wants(K::WeightSnapshot) {
+            for &layer in &request.layers {
+                for m in [Matrix::AttnOutput, Matrix::FfnDown] {
+                    let w = exec.model.weight(layer, m)?;
+                    let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
+                    pending.push((K::WeightSnapshot, layer, l, host_data(w)?));
+                }
+            }
+        }
+        let mut p = rec.profile(start, n);
+        p.duration_ns += timing.hook_ns.saturating_sub(session.hook.intervene_ns);
+        p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
+        p.host_device_copies = pending.len() as u64;
+        let span = rec.span(Stage::Observe, p);
+        for (kind, layer, l, data) in pending {
+            rec.tensor(&span, kind, Some(layer), l, data);
+        }
+    }
+
+    // lm_head: logits and log-probabilities at every prompt position.
+    let start = Instant::now();
+    let mut lm: Vec<(K, TensorData)> = Vec::new();
+    if all_logits {
+        let host = host_data(&logits)?;
+        if request.wants(K::Logprobs) {
+            lm.push((K::Logprobs, log_softmax_data(&host)));
+        }
+        if request.wants(K::Logits) {
+            lm.push((K::Logits, host));
+        }
+    }
+    let mut next = last_row(&logits)?;
+    let mut p = rec.profile(start, n);
+    p.duration_ns += timing.lm_head_ns;
+    p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
+    p.host_device_copies = 1 + u64::from(!lm.is_empty());
+    p.notes.insert(
+        "positions".into(),
+        if all_logits { "all" } else { "last" }.into(),
+    );
+    let span = rec.span(Stage::LmHead, p);
+    for (kind, data) in lm.into_iter().rev() {
+        rec.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
+    }
+
+    // decode: one pass per generated token.
+    let mut generation = None;
+    if options.generate.max_tokens > 0 {
+        let is_eos = |id| exec.is_eos(id);
+        let detokenize = |ids: &[u32]| exec.detokenize(ids);
+        let start = Instant::now();
+        let mut g = Generator::new(&options.generate, &is_eos, &detokenize)?;
+        g.prefill_ns = prefill_ns;
+        while let Some(id) = g.next(&next, session.position(), context, &mut |_| {})? {
+            let step = Instant::now();
+            next = session.decode_step(id)?.logits;
+            g.decode_ns += step.elapsed().as_nanos() as u64;
+            g.decode_steps += 1;
+        }
+        let g = g.finish(&mut |_| {});
+        let mut p = rec.profile(start, g.decode_steps);
+        p.duration_ns = g.decode_ns;
+        p.notes.insert(
+            "stop".into(),
+            serde_json::to_string(&g.stop).expect("serializes"),
+        );
+        p.notes.insert(
+            "sampling".into(),
+            match &options.generate.sampling {
+                Some(s) => format!(
+                    "temperature {} top_p {} top_k {:?} seed {}",
+                    s.temperature, s.top_p, s.top_k, s.seed
+                ),
+                None => "greedy".into(),
+            },
+        );
+        p.notes
+            .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
+        let span = rec.span(Stage::Decode, p);
+        rec.generation(&span, &g);
+        generation = Some(g);
+    }
+
+    // forward: another side's continuation, teacher-forced after this
+    // prompt, from a fork of the prompt's cache rewound to before its last
+    // token (a run with a policy runs its prompt again without it: the
+    // continuation is scored under the model and its interventions).
+    if let Some((r, rows, k)) = reference {
+        let start = Instant::now();
+        let mut scoring = exec.session(&options.interventions);
+        let mut fed = match session.hook.policy.is_none() {
+            true => {
+                scoring.cache = session.cache.fork();
+                scoring
+                    .cache
+                    .truncate(n - 1)
+                    .map_err(ExecutorError::Request)?;
+                ids[n - 1..].to_vec()
+            }
+            false => ids.clone(),
+        };
+        let skip = fed.len() - 1;
+        fed.extend(&r.completion[..rows - 1]);
+        let logits = scoring.pass(&fed, true, false)?;
+        let logits = logits
+            .narrow(0, skip as i64, rows as i64)
+            .to_kind(Kind::Float);
+        let scores = support_scores(&host_data(&logits)?, &r.support);
+        debug_assert_eq!(scores.shape, [rows, k]);
+        let mut p = rec.profile(start, fed.len());
+        p.output_bytes = scores.bytes.len() as u64;
+        p.notes.insert(
+            "teacher_forced".into(),
+            format!(
+                "the continuation of trace `{}` after this run's prompt; log-probabilities of its top tokens",
+                r.trace_id
+            ),
+        );
+        let span = rec.span(Stage::Forward, p);
+        rec.reference(&span, r, scores);
+    }
+
+    // intervene: what each intervention and the policy did.
+    let policy = session
+        .hook
+        .policy
+        .as_deref()
+        .map(|p| (p as &dyn StepPolicy, &session.hook.policy_log));
+    rec.interventions(
+        &options.interventions,
+        session.effects(),
+        policy,
+        session.hook.intervene_ns,
+    );
+    rec.run_profile(n, prefill_ns, generation.as_ref());
+    rec.finish(generation)
+}
