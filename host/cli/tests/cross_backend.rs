@@ -1,0 +1,314 @@
+//! Cross-backend equivalence (issue 19): the same model and request on
+//! candle and on torch give the same evidence: the same token ids, the
+//! same artifacts (kinds, layers, labels, shapes), logits and activations
+//! within a stated tolerance, the same greedy tokens up to the first step
+//! whose top two logits are too close to order reliably, and a report of
+//! one against the other that finds no change. Never bit identity: the two
+//! sum in different orders. Needs `--features torch` (libtorch).
+#![cfg(feature = "torch")]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use candle_core::quantized::GgmlDType;
+use common::{plugins, tiny};
+use vauban::executor::{
+    Backend, DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions, TraceOutput,
+};
+use vauban::model::{KvType, WeightMode};
+use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
+
+fn spec(path: &Path) -> ModelSpec {
+    ModelSpec {
+        path: path.to_path_buf(),
+        device: DeviceSpec::Cpu,
+        // Dequantized on both sides, so both multiply the same f32 weights.
+        weights: WeightMode::F32,
+        kv_cache: KvType::F32,
+    }
+}
+
+fn request(id: &str, text: &str, layers: Vec<usize>) -> TraceRequest {
+    TraceRequest {
+        category: None,
+        expected_behavior: None,
+        prompt_id: Some(id.into()),
+        text: Some(text.into()),
+        token_ids: None,
+        observe: vec![
+            K::Text,
+            K::Tokens,
+            K::Logits,
+            K::Logprobs,
+            K::Activation,
+            K::Profile,
+        ],
+        layers,
+        raw_tensors: true,
+        raw_kinds: Vec::new(),
+    }
+}
+
+fn options(id: &str, prompt: PromptForm, max_tokens: usize) -> RunOptions {
+    RunOptions {
+        trace_id: id.into(),
+        prompt,
+        interventions: vec![],
+        block_outputs: true,
+        generate: GenerateOptions {
+            max_tokens,
+            top_logprobs: 4,
+            ..Default::default()
+        },
+        reference: None,
+    }
+}
+
+/// What a trace holds, backend aside: each artifact's kind, layer, labels
+/// and, for tensors, shape.
+fn coverage(out: &TraceOutput) -> BTreeSet<String> {
+    out.trace
+        .artifacts
+        .iter()
+        .map(|a| {
+            let shape = match &a.data {
+                ArtifactData::Tensor { summary, .. } => format!("{:?}", summary.shape),
+                other => other.type_name().to_owned(),
+            };
+            format!("{:?} {:?} {:?} {shape}", a.kind, a.layer, a.labels)
+        })
+        .collect()
+}
+
+/// The raw values of the artifact of `kind` at `layer` with `labels`.
+fn values(out: &TraceOutput, kind: K, layer: Option<usize>, site: Option<&str>) -> Vec<f32> {
+    let a = out
+        .trace
+        .artifacts_of(kind)
+        .find(|a| {
+            a.layer == layer
+                && a.labels.get("site").map(String::as_str) == site
+                && a.role().is_none_or(|r| r == "prompt")
+        })
+        .unwrap_or_else(|| panic!("{kind:?} at {layer:?} {site:?}"));
+    out.tensors[&a.id].as_ref().to_f32_vec()
+}
+
+fn prompt_ids(out: &TraceOutput) -> Vec<u32> {
+    out.trace
+        .artifacts_of(K::Tokens)
+        .find_map(|a| match (&a.data, a.role()) {
+            (ArtifactData::TokenIds { ids }, Some("prompt")) => Some(ids.clone()),
+            _ => None,
+        })
+        .expect("the prompt's token ids")
+}
+
+/// Largest |a − b| relative to the largest |b| (1 where b is all zero).
+fn relative(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1.0);
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+/// Checks one prompt on both backends; returns the largest logit
+/// difference seen.
+fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: PromptForm) -> f32 {
+    let layers: Vec<usize> = (0..candle.dims().layers).collect();
+    let run = |b: &Backend| {
+        b.trace(
+            &request(id, text, layers.clone()),
+            &options(id, form.clone(), 12),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{id}: {e}"))
+    };
+    let (c, t) = (run(candle), run(torch));
+    assert_eq!(c.trace.capabilities.executor, "candle");
+    assert_eq!(t.trace.capabilities.executor, "torch");
+    assert_eq!(prompt_ids(&c), prompt_ids(&t), "{id}: token ids");
+    // The same artifacts, by kind, layer, labels and shape; only the
+    // generation may differ in length (below).
+    let (cc, tc) = (coverage(&c), coverage(&t));
+    let only = |x: &BTreeSet<String>, y: &BTreeSet<String>| -> Vec<String> {
+        x.difference(y)
+            .filter(|s| !s.contains("role\": \"completion") && !s.contains("continuation"))
+            .cloned()
+            .collect()
+    };
+    assert!(
+        only(&cc, &tc).is_empty(),
+        "{id}: only candle has {:#?}",
+        only(&cc, &tc)
+    );
+    assert!(
+        only(&tc, &cc).is_empty(),
+        "{id}: only torch has {:#?}",
+        only(&tc, &cc)
+    );
+
+    let (cl, tl) = (
+        values(&c, K::Logits, None, None),
+        values(&t, K::Logits, None, None),
+    );
+    let dlogit = cl
+        .iter()
+        .zip(&tl)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(dlogit < 2e-3, "{id}: max |Δlogit| {dlogit}");
+    let (cp, tp) = (
+        values(&c, K::Logprobs, None, None),
+        values(&t, K::Logprobs, None, None),
+    );
+    assert!(relative(&tp, &cp) < 2e-3, "{id}: log-probabilities");
+    for layer in layers.iter().copied() {
+        for site in ["resid_post", "attn_out", "mlp_out"] {
+            let d = relative(
+                &values(&t, K::Activation, Some(layer), Some(site)),
+                &values(&c, K::Activation, Some(layer), Some(site)),
+            );
+            assert!(d < 1e-4, "{id}: {site} after block {layer}: relative {d}");
+        }
+    }
+
+    // Greedy tokens agree up to the first step candle could barely order:
+    // its top two log-probabilities within 1e-3.
+    let prompt_len = prompt_ids(&c).len();
+    let (cg, tg) = (c.generation.unwrap(), t.generation.unwrap());
+    let mut agreed = 0;
+    for (step, (a, b)) in cg.ids.iter().zip(&tg.ids).enumerate() {
+        let top = &cg.top[step].logprobs;
+        if top.len() >= 2 && top[0] - top[1] < 1e-3 {
+            break;
+        }
+        assert_eq!(
+            a,
+            b,
+            "{id}: greedy token {step}: {cg:?} vs {tg:?}",
+            cg = cg.ids,
+            tg = tg.ids
+        );
+        agreed += 1;
+    }
+    eprintln!(
+        "{id}: {} prompt tokens, max |Δlogit| {dlogit:.2e}, {agreed} greedy tokens compared of {}",
+        prompt_len,
+        cg.ids.len()
+    );
+    dlogit
+}
+
+#[test]
+fn the_tiny_model_gives_the_same_evidence_on_candle_and_torch() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
+    let q8 = tiny::write_gguf(&dir.path().join("tiny-q8.gguf"), 7, GgmlDType::Q8_0);
+    let hf = tiny::write_hf(&dir.path().join("hf"), 7);
+    for path in [&gguf, &q8, &hf] {
+        let candle = Backend::load(&spec(path)).unwrap();
+        let torch = Backend::torch(&spec(path)).unwrap();
+        for (id, text, form) in [
+            ("raw", "the cat in the hat sat on a mat", PromptForm::Raw),
+            (
+                "chat",
+                "then ran in",
+                PromptForm::Chat {
+                    system: Some("the hat".into()),
+                },
+            ),
+        ] {
+            compare(&candle, &torch, id, text, form);
+        }
+    }
+}
+
+#[test]
+fn smollm2_gives_the_same_evidence_on_candle_and_torch() {
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
+    let candle = Backend::load(&spec(&model)).unwrap();
+    let torch = Backend::torch(&spec(&model)).unwrap();
+    for (id, text) in [
+        ("capital", "What is the capital of France?"),
+        ("story", "Write one sentence about a lighthouse keeper."),
+    ] {
+        let chat = PromptForm::Chat {
+            system: Some("You are a helpful assistant.".into()),
+        };
+        compare(&candle, &torch, id, text, chat);
+    }
+}
+
+/// The user's own equivalence check: one config, the baseline on candle,
+/// the candidate on torch, the same weights: the report finds no change
+/// in the next-token distributions and keeps the same structure.
+#[test]
+fn a_report_of_candle_against_torch_finds_no_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
+    let config = dir.path().join("backends.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"output = "out"
+
+[suite]
+prompts = [
+  {{ id = "a1", text = "the cat", category = "animals" }},
+  {{ id = "a2", text = "a hat", category = "animals" }},
+  {{ id = "t1", text = "then in", category = "things" }},
+]
+
+[observe]
+max_tokens = 4
+prompt_form = "raw"
+logprobs = true
+top_logprobs = 8
+
+[baseline]
+model = "{model}"
+weights = "f32"
+
+[candidate]
+model = "{model}"
+executor = "torch"
+
+[[scorers]]
+plugin = "behavior"
+"#,
+            model = model.display()
+        ),
+    )
+    .unwrap();
+    let plugin_dir = plugins::wasm("vauban-plugin-behavior")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(["run", config.to_str().unwrap()])
+        .env("VAUBAN_PLUGIN_DIR", plugin_dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/report.json")).unwrap())
+            .unwrap();
+    common::report_fixture::validate_against_schema(&report);
+    let per_prompt = report["distribution"]["per_prompt"].as_array().unwrap();
+    assert_eq!(per_prompt.len(), 3, "{report:#}");
+    for p in per_prompt {
+        let kl = p["first_token_kl"].as_f64().unwrap();
+        assert!(
+            (0.0..1e-6).contains(&kl.abs()),
+            "first-token KL {kl}: {p:#}"
+        );
+    }
+}
