@@ -20,10 +20,24 @@ use vauban::executor::{
 use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
+/// candle's side: the CPU.
 fn spec(path: &Path) -> ModelSpec {
+    spec_on(path, DeviceSpec::Cpu)
+}
+
+/// torch's side: `VAUBAN_TEST_DEVICE` (`cuda`, `cuda:1`), else the CPU,
+/// so the same checks compare a GPU with candle's CPU where one is at hand.
+fn torch_spec(path: &Path) -> ModelSpec {
+    let device = std::env::var("VAUBAN_TEST_DEVICE")
+        .map(|d| d.parse().expect("VAUBAN_TEST_DEVICE names a device"))
+        .unwrap_or(DeviceSpec::Cpu);
+    spec_on(path, device)
+}
+
+fn spec_on(path: &Path, device: DeviceSpec) -> ModelSpec {
     ModelSpec {
         path: path.to_path_buf(),
-        device: DeviceSpec::Cpu,
+        device,
         // Dequantized on both sides, so both multiply the same f32 weights.
         weights: WeightMode::F32,
         kv_cache: KvType::F32,
@@ -208,7 +222,7 @@ fn the_tiny_model_gives_the_same_evidence_on_candle_and_torch() {
     let hf = tiny::write_hf(&dir.path().join("hf"), 7);
     for path in [&gguf, &q8, &hf] {
         let candle = Backend::load(&spec(path)).unwrap();
-        let torch = Backend::torch(&spec(path)).unwrap();
+        let torch = Backend::torch(&torch_spec(path)).unwrap();
         for (id, text, form) in [
             ("raw", "the cat in the hat sat on a mat", PromptForm::Raw),
             (
@@ -230,7 +244,7 @@ fn smollm2_gives_the_same_evidence_on_candle_and_torch() {
         return;
     };
     let candle = Backend::load(&spec(&model)).unwrap();
-    let torch = Backend::torch(&spec(&model)).unwrap();
+    let torch = Backend::torch(&torch_spec(&model)).unwrap();
     for (id, text) in [
         ("capital", "What is the capital of France?"),
         ("story", "Write one sentence about a lighthouse keeper."),

@@ -121,7 +121,7 @@ pub fn apply_with(
                     Some(m) => coef * m,
                     None => coef,
                 };
-                let new = (&x + coef.matmul(&basis))
+                let new = (&x + coef.matmul(basis))
                     .reshape([b, t, d])
                     .to_kind(h.kind());
                 let norm = (new.to_kind(Kind::Float).reshape([n, d]) - &x)

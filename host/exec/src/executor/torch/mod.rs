@@ -8,9 +8,11 @@
 //!
 //! - [`model`]: the forward pass with a KV cache and a hook after every block;
 //! - [`intervene`]: the activation primitive on libtorch tensors;
+//! - [`cuda`]: device evidence on an NVIDIA GPU for stage profiles;
 //! - `session`: generation sessions and the hook that intervenes and observes;
 //! - `trace`: one traced run, recorded through the shared recorder.
 
+pub mod cuda;
 pub mod intervene;
 pub mod model;
 mod session;
@@ -76,7 +78,9 @@ pub fn open_device(spec: DeviceSpec) -> Result<Device, String> {
 /// A model loaded on a libtorch device.
 pub struct TorchExecutor {
     pub assets: ModelAssets,
-    pub model: TorchLlama,
+    /// Private: shared references only ever run forward passes on it (see
+    /// the `Sync` impl below).
+    model: TorchLlama,
     device: DeviceSpec,
     /// How the weights were stored in the file, when libtorch holds them
     /// otherwise (a GGUF's quantized matrices, dequantized at load).
@@ -264,6 +268,17 @@ impl TorchExecutor {
         Ok(changes)
     }
 }
+
+// SAFETY: `tch::Tensor` is `Send` but not `Sync` because some of its
+// methods change a tensor through `&self`. A `&TorchExecutor` reaches its
+// tensors only through this module's own code, which runs forward passes
+// (reading the weights; libtorch's tensors are safe to read from several
+// threads, their reference counts are atomic) and never changes one
+// through a shared reference: the weights change only in
+// `orthogonalize`, through `&mut self`. The model field is private so no
+// caller can reach a tensor through `&self` either. This lets a loaded
+// executor be shared (a `OnceLock<Backend>` in a test, an `Arc` in a server).
+unsafe impl Sync for TorchExecutor {}
 
 /// The libtorch version this build runs (`torch::version`, as its C API
 /// reports it through tch), for the trace's kernel note.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
-use super::TorchExecutor;
+use super::{TorchExecutor, cuda};
 use super::session::{TorchSession, last_row};
 use crate::executor::generate::Generator;
 use crate::executor::recorder::{
@@ -18,7 +18,7 @@ use crate::executor::recorder::{
 use crate::executor::{Executor, ExecutorError, InferenceSession, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
-use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
+use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data, with its shape.
 fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
@@ -27,25 +27,37 @@ fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
     Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
 }
 
-/// Bytes libtorch's CUDA caching allocator holds on the model's device,
-/// allocated and reserved, for stage profiles on a GPU (`None` on the CPU).
-fn cuda_memory(device: Device) -> Option<(u64, u64)> {
-    match device {
-        Device::Cuda(_) => {
-            // tch exposes no allocator statistics; the device's free memory
-            // through the CUDA runtime is not reachable either. Synchronise
-            // so span times are the device's, not the launch queue's.
-            tch::Cuda::synchronize(device_index(device));
-            None
-        }
+/// A stage's end on the model's device: on a GPU, waits for its queued
+/// work (so the stage's time is the device's) and reads the device's
+/// memory; nothing on the CPU.
+struct Settled(Option<Option<cuda::DeviceMemory>>);
+
+fn settle(device: Device) -> Settled {
+    Settled(match device {
+        Device::Cuda(i) => Some(cuda::memory(i)),
         _ => None,
-    }
+    })
 }
 
-fn device_index(device: Device) -> i64 {
-    match device {
-        Device::Cuda(i) => i as i64,
-        _ => 0,
+impl Settled {
+    /// Notes the synchronisation and the device's memory on `p`.
+    fn note(self, p: &mut StageProfile) {
+        let Some(memory) = self.0 else { return };
+        p.sync_points += 1;
+        match memory {
+            Some(m) => {
+                p.notes
+                    .insert("device_memory_used_bytes".into(), m.used.to_string());
+                p.notes
+                    .insert("device_memory_total_bytes".into(), m.total.to_string());
+            }
+            None => {
+                p.notes.insert(
+                    "device_memory".into(),
+                    "not measured: the CUDA runtime could not be opened".into(),
+                );
+            }
+        }
     }
 }
 
@@ -119,10 +131,18 @@ pub(super) fn run(
     // prefill: the forward pass with hooks.
     let start = Instant::now();
     let logits = session.pass(&ids, true, !all_logits)?;
-    cuda_memory(device);
+    let settled = settle(device);
     let prefill_ns = start.elapsed().as_nanos() as u64;
     let timing = session.timing;
     let mut p = rec.profile(start, n);
+    settled.note(&mut p);
+    // The prompt's ids, uploaded.
+    p.host_device_copies = u64::from(device != Device::Cpu);
+    if let Device::Cuda(i) = device
+        && let Some(name) = cuda::name(i)
+    {
+        p.notes.insert("device_name".into(), name);
+    }
     p.duration_ns = prefill_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
     p.memory_bytes = resident_bytes();
     p.notes.insert("kernel".into(), exec.kernel_note());
@@ -159,7 +179,9 @@ pub(super) fn run(
                 }
             }
         }
+        let settled = settle(device);
         let mut p = rec.profile(start, n);
+        settled.note(&mut p);
         p.duration_ns += timing.hook_ns.saturating_sub(session.hook.intervene_ns);
         p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
         p.host_device_copies = pending.len() as u64;
@@ -182,7 +204,9 @@ pub(super) fn run(
         }
     }
     let mut next = last_row(&logits)?;
+    let settled = settle(device);
     let mut p = rec.profile(start, n);
+    settled.note(&mut p);
     p.duration_ns += timing.lm_head_ns;
     p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
     p.host_device_copies = 1 + u64::from(!lm.is_empty());
@@ -210,8 +234,16 @@ pub(super) fn run(
             g.decode_steps += 1;
         }
         let g = g.finish(&mut |_| {});
+        let settled = settle(device);
         let mut p = rec.profile(start, g.decode_steps);
+        settled.note(&mut p);
         p.duration_ns = g.decode_ns;
+        // Each step uploads its token and copies its logits back, which
+        // waits for the step: one synchronisation per step.
+        if device != Device::Cpu {
+            p.host_device_copies = 2 * g.decode_steps as u64;
+            p.sync_points += g.decode_steps as u64;
+        }
         p.notes.insert(
             "stop".into(),
             serde_json::to_string(&g.stop).expect("serializes"),
@@ -259,7 +291,9 @@ pub(super) fn run(
             .to_kind(Kind::Float);
         let scores = support_scores(&host_data(&logits)?, &r.support);
         debug_assert_eq!(scores.shape, [rows, k]);
+        let settled = settle(device);
         let mut p = rec.profile(start, fed.len());
+        settled.note(&mut p);
         p.output_bytes = scores.bytes.len() as u64;
         p.notes.insert(
             "teacher_forced".into(),
