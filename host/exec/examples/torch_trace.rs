@@ -39,7 +39,9 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let Some(model) = model else {
-        bail!("usage: torch_trace MODEL [--device D] [--max-tokens N] [--prompt TEXT] [--out FILE]");
+        bail!(
+            "usage: torch_trace MODEL [--device D] [--max-tokens N] [--prompt TEXT] [--out FILE]"
+        );
     };
     let start = std::time::Instant::now();
     let exec = TorchExecutor::load(&ModelSpec {

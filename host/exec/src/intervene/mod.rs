@@ -34,3 +34,88 @@ pub struct Outcome<T> {
     /// casting back to the input's dtype; 0 for the project modes.
     pub delta_norm: f32,
 }
+
+/// A backend's tensor operations a step policy needs: the basis of a
+/// direction on the activation's device, and the primitive applied with it.
+pub trait Primitive {
+    type Tensor;
+    fn basis(&self, d: &Direction, like: &Self::Tensor) -> Result<Self::Tensor, InterveneError>;
+    fn apply(
+        &self,
+        iv: &Intervention,
+        basis: &Self::Tensor,
+        h: &Self::Tensor,
+        offset: usize,
+    ) -> Result<Outcome<Self::Tensor>, InterveneError>;
+}
+
+/// Runs `policy` after block `layer` on `h` (`[1, tokens, d_model]`),
+/// whatever the backend: projects onto the watched directions, lets the
+/// policy decide, applies its ops. Returns the new activation if an op
+/// changed it. `bases` keeps each watched direction's basis, by name, for
+/// the whole session.
+pub fn policy_step<P: Primitive>(
+    ops: &P,
+    policy: &mut dyn policy::StepPolicy,
+    log: &mut policy::PolicyLog,
+    bases: &mut std::collections::HashMap<String, P::Tensor>,
+    (layer, offset, prefill): (usize, usize, bool),
+    h: &P::Tensor,
+) -> Result<Option<P::Tensor>, InterveneError> {
+    for w in policy.watches() {
+        if !bases.contains_key(&w.name) {
+            bases.insert(w.name.clone(), ops.basis(&w.direction, h)?);
+        }
+    }
+    let mut observations = Vec::new();
+    for w in policy
+        .watches()
+        .iter()
+        .filter(|w| w.layers.contains(&layer))
+    {
+        let probe = Intervention {
+            layer,
+            mode: Mode::Project,
+            direction: w.direction.clone(),
+            alpha: 1.0,
+            value: None,
+            positions: Positions::All,
+            condition: None,
+        };
+        let out = ops.apply(&probe, &bases[&w.name], h, offset)?;
+        observations.push(policy::Observation {
+            layer,
+            direction: w.name.clone(),
+            offset,
+            projections: out.projections.iter().map(|p| p[0]).collect(),
+        });
+    }
+    if observations.is_empty() {
+        return Ok(None);
+    }
+    log.decisions += 1;
+    let decided = policy
+        .decide(&observations)
+        .map_err(|e| InterveneError::Policy(format!("policy {}: {e}", policy.describe())))?;
+    let mut current: Option<P::Tensor> = None;
+    for op in &decided {
+        let w = policy
+            .watches()
+            .iter()
+            .find(|w| w.name == op.direction && w.layers.contains(&layer))
+            .ok_or_else(|| {
+                InterveneError::Policy(format!(
+                    "op names direction {}, which is not watched at layer {layer}",
+                    op.direction
+                ))
+            })?;
+        for iv in op.interventions(&w.direction) {
+            let out = ops.apply(&iv, &bases[&w.name], current.as_ref().unwrap_or(h), offset)?;
+            if let Some(new) = out.hidden {
+                current = Some(new);
+            }
+        }
+        log.add(op, prefill);
+    }
+    Ok(current)
+}

@@ -4,11 +4,8 @@
 //! whatever device `h` lives on (this runs in every decode step); and
 //! [`policy_step`] runs an intervention policy after a watched block.
 
-use std::collections::HashMap;
-
 use candle_core::{DType, Device, Tensor};
 
-use crate::intervene::policy::{Observation, PolicyLog, StepPolicy};
 use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
 
 /// A failure inside the primitive: a candle error or a refused
@@ -204,82 +201,33 @@ fn change(
     Ok((new, norm))
 }
 
-/// Runs `policy` after block `layer` on `h` (`[1, tokens, d_model]`):
-/// observes, decides, applies. Returns the new activation if an op changed it.
-/// `bases` keeps each watched direction's basis tensor, by name, for the
-/// whole session.
-pub fn policy_step(
-    policy: &mut dyn StepPolicy,
-    log: &mut PolicyLog,
-    bases: &mut HashMap<String, Tensor>,
-    layer: usize,
-    offset: usize,
-    prefill: bool,
-    h: &Tensor,
-) -> Result<Option<Tensor>, InterveneError> {
-    for w in policy.watches() {
-        if !bases.contains_key(&w.name) {
-            bases.insert(w.name.clone(), basis_tensor(&w.direction, h.device())?);
-        }
+/// candle's tensor operations, for the backend-neutral step policy
+/// ([`crate::intervene::policy_step`]).
+pub struct Candle;
+
+impl crate::intervene::Primitive for Candle {
+    type Tensor = Tensor;
+    fn basis(&self, d: &Direction, like: &Tensor) -> Result<Tensor, InterveneError> {
+        basis_tensor(d, like.device())
     }
-    let mut observations = Vec::new();
-    for w in policy
-        .watches()
-        .iter()
-        .filter(|w| w.layers.contains(&layer))
-    {
-        let probe = Intervention {
-            layer,
-            mode: Mode::Project,
-            direction: w.direction.clone(),
-            alpha: 1.0,
-            value: None,
-            positions: Positions::All,
-            condition: None,
-        };
-        let out = apply_with(&probe, &bases[&w.name], h, offset)?;
-        observations.push(Observation {
-            layer,
-            direction: w.name.clone(),
-            offset,
-            projections: out.projections.iter().map(|p| p[0]).collect(),
-        });
+    fn apply(
+        &self,
+        iv: &Intervention,
+        basis: &Tensor,
+        h: &Tensor,
+        offset: usize,
+    ) -> Result<Outcome, InterveneError> {
+        apply_with(iv, basis, h, offset)
     }
-    if observations.is_empty() {
-        return Ok(None);
-    }
-    log.decisions += 1;
-    let ops = policy
-        .decide(&observations)
-        .map_err(|e| InterveneError::Policy(format!("policy {}: {e}", policy.describe())))?;
-    let mut current: Option<Tensor> = None;
-    for op in &ops {
-        let w = policy
-            .watches()
-            .iter()
-            .find(|w| w.name == op.direction && w.layers.contains(&layer))
-            .ok_or_else(|| {
-                InterveneError::Policy(format!(
-                    "op names direction {}, which is not watched at layer {layer}",
-                    op.direction
-                ))
-            })?;
-        for iv in op.interventions(&w.direction) {
-            let out = apply_with(&iv, &bases[&w.name], current.as_ref().unwrap_or(h), offset)?;
-            if let Some(new) = out.hidden {
-                current = Some(new);
-            }
-        }
-        log.add(op, prefill);
-    }
-    Ok(current)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intervene::Condition;
-    use crate::intervene::policy::{PolicyOp, Watch};
+    use std::collections::HashMap;
+
+    use crate::intervene::policy::{Observation, PolicyLog, PolicyOp, StepPolicy, Watch};
+    use crate::intervene::{Condition, policy_step};
 
     /// `[1, tokens, width]` f32 activation from rows.
     fn act(rows: &[&[f32]]) -> Tensor {
@@ -667,14 +615,28 @@ mod tests {
         // Three tokens at positions 5, 6, 7 with x-components 0.5, 3, 2.
         let h = Tensor::new(&[[[0.5f32, 1.0], [3.0, 1.0], [2.0, -1.0]]], &Device::Cpu).unwrap();
         assert!(
-            policy_step(&mut gate, &mut log, &mut HashMap::new(), 1, 5, true, &h)
-                .unwrap()
-                .is_none(),
+            policy_step(
+                &Candle,
+                &mut gate,
+                &mut log,
+                &mut HashMap::new(),
+                (1, 5, true),
+                &h
+            )
+            .unwrap()
+            .is_none(),
             "layer 1 is not watched"
         );
-        let out = policy_step(&mut gate, &mut log, &mut HashMap::new(), 2, 5, true, &h)
-            .unwrap()
-            .unwrap();
+        let out = policy_step(
+            &Candle,
+            &mut gate,
+            &mut log,
+            &mut HashMap::new(),
+            (2, 5, true),
+            &h,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(gate.1, [vec![0.5, 3.0, 2.0]]);
         assert_eq!(
             out.to_vec3::<f32>().unwrap(),

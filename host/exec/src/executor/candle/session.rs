@@ -6,11 +6,12 @@ use std::time::Instant;
 
 use candle_core::{DType, Tensor};
 
-use super::intervene::{apply_with, basis_tensor, policy_step};
+use super::intervene::{Candle, apply_with, basis_tensor};
 use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming, Seq};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::policy::{PolicyLog, StepPolicy};
+use crate::intervene::policy_step;
 use crate::intervene::{Intervention, Positions};
 use crate::model::ModelError;
 
@@ -140,12 +141,11 @@ impl BlockHook for RunHook<'_> {
         if let Some(policy) = self.policy.as_deref_mut() {
             let current = replaced.as_ref().unwrap_or(resid);
             let changed = policy_step(
+                &Candle,
                 policy,
                 &mut self.policy_log,
                 &mut self.policy_bases,
-                v.layer,
-                v.offset,
-                self.prefill,
+                (v.layer, v.offset, self.prefill),
                 current,
             )
             .map_err(|e| ModelError::Hook(format!("policy at layer {}: {e}", v.layer)))?;

@@ -34,7 +34,7 @@ fn runtime() -> Option<&'static Runtime> {
                 .find_map(|name| {
                     // SAFETY: the CUDA runtime's initialisers have no
                     // preconditions; libtorch has usually loaded it already.
-                    let lib = unsafe { libloading::Library::new(name) }.ok()?;
+                    let lib = unsafe { libloading::Library::new(*name) }.ok()?;
                     // SAFETY: the symbols' C signatures, as cuda_runtime_api.h
                     // declares them.
                     unsafe {

@@ -2,13 +2,11 @@
 //! [`Intervention`] (modes, positions, conditions, α, the direction's
 //! basis) as candle's `executor::candle::intervene`, with the same outcome
 //! (the new activation, each token's projections, which tokens it touched,
-//! the norm of the change). `tests/intervene.rs` checks the two against
+//! the norm of the change). `tests/torch_intervene.rs` checks the two against
 //! each other for every mode.
 
-use std::collections::HashMap;
 use tch::{Device, Kind, Tensor};
 
-use crate::intervene::policy::{Observation, PolicyLog, StepPolicy};
 use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
 
 /// What [`apply`] did, on libtorch tensors (the outcome every backend
@@ -145,71 +143,22 @@ fn torch_error(e: tch::TchError) -> InterveneError {
     InterveneError::Policy(format!("libtorch: {e}"))
 }
 
-/// Runs `policy` after block `layer` on `h` (`[1, tokens, d_model]`):
-/// observes, decides, applies, as candle's `policy_step`. Returns the new
-/// activation if an op changed it. `bases` keeps each watched direction's
-/// basis, by name, for the whole session.
-pub fn policy_step(
-    policy: &mut dyn StepPolicy,
-    log: &mut PolicyLog,
-    bases: &mut HashMap<String, Tensor>,
-    (layer, offset, prefill): (usize, usize, bool),
-    h: &Tensor,
-) -> Result<Option<Tensor>, InterveneError> {
-    for w in policy.watches() {
-        if !bases.contains_key(&w.name) {
-            bases.insert(w.name.clone(), basis_tensor(&w.direction, h.device()));
-        }
+/// libtorch's tensor operations, for the backend-neutral step policy
+/// ([`crate::intervene::policy_step`]).
+pub struct Torch;
+
+impl crate::intervene::Primitive for Torch {
+    type Tensor = Tensor;
+    fn basis(&self, d: &Direction, like: &Tensor) -> Result<Tensor, InterveneError> {
+        Ok(basis_tensor(d, like.device()))
     }
-    let mut observations = Vec::new();
-    for w in policy
-        .watches()
-        .iter()
-        .filter(|w| w.layers.contains(&layer))
-    {
-        let probe = Intervention {
-            layer,
-            mode: Mode::Project,
-            direction: w.direction.clone(),
-            alpha: 1.0,
-            value: None,
-            positions: Positions::All,
-            condition: None,
-        };
-        let out = apply_with(&probe, &bases[&w.name], h, offset)?;
-        observations.push(Observation {
-            layer,
-            direction: w.name.clone(),
-            offset,
-            projections: out.projections.iter().map(|p| p[0]).collect(),
-        });
+    fn apply(
+        &self,
+        iv: &Intervention,
+        basis: &Tensor,
+        h: &Tensor,
+        offset: usize,
+    ) -> Result<Outcome, InterveneError> {
+        apply_with(iv, basis, h, offset)
     }
-    if observations.is_empty() {
-        return Ok(None);
-    }
-    log.decisions += 1;
-    let ops = policy
-        .decide(&observations)
-        .map_err(|e| InterveneError::Policy(format!("policy {}: {e}", policy.describe())))?;
-    let mut current: Option<Tensor> = None;
-    for op in &ops {
-        let w = policy
-            .watches()
-            .iter()
-            .find(|w| w.name == op.direction && w.layers.contains(&layer))
-            .ok_or_else(|| {
-                InterveneError::Policy(format!(
-                    "op names direction {}, which is not watched at layer {layer}",
-                    op.direction
-                ))
-            })?;
-        for iv in op.interventions(&w.direction) {
-            let out = apply_with(&iv, &bases[&w.name], current.as_ref().unwrap_or(h), offset)?;
-            if let Some(new) = out.hidden {
-                current = Some(new);
-            }
-        }
-        log.add(op, prefill);
-    }
-    Ok(current)
 }

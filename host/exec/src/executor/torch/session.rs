@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use tch::{Kind, Tensor};
 
-use super::intervene::{apply_with, basis_tensor, policy_step};
+use super::intervene::{Torch, apply_with, basis_tensor};
 use super::model::{BlockHook, BlockView, PassTiming, TorchCache, TorchLlama};
 use crate::executor::candle::Site;
 use crate::executor::{Effect, ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
+use crate::intervene::policy_step;
 use crate::model::ModelError;
 
 /// An activation kept by the hook, `[tokens, hidden]` on the model's device.
@@ -88,6 +89,7 @@ impl BlockHook for TorchHook<'_> {
         if let Some(policy) = self.policy.as_deref_mut() {
             let current = replaced.as_ref().unwrap_or(resid).unsqueeze(0);
             let changed = policy_step(
+                &Torch,
                 policy,
                 &mut self.policy_log,
                 &mut self.policy_bases,

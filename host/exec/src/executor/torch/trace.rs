@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
-use super::{TorchExecutor, cuda};
 use super::session::{TorchSession, last_row};
+use super::{TorchExecutor, cuda};
 use crate::executor::generate::Generator;
 use crate::executor::recorder::{
     Recorder, check_request, labels, log_softmax_data, resident_bytes, support_scores,
