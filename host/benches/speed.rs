@@ -236,6 +236,7 @@ fn main() -> anyhow::Result<()> {
             device: DeviceSpec::Cpu,
             weights,
             kv_cache,
+            dtype: Default::default(),
         })
     };
     let load = |weights| load_kv(weights, KvType::F32);

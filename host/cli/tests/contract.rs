@@ -98,6 +98,7 @@ fn candle(path: &Path) -> Backend {
         device: DeviceSpec::Cpu,
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })
     .unwrap()
 }
@@ -118,6 +119,7 @@ fn torch(path: &Path) -> Backend {
         device: test_device(),
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })
     .unwrap()
 }

@@ -41,6 +41,7 @@ fn spec_on(path: &Path, device: DeviceSpec) -> ModelSpec {
         // Dequantized on both sides, so both multiply the same f32 weights.
         weights: WeightMode::F32,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     }
 }
 

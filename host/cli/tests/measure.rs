@@ -84,6 +84,7 @@ fn load(path: &Path, weights: WeightMode) -> Backend {
         device: DeviceSpec::Cpu,
         weights,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })
     .unwrap()
 }

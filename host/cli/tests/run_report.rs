@@ -624,7 +624,15 @@ fn validate_points_at_typos_and_unknown_gate_metrics() {
 fn validate_refuses_what_run_would_refuse_naming_the_key() {
     let s = setup("", "");
     let text0 = std::fs::read_to_string(&s.config).unwrap();
-    let cases: [(&str, &str, &str); 15] = [
+    // Without the torch feature, `executor = "torch"` names the build to
+    // make; with it, a GPU this machine lacks is refused by name.
+    let torch_refusal = match cfg!(feature = "torch") {
+        false => {
+            "baseline.executor: `torch` is the Torch executor (libtorch), and this vauban was built without it"
+        }
+        true => "baseline.device: device `cuda:0`: libtorch sees 0 CUDA devices here",
+    };
+    let cases: [(&str, &str, &str); 18] = [
         (
             "max_tokens = 5",
             "max_tokens = 5\ntemperature = nan",
@@ -689,6 +697,21 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
             "[baseline]\n",
             "[baseline]\nexecutor = \"replay\"\nkv_cache = \"f16\"\n",
             "baseline.kv_cache: `kv_cache` is a setting of executor = \"candle\"",
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\ndtype = \"bf16\"\n",
+            "baseline.dtype: `dtype` is a setting of executor = \"torch\", and this side's executor is `candle`",
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\nexecutor = \"torch\"\ndevice = \"cuda\"\n",
+            torch_refusal,
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\nexecutor = \"mlx\"\n",
+            "baseline.executor: `mlx` is not an executor",
         ),
         (
             "config = { attack = \"panic\" }",

@@ -75,6 +75,7 @@ fn in_process(model: &Path, spec: Option<&str>) -> Vec<u32> {
         device: "cpu".parse().unwrap(),
         weights: WeightMode::F32,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })
     .unwrap();
     let d = exec.dims();

@@ -514,6 +514,7 @@ fn a_batch_with_a_shared_opening_matches_the_traces_alone() {
         device: DeviceSpec::Cpu,
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })
     .unwrap();
     let jobs: Vec<(TraceRequest, RunOptions)> = [

@@ -58,6 +58,7 @@ fn exec(path: &Path) -> CandleExecutor {
         device: DeviceSpec::Cpu,
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })
     .unwrap()
 }
@@ -524,6 +525,7 @@ fn the_backend_enum_dispatches_to_candle() {
         device: DeviceSpec::Cpu,
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     };
     let backend = <Backend as Executor>::load(&spec).unwrap();
     assert_eq!(backend.capabilities().executor, "candle");

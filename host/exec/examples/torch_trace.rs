@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
         device,
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
+        dtype: Default::default(),
     })?;
     println!(
         "loaded {} on {device} in {:.2} s",

@@ -203,7 +203,13 @@ pub struct ModelSection {
     #[serde(default)]
     #[schemars(regex(pattern = r"^f(32|16)$"))]
     pub kv_cache: Option<String>,
-    /// `cpu`, `cuda`, `cuda:N`, `metal`.
+    /// `executor = "torch"`: the dtype of the weights and activations:
+    /// `f32` (the default), `bf16` or `f16` (for a GPU; norms and the
+    /// softmax are computed in f32 whatever it is).
+    #[serde(default)]
+    #[schemars(regex(pattern = r"^(f32|f16|bf16)$"))]
+    pub dtype: Option<String>,
+    /// `cpu`, `cuda`, `cuda:N`, `metal`, `mps` (torch).
     #[serde(default = "cpu")]
     pub device: String,
     /// `native` or `f32`.

@@ -12,7 +12,7 @@ use crate::config::file::{
 };
 use crate::config::{Redaction, Suite};
 use crate::executor::DeviceSpec;
-use crate::model::{KvType, WeightMode};
+use crate::model::{Dtype, KvType, WeightMode};
 use crate::report::{AccessLevel, ClaimStrength};
 
 /// Which side of the comparison.
@@ -76,6 +76,8 @@ pub struct SidePlan {
     pub batch: usize,
     /// How the embedded model's KV cache stores keys and values.
     pub kv_cache: KvType,
+    /// The Torch executor's dtype.
+    pub dtype: Dtype,
 }
 
 /// Who serves a side's traces.
@@ -371,6 +373,21 @@ impl Plan {
                     .parse()
                     .map_err(|e: String| at(&format!("{key}.kv_cache"), e))?,
             };
+            let dtype = match (&s.dtype, backend) {
+                (None, _) => Dtype::F32,
+                (Some(d), SideBackend::Torch) => d
+                    .parse()
+                    .map_err(|e: String| at(&format!("{key}.dtype"), e))?,
+                (Some(_), _) => {
+                    return Err(at(
+                        &format!("{key}.dtype"),
+                        format!(
+                            "`dtype` is a setting of executor = \"torch\", and this side's executor is `{}`",
+                            s.executor
+                        ),
+                    ));
+                }
+            };
             if backend == SideBackend::Http && !replay {
                 if s.transform.is_some() {
                     return Err(at(
@@ -484,6 +501,7 @@ impl Plan {
                 http,
                 batch,
                 kv_cache,
+                dtype,
             })
         };
         let baseline = side(SideName::Baseline, &config.baseline)?;

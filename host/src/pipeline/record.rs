@@ -49,6 +49,7 @@ pub fn load_side(
         device: side.device,
         weights: side.weights,
         kv_cache: side.kv_cache,
+        dtype: side.dtype,
     };
     let loaded = match side.backend {
         SideBackend::Candle => Backend::load(&spec),
@@ -209,6 +210,7 @@ pub fn load_side(
     // Likewise the executor: candle's traces keep their fingerprint.
     if side.backend == SideBackend::Torch {
         fingerprint["executor"] = json!("torch");
+        fingerprint["dtype"] = json!(side.dtype.name());
     }
     Ok(LoadedSide {
         exec,

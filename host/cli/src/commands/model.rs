@@ -15,7 +15,7 @@ use vauban::executor::{
 };
 use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use vauban::model::sample::Sampling;
-use vauban::model::{KvType, WeightMode};
+use vauban::model::{Dtype, KvType, WeightMode};
 use vauban::pipeline::progress_bar;
 use vauban::plugin::policy::PolicyRun;
 use vauban::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
@@ -43,6 +43,10 @@ pub struct ModelArgs {
     /// (libtorch; a build with --features torch).
     #[arg(long, value_enum, default_value_t = Engine::Candle)]
     pub executor: Engine,
+    /// The Torch executor's dtype for weights and activations: f32, bf16
+    /// or f16 (for a GPU).
+    #[arg(long, default_value = "f32", value_name = "f32|bf16|f16")]
+    pub dtype: Dtype,
 }
 
 /// The executors that run a model file.
@@ -70,6 +74,7 @@ impl ModelArgs {
             device: self.device,
             weights: self.weights,
             kv_cache: self.kv_cache,
+            dtype: self.dtype,
         };
         let start = std::time::Instant::now();
         let exec = match self.executor {

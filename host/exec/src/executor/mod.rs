@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
-use crate::model::{KvType, WeightMode};
+use crate::model::{Dtype, KvType, WeightMode};
 use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
 };
@@ -112,6 +112,9 @@ pub struct ModelSpec {
     /// How the embedded model's KV cache stores keys and values (f32: as
     /// computed; f16: half the memory, rounded).
     pub kv_cache: KvType,
+    /// The Torch executor's weights and activations (candle refuses
+    /// anything but f32 here: it picks its own).
+    pub dtype: Dtype,
 }
 
 /// How the prompt text becomes tokens.

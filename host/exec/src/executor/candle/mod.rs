@@ -50,6 +50,12 @@ pub struct CandleExecutor {
 impl CandleExecutor {
     /// Loads the model at `spec.path` on `spec.device`.
     pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+        if spec.dtype != crate::model::Dtype::F32 {
+            return Err(ExecutorError::Request(format!(
+                "dtype = \"{}\": candle holds weights as the file stores them (`weights`) and picks its compute dtype; the setting is the Torch executor's",
+                spec.dtype.name()
+            )));
+        }
         let device = device::open(spec.device).map_err(ExecutorError::Device)?;
         let mut model = LoadedModel::load(&spec.path, spec.weights, &device)?;
         model.model.set_kv_type(spec.kv_cache);

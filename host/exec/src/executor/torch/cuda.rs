@@ -56,6 +56,25 @@ fn runtime() -> Option<&'static Runtime> {
         .as_ref()
 }
 
+/// Loads libtorch's CUDA library (`libtorch_cuda.so`), once. A Rust
+/// binary links it only "as needed", and nothing in vauban names one of its
+/// symbols, so the linker drops it and libtorch would see no CUDA device;
+/// loading it at run time registers libtorch's CUDA backend (as `import
+/// torch` does). On a machine without the CUDA libraries it depends on, the
+/// error says which is missing.
+pub fn load_torch_cuda() -> Result<(), String> {
+    static LOADED: OnceLock<Result<libloading::Library, String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            // SAFETY: libtorch's own library; its initialisers register the
+            // CUDA backend with the libtorch already loaded.
+            unsafe { libloading::Library::new("libtorch_cuda.so") }.map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map(drop)
+        .map_err(Clone::clone)
+}
+
 /// What a stage profile records of a GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceMemory {

@@ -33,7 +33,7 @@ use super::{
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::assets::ModelAssets;
-use crate::model::{KvType, Matrix, ModelError, ModelFormat};
+use crate::model::{Dtype, KvType, Matrix, ModelError, ModelFormat};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
@@ -53,16 +53,20 @@ pub fn open_device(spec: DeviceSpec) -> Result<Device, String> {
     match spec {
         DeviceSpec::Cpu => Ok(Device::Cpu),
         DeviceSpec::Cuda(i) => {
+            let loaded = cuda::load_torch_cuda();
             let count = tch::Cuda::device_count().max(0) as usize;
             if i < count {
-                Ok(Device::Cuda(i))
-            } else {
-                Err(format!(
-                    "device `{spec}`: libtorch sees {count} CUDA device{} here (available: {})",
-                    if count == 1 { "" } else { "s" },
-                    available()
-                ))
+                return Ok(Device::Cuda(i));
             }
+            let why = match loaded {
+                Ok(()) => String::new(),
+                Err(e) => format!("; libtorch's CUDA library did not load: {e}"),
+            };
+            Err(format!(
+                "device `{spec}`: libtorch sees {count} CUDA device{} here (available: {}){why}",
+                if count == 1 { "" } else { "s" },
+                available()
+            ))
         }
         DeviceSpec::Mps if tch::utils::has_mps() => Ok(Device::Mps),
         DeviceSpec::Mps => Err(format!(
@@ -92,7 +96,7 @@ pub struct TorchExecutor {
 }
 
 impl TorchExecutor {
-    /// Loads the model at `spec.path` on `spec.device`, in f32.
+    /// Loads the model at `spec.path` on `spec.device`, in `spec.dtype`.
     pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         if spec.kv_cache != KvType::F32 {
             return Err(ExecutorError::Request(format!(
@@ -108,7 +112,12 @@ impl TorchExecutor {
         };
         // Quantized weights have no libtorch kernels here: they are
         // dequantized whatever `spec.weights` asks (the trace says so).
-        let model = TorchLlama::load(&assets, device, Kind::Float)?;
+        let kind = match spec.dtype {
+            Dtype::F32 => Kind::Float,
+            Dtype::F16 => Kind::Half,
+            Dtype::Bf16 => Kind::BFloat16,
+        };
+        let model = TorchLlama::load(&assets, device, kind)?;
         Ok(TorchExecutor {
             assets,
             model,
@@ -122,6 +131,7 @@ impl TorchExecutor {
 
     /// Devices this libtorch can run on, on this machine.
     fn device_kinds() -> Vec<DeviceKind> {
+        let _ = cuda::load_torch_cuda();
         let mut kinds = vec![DeviceKind::Cpu];
         if tch::Cuda::is_available() {
             kinds.push(DeviceKind::Cuda);
