@@ -7,7 +7,8 @@
 //! ```text
 //! eval "$(bash scripts/setup-torch.sh)"
 //! cargo run --release -p vauban-exec --features torch --example torch_trace -- \
-//!     MODEL [--device cpu|cuda|cuda:N|mps] [--max-tokens N] [--prompt TEXT] [--out FILE]
+//!     MODEL [--device cpu|cuda|cuda:N|mps] [--dtype f32|bf16|f16] [--max-tokens N]
+//!     [--prompt TEXT] [--out FILE]
 //! ```
 
 use std::path::PathBuf;
@@ -17,7 +18,7 @@ use vauban_exec::executor::torch::TorchExecutor;
 use vauban_exec::executor::{
     DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions,
 };
-use vauban_exec::model::{KvType, WeightMode};
+use vauban_exec::model::{Dtype, KvType, WeightMode};
 use vauban_format::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
 fn main() -> anyhow::Result<()> {
@@ -27,6 +28,7 @@ fn main() -> anyhow::Result<()> {
     let mut max_tokens = 64;
     let mut prompt = "Write one sentence about a lighthouse keeper.".to_owned();
     let mut out = None;
+    let mut dtype = Dtype::F32;
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} takes a value"));
         match a.as_str() {
@@ -34,6 +36,7 @@ fn main() -> anyhow::Result<()> {
             "--max-tokens" => max_tokens = value()?.parse()?,
             "--prompt" => prompt = value()?,
             "--out" => out = Some(PathBuf::from(value()?)),
+            "--dtype" => dtype = value()?.parse().map_err(anyhow::Error::msg)?,
             _ if !a.starts_with("--") && model.is_none() => model = Some(PathBuf::from(a)),
             _ => bail!("unknown argument `{a}`"),
         }
@@ -49,11 +52,12 @@ fn main() -> anyhow::Result<()> {
         device,
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
-        dtype: Default::default(),
+        dtype,
     })?;
     println!(
-        "loaded {} on {device} in {:.2} s",
+        "loaded {} on {device} as {} in {:.2} s",
         model.display(),
+        dtype.name(),
         start.elapsed().as_secs_f64()
     );
     let layers = exec.dims().layers;
