@@ -2,8 +2,9 @@
 //! candle and on torch give the same evidence: the same token ids, the
 //! same artifacts (kinds, layers, labels, shapes), logits and activations
 //! within a stated tolerance, the same greedy tokens up to the first step
-//! whose top two logits are too close to order reliably, and a report of
-//! one against the other that finds no change. Never bit identity: the two
+//! whose top two logits are too close to order reliably, the same policy
+//! decisions, measurement states and orthogonalized weights, and a report
+//! of one against the other that finds no change. Never bit identity: the two
 //! sum in different orders. Needs `--features torch` (libtorch).
 #![cfg(feature = "torch")]
 
@@ -17,6 +18,8 @@ use common::{plugins, tiny};
 use vauban::executor::{
     Backend, DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions, TraceOutput,
 };
+use vauban::intervene::policy::{Observation, PolicyOp, StepPolicy, Watch};
+use vauban::intervene::{Direction, Intervention, Mode, Positions};
 use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
@@ -326,4 +329,167 @@ plugin = "behavior"
             "first-token KL {kl}: {p:#}"
         );
     }
+}
+
+/// Subtracts the watched direction from every token whose projection on
+/// it exceeds a threshold: a policy whose decisions depend on the
+/// activations, so both backends must see the same ones to agree.
+struct Gate {
+    watches: Vec<Watch>,
+    threshold: f32,
+}
+
+impl StepPolicy for Gate {
+    fn describe(&self) -> String {
+        "gate (test)".into()
+    }
+    fn watches(&self) -> &[Watch] {
+        &self.watches
+    }
+    fn decide(&mut self, obs: &[Observation]) -> Result<Vec<PolicyOp>, String> {
+        Ok(obs
+            .iter()
+            .map(|o| PolicyOp {
+                layer: o.layer,
+                direction: o.direction.clone(),
+                mode: Mode::Subtract,
+                alpha: 1.0,
+                value: None,
+                positions: o
+                    .projections
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| **p > self.threshold)
+                    .map(|(i, _)| o.offset + i)
+                    .collect(),
+            })
+            .filter(|op| !op.positions.is_empty())
+            .collect())
+    }
+}
+
+fn unit_direction(seed: u64) -> Direction {
+    // A fixed direction, the same on both sides.
+    let v: Vec<f32> = (0..tiny::HIDDEN)
+        .map(|i| (((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0) - 1.0)
+        .collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let v: Vec<f32> = v.iter().map(|x| x / norm).collect();
+    Direction::new("test", "d", "00", None, &v, &[tiny::HIDDEN]).unwrap()
+}
+
+/// The log of what the policy did, from a trace.
+fn policy_record(out: &TraceOutput) -> serde_json::Value {
+    out.trace
+        .artifacts_of(K::InterventionResult)
+        .find_map(|a| match &a.data {
+            ArtifactData::Record { value } if a.labels.contains_key("policy") => {
+                Some(value["log"].clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no policy record in {:#?}", out.trace.artifacts))
+}
+
+#[test]
+fn policies_measurement_and_orthogonalization_agree_across_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
+    let mut candle = Backend::load(&spec(&gguf)).unwrap();
+    let mut torch = Backend::torch(&torch_spec(&gguf)).unwrap();
+    let d = unit_direction(3);
+
+    // A step policy, in prefill and every decode step.
+    let mut req = request("p", "the cat in the hat sat on a mat", vec![1]);
+    req.observe.push(K::InterventionResult);
+    let opts = options("p", PromptForm::Raw, 8);
+    let run = |b: &Backend| {
+        let mut gate = Gate {
+            watches: vec![Watch {
+                name: "d".into(),
+                layers: vec![1],
+                direction: d.clone(),
+            }],
+            threshold: 0.0,
+        };
+        b.trace(&req, &opts, Some(&mut gate)).unwrap()
+    };
+    let (c, t) = (run(&candle), run(&torch));
+    let (cp, tp) = (policy_record(&c), policy_record(&t));
+    for key in [
+        "decisions",
+        "ops",
+        "tokens_changed_prefill",
+        "tokens_changed_decode",
+    ] {
+        assert_eq!(
+            cp.get(key),
+            tp.get(key),
+            "policy record `{key}`: {cp:#} vs {tp:#}"
+        );
+    }
+    assert!(
+        cp["tokens_changed_prefill"].as_u64().unwrap() > 0,
+        "the gate changed nothing: {cp:#}"
+    );
+    let dl = relative(
+        &values(&t, K::Logits, None, None),
+        &values(&c, K::Logits, None, None),
+    );
+    assert!(dl < 1e-4, "logits under the policy: relative {dl}");
+    assert_eq!(c.generation.unwrap().ids, t.generation.unwrap().ids);
+
+    // What a direction measurement reads: every block's last residual.
+    let prompts: Vec<Vec<u32>> = ["the cat", "a hat sat", "then ran in"]
+        .iter()
+        .map(|p| candle.tokenize(p, &PromptForm::Raw).unwrap())
+        .collect();
+    let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let ablate = vec![Intervention {
+        layer: 0,
+        mode: Mode::Subtract,
+        direction: d.clone(),
+        alpha: 1.0,
+        value: None,
+        positions: Positions::All,
+        condition: None,
+    }];
+    let cs = candle.last_token_states(&ablate, &refs);
+    let ts = torch.last_token_states(&ablate, &refs);
+    for (c, t) in cs.into_iter().zip(ts) {
+        let (c, t) = (c.unwrap(), t.unwrap());
+        assert_eq!(c.residuals.len(), t.residuals.len());
+        for (cr, tr) in c.residuals.iter().zip(&t.residuals) {
+            assert!(relative(tr, cr) < 1e-4, "residuals");
+        }
+        assert!(relative(&t.logits, &c.logits) < 1e-4, "logits");
+    }
+
+    // Orthogonalized weights: the same changes, then the same model.
+    let cw = candle.orthogonalize(&d, &[0, 2]).unwrap();
+    let tw = torch.orthogonalize(&d, &[0, 2]).unwrap();
+    assert_eq!(cw.len(), 4);
+    for (a, b) in cw.iter().zip(&tw) {
+        assert_eq!((a.layer, &a.matrix), (b.layer, &b.matrix));
+        assert!(
+            (a.norm - b.norm).abs() <= 1e-4 * a.norm.max(1.0),
+            "{a:?} vs {b:?}"
+        );
+    }
+    assert_eq!(
+        torch.model_ref().sha256,
+        None,
+        "changed weights claim no file hash"
+    );
+    let req = request("o", "the cat in the hat", vec![2]);
+    let opts = options("o", PromptForm::Raw, 0);
+    let (c, t) = (
+        candle.trace(&req, &opts, None).unwrap(),
+        torch.trace(&req, &opts, None).unwrap(),
+    );
+    let dl = relative(
+        &values(&t, K::Logits, None, None),
+        &values(&c, K::Logits, None, None),
+    );
+    assert!(dl < 1e-4, "logits after orthogonalization: relative {dl}");
 }
