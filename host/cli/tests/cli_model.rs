@@ -673,3 +673,67 @@ fn trace_records_the_kv_cache_type_and_its_bytes() {
         "{err}"
     );
 }
+
+/// `--executor torch`: in a build with the feature, the trace is torch's
+/// and says the GGUF was dequantized; without it, the error names the
+/// build to make. `--dtype` is the Torch executor's and candle refuses it.
+#[test]
+fn trace_runs_on_the_executor_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::Q8_0);
+    let bundle = dir.path().join("torch");
+    let o = vauban(&[
+        "trace",
+        "--executor",
+        "torch",
+        "--model",
+        s(&model),
+        "--raw",
+        "--prompt",
+        "the cat sat",
+        "--max-tokens",
+        "2",
+        "--out",
+        s(&bundle),
+    ]);
+    let (out, err) = text(&o);
+    if cfg!(feature = "torch") {
+        assert!(o.status.success(), "{out}\n{err}");
+        let b = vauban::bundle::Bundle::open(&bundle).unwrap();
+        let t = &b.traces()[0];
+        assert_eq!(t.capabilities.executor, "torch");
+        let prefill = t
+            .spans
+            .iter()
+            .find(|s| s.stage == vauban::trace::Stage::Prefill)
+            .unwrap();
+        let kernel = &prefill.profile.notes["kernel"];
+        assert!(
+            kernel.contains("Q8_0") && kernel.contains("dequantized"),
+            "{kernel}"
+        );
+    } else {
+        assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+        assert!(
+            err.contains("built without it") && err.contains("--features torch"),
+            "{err}"
+        );
+    }
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        "x",
+        "--dtype",
+        "bf16",
+        "--out",
+        s(&dir.path().join("bf16")),
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("dtype = \"bf16\"") && err.contains("Torch executor"),
+        "{err}"
+    );
+}
