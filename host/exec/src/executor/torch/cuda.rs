@@ -68,7 +68,14 @@ pub fn load_torch_cuda() -> Result<(), String> {
         .get_or_init(|| {
             // SAFETY: libtorch's own library; its initialisers register the
             // CUDA backend with the libtorch already loaded.
-            unsafe { libloading::Library::new("libtorch_cuda.so") }.map_err(|e| e.to_string())
+            unsafe { libloading::Library::new("libtorch_cuda.so") }.map_err(|e| {
+                // libloading's message is "dlopen failed"; the loader's own
+                // (which library is missing) is its source.
+                match std::error::Error::source(&e) {
+                    Some(why) => format!("{e}: {why}"),
+                    None => e.to_string(),
+                }
+            })
         })
         .as_ref()
         .map(drop)

@@ -290,11 +290,29 @@ impl TorchExecutor {
 // executor be shared (a `OnceLock<Backend>` in a test, an `Arc` in a server).
 unsafe impl Sync for TorchExecutor {}
 
-/// The libtorch version this build runs (`torch::version`, as its C API
-/// reports it through tch), for the trace's kernel note.
+/// The version of the libtorch this process loaded (`2.13.0`,
+/// `2.11.0+cu130`), for the trace's kernel note: read from the `version.py`
+/// (or `build-version`) beside the loaded `libtorch_cpu.so`, found in
+/// `/proc/self/maps`; "version unknown" where neither is there.
 fn libtorch_version() -> &'static str {
-    // tch 0.26 pairs with libtorch 2.13.0 and its build checks the pairing.
-    "2.13.0"
+    static VERSION: OnceLock<String> = OnceLock::new();
+    VERSION.get_or_init(|| {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let lib = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.ends_with("/libtorch_cpu.so"))
+            .map(Path::new);
+        let root = lib.and_then(|l| l.parent()?.parent());
+        let read = |name: &str| std::fs::read_to_string(root?.join(name)).ok();
+        read("version.py")
+            .and_then(|v| {
+                let line = v.lines().find(|l| l.starts_with("__version__"))?;
+                Some(line.split(['\'', '"']).nth(1)?.to_owned())
+            })
+            .or_else(|| read("build-version").map(|v| v.trim().to_owned()))
+            .unwrap_or_else(|| "version unknown".into())
+    })
 }
 
 /// How a GGUF file stores its matrices (`Q4_1`, `F16`...), when any is
