@@ -3,7 +3,8 @@
 //! same artifacts (kinds, layers, labels, shapes), logits and activations
 //! within a stated tolerance, the same greedy tokens up to the first step
 //! whose top two logits are too close to order reliably, the same policy
-//! decisions, measurement states and orthogonalized weights, and a report
+//! decisions, measurement states, orthogonalized and exported weights, and
+//! a report
 //! of one against the other that finds no change. Never bit identity: the two
 //! sum in different orders. Needs `--features torch` (libtorch).
 #![cfg(feature = "torch")]
@@ -392,7 +393,7 @@ fn policy_record(out: &TraceOutput) -> serde_json::Value {
 }
 
 #[test]
-fn policies_measurement_and_orthogonalization_agree_across_backends() {
+fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
     let mut candle = Backend::load(&spec(&gguf)).unwrap();
@@ -492,4 +493,26 @@ fn policies_measurement_and_orthogonalization_agree_across_backends() {
         &values(&c, K::Logits, None, None),
     );
     assert!(dl < 1e-4, "logits after orthogonalization: relative {dl}");
+
+    // Exported, each loads in candle as the model it was.
+    let reload = |b: &Backend, name: &str| {
+        let out = dir.path().join(name);
+        b.export_hf(&out).unwrap();
+        let back = Backend::load(&spec(&out)).unwrap();
+        back.trace(&req, &opts, None).unwrap()
+    };
+    let (ce, te) = (
+        reload(&candle, "candle-export"),
+        reload(&torch, "torch-export"),
+    );
+    let de = relative(
+        &values(&te, K::Logits, None, None),
+        &values(&ce, K::Logits, None, None),
+    );
+    assert!(de < 1e-4, "exported models: relative {de}");
+    let dt = relative(
+        &values(&te, K::Logits, None, None),
+        &values(&t, K::Logits, None, None),
+    );
+    assert!(dt < 1e-4, "torch's export against torch: relative {dt}");
 }

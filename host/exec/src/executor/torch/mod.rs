@@ -421,10 +421,24 @@ impl Executor for TorchExecutor {
     ) -> Result<Vec<WeightChange>, ExecutorError> {
         TorchExecutor::orthogonalize(self, direction, layers)
     }
-    fn export_hf(&self, _dir: &Path) -> Result<(), ExecutorError> {
-        Err(ExecutorError::Unsupported {
-            backend: "torch",
-            what: "exporting weights (load the model with candle to export it)",
-        })
+    /// The weights as loaded and transformed, as f32 safetensors in an HF
+    /// folder, written by the same exporter as candle's.
+    fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError> {
+        let mut dense = Vec::new();
+        for (name, t) in self.model.named_weights() {
+            let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+            let values = host_vec(t)?;
+            let t = candle_core::Tensor::from_vec(values, shape, &candle_core::Device::Cpu)
+                .map_err(ModelError::from)?;
+            dense.push((name, t));
+        }
+        let a = &self.assets;
+        crate::executor::candle::model::hf::export_weights(
+            &a.config,
+            dense,
+            (&a.tokenizer, a.chat_template.as_deref(), &a.special),
+            dir,
+        )?;
+        Ok(())
     }
 }

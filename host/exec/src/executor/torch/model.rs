@@ -445,6 +445,37 @@ impl TorchLlama {
         })
     }
 
+    /// Every weight by its GGUF name (`output.weight` only when the
+    /// embeddings are not tied), for export.
+    pub fn named_weights(&self) -> Vec<(String, &Tensor)> {
+        let mut out = vec![
+            ("token_embd.weight".to_owned(), &self.embed),
+            ("output_norm.weight".to_owned(), &self.norm.scale),
+        ];
+        if !self.config.tied_embeddings {
+            out.push(("output.weight".to_owned(), &self.output.weight));
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            out.push((format!("blk.{i}.attn_norm.weight"), &b.attn_norm.scale));
+            out.push((format!("blk.{i}.ffn_norm.weight"), &b.mlp_norm.scale));
+            for (stem, lin) in [
+                ("attn_q", &b.attn.q),
+                ("attn_k", &b.attn.k),
+                ("attn_v", &b.attn.v),
+                ("attn_output", &b.attn.o),
+                ("ffn_gate", &b.mlp.gate),
+                ("ffn_up", &b.mlp.up),
+                ("ffn_down", &b.mlp.down),
+            ] {
+                out.push((format!("blk.{i}.{stem}.weight"), &lin.weight));
+                if let Some(bias) = &lin.bias {
+                    out.push((format!("blk.{i}.{stem}.bias"), bias));
+                }
+            }
+        }
+        out
+    }
+
     /// Removes the unit direction `r` (`[hidden]`) from the output of
     /// `m` at `layer` (`W ← W − r(rᵀW)`, in f32, written in place); the
     /// Frobenius norm of the change.

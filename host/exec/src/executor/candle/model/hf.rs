@@ -144,6 +144,19 @@ pub fn export(
     special: &Special,
     dir: &Path,
 ) -> Result<(), ModelError> {
+    let assets = (tokenizer, chat_template, special);
+    export_weights(model.config(), model.dense_weights()?, assets, dir)
+}
+
+/// [`export`] from any backend's weights: `dense` holds every tensor by
+/// its GGUF name, in GGUF's layout, as f32 (what candle's
+/// `Llama::dense_weights` gives; the Torch executor converts its own).
+pub fn export_weights(
+    c: &config::LlamaConfig,
+    dense: Vec<(String, Tensor)>,
+    (tokenizer, chat_template, special): (&tokenizers::Tokenizer, Option<&str>, &Special),
+    dir: &Path,
+) -> Result<(), ModelError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ModelError::Io { path, source }
@@ -165,9 +178,8 @@ pub fn export(
         .prefix(".vauban-export-")
         .tempdir_in(parent)
         .map_err(io(parent))?;
-    let c = model.config();
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
-    for (name, t) in model.dense_weights()? {
+    for (name, t) in dense {
         // Q/K rows (and their biases) back from llama.cpp's order to HF's.
         let heads = match (name.contains(".attn_q."), name.contains(".attn_k.")) {
             (true, _) => Some(c.heads),
