@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use super::{
-    Effect, ExecutorError, Generation, PromptForm, ReferenceContinuation, RunOptions, TraceOutput,
+    Effect, ExecutorError, GenerateOptions, Generation, PromptForm, ReferenceContinuation,
+    RunOptions, TraceOutput,
 };
 use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
@@ -459,6 +460,61 @@ pub(crate) fn tokenize_prompt(
     };
     rec.prompt(&span, text, rendered.as_deref(), Some(&ids));
     Ok(ids)
+}
+
+/// Checks that a prompt of `n` tokens fits the model's context, and picks
+/// the other side's continuation to score when the request asks for
+/// log-probabilities: checked against the vocabulary and the context, with
+/// its support rows and their width. A continuation this model cannot
+/// score fails its own trace here, before any pass.
+pub(crate) fn fits_context<'o>(
+    request: &TraceRequest,
+    options: &'o RunOptions,
+    n: usize,
+    (vocab, context): (usize, Option<usize>),
+) -> Result<Option<(&'o ReferenceContinuation, usize, usize)>, ExecutorError> {
+    if let Some(limit) = context
+        && n > limit
+    {
+        return Err(ModelError::ContextExceeded { needed: n, limit }.into());
+    }
+    let Some(r) = options
+        .reference
+        .as_ref()
+        .filter(|_| request.wants(K::Logprobs))
+    else {
+        return Ok(None);
+    };
+    let (rows, k) = r.check(vocab)?;
+    let needed = n + rows - 1;
+    if let Some(limit) = context
+        && needed > limit
+    {
+        return Err(ExecutorError::Request(format!(
+            "reference continuation of `{}`: the prompt and continuation are {needed} tokens, over the model's context of {limit}",
+            r.trace_id
+        )));
+    }
+    Ok(Some((r, rows, k)))
+}
+
+/// The decode span's notes of a generation: why it stopped and how it
+/// sampled.
+pub(crate) fn note_generation(p: &mut StageProfile, g: &Generation, options: &GenerateOptions) {
+    p.notes.insert(
+        "stop".into(),
+        serde_json::to_string(&g.stop).expect("serializes"),
+    );
+    p.notes.insert(
+        "sampling".into(),
+        match &options.sampling {
+            Some(s) => format!(
+                "temperature {} top_p {} top_k {:?} seed {}",
+                s.temperature, s.top_p, s.top_k, s.seed
+            ),
+            None => "greedy".into(),
+        },
+    );
 }
 
 /// Row-wise log-probabilities of f32 logits (over the last dimension),

@@ -14,8 +14,8 @@ use super::model::llama::LogitsAt;
 use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, labels, log_softmax_data, resident_bytes, support_scores,
-    tokenize_prompt,
+    Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
+    resident_bytes, support_scores, tokenize_prompt,
 };
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, ReferenceContinuation, RunOptions, TraceOutput,
@@ -192,35 +192,7 @@ fn begin<'a>(
         LogitsAt::Last
     };
     let context = exec.model.model.config().context_length;
-    if let Some(limit) = context
-        && ids.len() > limit
-    {
-        return Err(ModelError::ContextExceeded {
-            needed: ids.len(),
-            limit,
-        }
-        .into());
-    }
-    // A continuation this model cannot score fails its own job here, not
-    // the batch's pass later.
-    let mut reference = None;
-    if let Some(r) = options
-        .reference
-        .as_ref()
-        .filter(|_| request.wants(K::Logprobs))
-    {
-        let (rows, k) = r.check(exec.dims().vocab)?;
-        let needed = ids.len() + rows - 1;
-        if let Some(limit) = context
-            && needed > limit
-        {
-            return Err(ExecutorError::Request(format!(
-                "reference continuation of `{}`: the prompt and continuation are {needed} tokens, over the model's context of {limit}",
-                r.trace_id
-            )));
-        }
-        reference = Some((r, rows, k));
-    }
+    let reference = fits_context(request, options, ids.len(), (exec.dims().vocab, context))?;
     Ok(Job {
         exec,
         request,
@@ -447,20 +419,7 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
         let g = g.finish(&mut |_| {});
         let mut p = job.rec.profile(start, g.decode_steps);
         p.duration_ns = g.decode_ns;
-        p.notes.insert(
-            "stop".into(),
-            serde_json::to_string(&g.stop).expect("serializes"),
-        );
-        p.notes.insert(
-            "sampling".into(),
-            match &job.options.generate.sampling {
-                Some(s) => format!(
-                    "temperature {} top_p {} top_k {:?} seed {}",
-                    s.temperature, s.top_p, s.top_k, s.seed
-                ),
-                None => "greedy".into(),
-            },
-        );
+        note_generation(&mut p, &g, &job.options.generate);
         p.notes.insert(
             "kv_cache_bytes".into(),
             job.session.cache_bytes().to_string(),

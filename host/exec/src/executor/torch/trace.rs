@@ -12,12 +12,12 @@ use super::session::{TorchSession, last_row};
 use super::{TorchExecutor, cuda};
 use crate::executor::generate::Generator;
 use crate::executor::recorder::{
-    Recorder, check_request, labels, log_softmax_data, resident_bytes, support_scores,
-    tokenize_prompt,
+    Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
+    resident_bytes, support_scores, tokenize_prompt,
 };
 use crate::executor::{Executor, ExecutorError, InferenceSession, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
-use crate::model::{Matrix, ModelError};
+use crate::model::Matrix;
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data, with its shape.
@@ -102,31 +102,7 @@ pub(super) fn run(
     rec.span(Stage::PrepareBatch, p);
     let all_logits = request.wants(K::Logits) || request.wants(K::Logprobs);
     let context = exec.assets.config.context_length;
-    if let Some(limit) = context
-        && n > limit
-    {
-        return Err(ModelError::ContextExceeded { needed: n, limit }.into());
-    }
-    let reference = match options
-        .reference
-        .as_ref()
-        .filter(|_| request.wants(K::Logprobs))
-    {
-        Some(r) => {
-            let (rows, k) = r.check(exec.dims().vocab)?;
-            let needed = n + rows - 1;
-            if let Some(limit) = context
-                && needed > limit
-            {
-                return Err(ExecutorError::Request(format!(
-                    "reference continuation of `{}`: the prompt and continuation are {needed} tokens, over the model's context of {limit}",
-                    r.trace_id
-                )));
-            }
-            Some((r, rows, k))
-        }
-        None => None,
-    };
+    let reference = fits_context(request, options, n, (exec.dims().vocab, context))?;
 
     // prefill: the forward pass with hooks.
     let start = Instant::now();
@@ -244,20 +220,7 @@ pub(super) fn run(
             p.host_device_copies = 2 * g.decode_steps as u64;
             p.sync_points += g.decode_steps as u64;
         }
-        p.notes.insert(
-            "stop".into(),
-            serde_json::to_string(&g.stop).expect("serializes"),
-        );
-        p.notes.insert(
-            "sampling".into(),
-            match &options.generate.sampling {
-                Some(s) => format!(
-                    "temperature {} top_p {} top_k {:?} seed {}",
-                    s.temperature, s.top_p, s.top_k, s.seed
-                ),
-                None => "greedy".into(),
-            },
-        );
+        note_generation(&mut p, &g, &options.generate);
         p.notes
             .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
         let span = rec.span(Stage::Decode, p);
