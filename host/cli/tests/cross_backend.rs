@@ -17,7 +17,8 @@ use std::path::Path;
 use candle_core::quantized::GgmlDType;
 use common::{plugins, tiny};
 use vauban::executor::{
-    Backend, DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions, TraceOutput,
+    Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
+    RunOptions, TraceOutput,
 };
 use vauban::intervene::policy::{Observation, PolicyOp, StepPolicy, Watch};
 use vauban::intervene::{Direction, Intervention, Mode, Positions};
@@ -515,4 +516,70 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
         &values(&t, K::Logits, None, None),
     );
     assert!(dt < 1e-4, "torch's export against torch: relative {dt}");
+}
+
+/// Decides nothing, and fails once, at its `fail_at`-th decision.
+struct FailOnce {
+    watches: Vec<Watch>,
+    calls: usize,
+    fail_at: usize,
+}
+
+impl StepPolicy for FailOnce {
+    fn describe(&self) -> String {
+        "fail-once (test)".into()
+    }
+    fn watches(&self) -> &[Watch] {
+        &self.watches
+    }
+    fn decide(&mut self, _: &[Observation]) -> Result<Vec<PolicyOp>, String> {
+        self.calls += 1;
+        match self.calls == self.fail_at {
+            true => Err("a planned failure".into()),
+            false => Ok(Vec::new()),
+        }
+    }
+}
+
+/// A pass that fails after some blocks ran (here a policy's error at the
+/// second block) leaves the session as it was: the next step runs at the
+/// same position and gives what an untroubled session gives.
+#[test]
+fn a_failed_pass_leaves_the_session_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
+    let candle = Backend::load(&spec(&gguf)).unwrap();
+    let torch = Backend::torch(&torch_spec(&gguf)).unwrap();
+    let prompt = candle.tokenize("the cat sat", &PromptForm::Raw).unwrap();
+    let next = 5;
+    let mut fresh = candle.session(&[]);
+    fresh.prefill(&prompt).unwrap();
+    let want = fresh.decode_step(next).unwrap().logits;
+    for (name, b) in [("candle", &candle), ("torch", &torch)] {
+        let mut policy = FailOnce {
+            watches: vec![Watch {
+                name: "d".into(),
+                layers: vec![1],
+                direction: unit_direction(5),
+            }],
+            calls: 0,
+            fail_at: 2,
+        };
+        let mut s = b.session(&[]);
+        s.set_policy(&mut policy);
+        s.prefill(&prompt).unwrap();
+        let err = s.decode_step(next).err().expect("the policy fails");
+        assert!(
+            err.to_string().contains("a planned failure"),
+            "{name}: {err}"
+        );
+        assert_eq!(
+            s.position(),
+            prompt.len(),
+            "{name}: position after the failure"
+        );
+        let got = s.decode_step(next).unwrap().logits;
+        let d = relative(&got, &want);
+        assert!(d < 1e-4, "{name}: the step after a failure: relative {d}");
+    }
 }

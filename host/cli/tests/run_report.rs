@@ -630,7 +630,7 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         false => {
             "baseline.executor: `torch` is the Torch executor (libtorch), and this vauban was built without it"
         }
-        true => "baseline.device: device `cuda:0`: libtorch sees 0 CUDA devices here",
+        true => "baseline.device: device `cuda:99`: libtorch sees",
     };
     let cases: [(&str, &str, &str); 18] = [
         (
@@ -705,7 +705,7 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         ),
         (
             "[baseline]\n",
-            "[baseline]\nexecutor = \"torch\"\ndevice = \"cuda\"\n",
+            "[baseline]\nexecutor = \"torch\"\ndevice = \"cuda:99\"\n",
             torch_refusal,
         ),
         (

@@ -155,7 +155,8 @@ pub struct ModelSection {
     /// The name the report uses (default: the file name).
     #[serde(default)]
     pub label: Option<String>,
-    /// `candle` (the embedded model, the default), `http` (an
+    /// `candle` (the embedded model, the default), `torch` (the same model
+    /// on libtorch; a build with `--features torch`), `http` (an
     /// OpenAI-compatible endpoint; `model` is then the model name it
     /// serves) or `replay` (`model` is a recorded bundle).
     #[serde(default = "candle")]

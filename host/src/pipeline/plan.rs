@@ -320,7 +320,8 @@ impl Plan {
                 "candle" => SideBackend::Candle,
                 "http" => SideBackend::Http,
                 "replay" => SideBackend::Replay,
-                "torch" if crate::executor::TORCH_BUILT => SideBackend::Torch,
+                // A replayed side (`vauban diff`) needs no libtorch.
+                "torch" if crate::executor::TORCH_BUILT || replay => SideBackend::Torch,
                 "torch" => {
                     return Err(at(
                         &format!("{key}.executor"),

@@ -43,6 +43,9 @@ use crate::trace::{
 /// silent fall-back to the CPU).
 pub fn open_device(spec: DeviceSpec) -> Result<Device, String> {
     let available = || {
+        // libtorch registers its CUDA backend once; load it before the
+        // first count, so no path counts before it is there.
+        let _ = cuda::load_torch_cuda();
         let mut names = vec!["cpu".to_owned()];
         names.extend((0..tch::Cuda::device_count()).map(|i| format!("cuda:{i}")));
         if tch::utils::has_mps() {
@@ -86,6 +89,8 @@ pub struct TorchExecutor {
     /// the `Sync` impl below).
     model: TorchLlama,
     device: DeviceSpec,
+    /// The weights' and activations' dtype.
+    dtype: Dtype,
     /// How the weights were stored in the file, when libtorch holds them
     /// otherwise (a GGUF's quantized matrices, dequantized at load).
     pub dequantized: Option<String>,
@@ -122,6 +127,7 @@ impl TorchExecutor {
             assets,
             model,
             device: spec.device,
+            dtype: spec.dtype,
             dequantized,
             sha256: OnceLock::new(),
             tokenizer_sha256: OnceLock::new(),

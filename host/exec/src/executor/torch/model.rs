@@ -197,10 +197,21 @@ impl Reader<'_> {
         Ok(t)
     }
 
-    fn linear(&mut self, stem: &str, out: usize, inp: usize) -> Result<Linear, ModelError> {
+    /// A matrix `[out, inp]`, with its bias `[out]` when `bias` says the
+    /// model has one (as candle's loader: Q, K and V of a model with QKV
+    /// biases; no other bias is read).
+    fn linear(
+        &mut self,
+        stem: &str,
+        (out, inp): (usize, usize),
+        bias: bool,
+    ) -> Result<Linear, ModelError> {
         Ok(Linear {
             weight: self.need(&format!("{stem}.weight"), &[out, inp])?,
-            bias: self.get(&format!("{stem}.bias"))?,
+            bias: match bias {
+                true => Some(self.need(&format!("{stem}.bias"), &[out])?),
+                false => None,
+            },
         })
     }
 }
@@ -279,26 +290,26 @@ impl TorchLlama {
             blocks.push(Block {
                 attn_norm: norm(r.need(&b("attn_norm.weight"), &[c.hidden])?),
                 attn: Attention {
-                    q: r.linear(&b("attn_q"), q_width, c.hidden)?,
-                    k: r.linear(&b("attn_k"), kv_width, c.hidden)?,
-                    v: r.linear(&b("attn_v"), kv_width, c.hidden)?,
-                    o: r.linear(&b("attn_output"), c.hidden, q_width)?,
+                    q: r.linear(&b("attn_q"), (q_width, c.hidden), c.qkv_bias)?,
+                    k: r.linear(&b("attn_k"), (kv_width, c.hidden), c.qkv_bias)?,
+                    v: r.linear(&b("attn_v"), (kv_width, c.hidden), c.qkv_bias)?,
+                    o: r.linear(&b("attn_output"), (c.hidden, q_width), false)?,
                 },
                 mlp_norm: norm(r.need(&b("ffn_norm.weight"), &[c.hidden])?),
                 mlp: Mlp {
-                    gate: r.linear(&b("ffn_gate"), c.ffn, c.hidden)?,
-                    up: r.linear(&b("ffn_up"), c.ffn, c.hidden)?,
-                    down: r.linear(&b("ffn_down"), c.hidden, c.ffn)?,
+                    gate: r.linear(&b("ffn_gate"), (c.ffn, c.hidden), false)?,
+                    up: r.linear(&b("ffn_up"), (c.ffn, c.hidden), false)?,
+                    down: r.linear(&b("ffn_down"), (c.hidden, c.ffn), false)?,
                 },
             });
         }
         let final_norm = norm(r.need("output_norm.weight", &[c.hidden])?);
-        let output = match r.get("output.weight")? {
-            Some(weight) => Linear { weight, bias: None },
-            None => Linear {
-                weight: embed.shallow_clone(),
-                bias: None,
+        let output = Linear {
+            weight: match c.tied_embeddings {
+                true => embed.shallow_clone(),
+                false => r.need("output.weight", &[c.vocab, c.hidden])?,
             },
+            bias: None,
         };
         let inv_freqs = Tensor::from_slice(&c.inv_freqs()).to_device(device);
         Ok(TorchLlama {
@@ -368,6 +379,35 @@ impl TorchLlama {
         if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
             return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
         }
+        if let Some(limit) = c.context_length
+            && cache.len + ids.len() > limit
+        {
+            return Err(ModelError::ContextExceeded {
+                needed: cache.len + ids.len(),
+                limit,
+            });
+        }
+        let past = cache.len;
+        let run = self.run_blocks(ids, cache, hook, last_only);
+        if run.is_err() {
+            // The blocks before the failure appended their keys and
+            // values; forget them, so the cache holds `past` positions in
+            // every layer again and the session can go on.
+            cache
+                .truncate(past)
+                .expect("the cache still counts `past` positions");
+        }
+        run
+    }
+
+    fn run_blocks(
+        &self,
+        ids: &[u32],
+        cache: &mut TorchCache,
+        hook: &mut dyn BlockHook,
+        last_only: bool,
+    ) -> Result<(Tensor, PassTiming), ModelError> {
+        let c = &self.config;
         let mut timing = PassTiming::default();
         tch::no_grad(|| {
             let (n, past) = (ids.len() as i64, cache.len as i64);

@@ -128,7 +128,8 @@ pub(super) fn run(
     );
     p.notes
         .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
-    p.notes.insert("kv_cache".into(), "f32".into());
+    // Keys and values are kept in the model's dtype.
+    p.notes.insert("kv_cache".into(), exec.dtype.name().into());
     rec.span(Stage::Prefill, p);
 
     // observe: activations (and weight snapshots) copied to the host.
