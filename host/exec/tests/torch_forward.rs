@@ -171,7 +171,7 @@ fn an_ablation_at_every_block_agrees_with_candle() {
         kept: Vec::new(),
     };
     let (got, _) = torch
-        .run(&ids, &mut torch.new_cache(), &mut ablate, false)
+        .run(&ids, &mut torch.new_cache(), &mut ablate, 0)
         .unwrap();
     let got = Vec::<Vec<f32>>::try_from(&got).unwrap();
     let worst = got

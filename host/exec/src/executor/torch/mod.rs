@@ -221,7 +221,7 @@ impl TorchExecutor {
                 let mut s = self.session(interventions);
                 s.hook.observe = (0..layers).collect();
                 s.hook.last_only = true;
-                let logits = s.pass(ids, true, true)?;
+                let logits = s.pass(ids, true, ids.len().saturating_sub(1))?;
                 let residuals = s
                     .hook
                     .kept

@@ -357,12 +357,13 @@ impl TorchLlama {
         ids: &[u32],
         cache: &mut TorchCache,
     ) -> Result<Tensor, ModelError> {
-        Ok(self.run(ids, cache, &mut NoHook, false)?.0)
+        Ok(self.run(ids, cache, &mut NoHook, 0)?.0)
     }
 
     /// Runs `ids` after the positions `cache` holds, calling `hook` after
     /// every block; the f32 logits at every position (`[n, vocab]`) or,
-    /// with `last_only`, at the last (`[1, vocab]`). Token ids outside the
+    /// from position `from` of this pass on (`[n - from, vocab]`: the
+    /// last alone with `n - 1`). Token ids outside the
     /// vocabulary and a hook's tensor of the wrong shape are refused, never
     /// handed to libtorch (whose errors would be panics in `tch`).
     pub fn run(
@@ -370,12 +371,13 @@ impl TorchLlama {
         ids: &[u32],
         cache: &mut TorchCache,
         hook: &mut dyn BlockHook,
-        last_only: bool,
+        from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
         let c = &self.config;
         if ids.is_empty() {
             return Err(ModelError::EmptyInput);
         }
+        assert!(from < ids.len(), "logits from a position of the pass");
         if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
             return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
         }
@@ -388,7 +390,7 @@ impl TorchLlama {
             });
         }
         let past = cache.len;
-        let run = self.run_blocks(ids, cache, hook, last_only);
+        let run = self.run_blocks(ids, cache, hook, from);
         if run.is_err() {
             // The blocks before the failure appended their keys and
             // values; forget them, so the cache holds `past` positions in
@@ -405,7 +407,7 @@ impl TorchLlama {
         ids: &[u32],
         cache: &mut TorchCache,
         hook: &mut dyn BlockHook,
-        last_only: bool,
+        from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
         let c = &self.config;
         let mut timing = PassTiming::default();
@@ -454,9 +456,10 @@ impl TorchLlama {
             }
             cache.len += n as usize;
             let start = std::time::Instant::now();
-            let x = match last_only {
-                true => x.narrow(0, n - 1, 1),
-                false => x,
+            let from = from as i64;
+            let x = match from {
+                0 => x,
+                _ => x.narrow(0, from, n - from),
             };
             let logits = self
                 .output

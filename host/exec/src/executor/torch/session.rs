@@ -150,17 +150,15 @@ impl<'a> TorchSession<'a> {
     }
 
     /// Runs `ids` after what the cache holds, as prompt tokens (`prefill`)
-    /// or a decode step; the logits at every position or the last.
+    /// or a decode step; the logits from position `from` of the pass on.
     pub(crate) fn pass(
         &mut self,
         ids: &[u32],
         prefill: bool,
-        last_only: bool,
+        from: usize,
     ) -> Result<Tensor, ExecutorError> {
         self.hook.prefill = prefill;
-        let run = self
-            .model
-            .run(ids, &mut self.cache, &mut self.hook, last_only);
+        let run = self.model.run(ids, &mut self.cache, &mut self.hook, from);
         self.hook.prefill = false;
         if prefill {
             self.hook.observe.clear();
@@ -200,7 +198,7 @@ impl InferenceSession for TorchSession<'_> {
                 "prefill on a session that already holds tokens; start a new session".into(),
             ));
         }
-        let logits = self.pass(ids, true, true)?;
+        let logits = self.pass(ids, true, ids.len().saturating_sub(1))?;
         Ok(StepOutput {
             logits: last_row(&logits)?,
         })
@@ -212,14 +210,14 @@ impl InferenceSession for TorchSession<'_> {
                 "decode_step before prefill: the session holds no prompt".into(),
             ));
         }
-        let logits = self.pass(&[id], false, true)?;
+        let logits = self.pass(&[id], false, 0)?;
         Ok(StepOutput {
             logits: last_row(&logits)?,
         })
     }
 
     fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        let logits = self.pass(ids, true, true)?;
+        let logits = self.pass(ids, true, ids.len().saturating_sub(1))?;
         Ok(StepOutput {
             logits: last_row(&logits)?,
         })

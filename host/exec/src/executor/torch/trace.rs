@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use super::session::{TorchSession, last_row};
 use super::{TorchExecutor, cuda};
@@ -106,7 +106,8 @@ pub(super) fn run(
 
     // prefill: the forward pass with hooks.
     let start = Instant::now();
-    let logits = session.pass(&ids, true, !all_logits)?;
+    let from = if all_logits { 0 } else { n - 1 };
+    let logits = session.pass(&ids, true, from)?;
     let settled = settle(device);
     let prefill_ns = start.elapsed().as_nanos() as u64;
     let timing = session.timing;
@@ -249,10 +250,9 @@ pub(super) fn run(
         };
         let skip = fed.len() - 1;
         fed.extend(&r.completion[..rows - 1]);
-        let logits = scoring.pass(&fed, true, false)?;
-        let logits = logits
-            .narrow(0, skip as i64, rows as i64)
-            .to_kind(Kind::Float);
+        // Logits at the scored rows only: from the prompt's last token on.
+        let logits = scoring.pass(&fed, true, skip)?;
+        debug_assert_eq!(logits.size()[0], rows as i64);
         let scores = support_scores(&host_data(&logits)?, &r.support);
         debug_assert_eq!(scores.shape, [rows, k]);
         let settled = settle(device);
