@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Unpacks MLX for the MLX executor (`--features mlx`, issue 20) once, into
+#   ${VAUBAN_CACHE:-$HOME/.cache/vauban}/mlx/<version>/
+# and prints the variables a build needs on its last lines (`eval` them).
+#
+# What it gathers, none of it installed system-wide:
+# - MLX itself from the PyPI wheel `mlx-cpu` (a Linux CPU build: libmlx.so,
+#   its C++ headers and MLXConfig.cmake; glibc 2.35 or newer);
+# - Debian's OpenBLAS (bookworm's package, by URL and sha256) in place of
+#   the wheel's reference BLAS and LAPACK:
+#   the wheel bundles netlib's, which multiplies a 2048² f32 matrix at
+#   3.6 GFLOP/s here against OpenBLAS's 141-166. libmlx.so finds its BLAS
+#   through its rpath, so the two files are replaced in the unpacked copy
+#   (LD_LIBRARY_PATH alone does not override them);
+# - libclang from the PyPI wheel `libclang`, for mlx-sys's bindgen;
+# - cmake from PyPI (shared with scripts/build-llama-server.sh).
+# mlx-sys (vendored and patched in third_party/mlx-sys) then builds only
+# mlx-c against this MLX.
+set -euo pipefail
+
+version="0.32.4"
+libclang_version="18.1.1"
+openblas_version="0.3.21+ds-4"
+openblas_url="http://deb.debian.org/debian/pool/main/o/openblas/libopenblas0-pthread_0.3.21+ds-4_amd64.deb"
+openblas_sha256="4f7e4561dbfa9286c671c91350204fbda7afad675500e59cd4a56f84604844f8"
+cmake_version="3.31.6"
+
+cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
+prefix="$cache/mlx/$version"
+tools="$cache/tools/cmake-$cmake_version"
+
+print_env() {
+  echo "export MLX_SYS_MLX_DIR=$prefix/mlx"
+  echo "export LIBCLANG_PATH=$prefix/libclang"
+  # The wheel's libclang has no resource headers (float.h, stddef.h): gcc's.
+  echo "export BINDGEN_EXTRA_CLANG_ARGS=\"-I$(gcc -print-file-name=include)\""
+  echo "export CMAKE=$tools/bin/cmake"
+  echo "export LD_LIBRARY_PATH=$prefix/mlx/lib:$prefix/mlx_cpu.libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+}
+
+if [ ! -x "$tools/bin/cmake" ]; then
+  rm -rf "$tools"
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install --quiet "cmake==$cmake_version"
+fi
+
+if [ -f "$prefix/done" ]; then
+  echo "setup-mlx: cached in $prefix" >&2
+  print_env
+  exit 0
+fi
+
+case "$(uname -m)" in
+  x86_64) ;;
+  *)
+    echo "setup-mlx: only x86_64 Linux is scripted; on macOS build with the metal feature (docs/executor.md)" >&2
+    exit 1
+    ;;
+esac
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo "setup-mlx: downloading mlx-cpu $version and libclang $libclang_version" >&2
+python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work" \
+  --python-version 3.11 --platform manylinux_2_35_x86_64 \
+  "mlx-cpu==$version"
+python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work" \
+  --python-version 3.11 --platform manylinux2010_x86_64 \
+  "libclang==$libclang_version"
+echo "setup-mlx: downloading Debian's OpenBLAS $openblas_version" >&2
+curl --fail --silent --show-error --location --retry 3 -o "$work/openblas.deb" "$openblas_url"
+echo "$openblas_sha256  $work/openblas.deb" | sha256sum --check --quiet
+
+rm -rf "$prefix"
+mkdir -p "$prefix/libclang"
+python3 - "$work" "$prefix" <<'EOF'
+import pathlib, sys, zipfile
+work, prefix = map(pathlib.Path, sys.argv[1:])
+for wheel in sorted(work.glob("*.whl")):
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            name = info.filename
+            if name.endswith("/"):
+                continue
+            if name.startswith(("mlx/lib/", "mlx/include/", "mlx/share/", "mlx_cpu.libs/")):
+                target = prefix / name
+            elif name.endswith("/clang/native/libclang.so"):
+                target = prefix / "libclang" / "libclang.so"
+            else:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(z.read(info))
+            mode = info.external_attr >> 16
+            if mode:
+                target.chmod(mode & 0o777)
+EOF
+# The wheel's BLAS and LAPACK, replaced by OpenBLAS under the names
+# libmlx.so asks for. OpenBLAS asks for libgfortran.so.5: the wheel's own
+# gfortran (renamed by auditwheel) answers to that name too.
+dpkg-deb -x "$work/openblas.deb" "$work/deb"
+blas_dir="$work/deb/usr/lib/x86_64-linux-gnu/openblas-pthread"
+libs="$prefix/mlx_cpu.libs"
+cp "$blas_dir/libblas.so.3" "$(ls "$libs"/libblas-*.so.*)"
+cp "$blas_dir/liblapack.so.3" "$(ls "$libs"/liblapack-*.so.*)"
+cp -L "$blas_dir/libopenblas.so.0" "$libs/"
+ln -sf "$(basename "$(ls "$libs"/libgfortran-*.so.*)")" "$libs/libgfortran.so.5"
+for f in mlx/lib/libmlx.so mlx/share/cmake/MLX/MLXConfig.cmake libclang/libclang.so; do
+  [ -f "$prefix/$f" ] || { echo "setup-mlx: $f is missing from the wheels" >&2; exit 1; }
+done
+date -u +%FT%TZ > "$prefix/done"
+echo "setup-mlx: MLX $version in $prefix" >&2
+print_env
