@@ -11,6 +11,8 @@ pub mod candle;
 pub mod device;
 pub mod generate;
 pub mod http;
+#[cfg(feature = "mlx")]
+pub mod mlx;
 pub mod recorder;
 pub mod replay;
 #[cfg(feature = "torch")]

@@ -1,0 +1,112 @@
+//! The MLX forward pass against candle's on SmolLM2, both with the GGUF's
+//! weights dequantized to f32: the same top token at every position,
+//! logits within a stated bound, and decoding through the KV cache equal
+//! to one pass over the whole sequence. Needs MLX (`eval "$(bash
+//! scripts/setup-mlx.sh)"`, `--features mlx`) and the model (`bash
+//! scripts/fetch-model.sh`).
+#![cfg(feature = "mlx")]
+
+use std::path::PathBuf;
+
+use vauban_exec::executor::candle::model::LoadedModel;
+use vauban_exec::executor::mlx::model::MlxLlama;
+use vauban_exec::model::WeightMode;
+
+fn smollm2() -> Option<PathBuf> {
+    let dir = std::env::var_os("VAUBAN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
+        });
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    match path.is_file() {
+        true => Some(path),
+        false => {
+            eprintln!(
+                "skipping: {} is absent; run `bash scripts/fetch-model.sh`",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// `[n, vocab]` logits as rows.
+fn rows(a: &mlx_rs::Array) -> Vec<Vec<f32>> {
+    let width = a.shape()[1] as usize;
+    a.as_slice::<f32>()
+        .chunks(width)
+        .map(<[f32]>::to_vec)
+        .collect()
+}
+
+#[test]
+fn mlx_and_candle_agree_on_smollm2() {
+    let Some(path) = smollm2() else { return };
+    let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
+    let mlx = MlxLlama::load(&candle.assets).unwrap();
+    for text in [
+        "The capital of France is",
+        "Once upon a time, in a small village far away in the mountains, there lived a",
+    ] {
+        let ids = candle.encode(text).unwrap();
+        let want = candle
+            .model
+            .forward(&ids, &[])
+            .unwrap()
+            .logits
+            .to_vec2::<f32>()
+            .unwrap();
+        let got = rows(&mlx.forward(&ids).unwrap());
+        assert_eq!(got.len(), want.len());
+        let mut worst = 0f32;
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), w.len());
+            for (a, b) in g.iter().zip(w) {
+                worst = worst.max((a - b).abs());
+            }
+            let top = |x: &[f32]| (0..x.len()).max_by(|&i, &j| x[i].total_cmp(&x[j])).unwrap();
+            assert_eq!(top(g), top(w), "{text}: top token");
+        }
+        eprintln!(
+            "{text:?}: {} positions, max |Δlogit| {worst:.2e}",
+            ids.len()
+        );
+        assert!(worst < 1e-3, "{text}: max |Δlogit| {worst}");
+    }
+}
+
+/// A prompt, then tokens one at a time through the KV cache, against one
+/// pass over all of them.
+#[test]
+fn decoding_through_the_cache_equals_the_whole_pass() {
+    let Some(path) = smollm2() else { return };
+    let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
+    let mlx = MlxLlama::load(&candle.assets).unwrap();
+    let ids = candle
+        .encode("The capital of France is Paris, and the capital of Italy")
+        .unwrap();
+    let whole = rows(&mlx.forward(&ids).unwrap());
+    let split = ids.len() - 4;
+    let mut cache = mlx.new_cache();
+    let mut got = rows(&mlx.forward_cached(&ids[..split], &mut cache).unwrap());
+    for &id in &ids[split..] {
+        got.extend(rows(&mlx.forward_cached(&[id], &mut cache).unwrap()));
+    }
+    assert_eq!(cache.len(), ids.len());
+    let worst = got
+        .iter()
+        .flatten()
+        .zip(whole.iter().flatten())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!(
+        "{} positions, the last 4 decoded through the cache: max |Δlogit| {worst:.2e}",
+        ids.len()
+    );
+    assert!(worst < 1e-3, "max |Δlogit| {worst}");
+    // A token outside the vocabulary is refused, and the cache is unchanged.
+    let vocab = mlx.config().vocab as u32;
+    assert!(mlx.forward_cached(&[vocab], &mut cache).is_err());
+    assert_eq!(cache.len(), ids.len());
+}
