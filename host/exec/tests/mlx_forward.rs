@@ -6,30 +6,11 @@
 //! scripts/fetch-model.sh`).
 #![cfg(feature = "mlx")]
 
-use std::path::PathBuf;
+mod common;
 
 use vauban_exec::executor::candle::model::LoadedModel;
 use vauban_exec::executor::mlx::model::MlxLlama;
 use vauban_exec::model::WeightMode;
-
-fn smollm2() -> Option<PathBuf> {
-    let dir = std::env::var_os("VAUBAN_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    match path.is_file() {
-        true => Some(path),
-        false => {
-            eprintln!(
-                "skipping: {} is absent; run `bash scripts/fetch-model.sh`",
-                path.display()
-            );
-            None
-        }
-    }
-}
 
 /// `[n, vocab]` logits as rows.
 fn rows(a: &mlx_rs::Array) -> Vec<Vec<f32>> {
@@ -42,7 +23,9 @@ fn rows(a: &mlx_rs::Array) -> Vec<Vec<f32>> {
 
 #[test]
 fn mlx_and_candle_agree_on_smollm2() {
-    let Some(path) = smollm2() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
     let mlx = MlxLlama::load(&candle.assets).unwrap();
     for text in [
@@ -58,16 +41,7 @@ fn mlx_and_candle_agree_on_smollm2() {
             .to_vec2::<f32>()
             .unwrap();
         let got = rows(&mlx.forward(&ids).unwrap());
-        assert_eq!(got.len(), want.len());
-        let mut worst = 0f32;
-        for (g, w) in got.iter().zip(&want) {
-            assert_eq!(g.len(), w.len());
-            for (a, b) in g.iter().zip(w) {
-                worst = worst.max((a - b).abs());
-            }
-            let top = |x: &[f32]| (0..x.len()).max_by(|&i, &j| x[i].total_cmp(&x[j])).unwrap();
-            assert_eq!(top(g), top(w), "{text}: top token");
-        }
+        let worst = common::compare_rows(text, &got, &want);
         eprintln!(
             "{text:?}: {} positions, max |Δlogit| {worst:.2e}",
             ids.len()
@@ -80,7 +54,9 @@ fn mlx_and_candle_agree_on_smollm2() {
 /// pass over all of them.
 #[test]
 fn decoding_through_the_cache_equals_the_whole_pass() {
-    let Some(path) = smollm2() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
     let mlx = MlxLlama::load(&candle.assets).unwrap();
     let ids = candle

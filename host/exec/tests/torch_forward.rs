@@ -4,34 +4,17 @@
 //! (`bash scripts/fetch-model.sh`).
 #![cfg(feature = "torch")]
 
-use std::path::PathBuf;
+mod common;
 
 use vauban_exec::executor::candle::model::LoadedModel;
 use vauban_exec::executor::torch::model::TorchLlama;
 use vauban_exec::model::WeightMode;
 
-fn smollm2() -> Option<PathBuf> {
-    let dir = std::env::var_os("VAUBAN_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/vauban/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    match path.is_file() {
-        true => Some(path),
-        false => {
-            eprintln!(
-                "skipping: {} is absent; run `bash scripts/fetch-model.sh`",
-                path.display()
-            );
-            None
-        }
-    }
-}
-
 #[test]
 fn torch_and_candle_agree_on_smollm2() {
-    let Some(path) = smollm2() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
     let torch = TorchLlama::from_gguf(&path, tch::Device::Cpu).unwrap();
     assert_eq!(torch.config(), &candle.config);
@@ -49,16 +32,7 @@ fn torch_and_candle_agree_on_smollm2() {
             .unwrap();
         let got = torch.forward(&ids).unwrap();
         let got: Vec<Vec<f32>> = Vec::<Vec<f32>>::try_from(&got).unwrap();
-        assert_eq!(got.len(), want.len());
-        let mut worst = 0f32;
-        for (g, w) in got.iter().zip(&want) {
-            assert_eq!(g.len(), w.len());
-            for (a, b) in g.iter().zip(w) {
-                worst = worst.max((a - b).abs());
-            }
-            let top = |x: &[f32]| (0..x.len()).max_by(|&i, &j| x[i].total_cmp(&x[j])).unwrap();
-            assert_eq!(top(g), top(w), "{text}: top token");
-        }
+        let worst = common::compare_rows(text, &got, &want);
         eprintln!(
             "{text:?}: {} positions, max |Δlogit| {worst:.2e}",
             ids.len()
@@ -72,7 +46,9 @@ fn torch_and_candle_agree_on_smollm2() {
 /// pass over all of them.
 #[test]
 fn decoding_through_the_cache_equals_the_whole_pass() {
-    let Some(path) = smollm2() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
     let torch = TorchLlama::from_gguf(&path, tch::Device::Cpu).unwrap();
     let ids = candle
@@ -136,7 +112,9 @@ fn an_ablation_at_every_block_agrees_with_candle() {
     use vauban_exec::executor::candle::RunHook;
     use vauban_exec::executor::candle::model::llama::{KvCache, LogitsAt};
     use vauban_exec::intervene::{Direction, Intervention, Mode, Positions};
-    let Some(path) = smollm2() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let candle = LoadedModel::load(&path, WeightMode::F32, &candle_core::Device::Cpu).unwrap();
     let torch = TorchLlama::from_gguf(&path, tch::Device::Cpu).unwrap();
     let hidden = candle.config.hidden;

@@ -9,10 +9,10 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 
-use crate::executor::candle::model::hf::HfWeights;
+use crate::executor::candle::model::host_weights::HostWeights;
+use crate::model::ModelError;
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
-use crate::model::{ModelError, ModelFormat};
 
 impl From<Exception> for ModelError {
     fn from(e: Exception) -> Self {
@@ -120,61 +120,15 @@ fn transposed(values: &[f32], rows: usize, cols: usize) -> Array {
     Array::from_slice(&t, &[cols as i32, rows as i32])
 }
 
-/// A tensor's shape and its f32 values, row-major, on the host.
-type HostTensor = (Vec<usize>, Vec<f32>);
-
-/// Reads the f32 weights by GGUF name, checking shapes.
+/// Reads the weights a model's config implies (f32 on the host, shapes
+/// checked) as MLX arrays.
 struct Reader<'a> {
-    assets: &'a ModelAssets,
-    gguf: Option<(std::fs::File, candle_core::quantized::gguf_file::Content)>,
-    hf: Option<HfWeights>,
+    weights: HostWeights<'a>,
 }
 
 impl Reader<'_> {
-    fn get(&mut self, name: &str) -> Result<Option<HostTensor>, ModelError> {
-        let cpu = candle_core::Device::Cpu;
-        let t = match (&mut self.gguf, &self.hf) {
-            (Some((file, content)), _) => {
-                if !content.tensor_infos.contains_key(name) {
-                    return Ok(None);
-                }
-                content
-                    .tensor(file, name, &cpu)
-                    .and_then(|q| q.dequantize(&cpu))
-                    .map_err(|e| ModelError::Tensor {
-                        path: self.assets.path.clone(),
-                        tensor: name.to_owned(),
-                        problem: e.to_string(),
-                    })?
-            }
-            (None, Some(hf)) => match hf.get(name, &cpu)? {
-                Some(t) => t,
-                None => return Ok(None),
-            },
-            (None, None) => unreachable!("one source"),
-        };
-        let shape = t.dims().to_vec();
-        let values = t
-            .to_dtype(candle_core::DType::F32)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())?;
-        Ok(Some((shape, values)))
-    }
-
     fn need(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        let (found, values) = self.get(name)?.ok_or_else(|| ModelError::MissingTensor {
-            tensor: name.to_owned(),
-            path: Some(self.assets.path.clone()),
-        })?;
-        if found != shape {
-            return Err(ModelError::ShapeMismatch {
-                tensor: name.to_owned(),
-                found,
-                expected: shape.to_vec(),
-                path: Some(self.assets.path.clone()),
-            });
-        }
-        Ok(values)
+        self.weights.need(name, shape)
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Array, ModelError> {
@@ -205,30 +159,9 @@ impl Reader<'_> {
 impl MlxLlama {
     /// Loads the weights of the model `assets` describe as f32.
     pub fn load(assets: &ModelAssets) -> Result<MlxLlama, ModelError> {
-        let path = &assets.path;
-        let mut r = Reader {
-            assets,
-            gguf: None,
-            hf: None,
-        };
-        match assets.format {
-            ModelFormat::Gguf => {
-                let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                let content =
-                    candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
-                        ModelError::Gguf {
-                            path: path.clone(),
-                            message: e.to_string(),
-                        }
-                    })?;
-                r.gguf = Some((file, content));
-            }
-            ModelFormat::HfFolder => r.hf = Some(HfWeights::open(assets)?),
-        }
-        let hf = r.hf.is_some();
+        let weights = HostWeights::open(assets)?;
+        let hf = weights.is_hf();
+        let mut r = Reader { weights };
         MlxLlama::read(&assets.config, &mut r).map_err(|e| if hf { e.hf_names() } else { e })
     }
 

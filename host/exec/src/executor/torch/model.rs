@@ -9,10 +9,9 @@
 
 use std::path::Path;
 
-use candle_core::quantized::gguf_file;
 use tch::{Device, Kind, Tensor};
 
-use crate::executor::candle::model::hf::HfWeights;
+use crate::executor::candle::model::host_weights::HostWeights;
 use crate::model::ModelError;
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
@@ -133,68 +132,26 @@ pub struct TorchLlama {
     kind: Kind,
 }
 
-/// Where the weights come from: tensors by GGUF name in GGUF's layout,
-/// as f32 on the CPU (a GGUF file dequantized, or an HF folder read
-/// through the same [`HfWeights`] as candle's).
-enum Source {
-    Gguf {
-        file: std::fs::File,
-        content: gguf_file::Content,
-    },
-    Hf(HfWeights),
-}
-
-/// Reads the weights a model's config implies, checking each shape, and
-/// puts them on the device in the model's dtype.
+/// Reads the weights a model's config implies (f32 on the host, shapes
+/// checked) and puts them on the device in the model's dtype.
 struct Reader<'a> {
-    path: &'a Path,
-    source: Source,
+    weights: HostWeights<'a>,
     device: Device,
     kind: Kind,
 }
 
 impl Reader<'_> {
-    fn get(&mut self, name: &str) -> Result<Option<Tensor>, ModelError> {
-        let t = match &mut self.source {
-            Source::Gguf { file, content } => {
-                if !content.tensor_infos.contains_key(name) {
-                    return Ok(None);
-                }
-                let bad = |e: candle_core::Error| ModelError::Tensor {
-                    path: self.path.to_path_buf(),
-                    tensor: name.to_owned(),
-                    problem: e.to_string(),
-                };
-                content
-                    .tensor(file, name, &candle_core::Device::Cpu)
-                    .and_then(|q| q.dequantize(&candle_core::Device::Cpu))
-                    .map_err(bad)?
-            }
-            Source::Hf(w) => match w.get(name, &candle_core::Device::Cpu)? {
-                Some(t) => t,
-                None => return Ok(None),
-            },
-        };
-        Ok(Some(
-            to_torch(&t)?.to_device(self.device).to_kind(self.kind),
-        ))
+    fn tensor(&self, shape: &[usize], values: &[f32]) -> Tensor {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        Tensor::from_slice(values)
+            .reshape(dims)
+            .to_device(self.device)
+            .to_kind(self.kind)
     }
 
     fn need(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
-        let t = self.get(name)?.ok_or_else(|| ModelError::MissingTensor {
-            tensor: name.to_owned(),
-            path: Some(self.path.to_path_buf()),
-        })?;
-        let found: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
-        if found != shape {
-            return Err(ModelError::ShapeMismatch {
-                tensor: name.to_owned(),
-                found,
-                expected: shape.to_vec(),
-                path: Some(self.path.to_path_buf()),
-            });
-        }
-        Ok(t)
+        let values = self.weights.need(name, shape)?;
+        Ok(self.tensor(shape, &values))
     }
 
     /// A matrix `[out, inp]`, with its bias `[out]` when `bias` says the
@@ -216,16 +173,6 @@ impl Reader<'_> {
     }
 }
 
-/// A candle CPU tensor as an f32 libtorch one of the same shape.
-pub(crate) fn to_torch(t: &candle_core::Tensor) -> Result<Tensor, ModelError> {
-    let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
-    let values = t
-        .to_dtype(candle_core::DType::F32)
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())?;
-    Ok(Tensor::from_slice(&values).reshape(dims))
-}
-
 impl TorchLlama {
     /// Loads a GGUF file's weights (dequantized to f32) onto `device`, in
     /// f32: what the forward tests compare with candle's.
@@ -242,26 +189,10 @@ impl TorchLlama {
         device: Device,
         kind: Kind,
     ) -> Result<TorchLlama, ModelError> {
-        let path = assets.path.as_path();
-        let source = match assets.format {
-            crate::model::ModelFormat::Gguf => {
-                let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-                let content =
-                    gguf_file::Content::read(&mut file).map_err(|e| ModelError::Gguf {
-                        path: path.to_path_buf(),
-                        message: e.to_string(),
-                    })?;
-                Source::Gguf { file, content }
-            }
-            crate::model::ModelFormat::HfFolder => Source::Hf(HfWeights::open(assets)?),
-        };
-        let hf = matches!(source, Source::Hf(_));
+        let weights = HostWeights::open(assets)?;
+        let hf = weights.is_hf();
         let mut r = Reader {
-            path,
-            source,
+            weights,
             device,
             kind,
         };

@@ -4,6 +4,7 @@
 
 pub mod gguf;
 pub mod hf;
+pub mod host_weights;
 pub mod llama;
 
 use std::path::Path;

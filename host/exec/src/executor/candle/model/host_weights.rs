@@ -1,0 +1,102 @@
+//! A model file's weights as f32 on the host, by GGUF name and in GGUF's
+//! layout, with their shapes checked: what a backend without its own file
+//! readers (torch, mlx) loads from. A GGUF file is dequantized through
+//! candle's reader; an HF folder is read through [`HfWeights`].
+
+use candle_core::quantized::gguf_file;
+
+use super::hf::HfWeights;
+use crate::model::assets::ModelAssets;
+use crate::model::{ModelError, ModelFormat};
+
+/// A tensor's shape and its f32 values, row-major.
+pub type HostTensor = (Vec<usize>, Vec<f32>);
+
+enum Source {
+    Gguf {
+        file: std::fs::File,
+        content: gguf_file::Content,
+    },
+    Hf(HfWeights),
+}
+
+/// The weights of the model a [`ModelAssets`] describes.
+pub struct HostWeights<'a> {
+    assets: &'a ModelAssets,
+    source: Source,
+}
+
+impl<'a> HostWeights<'a> {
+    /// Opens the model's weight files.
+    pub fn open(assets: &'a ModelAssets) -> Result<Self, ModelError> {
+        let path = &assets.path;
+        let source = match assets.format {
+            ModelFormat::Gguf => {
+                let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let content =
+                    gguf_file::Content::read(&mut file).map_err(|e| ModelError::Gguf {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    })?;
+                Source::Gguf { file, content }
+            }
+            ModelFormat::HfFolder => Source::Hf(HfWeights::open(assets)?),
+        };
+        Ok(HostWeights { assets, source })
+    }
+
+    /// Whether the names in errors should be HF's (an HF folder).
+    pub fn is_hf(&self) -> bool {
+        matches!(self.source, Source::Hf(_))
+    }
+
+    /// The tensor GGUF calls `name`; `None` when the model has none.
+    pub fn get(&mut self, name: &str) -> Result<Option<HostTensor>, ModelError> {
+        let cpu = candle_core::Device::Cpu;
+        let t = match &mut self.source {
+            Source::Gguf { file, content } => {
+                if !content.tensor_infos.contains_key(name) {
+                    return Ok(None);
+                }
+                content
+                    .tensor(file, name, &cpu)
+                    .and_then(|q| q.dequantize(&cpu))
+                    .map_err(|e| ModelError::Tensor {
+                        path: self.assets.path.clone(),
+                        tensor: name.to_owned(),
+                        problem: e.to_string(),
+                    })?
+            }
+            Source::Hf(hf) => match hf.get(name, &cpu)? {
+                Some(t) => t,
+                None => return Ok(None),
+            },
+        };
+        let shape = t.dims().to_vec();
+        let values = t
+            .to_dtype(candle_core::DType::F32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())?;
+        Ok(Some((shape, values)))
+    }
+
+    /// The tensor GGUF calls `name`, which must exist with `shape`.
+    pub fn need(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let (found, values) = self.get(name)?.ok_or_else(|| ModelError::MissingTensor {
+            tensor: name.to_owned(),
+            path: Some(self.assets.path.clone()),
+        })?;
+        if found != shape {
+            return Err(ModelError::ShapeMismatch {
+                tensor: name.to_owned(),
+                found,
+                expected: shape.to_vec(),
+                path: Some(self.assets.path.clone()),
+            });
+        }
+        Ok(values)
+    }
+}
