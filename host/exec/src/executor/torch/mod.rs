@@ -33,7 +33,7 @@ use super::{
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::assets::ModelAssets;
-use crate::model::{Dtype, KvType, Matrix, ModelError, ModelFormat};
+use crate::model::{Dtype, KvType, Matrix, ModelError};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
@@ -91,9 +91,6 @@ pub struct TorchExecutor {
     device: DeviceSpec,
     /// The weights' and activations' dtype.
     dtype: Dtype,
-    /// How the weights were stored in the file, when libtorch holds them
-    /// otherwise (a GGUF's quantized matrices, dequantized at load).
-    pub dequantized: Option<String>,
     sha256: OnceLock<Option<String>>,
     tokenizer_sha256: OnceLock<String>,
     /// Set when the weights were changed in memory after loading.
@@ -111,10 +108,6 @@ impl TorchExecutor {
         }
         let device = open_device(spec.device).map_err(ExecutorError::Device)?;
         let assets = ModelAssets::load(&spec.path)?;
-        let dequantized = match assets.format {
-            ModelFormat::Gguf => gguf_storage(&spec.path)?,
-            ModelFormat::HfFolder => None,
-        };
         // Quantized weights have no libtorch kernels here: they are
         // dequantized whatever `spec.weights` asks (the trace says so).
         let kind = match spec.dtype {
@@ -128,7 +121,6 @@ impl TorchExecutor {
             model,
             device: spec.device,
             dtype: spec.dtype,
-            dequantized,
             sha256: OnceLock::new(),
             tokenizer_sha256: OnceLock::new(),
             modified: None,
@@ -197,7 +189,7 @@ impl TorchExecutor {
             self.model.device(),
             self.model.kind()
         );
-        if let Some(stored) = &self.dequantized {
+        if let Some(stored) = self.model.dequantized() {
             note.push_str(&format!("; GGUF {stored} weights dequantized at load"));
         }
         note
@@ -319,30 +311,6 @@ fn libtorch_version() -> &'static str {
             .or_else(|| read("build-version").map(|v| v.trim().to_owned()))
             .unwrap_or_else(|| "version unknown".into())
     })
-}
-
-/// How a GGUF file stores its matrices (`Q4_1`, `F16`...), when any is
-/// not f32: the weights the Torch executor dequantizes at load.
-fn gguf_storage(path: &Path) -> Result<Option<String>, ExecutorError> {
-    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let content = candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
-        ModelError::Gguf {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        }
-    })?;
-    let mut kinds: Vec<String> = content
-        .tensor_infos
-        .values()
-        .filter(|t| t.ggml_dtype != candle_core::quantized::GgmlDType::F32)
-        .map(|t| format!("{:?}", t.ggml_dtype))
-        .collect();
-    kinds.sort();
-    kinds.dedup();
-    Ok((!kinds.is_empty()).then(|| kinds.join("/")))
 }
 
 /// A tensor's values as f32 on the host, in row-major order.

@@ -130,6 +130,8 @@ pub struct TorchLlama {
     device: Device,
     /// The weights' and activations' dtype.
     kind: Kind,
+    /// How the file stored the weights read as f32 (a GGUF's `Q4_1/Q8_0`).
+    dequantized: Option<String>,
 }
 
 /// Reads the weights a model's config implies (f32 on the host, shapes
@@ -191,6 +193,7 @@ impl TorchLlama {
     ) -> Result<TorchLlama, ModelError> {
         let weights = HostWeights::open(assets)?;
         let hf = weights.is_hf();
+        let dequantized = weights.stored_types();
         let mut r = Reader {
             weights,
             device,
@@ -199,7 +202,9 @@ impl TorchLlama {
         let config = assets.config.clone();
         let model = tch::no_grad(|| TorchLlama::read(config, &mut r, device, kind));
         // An HF folder's tensors are named as HF names them.
-        model.map_err(|e| if hf { e.hf_names() } else { e })
+        let mut model = model.map_err(|e| if hf { e.hf_names() } else { e })?;
+        model.dequantized = dequantized;
+        Ok(model)
     }
 
     fn read(
@@ -252,6 +257,7 @@ impl TorchLlama {
             inv_freqs,
             device,
             kind,
+            dequantized: None,
         })
     }
 
@@ -261,6 +267,11 @@ impl TorchLlama {
 
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// How the file stored the weights that were dequantized at load.
+    pub fn dequantized(&self) -> Option<&str> {
+        self.dequantized.as_deref()
     }
 
     /// The weights' and activations' dtype.

@@ -48,6 +48,24 @@ impl<'a> HostWeights<'a> {
         Ok(HostWeights { assets, source })
     }
 
+    /// How a GGUF file stores its tensors when any is not f32 (`Q4_1/Q8_0`):
+    /// what reading them as f32 dequantizes. `None` for an HF folder, whose
+    /// float tensors are only widened.
+    pub fn stored_types(&self) -> Option<String> {
+        let Source::Gguf { content, .. } = &self.source else {
+            return None;
+        };
+        let mut kinds: Vec<String> = content
+            .tensor_infos
+            .values()
+            .filter(|t| t.ggml_dtype != candle_core::quantized::GgmlDType::F32)
+            .map(|t| format!("{:?}", t.ggml_dtype))
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        (!kinds.is_empty()).then(|| kinds.join("/"))
+    }
+
     /// Whether the names in errors should be HF's (an HF folder).
     pub fn is_hf(&self) -> bool {
         matches!(self.source, Source::Hf(_))
