@@ -7,6 +7,7 @@
 mod common;
 
 use vauban_exec::executor::candle::model::LoadedModel;
+use vauban_exec::executor::tensor_lib::LibCache;
 use vauban_exec::executor::torch::model::TorchLlama;
 use vauban_exec::model::WeightMode;
 
@@ -86,10 +87,10 @@ struct Ablate {
     kept: Vec<tch::Tensor>,
 }
 
-impl vauban_exec::executor::torch::model::BlockHook for Ablate {
+impl vauban_exec::executor::torch::model::BlockHook<tch::Tensor> for Ablate {
     fn after_block(
         &mut self,
-        v: &vauban_exec::executor::torch::model::BlockView<'_>,
+        v: &vauban_exec::executor::torch::model::BlockView<'_, tch::Tensor>,
         resid: &tch::Tensor,
     ) -> Result<Option<tch::Tensor>, vauban_exec::model::ModelError> {
         let out = vauban_exec::executor::torch::intervene::apply(

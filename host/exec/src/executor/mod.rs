@@ -15,6 +15,8 @@ pub mod http;
 pub mod mlx;
 pub mod recorder;
 pub mod replay;
+#[cfg(any(feature = "torch", feature = "mlx"))]
+pub mod tensor_lib;
 #[cfg(feature = "torch")]
 pub mod torch;
 

@@ -4,15 +4,26 @@
 //! Weights are read as f32 (a GGUF file dequantized, or an HF folder's
 //! safetensors through the same `HfWeights` as candle's); MLX's fused
 //! RMSNorm, rotary embedding and attention do the rest.
+//!
+//! MLX evaluates lazily; a pass evaluates the residual stream after every
+//! block, so a block's time is its own and a hook sees computed values,
+//! and it evaluates under the lock every MLX evaluation in vauban takes
+//! ([`super::evaluating`]).
 
-use mlx_rs::Array;
+use std::time::Instant;
+
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::Array;
 
+pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::candle::model::host_weights::HostWeights;
-use crate::model::ModelError;
+use crate::executor::tensor_lib::{LibCache, LibModel, Settled};
+use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::{Dtype, Matrix, ModelError};
+use crate::trace::DeviceKind;
 
 impl From<Exception> for ModelError {
     fn from(e: Exception) -> Self {
@@ -89,6 +100,10 @@ pub struct MlxLlama {
     output_t: Array,
     /// The rotary frequencies as MLX takes them: `1 / inv_freq` per pair.
     rope_freqs: Array,
+    /// How the file stored the weights read as f32 (a GGUF's `Q4_1/Q8_0`).
+    dequantized: Option<String>,
+    /// Whether MLX's default device is the GPU (Metal) rather than the CPU.
+    on_gpu: bool,
 }
 
 /// Keys and values of every block for the positions run so far,
@@ -98,14 +113,46 @@ pub struct MlxCache {
     len: usize,
 }
 
-impl MlxCache {
-    /// Positions held.
-    pub fn len(&self) -> usize {
+/// The indices `from..to`, as an index array.
+fn span(from: usize, to: usize) -> Array {
+    let idx: Vec<i32> = (from as i32..to as i32).collect();
+    Array::from_slice(&idx, &[idx.len() as i32])
+}
+
+impl LibCache for MlxCache {
+    fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    fn cut(&mut self, to: usize) {
+        assert!(to <= self.len, "a position the cache holds");
+        for slot in &mut self.layers {
+            *slot = match slot.take() {
+                Some((k, v)) if to > 0 => {
+                    let keep = |a: Array| a.take_axis(span(0, to), 2).expect("positions it holds");
+                    Some((keep(k), keep(v)))
+                }
+                _ => None,
+            };
+        }
+        self.len = to;
+    }
+
+    /// MLX arrays are values: growing one cache makes new arrays and
+    /// leaves the other's.
+    fn fork(&self) -> MlxCache {
+        MlxCache {
+            layers: self.layers.clone(),
+            len: self.len,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.nbytes() + v.nbytes()) as u64)
+            .sum()
     }
 }
 
@@ -161,8 +208,12 @@ impl MlxLlama {
     pub fn load(assets: &ModelAssets) -> Result<MlxLlama, ModelError> {
         let weights = HostWeights::open(assets)?;
         let hf = weights.is_hf();
+        let dequantized = weights.stored_types();
         let mut r = Reader { weights };
-        MlxLlama::read(&assets.config, &mut r).map_err(|e| if hf { e.hf_names() } else { e })
+        let mut model =
+            MlxLlama::read(&assets.config, &mut r).map_err(|e| if hf { e.hf_names() } else { e })?;
+        model.dequantized = dequantized;
+        Ok(model)
     }
 
     fn read(c: &LlamaConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
@@ -214,6 +265,8 @@ impl MlxLlama {
             norm,
             output_t,
             rope_freqs,
+            dequantized: None,
+            on_gpu: false,
         })
     }
 
@@ -238,10 +291,26 @@ impl MlxLlama {
     /// holds, `[n, vocab]`; their keys and values are appended to it (only
     /// when the pass succeeds).
     pub fn forward_cached(&self, ids: &[u32], cache: &mut MlxCache) -> Result<Array, ModelError> {
+        Ok(self.run(ids, cache, &mut NoHook, 0)?.0)
+    }
+
+    /// Runs `ids` after the positions `cache` holds, calling `hook` after
+    /// every block; the f32 logits from position `from` of this pass on
+    /// (`[n - from, vocab]`: the last alone with `n - 1`). Token ids outside
+    /// the vocabulary and a hook's array of the wrong shape are refused;
+    /// the cache changes only when the pass succeeds.
+    pub fn run(
+        &self,
+        ids: &[u32],
+        cache: &mut MlxCache,
+        hook: &mut dyn BlockHook<Array>,
+        from: usize,
+    ) -> Result<(Array, PassTiming), ModelError> {
         let c = &self.config;
         if ids.is_empty() {
             return Err(ModelError::EmptyInput);
         }
+        assert!(from < ids.len(), "logits from a position of the pass");
         if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
             return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
         }
@@ -253,6 +322,8 @@ impl MlxLlama {
                 limit,
             });
         }
+        let _lock = super::evaluating();
+        let mut timing = PassTiming::default();
         let (n, past) = (ids.len(), cache.len);
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
         let mut x = self
@@ -270,21 +341,66 @@ impl MlxLlama {
             Array::from_slice(&values, &[n as i32, total as i32])
         });
         let mut appended = Vec::with_capacity(self.blocks.len());
-        for (block, slot) in self.blocks.iter().zip(&cache.layers) {
+        for (layer, (block, slot)) in self.blocks.iter().zip(&cache.layers).enumerate() {
             let h = block.attn_norm.forward(&x)?;
-            let (attn, kv) = self.attention(&block.attn, &h, slot.as_ref(), past, mask.as_ref())?;
+            let (attn_out, kv) =
+                self.attention(&block.attn, &h, slot.as_ref(), past, mask.as_ref())?;
             appended.push(kv);
-            x = x.add(&attn)?;
-            let h = block.mlp_norm.forward(&x)?;
-            x = x.add(block.mlp.forward(&h)?)?;
+            x = x.add(&attn_out)?;
+            let mlp_out = block.mlp.forward(&block.mlp_norm.forward(&x)?)?;
+            x = x.add(&mlp_out)?;
+            x.eval()?;
+            let start = Instant::now();
+            let view = BlockView {
+                layer,
+                offset: past,
+                attn_out: &attn_out,
+                mlp_out: &mlp_out,
+            };
+            if let Some(changed) = hook.after_block(&view, &x)? {
+                if changed.shape() != x.shape() || changed.dtype() != x.dtype() {
+                    return Err(ModelError::HookShape {
+                        layer,
+                        found: changed.shape().iter().map(|&d| d as usize).collect(),
+                        expected: x.shape().iter().map(|&d| d as usize).collect(),
+                    });
+                }
+                x = changed;
+                x.eval()?;
+            }
+            timing.hook_ns += start.elapsed().as_nanos() as u64;
         }
+        let start = Instant::now();
+        let x = match from {
+            0 => x,
+            _ => x.take_axis(span(from, n), 0)?,
+        };
         let logits = self.norm.forward(&x)?.matmul(&self.output_t)?;
         logits.eval()?;
+        timing.lm_head_ns = start.elapsed().as_nanos() as u64;
         for (slot, kv) in cache.layers.iter_mut().zip(appended) {
             *slot = Some(kv);
         }
         cache.len += n;
-        Ok(logits)
+        Ok((logits, timing))
+    }
+
+    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, as it is kept
+    /// (`[in, out]`).
+    fn weight_t(&self, layer: usize, m: Matrix) -> Result<&Array, ModelError> {
+        let b = self.blocks.get(layer).ok_or(ModelError::LayerOutOfRange {
+            layer,
+            count: self.blocks.len(),
+        })?;
+        Ok(match m {
+            Matrix::AttnQ => &b.attn.q.weight_t,
+            Matrix::AttnK => &b.attn.k.weight_t,
+            Matrix::AttnV => &b.attn.v.weight_t,
+            Matrix::AttnOutput => &b.attn.o.weight_t,
+            Matrix::FfnGate => &b.mlp.gate.weight_t,
+            Matrix::FfnUp => &b.mlp.up.weight_t,
+            Matrix::FfnDown => &b.mlp.down.weight_t,
+        })
     }
 
     /// Self-attention of `h` (`[n, hidden]`) over the cached keys and
@@ -339,5 +455,146 @@ impl MlxLlama {
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[n, heads * d])?;
         Ok((a.o.forward(&out)?, (k, v)))
+    }
+}
+
+impl LibModel for MlxLlama {
+    const EXECUTOR: &'static str = "mlx";
+    type Ops = super::intervene::Mlx;
+    type Cache = MlxCache;
+
+    fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError> {
+        let gpu = super::open_device(spec.device).map_err(ExecutorError::Device)?;
+        if spec.dtype != Dtype::F32 {
+            return Err(ExecutorError::Request(format!(
+                "dtype = \"{}\": the MLX executor runs f32 (its weights are read as f32 and MLX's CPU backend computes in f32); remove `dtype` or set it to \"f32\"",
+                spec.dtype.name()
+            )));
+        }
+        let mut model = MlxLlama::load(assets)?;
+        model.on_gpu = gpu;
+        Ok(model)
+    }
+
+    fn device_kinds() -> Vec<DeviceKind> {
+        let mut kinds = vec![DeviceKind::Cpu];
+        if super::metal_available() {
+            kinds.push(DeviceKind::Metal);
+        }
+        kinds
+    }
+
+    fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    fn new_cache(&self) -> MlxCache {
+        MlxLlama::new_cache(self)
+    }
+
+    fn run(
+        &self,
+        ids: &[u32],
+        cache: &mut MlxCache,
+        hook: &mut dyn BlockHook<Array>,
+        from: usize,
+    ) -> Result<(Array, PassTiming), ModelError> {
+        MlxLlama::run(self, ids, cache, hook, from)
+    }
+
+    fn weight(&self, layer: usize, m: Matrix) -> Result<Array, ModelError> {
+        Ok(self.weight_t(layer, m)?.transpose()?)
+    }
+
+    fn named_weights(&self) -> Result<Vec<(String, Array)>, ModelError> {
+        let mut out = vec![
+            ("token_embd.weight".to_owned(), self.embed.clone()),
+            ("output_norm.weight".to_owned(), self.norm.scale.clone()),
+        ];
+        if !self.config.tied_embeddings {
+            out.push(("output.weight".to_owned(), self.output_t.transpose()?));
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            out.push((format!("blk.{i}.attn_norm.weight"), b.attn_norm.scale.clone()));
+            out.push((format!("blk.{i}.ffn_norm.weight"), b.mlp_norm.scale.clone()));
+            for (stem, lin) in [
+                ("attn_q", &b.attn.q),
+                ("attn_k", &b.attn.k),
+                ("attn_v", &b.attn.v),
+                ("attn_output", &b.attn.o),
+                ("ffn_gate", &b.mlp.gate),
+                ("ffn_up", &b.mlp.up),
+                ("ffn_down", &b.mlp.down),
+            ] {
+                out.push((format!("blk.{i}.{stem}.weight"), lin.weight_t.transpose()?));
+                if let Some(bias) = &lin.bias {
+                    out.push((format!("blk.{i}.{stem}.bias"), bias.clone()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `W ← W − r(rᵀW)` on the kept `Wᵀ` (`[in, out]`): `Wᵀ ← Wᵀ − (Wᵀr)rᵀ`.
+    fn orthogonalize(&mut self, r: &[f32], layer: usize, m: Matrix) -> Result<f32, ModelError> {
+        if !matches!(m, Matrix::AttnOutput | Matrix::FfnDown) {
+            return Err(ModelError::NotResidualWriter { matrix: m });
+        }
+        let count = self.blocks.len();
+        let b = self
+            .blocks
+            .get_mut(layer)
+            .ok_or(ModelError::LayerOutOfRange { layer, count })?;
+        let w_t = match m {
+            Matrix::AttnOutput => &mut b.attn.o.weight_t,
+            _ => &mut b.mlp.down.weight_t,
+        };
+        let _lock = super::evaluating();
+        let column = Array::from_slice(r, &[r.len() as i32, 1]);
+        let change = w_t.matmul(&column)?.matmul(column.t())?;
+        let norm = change.square()?.sum(None)?.sqrt()?;
+        let new = w_t.subtract(&change)?;
+        new.eval()?;
+        *w_t = new;
+        Ok(super::intervene::values(&norm)?[0])
+    }
+
+    fn kernel_note(&self) -> String {
+        let device = if self.on_gpu { "gpu, Metal" } else { "cpu" };
+        let mut note = format!("MLX {} ({device}), float32", super::mlx_version());
+        if let Some(stored) = &self.dequantized {
+            note.push_str(&format!("; GGUF {stored} weights dequantized at load"));
+        }
+        note
+    }
+
+    fn kv_note(&self) -> String {
+        Dtype::F32.name().into()
+    }
+
+    /// Nothing to wait for: every pass ends with its logits evaluated,
+    /// which waits for the device. MLX's own allocator counts what it
+    /// holds, which the stage records.
+    fn settle(&self) -> Settled {
+        let mut notes = Vec::new();
+        if let Ok(active) = mlx_rs::memory::active_memory() {
+            notes.push(("mlx_active_memory_bytes", active.to_string()));
+        }
+        if let Ok(peak) = mlx_rs::memory::peak_memory() {
+            notes.push(("mlx_peak_memory_bytes", peak.to_string()));
+        }
+        Settled {
+            synchronised: false,
+            notes,
+        }
+    }
+
+    /// Apple silicon's memory is unified: no copies between two memories.
+    fn on_device(&self) -> bool {
+        false
+    }
+
+    fn device_label(&self) -> Option<String> {
+        None
     }
 }

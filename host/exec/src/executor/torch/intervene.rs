@@ -8,6 +8,7 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
+use crate::model::ModelError;
 
 /// What [`apply`] did, on libtorch tensors (the outcome every backend
 /// gives).
@@ -144,7 +145,9 @@ fn torch_error(e: tch::TchError) -> InterveneError {
 }
 
 /// libtorch's tensor operations, for the backend-neutral step policy
-/// ([`crate::intervene::policy_step`]).
+/// ([`crate::intervene::policy_step`]) and the shared executor
+/// ([`crate::executor::tensor_lib`]).
+#[derive(Debug, Default, Clone, Copy)]
 pub struct Torch;
 
 impl crate::intervene::Primitive for Torch {
@@ -160,5 +163,26 @@ impl crate::intervene::Primitive for Torch {
         offset: usize,
     ) -> Result<Outcome, InterveneError> {
         apply_with(iv, basis, h, offset)
+    }
+}
+
+impl crate::executor::tensor_lib::TensorOps for Torch {
+    fn batched(&self, t: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(t.unsqueeze(0))
+    }
+    fn unbatched(&self, t: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(t.squeeze_dim(0))
+    }
+    fn share(&self, t: &Tensor) -> Tensor {
+        t.shallow_clone()
+    }
+    fn last_row(&self, t: &Tensor) -> Result<Tensor, ModelError> {
+        let n = t.size()[0];
+        Ok(t.narrow(0, n - 1, 1).copy())
+    }
+    fn host(&self, t: &Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError> {
+        let shape = t.size().iter().map(|&d| d as usize).collect();
+        let flat = t.to_kind(Kind::Float).to_device(Device::Cpu).flatten(0, -1);
+        Ok((shape, Vec::<f32>::try_from(flat)?))
     }
 }

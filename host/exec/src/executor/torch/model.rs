@@ -11,10 +11,14 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
+pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::candle::model::host_weights::HostWeights;
-use crate::model::ModelError;
+use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf};
+use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::{Dtype, Matrix, ModelError};
+use crate::trace::DeviceKind;
 
 impl From<tch::TchError> for ModelError {
     fn from(e: tch::TchError) -> Self {
@@ -78,45 +82,6 @@ struct Block {
     attn: Attention,
     mlp_norm: RmsNorm,
     mlp: Mlp,
-}
-
-/// What a hook sees of a block after it ran.
-pub struct BlockView<'a> {
-    pub layer: usize,
-    /// Absolute position of the pass's first token.
-    pub offset: usize,
-    /// What the attention added to the residual stream, `[tokens, hidden]`.
-    pub attn_out: &'a Tensor,
-    /// What the MLP added to the residual stream, `[tokens, hidden]`.
-    pub mlp_out: &'a Tensor,
-}
-
-/// Called after every block with the residual stream (`[tokens, hidden]`);
-/// a returned tensor of the same shape replaces it (an intervention).
-pub trait BlockHook {
-    fn after_block(
-        &mut self,
-        view: &BlockView<'_>,
-        resid: &Tensor,
-    ) -> Result<Option<Tensor>, ModelError>;
-}
-
-/// A hook that does nothing.
-pub struct NoHook;
-
-impl BlockHook for NoHook {
-    fn after_block(&mut self, _: &BlockView<'_>, _: &Tensor) -> Result<Option<Tensor>, ModelError> {
-        Ok(None)
-    }
-}
-
-/// Time a pass spent outside the blocks' own arithmetic.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PassTiming {
-    /// In the hook after each block (interventions, observation).
-    pub hook_ns: u64,
-    /// In the final norm and the output projection.
-    pub lm_head_ns: u64,
 }
 
 /// A llama-family model in libtorch.
@@ -312,7 +277,7 @@ impl TorchLlama {
         &self,
         ids: &[u32],
         cache: &mut TorchCache,
-        hook: &mut dyn BlockHook,
+        hook: &mut dyn BlockHook<Tensor>,
         from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
         let c = &self.config;
@@ -337,9 +302,7 @@ impl TorchLlama {
             // The blocks before the failure appended their keys and
             // values; forget them, so the cache holds `past` positions in
             // every layer again and the session can go on.
-            cache
-                .truncate(past)
-                .expect("the cache still counts `past` positions");
+            cache.cut(past);
         }
         run
     }
@@ -348,7 +311,7 @@ impl TorchLlama {
         &self,
         ids: &[u32],
         cache: &mut TorchCache,
-        hook: &mut dyn BlockHook,
+        hook: &mut dyn BlockHook<Tensor>,
         from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
         let c = &self.config;
@@ -497,6 +460,126 @@ impl TorchLlama {
     }
 }
 
+impl LibModel for TorchLlama {
+    const EXECUTOR: &'static str = "torch";
+    type Ops = super::intervene::Torch;
+    type Cache = TorchCache;
+
+    fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError> {
+        let device = super::open_device(spec.device).map_err(ExecutorError::Device)?;
+        // Quantized weights have no libtorch kernels here: they are
+        // dequantized whatever `spec.weights` asks (the trace says so).
+        let kind = match spec.dtype {
+            Dtype::F32 => Kind::Float,
+            Dtype::F16 => Kind::Half,
+            Dtype::Bf16 => Kind::BFloat16,
+        };
+        Ok(TorchLlama::load(assets, device, kind)?)
+    }
+
+    fn device_kinds() -> Vec<DeviceKind> {
+        let _ = super::cuda::load_torch_cuda();
+        let mut kinds = vec![DeviceKind::Cpu];
+        if tch::Cuda::is_available() {
+            kinds.push(DeviceKind::Cuda);
+        }
+        if tch::utils::has_mps() {
+            kinds.push(DeviceKind::Mps);
+        }
+        kinds
+    }
+
+    fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    fn new_cache(&self) -> TorchCache {
+        TorchLlama::new_cache(self)
+    }
+
+    fn run(
+        &self,
+        ids: &[u32],
+        cache: &mut TorchCache,
+        hook: &mut dyn BlockHook<Tensor>,
+        from: usize,
+    ) -> Result<(Tensor, PassTiming), ModelError> {
+        TorchLlama::run(self, ids, cache, hook, from)
+    }
+
+    fn weight(&self, layer: usize, m: Matrix) -> Result<Tensor, ModelError> {
+        Ok(TorchLlama::weight(self, layer, m)?.shallow_clone())
+    }
+
+    fn named_weights(&self) -> Result<Vec<(String, TensorOf<Self>)>, ModelError> {
+        Ok(TorchLlama::named_weights(self)
+            .into_iter()
+            .map(|(name, t)| (name, t.shallow_clone()))
+            .collect())
+    }
+
+    fn orthogonalize(&mut self, r: &[f32], layer: usize, m: Matrix) -> Result<f32, ModelError> {
+        TorchLlama::orthogonalize(self, &Tensor::from_slice(r), layer, m)
+    }
+
+    fn kernel_note(&self) -> String {
+        let mut note = format!(
+            "libtorch {} ({:?}), {:?}",
+            super::libtorch_version(),
+            self.device,
+            self.kind
+        );
+        if let Some(stored) = &self.dequantized {
+            note.push_str(&format!("; GGUF {stored} weights dequantized at load"));
+        }
+        note
+    }
+
+    /// Keys and values are kept in the model's dtype.
+    fn kv_note(&self) -> String {
+        match self.kind {
+            Kind::Half => Dtype::F16,
+            Kind::BFloat16 => Dtype::Bf16,
+            _ => Dtype::F32,
+        }
+        .name()
+        .into()
+    }
+
+    /// On a GPU, waits for its queued work and reads its memory; nothing
+    /// on the CPU.
+    fn settle(&self) -> Settled {
+        let Device::Cuda(i) = self.device else {
+            return Settled::default();
+        };
+        let notes = match super::cuda::memory(i) {
+            Some(m) => vec![
+                ("device_memory_used_bytes", m.used.to_string()),
+                ("device_memory_total_bytes", m.total.to_string()),
+            ],
+            None => vec![(
+                "device_memory",
+                "not measured: the CUDA runtime could not be opened".into(),
+            )],
+        };
+        Settled {
+            synchronised: true,
+            notes,
+        }
+    }
+
+    fn on_device(&self) -> bool {
+        self.device != Device::Cpu
+    }
+
+    fn device_label(&self) -> Option<String> {
+        match self.device {
+            Device::Cuda(i) => super::cuda::name(i),
+            _ => None,
+        }
+    }
+}
+
 impl Attention {
     /// Self-attention of `h` (`[n, hidden]`) over the cached positions
     /// and its own, appending its keys and values to `slot`.
@@ -547,24 +630,13 @@ pub struct TorchCache {
     len: usize,
 }
 
-impl TorchCache {
-    /// Positions held.
-    pub fn len(&self) -> usize {
+impl LibCache for TorchCache {
+    fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Forgets every position from `to` on.
-    pub fn truncate(&mut self, to: usize) -> Result<(), String> {
-        if to > self.len {
-            return Err(format!(
-                "cannot rewind to position {to}: the session holds {}",
-                self.len
-            ));
-        }
+    fn cut(&mut self, to: usize) {
+        assert!(to <= self.len, "a position the cache holds");
         for slot in &mut self.layers {
             *slot = match slot.take() {
                 Some(_) if to == 0 => None,
@@ -573,12 +645,11 @@ impl TorchCache {
             };
         }
         self.len = to;
-        Ok(())
     }
 
-    /// A cache holding the same positions that grows on its own (the
-    /// tensors are shared until either grows: growing makes new ones).
-    pub fn fork(&self) -> TorchCache {
+    /// The tensors are shared until either cache grows: growing makes
+    /// new ones.
+    fn fork(&self) -> TorchCache {
         TorchCache {
             layers: self
                 .layers
@@ -592,8 +663,7 @@ impl TorchCache {
         }
     }
 
-    /// Bytes held by the keys and values.
-    pub fn bytes(&self) -> u64 {
+    fn bytes(&self) -> u64 {
         self.layers
             .iter()
             .flatten()

@@ -1,15 +1,13 @@
-//! One traced run on libtorch: tokenize, prepare, prefill (with hooks),
-//! observe, lm_head, and optionally decode, forward (the reference
-//! continuation) and intervene, each a span with a profile, recorded
-//! through the shared [`Recorder`] as candle's are. Jobs run one at a
-//! time (no batched passes yet).
+//! One traced run of a tensor-library executor: tokenize, prepare,
+//! prefill (with hooks), observe, lm_head, and optionally decode, forward
+//! (the reference continuation) and intervene, each a span with a
+//! profile, recorded through the shared [`Recorder`] as candle's are.
+//! Jobs run one at a time (no batched passes).
 
 use std::time::Instant;
 
-use tch::{Device, Tensor};
-
-use super::session::{TorchSession, last_row};
-use super::{TorchExecutor, cuda};
+use super::session::{last_logits, rewind};
+use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
 use crate::executor::generate::Generator;
 use crate::executor::recorder::{
     Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
@@ -18,56 +16,31 @@ use crate::executor::recorder::{
 use crate::executor::{Executor, ExecutorError, InferenceSession, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
 use crate::model::Matrix;
-use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
+use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data, with its shape.
-fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
-    let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
-    let values = super::host_vec(t)?;
+fn host_data<O: TensorOps>(ops: &O, t: &O::Tensor) -> Result<TensorData, ExecutorError> {
+    let (shape, values) = ops.host(t)?;
     Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
 }
 
-/// A stage's end on the model's device: on a GPU, waits for its queued
-/// work (so the stage's time is the device's) and reads the device's
-/// memory; nothing on the CPU.
-struct Settled(Option<Option<cuda::DeviceMemory>>);
-
-fn settle(device: Device) -> Settled {
-    Settled(match device {
-        Device::Cuda(i) => Some(cuda::memory(i)),
-        _ => None,
-    })
+/// An activation `[tokens, hidden]` as trace data `[1, tokens, hidden]`,
+/// as candle records them.
+fn activation_data<O: TensorOps>(ops: &O, t: &O::Tensor) -> Result<TensorData, ExecutorError> {
+    let (mut shape, values) = ops.host(t)?;
+    shape.insert(0, 1);
+    Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
 }
 
-impl Settled {
-    /// Notes the synchronisation and the device's memory on `p`.
-    fn note(self, p: &mut StageProfile) {
-        let Some(memory) = self.0 else { return };
-        p.sync_points += 1;
-        match memory {
-            Some(m) => {
-                p.notes
-                    .insert("device_memory_used_bytes".into(), m.used.to_string());
-                p.notes
-                    .insert("device_memory_total_bytes".into(), m.total.to_string());
-            }
-            None => {
-                p.notes.insert(
-                    "device_memory".into(),
-                    "not measured: the CUDA runtime could not be opened".into(),
-                );
-            }
-        }
-    }
-}
-
-pub(super) fn run(
-    exec: &TorchExecutor,
+pub(super) fn run<M: LibModel>(
+    exec: &LibExecutor<M>,
     request: &TraceRequest,
     options: &RunOptions,
     policy: Option<&mut dyn StepPolicy>,
 ) -> Result<TraceOutput, ExecutorError> {
     check_request(exec.dims().layers, request, &options.interventions)?;
+    let ops = M::Ops::default();
+    let model = exec.model();
     let mut rec = Recorder::new(
         options.trace_id.clone(),
         exec.model_ref(),
@@ -77,11 +50,11 @@ pub(super) fn run(
     );
     let ids = tokenize_prompt(&mut rec, &exec.assets, request, options)?;
     let n = ids.len();
-    let device = exec.model.device();
+    let on_device = model.on_device();
 
     // prepare_batch: the session, its cache and hook.
     let start = Instant::now();
-    let mut session: TorchSession<'_> = exec.session(&options.interventions);
+    let mut session = exec.session(&options.interventions);
     if let Some(p) = policy {
         for w in p.watches() {
             exec.check_layers(&w.layers)?;
@@ -108,29 +81,26 @@ pub(super) fn run(
     let start = Instant::now();
     let from = if all_logits { 0 } else { n - 1 };
     let logits = session.pass(&ids, true, from)?;
-    let settled = settle(device);
+    let settled = model.settle();
     let prefill_ns = start.elapsed().as_nanos() as u64;
     let timing = session.timing;
     let mut p = rec.profile(start, n);
     settled.note(&mut p);
     // The prompt's ids, uploaded.
-    p.host_device_copies = u64::from(device != Device::Cpu);
-    if let Device::Cuda(i) = device
-        && let Some(name) = cuda::name(i)
-    {
+    p.host_device_copies = u64::from(on_device);
+    if let Some(name) = model.device_label() {
         p.notes.insert("device_name".into(), name);
     }
     p.duration_ns = prefill_ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
     p.memory_bytes = resident_bytes();
-    p.notes.insert("kernel".into(), exec.kernel_note());
+    p.notes.insert("kernel".into(), model.kernel_note());
     p.notes.insert(
         "excludes".into(),
         "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
     );
     p.notes
         .insert("kv_cache_bytes".into(), session.cache_bytes().to_string());
-    // Keys and values are kept in the model's dtype.
-    p.notes.insert("kv_cache".into(), exec.dtype.name().into());
+    p.notes.insert("kv_cache".into(), model.kv_note());
     rec.span(Stage::Prefill, p);
 
     // observe: activations (and weight snapshots) copied to the host.
@@ -139,25 +109,23 @@ pub(super) fn run(
         let start = Instant::now();
         let mut pending = Vec::new();
         for k in &kept {
-            // `[1, tokens, hidden]`, as candle records them.
-            let data = host_data(&k.tensor.unsqueeze(0))?;
             pending.push((
                 K::Activation,
                 k.layer,
                 labels(&[("site", k.site.as_str())]),
-                data,
+                activation_data(&ops, &k.tensor)?,
             ));
         }
         if request.wants(K::WeightSnapshot) {
             for &layer in &request.layers {
                 for m in [Matrix::AttnOutput, Matrix::FfnDown] {
-                    let w = exec.model.weight(layer, m)?;
+                    let w: TensorOf<M> = model.weight(layer, m)?;
                     let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
-                    pending.push((K::WeightSnapshot, layer, l, host_data(w)?));
+                    pending.push((K::WeightSnapshot, layer, l, host_data(&ops, &w)?));
                 }
             }
         }
-        let settled = settle(device);
+        let settled = model.settle();
         let mut p = rec.profile(start, n);
         settled.note(&mut p);
         p.duration_ns += timing.hook_ns.saturating_sub(session.hook.intervene_ns);
@@ -173,7 +141,7 @@ pub(super) fn run(
     let start = Instant::now();
     let mut lm: Vec<(K, TensorData)> = Vec::new();
     if all_logits {
-        let host = host_data(&logits)?;
+        let host = host_data(&ops, &logits)?;
         if request.wants(K::Logprobs) {
             lm.push((K::Logprobs, log_softmax_data(&host)));
         }
@@ -181,8 +149,8 @@ pub(super) fn run(
             lm.push((K::Logits, host));
         }
     }
-    let mut next = last_row(&logits)?;
-    let settled = settle(device);
+    let mut next = last_logits(&ops, &logits)?;
+    let settled = model.settle();
     let mut p = rec.profile(start, n);
     settled.note(&mut p);
     p.duration_ns += timing.lm_head_ns;
@@ -212,13 +180,13 @@ pub(super) fn run(
             g.decode_steps += 1;
         }
         let g = g.finish(&mut |_| {});
-        let settled = settle(device);
+        let settled = model.settle();
         let mut p = rec.profile(start, g.decode_steps);
         settled.note(&mut p);
         p.duration_ns = g.decode_ns;
         // Each step uploads its token and copies its logits back, which
         // waits for the step: one synchronisation per step.
-        if device != Device::Cpu {
+        if on_device {
             p.host_device_copies = 2 * g.decode_steps as u64;
             p.sync_points += g.decode_steps as u64;
         }
@@ -240,10 +208,7 @@ pub(super) fn run(
         let mut fed = match session.hook.policy.is_none() {
             true => {
                 scoring.cache = session.cache.fork();
-                scoring
-                    .cache
-                    .truncate(n - 1)
-                    .map_err(ExecutorError::Request)?;
+                rewind(&mut scoring.cache, n - 1)?;
                 ids[n - 1..].to_vec()
             }
             false => ids.clone(),
@@ -252,10 +217,9 @@ pub(super) fn run(
         fed.extend(&r.completion[..rows - 1]);
         // Logits at the scored rows only: from the prompt's last token on.
         let logits = scoring.pass(&fed, true, skip)?;
-        debug_assert_eq!(logits.size()[0], rows as i64);
-        let scores = support_scores(&host_data(&logits)?, &r.support);
+        let scores = support_scores(&host_data(&ops, &logits)?, &r.support);
         debug_assert_eq!(scores.shape, [rows, k]);
-        let settled = settle(device);
+        let settled = model.settle();
         let mut p = rec.profile(start, fed.len());
         settled.note(&mut p);
         p.output_bytes = scores.bytes.len() as u64;

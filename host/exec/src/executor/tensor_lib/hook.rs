@@ -1,0 +1,144 @@
+//! The block hook of a tensor-library executor: applies interventions
+//! and a step policy after their blocks and keeps observed activations,
+//! whatever the library (what candle's hook does, on its tensors).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::{BlockHook, BlockView, TensorOps};
+use crate::executor::Effect;
+use crate::executor::candle::Site;
+use crate::intervene::Intervention;
+use crate::intervene::policy::{PolicyLog, StepPolicy};
+use crate::intervene::policy_step;
+use crate::model::ModelError;
+
+/// An activation kept by the hook, `[tokens, hidden]` on the model's device.
+pub struct Kept<T> {
+    pub layer: usize,
+    pub site: Site,
+    pub tensor: T,
+}
+
+/// Applies interventions and a policy after their blocks and keeps
+/// observed activations.
+pub struct LibHook<'a, O: TensorOps> {
+    ops: O,
+    pub interventions: &'a [Intervention],
+    pub effects: Vec<Effect>,
+    /// Layers whose activations to keep (empty in plain generation).
+    pub observe: Vec<usize>,
+    /// Also keep attention and MLP outputs at the observed layers.
+    pub block_outputs: bool,
+    /// Keep only each pass's last position of what is observed.
+    pub last_only: bool,
+    pub kept: Vec<Kept<O::Tensor>>,
+    pub intervene_ns: u64,
+    pub policy: Option<&'a mut dyn StepPolicy>,
+    pub policy_log: PolicyLog,
+    pub(crate) prefill: bool,
+    /// Each intervention's basis on the model's device, made on first use.
+    bases: Vec<Option<O::Tensor>>,
+    policy_bases: HashMap<String, O::Tensor>,
+}
+
+impl<'a, O: TensorOps> LibHook<'a, O> {
+    pub fn new(interventions: &'a [Intervention]) -> Self {
+        LibHook {
+            ops: O::default(),
+            interventions,
+            effects: vec![Effect::default(); interventions.len()],
+            observe: Vec::new(),
+            block_outputs: false,
+            last_only: false,
+            kept: Vec::new(),
+            intervene_ns: 0,
+            policy: None,
+            policy_log: PolicyLog::default(),
+            prefill: true,
+            bases: (0..interventions.len()).map(|_| None).collect(),
+            policy_bases: HashMap::new(),
+        }
+    }
+
+    /// Applies the interventions at `v.layer`, then the policy, to
+    /// `resid`; the changed activation, if any changed it.
+    fn intervene(
+        &mut self,
+        v: &BlockView<'_, O::Tensor>,
+        resid: &O::Tensor,
+    ) -> Result<Option<O::Tensor>, ModelError> {
+        let ops = &self.ops;
+        let hook_error = |e| ModelError::Hook(format!("intervention at layer {}: {e}", v.layer));
+        // The primitive takes `[batch, tokens, hidden]`.
+        let mut replaced: Option<O::Tensor> = None;
+        for (i, iv) in self.interventions.iter().enumerate() {
+            if iv.layer != v.layer {
+                continue;
+            }
+            let current = ops.batched(replaced.as_ref().unwrap_or(resid))?;
+            if self.bases[i].is_none() {
+                self.bases[i] = Some(ops.basis(&iv.direction, &current).map_err(hook_error)?);
+            }
+            let basis = self.bases[i].as_ref().expect("made above");
+            let out = ops
+                .apply(iv, basis, &current, v.offset)
+                .map_err(hook_error)?;
+            self.effects[i].add(&out, v.offset, self.prefill);
+            if let Some(h) = out.hidden {
+                replaced = Some(ops.unbatched(&h)?);
+            }
+        }
+        if let Some(policy) = self.policy.as_deref_mut() {
+            let current = ops.batched(replaced.as_ref().unwrap_or(resid))?;
+            let changed = policy_step(
+                ops,
+                policy,
+                &mut self.policy_log,
+                &mut self.policy_bases,
+                (v.layer, v.offset, self.prefill),
+                &current,
+            )
+            .map_err(|e| ModelError::Hook(format!("policy at layer {}: {e}", v.layer)))?;
+            if let Some(h) = changed {
+                replaced = Some(ops.unbatched(&h)?);
+            }
+        }
+        Ok(replaced)
+    }
+}
+
+impl<O: TensorOps> BlockHook<O::Tensor> for LibHook<'_, O> {
+    fn after_block(
+        &mut self,
+        v: &BlockView<'_, O::Tensor>,
+        resid: &O::Tensor,
+    ) -> Result<Option<O::Tensor>, ModelError> {
+        let start = Instant::now();
+        let replaced = self.intervene(v, resid)?;
+        self.intervene_ns += start.elapsed().as_nanos() as u64;
+        if self.observe.contains(&v.layer) {
+            let ops = &self.ops;
+            let keep = |t: &O::Tensor| match self.last_only {
+                true => ops.last_row(t),
+                false => Ok(ops.share(t)),
+            };
+            let resid = replaced.as_ref().unwrap_or(resid);
+            self.kept.push(Kept {
+                layer: v.layer,
+                site: Site::ResidPost,
+                tensor: keep(resid)?,
+            });
+            if self.block_outputs {
+                for (site, t) in [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)] {
+                    self.kept.push(Kept {
+                        layer: v.layer,
+                        site,
+                        tensor: keep(t)?,
+                    });
+                }
+            }
+        }
+        Ok(replaced)
+    }
+}

@@ -1,0 +1,449 @@
+//! What the executors over a tensor library share: libtorch through tch
+//! (`torch`) and MLX through mlx-rs (`mlx`). Each of those backends writes
+//! two things on its own tensors: the llama-family forward pass with a
+//! hook after every block ([`LibModel`]) and the handful of tensor
+//! operations the hook and the trace need ([`TensorOps`], which extends
+//! the activation [`Primitive`]). Everything else is written once, here:
+//!
+//! - [`LibExecutor`]: the model's assets and hashes, and the [`Executor`]
+//!   impl (tokenizing, sessions, measurement, orthogonalization, export);
+//! - [`LibHook`]: applies interventions and a step policy after a block
+//!   and keeps what is observed;
+//! - [`LibSession`]: a generation session over the model's KV cache;
+//! - `trace`: one traced run, recorded through the shared recorder.
+//!
+//! A new backend over another tensor library is a model and a primitive,
+//! not another pipeline. Candle keeps its own (it batches prompts and
+//! runs quantized weights with its own kernels).
+
+mod hook;
+mod session;
+mod trace;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+pub use hook::{Kept, LibHook};
+pub use session::LibSession;
+
+use super::{
+    DeviceSpec, Executor, ExecutorError, LastTokenState, ModelDims, ModelSpec, PromptForm,
+    RunOptions, TraceOutput, WeightChange,
+};
+use crate::intervene::policy::StepPolicy;
+use crate::intervene::{Direction, Intervention, Primitive};
+use crate::model::assets::ModelAssets;
+use crate::model::config::LlamaConfig;
+use crate::model::{KvType, Matrix, ModelError};
+use crate::trace::{
+    ArtifactKind as K, Capabilities, DeviceKind, ModelRef, StageProfile, SupportLevel,
+    TraceRequest,
+};
+
+/// The tensor type of a model's library.
+pub type TensorOf<M> = <<M as LibModel>::Ops as Primitive>::Tensor;
+
+/// A tensor library's operations, beyond the activation primitive, that
+/// the shared hook, session and trace use.
+pub trait TensorOps: Primitive + Default {
+    /// `[tokens, hidden]` as `[1, tokens, hidden]` (the primitive's input).
+    fn batched(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
+    /// `[1, tokens, hidden]` as `[tokens, hidden]`.
+    fn unbatched(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
+    /// Another handle on the same values (no copy).
+    fn share(&self, t: &Self::Tensor) -> Self::Tensor;
+    /// The last row of `[rows, …]` as a tensor of its own (a view would
+    /// keep every row alive).
+    fn last_row(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
+    /// The shape, and the values as f32 on the host in row-major order.
+    fn host(&self, t: &Self::Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError>;
+}
+
+/// What a hook sees of a block after it ran.
+pub struct BlockView<'a, T> {
+    pub layer: usize,
+    /// Absolute position of the pass's first token.
+    pub offset: usize,
+    /// What the attention added to the residual stream, `[tokens, hidden]`.
+    pub attn_out: &'a T,
+    /// What the MLP added to the residual stream, `[tokens, hidden]`.
+    pub mlp_out: &'a T,
+}
+
+/// Called after every block with the residual stream (`[tokens, hidden]`);
+/// a returned tensor of the same shape and dtype replaces it (an
+/// intervention).
+pub trait BlockHook<T> {
+    fn after_block(&mut self, view: &BlockView<'_, T>, resid: &T)
+    -> Result<Option<T>, ModelError>;
+}
+
+/// A hook that does nothing.
+pub struct NoHook;
+
+impl<T> BlockHook<T> for NoHook {
+    fn after_block(&mut self, _: &BlockView<'_, T>, _: &T) -> Result<Option<T>, ModelError> {
+        Ok(None)
+    }
+}
+
+/// Time a pass spent outside the blocks' own arithmetic.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PassTiming {
+    /// In the hook after each block (interventions, observation).
+    pub hook_ns: u64,
+    /// In the final norm and the output projection.
+    pub lm_head_ns: u64,
+}
+
+/// A model's KV cache: keys and values of every block for the positions
+/// run so far.
+pub trait LibCache {
+    /// Positions held.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Forgets every position from `to` on (`to` ≤ [`LibCache::len`]).
+    fn cut(&mut self, to: usize);
+    /// A cache holding the same positions that grows on its own.
+    fn fork(&self) -> Self;
+    /// Bytes held by the keys and values.
+    fn bytes(&self) -> u64;
+}
+
+/// What a stage's end on the model's device gives its profile: whether it
+/// waited for the device's queued work (so the stage's time is the
+/// device's, not the launch queue's) and what the device's memory was.
+#[derive(Debug, Default)]
+pub struct Settled {
+    pub synchronised: bool,
+    pub notes: Vec<(&'static str, String)>,
+}
+
+impl Settled {
+    /// Notes the synchronisation and the memory figures on `p`.
+    pub fn note(self, p: &mut StageProfile) {
+        p.sync_points += u64::from(self.synchronised);
+        for (k, v) in self.notes {
+            p.notes.insert(k.into(), v);
+        }
+    }
+}
+
+/// The llama-family model of one tensor library, loaded on a device.
+pub trait LibModel: Sized {
+    /// The executor's name in traces and capabilities (`torch`, `mlx`).
+    const EXECUTOR: &'static str;
+    type Ops: TensorOps;
+    type Cache: LibCache;
+
+    /// Loads the weights of the model `assets` describe on `spec`'s
+    /// device and dtype; a device or dtype the library cannot give is
+    /// refused naming what it can.
+    fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError>;
+    /// The devices this library can run on, on this machine.
+    fn device_kinds() -> Vec<DeviceKind>;
+    fn config(&self) -> &LlamaConfig;
+    /// An empty KV cache for this model.
+    fn new_cache(&self) -> Self::Cache;
+    /// Runs `ids` after the positions `cache` holds, calling `hook` after
+    /// every block; the f32 logits from position `from` of this pass on
+    /// (`[n - from, vocab]`). A failed pass leaves the cache as it was.
+    fn run(
+        &self,
+        ids: &[u32],
+        cache: &mut Self::Cache,
+        hook: &mut dyn BlockHook<TensorOf<Self>>,
+        from: usize,
+    ) -> Result<(TensorOf<Self>, PassTiming), ModelError>;
+    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`.
+    fn weight(&self, layer: usize, m: Matrix) -> Result<TensorOf<Self>, ModelError>;
+    /// Every weight by its GGUF name, GGUF's shapes (`output.weight` only
+    /// when the embeddings are not tied), for export.
+    fn named_weights(&self) -> Result<Vec<(String, TensorOf<Self>)>, ModelError>;
+    /// Removes the unit direction `r` (`[hidden]`) from the output of `m`
+    /// at `layer` (`W ← W − r(rᵀW)`, in f32); the Frobenius norm of the
+    /// change.
+    fn orthogonalize(&mut self, r: &[f32], layer: usize, m: Matrix) -> Result<f32, ModelError>;
+    /// The prefill span's `kernel` note: the library, its version, the
+    /// device, the dtype and where the weights came from.
+    fn kernel_note(&self) -> String;
+    /// How keys and values are kept (the prefill span's `kv_cache` note).
+    fn kv_note(&self) -> String;
+    /// Ends a stage on the device (see [`Settled`]).
+    fn settle(&self) -> Settled;
+    /// Whether tensors live in another memory than the host's, so each
+    /// copy between the two counts in a profile.
+    fn on_device(&self) -> bool;
+    /// The device's own name, for the prefill span (`NVIDIA H200`).
+    fn device_label(&self) -> Option<String>;
+}
+
+/// A model loaded through a tensor library, behind the [`Executor`] trait.
+pub struct LibExecutor<M> {
+    pub assets: ModelAssets,
+    /// Private: shared references only ever run forward passes on it (the
+    /// backends' `Sync` impls rely on it).
+    model: M,
+    device: DeviceSpec,
+    sha256: OnceLock<Option<String>>,
+    tokenizer_sha256: OnceLock<String>,
+    /// Set when the weights were changed in memory after loading.
+    pub modified: Option<String>,
+}
+
+impl<M: LibModel> LibExecutor<M> {
+    /// Loads the model at `spec.path` on `spec.device`, in `spec.dtype`.
+    pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+        if spec.kv_cache != KvType::F32 {
+            return Err(ExecutorError::Request(format!(
+                "kv_cache = \"{}\": the {} executor keeps keys and values in the model's dtype; the setting is candle's",
+                spec.kv_cache.name(),
+                M::EXECUTOR
+            )));
+        }
+        let assets = ModelAssets::load(&spec.path)?;
+        let model = M::load(spec, &assets)?;
+        Ok(LibExecutor {
+            assets,
+            model,
+            device: spec.device,
+            sha256: OnceLock::new(),
+            tokenizer_sha256: OnceLock::new(),
+            modified: None,
+        })
+    }
+
+    /// The model, for reading (a forward pass, a weight).
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        // Scores and report evidence come from plugins, not the executor.
+        Capabilities::uniform(M::EXECUTOR, &M::device_kinds(), SupportLevel::Full)
+            .with(K::Metric, SupportLevel::Unsupported)
+            .with(K::ReportEvidence, SupportLevel::Unsupported)
+    }
+
+    pub fn weights_sha256(&self) -> Option<String> {
+        self.sha256
+            .get_or_init(|| self.assets.weights_sha256())
+            .clone()
+    }
+
+    pub fn model_ref(&self) -> ModelRef {
+        let (name, sha256) = match &self.modified {
+            None => (self.assets.name.clone(), self.weights_sha256()),
+            // The file hash would claim weights the run did not use.
+            Some(how) => (format!("{} ({how})", self.assets.name), None),
+        };
+        ModelRef {
+            name,
+            path: Some(self.assets.path.display().to_string()),
+            sha256,
+            tokenizer_sha256: Some(
+                self.tokenizer_sha256
+                    .get_or_init(|| self.assets.vocabulary_sha256())
+                    .clone(),
+            ),
+        }
+    }
+
+    pub fn dims(&self) -> ModelDims {
+        let c = &self.assets.config;
+        ModelDims {
+            layers: c.layers,
+            hidden: c.hidden,
+            vocab: c.vocab,
+        }
+    }
+
+    pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LibSession<'a, M> {
+        LibSession::new(&self.model, interventions)
+    }
+
+    /// See [`Executor::last_token_states`]: each prompt in its own pass,
+    /// every block observed at the last position.
+    pub fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        let layers = self.dims().layers;
+        let ops = M::Ops::default();
+        prompts
+            .iter()
+            .map(|ids| {
+                let mut s = self.session(interventions);
+                s.hook.observe = (0..layers).collect();
+                s.hook.last_only = true;
+                let logits = s.pass(ids, true, ids.len().saturating_sub(1))?;
+                let residuals = s
+                    .hook
+                    .kept
+                    .iter()
+                    .map(|k| Ok(ops.host(&k.tensor)?.1))
+                    .collect::<Result<Vec<_>, ExecutorError>>()?;
+                debug_assert_eq!(residuals.len(), layers, "every block observed, in order");
+                Ok(LastTokenState {
+                    residuals,
+                    logits: session::last_logits(&ops, &logits)?,
+                })
+            })
+            .collect()
+    }
+
+    pub fn orthogonalize(
+        &mut self,
+        direction: &Direction,
+        layers: &[usize],
+    ) -> Result<Vec<WeightChange>, ExecutorError> {
+        if direction.rows() != 1 {
+            return Err(ExecutorError::Request(format!(
+                "{}: tensor `{}` has {} rows; orthogonalization needs one direction per layer",
+                direction.source,
+                direction.tensor,
+                direction.rows()
+            )));
+        }
+        let hidden = self.dims().hidden;
+        if direction.width() != hidden {
+            return Err(ModelError::DirectionWidth {
+                found: direction.width(),
+                hidden,
+            }
+            .into());
+        }
+        self.check_layers(layers)?;
+        let norm = direction
+            .basis
+            .iter()
+            .map(|&x| f64::from(x).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        if !(norm.is_finite() && norm > 0.0) {
+            return Err(ModelError::DegenerateDirection { norm: norm as f32 }.into());
+        }
+        let r: Vec<f32> = direction
+            .basis
+            .iter()
+            .map(|&x| (f64::from(x) / norm) as f32)
+            .collect();
+        let mut changes = Vec::new();
+        for &layer in layers {
+            for m in [Matrix::AttnOutput, Matrix::FfnDown] {
+                let norm = self.model.orthogonalize(&r, layer, m)?;
+                changes.push(WeightChange {
+                    layer,
+                    matrix: m.gguf_stem().to_owned(),
+                    norm,
+                });
+            }
+        }
+        self.modified = Some("orthogonalized".into());
+        Ok(changes)
+    }
+}
+
+impl<M: LibModel> Executor for LibExecutor<M> {
+    type Session<'a>
+        = LibSession<'a, M>
+    where
+        M: 'a;
+
+    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+        LibExecutor::load(spec)
+    }
+    fn capabilities(&self) -> Capabilities {
+        LibExecutor::capabilities(self)
+    }
+    fn model_ref(&self) -> ModelRef {
+        LibExecutor::model_ref(self)
+    }
+    fn weights_sha256(&self) -> Option<String> {
+        LibExecutor::weights_sha256(self)
+    }
+    fn dims(&self) -> ModelDims {
+        LibExecutor::dims(self)
+    }
+    fn architecture(&self) -> Option<String> {
+        Some(self.assets.config.architecture.clone())
+    }
+    fn device_name(&self) -> String {
+        self.device.to_string()
+    }
+    fn device_kind(&self) -> DeviceKind {
+        self.device.kind()
+    }
+    /// Quantized files are dequantized at load: the library holds floats.
+    fn is_quantized(&self) -> bool {
+        false
+    }
+    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
+        Ok(match form {
+            PromptForm::Raw => self.assets.encode_raw(text)?,
+            PromptForm::Chat { system } => self
+                .assets
+                .encode(&self.assets.render_chat(text, system.as_deref())?)?,
+        })
+    }
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        Ok(self.assets.encode(text)?)
+    }
+    fn token_name(&self, id: u32) -> Option<String> {
+        self.assets.tokenizer.id_to_token(id)
+    }
+    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
+        Ok(self.assets.decode(ids)?)
+    }
+    fn is_eos(&self, id: u32) -> bool {
+        self.assets.is_eos(id)
+    }
+    fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
+    ) -> Result<TraceOutput, ExecutorError> {
+        trace::run(self, request, options, policy)
+    }
+    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LibSession<'a, M> {
+        LibExecutor::session(self, interventions)
+    }
+    fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        LibExecutor::last_token_states(self, interventions, prompts)
+    }
+    fn orthogonalize(
+        &mut self,
+        direction: &Direction,
+        layers: &[usize],
+    ) -> Result<Vec<WeightChange>, ExecutorError> {
+        LibExecutor::orthogonalize(self, direction, layers)
+    }
+    /// The weights as loaded and transformed, as f32 safetensors in an HF
+    /// folder, written by the same exporter as candle's.
+    fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError> {
+        let ops = M::Ops::default();
+        let mut dense = Vec::new();
+        for (name, t) in self.model.named_weights()? {
+            let (shape, values) = ops.host(&t)?;
+            let t = candle_core::Tensor::from_vec(values, shape, &candle_core::Device::Cpu)
+                .map_err(ModelError::from)?;
+            dense.push((name, t));
+        }
+        let a = &self.assets;
+        crate::executor::candle::model::hf::export_weights(
+            &a.config,
+            dense,
+            (&a.tokenizer, a.chat_template.as_deref(), &a.special),
+            dir,
+        )?;
+        Ok(())
+    }
+}
