@@ -4,8 +4,8 @@
 //! (a bundle recorded from candle) and http (llama.cpp's `llama-server` on
 //! loopback serving SmolLM2, where both are present) and, in a build with
 //! `--features torch`, torch (libtorch on the CPU, and on a GPU when
-//! `VAUBAN_TEST_DEVICE=cuda` names one) on the same two GGUFs; the MLX
-//! backend joins the `subjects` list when it exists.
+//! `VAUBAN_TEST_DEVICE=cuda` names one) on the same two GGUFs and, in a
+//! build with `--features mlx`, mlx (MLX on the CPU) on them too.
 //!
 //! What the contract asks:
 //! - capabilities list every artifact kind and the backend's own name and
@@ -124,6 +124,18 @@ fn torch(path: &Path) -> Backend {
     .unwrap()
 }
 
+#[cfg(feature = "mlx")]
+fn mlx(path: &Path) -> Backend {
+    Backend::mlx(&ModelSpec {
+        path: path.to_path_buf(),
+        device: DeviceSpec::Cpu,
+        weights: WeightMode::Native,
+        kv_cache: KvType::F32,
+        dtype: Default::default(),
+    })
+    .unwrap()
+}
+
 /// A bundle of the contract's prompts traced by `source`, served by replay.
 fn replay_of(source: &Backend, dir: &Path) -> Backend {
     let bundle = dir.join("recorded");
@@ -156,6 +168,8 @@ fn subjects(dir: &Path) -> Subjects {
     ];
     #[cfg(feature = "torch")]
     list.extend([("torch", torch(&q8)), ("torch", torch(&f32))]);
+    #[cfg(feature = "mlx")]
+    list.extend([("mlx", mlx(&q8)), ("mlx", mlx(&f32))]);
     // An OpenAI-compatible endpoint: llama-server serving SmolLM2.
     let server = match (llama_server::binary(), common::smollm2_path()) {
         (Some(bin), Some(model)) => {

@@ -1,13 +1,15 @@
-//! Cross-backend equivalence (issue 19): the same model and request on
-//! candle and on torch give the same evidence: the same token ids, the
+//! Cross-backend equivalence (issues 19 and 20): the same model and
+//! request on candle and on each other backend that runs a model file
+//! (torch, mlx: those this build has) give the same evidence: the same token ids, the
 //! same artifacts (kinds, layers, labels, shapes), logits and activations
 //! within a stated tolerance, the same greedy tokens up to the first step
 //! whose top two logits are too close to order reliably, the same policy
 //! decisions, measurement states, orthogonalized and exported weights, and
 //! a report
 //! of one against the other that finds no change. Never bit identity: the two
-//! sum in different orders. Needs `--features torch` (libtorch).
-#![cfg(feature = "torch")]
+//! sum in different orders. Needs `--features torch` (libtorch) or
+//! `--features mlx` (MLX), or both.
+#![cfg(any(feature = "torch", feature = "mlx"))]
 
 mod common;
 
@@ -30,13 +32,28 @@ fn spec(path: &Path) -> ModelSpec {
     spec_on(path, DeviceSpec::Cpu)
 }
 
-/// torch's side: `VAUBAN_TEST_DEVICE` (`cuda`, `cuda:1`), else the CPU,
-/// so the same checks compare a GPU with candle's CPU where one is at hand.
-fn torch_spec(path: &Path) -> ModelSpec {
-    let device = std::env::var("VAUBAN_TEST_DEVICE")
-        .map(|d| d.parse().expect("VAUBAN_TEST_DEVICE names a device"))
-        .unwrap_or(DeviceSpec::Cpu);
-    spec_on(path, device)
+/// The other backends this build has, each on `path`: torch on
+/// `VAUBAN_TEST_DEVICE` (`cuda`, `cuda:1`), else the CPU, so the same
+/// checks compare a GPU with candle's CPU where one is at hand; mlx on
+/// the CPU (Metal where `VAUBAN_TEST_MLX_DEVICE=metal` names it).
+fn others(path: &Path) -> Vec<(&'static str, Backend)> {
+    let device = |var: &str| {
+        std::env::var(var)
+            .map(|d| d.parse().expect("the variable names a device"))
+            .unwrap_or(DeviceSpec::Cpu)
+    };
+    let mut list = Vec::new();
+    #[cfg(feature = "torch")]
+    list.push((
+        "torch",
+        Backend::torch(&spec_on(path, device("VAUBAN_TEST_DEVICE"))).unwrap(),
+    ));
+    #[cfg(feature = "mlx")]
+    list.push((
+        "mlx",
+        Backend::mlx(&spec_on(path, device("VAUBAN_TEST_MLX_DEVICE"))).unwrap(),
+    ));
+    list
 }
 
 fn spec_on(path: &Path, device: DeviceSpec) -> ModelSpec {
@@ -133,9 +150,15 @@ fn relative(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
-/// Checks one prompt on both backends; returns the largest logit
-/// difference seen.
-fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: PromptForm) -> f32 {
+/// Checks one prompt on candle and on `other` (named `name`); returns the
+/// largest logit difference seen.
+fn compare(
+    candle: &Backend,
+    (name, other): (&str, &Backend),
+    id: &str,
+    text: &str,
+    form: PromptForm,
+) -> f32 {
     let layers: Vec<usize> = (0..candle.dims().layers).collect();
     let run = |b: &Backend| {
         b.trace(
@@ -145,9 +168,9 @@ fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: Prompt
         )
         .unwrap_or_else(|e| panic!("{id}: {e}"))
     };
-    let (c, t) = (run(candle), run(torch));
+    let (c, t) = (run(candle), run(other));
     assert_eq!(c.trace.capabilities.executor, "candle");
-    assert_eq!(t.trace.capabilities.executor, "torch");
+    assert_eq!(t.trace.capabilities.executor, name);
     assert_eq!(prompt_ids(&c), prompt_ids(&t), "{id}: token ids");
     // The same artifacts, by kind, layer, labels and shape; only the
     // generation may differ in length (below).
@@ -165,7 +188,7 @@ fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: Prompt
     );
     assert!(
         only(&tc, &cc).is_empty(),
-        "{id}: only torch has {:#?}",
+        "{id}: only {name} has {:#?}",
         only(&tc, &cc)
     );
 
@@ -177,7 +200,7 @@ fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: Prompt
         .iter()
         .zip(&tl)
         .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(dlogit < 2e-3, "{id}: max |Δlogit| {dlogit}");
+    assert!(dlogit < 2e-3, "{id} on {name}: max |Δlogit| {dlogit}");
     let (cp, tp) = (
         values(&c, K::Logprobs, None, None),
         values(&t, K::Logprobs, None, None),
@@ -213,7 +236,7 @@ fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: Prompt
         agreed += 1;
     }
     eprintln!(
-        "{id}: {} prompt tokens, max |Δlogit| {dlogit:.2e}, {agreed} greedy tokens compared of {}",
+        "{id} on {name}: {} prompt tokens, max |Δlogit| {dlogit:.2e}, {agreed} greedy tokens compared of {}",
         prompt_len,
         cg.ids.len()
     );
@@ -221,59 +244,68 @@ fn compare(candle: &Backend, torch: &Backend, id: &str, text: &str, form: Prompt
 }
 
 #[test]
-fn the_tiny_model_gives_the_same_evidence_on_candle_and_torch() {
+fn the_tiny_model_gives_the_same_evidence_on_every_backend() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
     let q8 = tiny::write_gguf(&dir.path().join("tiny-q8.gguf"), 7, GgmlDType::Q8_0);
     let hf = tiny::write_hf(&dir.path().join("hf"), 7);
     for path in [&gguf, &q8, &hf] {
         let candle = Backend::load(&spec(path)).unwrap();
-        let torch = Backend::torch(&torch_spec(path)).unwrap();
-        for (id, text, form) in [
-            ("raw", "the cat in the hat sat on a mat", PromptForm::Raw),
-            (
-                "chat",
-                "then ran in",
-                PromptForm::Chat {
-                    system: Some("the hat".into()),
-                },
-            ),
-        ] {
-            compare(&candle, &torch, id, text, form);
+        for (name, other) in others(path) {
+            for (id, text, form) in [
+                ("raw", "the cat in the hat sat on a mat", PromptForm::Raw),
+                (
+                    "chat",
+                    "then ran in",
+                    PromptForm::Chat {
+                        system: Some("the hat".into()),
+                    },
+                ),
+            ] {
+                compare(&candle, (name, &other), id, text, form);
+            }
         }
     }
 }
 
 #[test]
-fn smollm2_gives_the_same_evidence_on_candle_and_torch() {
+fn smollm2_gives_the_same_evidence_on_every_backend() {
     let Some(model) = common::smollm2_path() else {
         return;
     };
     let candle = Backend::load(&spec(&model)).unwrap();
-    let torch = Backend::torch(&torch_spec(&model)).unwrap();
-    for (id, text) in [
-        ("capital", "What is the capital of France?"),
-        ("story", "Write one sentence about a lighthouse keeper."),
-    ] {
-        let chat = PromptForm::Chat {
-            system: Some("You are a helpful assistant.".into()),
-        };
-        compare(&candle, &torch, id, text, chat);
+    for (name, other) in others(&model) {
+        for (id, text) in [
+            ("capital", "What is the capital of France?"),
+            ("story", "Write one sentence about a lighthouse keeper."),
+        ] {
+            let chat = PromptForm::Chat {
+                system: Some("You are a helpful assistant.".into()),
+            };
+            compare(&candle, (name, &other), id, text, chat);
+        }
     }
 }
 
 /// The user's own equivalence check: one config, the baseline on candle,
-/// the candidate on torch, the same weights: the report finds no change
-/// in the next-token distributions and keeps the same structure.
+/// the candidate on another backend, the same weights: the report finds
+/// no change in the next-token distributions and keeps the same structure.
 #[test]
-fn a_report_of_candle_against_torch_finds_no_change() {
+fn a_report_of_candle_against_each_backend_finds_no_change() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
-    let config = dir.path().join("backends.toml");
+    for (name, _) in others(&model) {
+        report_finds_no_change(dir.path(), &model, name);
+    }
+}
+
+fn report_finds_no_change(dir: &Path, model: &Path, executor: &str) {
+    let out = format!("out-{executor}");
+    let config = dir.join(format!("{executor}.toml"));
     std::fs::write(
         &config,
         format!(
-            r#"output = "out"
+            r#"output = "{out}"
 
 [suite]
 prompts = [
@@ -294,7 +326,7 @@ weights = "f32"
 
 [candidate]
 model = "{model}"
-executor = "torch"
+executor = "{executor}"
 
 [[scorers]]
 plugin = "behavior"
@@ -319,7 +351,7 @@ plugin = "behavior"
         String::from_utf8_lossy(&o.stderr)
     );
     let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/report.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(dir.join(out).join("report.json")).unwrap())
             .unwrap();
     common::report_fixture::validate_against_schema(&report);
     let per_prompt = report["distribution"]["per_prompt"].as_array().unwrap();
@@ -328,7 +360,7 @@ plugin = "behavior"
         let kl = p["first_token_kl"].as_f64().unwrap();
         assert!(
             (0.0..1e-6).contains(&kl.abs()),
-            "first-token KL {kl}: {p:#}"
+            "{executor}: first-token KL {kl}: {p:#}"
         );
     }
 }
@@ -397,8 +429,14 @@ fn policy_record(out: &TraceOutput) -> serde_json::Value {
 fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
-    let mut candle = Backend::load(&spec(&gguf)).unwrap();
-    let mut torch = Backend::torch(&torch_spec(&gguf)).unwrap();
+    for (name, other) in others(&gguf) {
+        // Each comparison orthogonalizes candle's copy: a fresh one each.
+        let candle = Backend::load(&spec(&gguf)).unwrap();
+        agree_across_backends(dir.path(), candle, (name, other));
+    }
+}
+
+fn agree_across_backends(dir: &Path, mut candle: Backend, (name, mut other): (&str, Backend)) {
     let d = unit_direction(3);
 
     // A step policy, in prefill and every decode step.
@@ -416,7 +454,7 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
         };
         b.trace(&req, &opts, Some(&mut gate)).unwrap()
     };
-    let (c, t) = (run(&candle), run(&torch));
+    let (c, t) = (run(&candle), run(&other));
     let (cp, tp) = (policy_record(&c), policy_record(&t));
     for key in [
         "decisions",
@@ -457,7 +495,7 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
         condition: None,
     }];
     let cs = candle.last_token_states(&ablate, &refs);
-    let ts = torch.last_token_states(&ablate, &refs);
+    let ts = other.last_token_states(&ablate, &refs);
     for (c, t) in cs.into_iter().zip(ts) {
         let (c, t) = (c.unwrap(), t.unwrap());
         assert_eq!(c.residuals.len(), t.residuals.len());
@@ -469,7 +507,7 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
 
     // Orthogonalized weights: the same changes, then the same model.
     let cw = candle.orthogonalize(&d, &[0, 2]).unwrap();
-    let tw = torch.orthogonalize(&d, &[0, 2]).unwrap();
+    let tw = other.orthogonalize(&d, &[0, 2]).unwrap();
     assert_eq!(cw.len(), 4);
     for (a, b) in cw.iter().zip(&tw) {
         assert_eq!((a.layer, &a.matrix), (b.layer, &b.matrix));
@@ -479,7 +517,7 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
         );
     }
     assert_eq!(
-        torch.model_ref().sha256,
+        other.model_ref().sha256,
         None,
         "changed weights claim no file hash"
     );
@@ -487,7 +525,7 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
     let opts = options("o", PromptForm::Raw, 0);
     let (c, t) = (
         candle.trace(&req, &opts, None).unwrap(),
-        torch.trace(&req, &opts, None).unwrap(),
+        other.trace(&req, &opts, None).unwrap(),
     );
     let dl = relative(
         &values(&t, K::Logits, None, None),
@@ -497,14 +535,14 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
 
     // Exported, each loads in candle as the model it was.
     let reload = |b: &Backend, name: &str| {
-        let out = dir.path().join(name);
+        let out = dir.join(name);
         b.export_hf(&out).unwrap();
         let back = Backend::load(&spec(&out)).unwrap();
         back.trace(&req, &opts, None).unwrap()
     };
     let (ce, te) = (
-        reload(&candle, "candle-export"),
-        reload(&torch, "torch-export"),
+        reload(&candle, &format!("candle-export-{name}")),
+        reload(&other, &format!("{name}-export")),
     );
     let de = relative(
         &values(&te, K::Logits, None, None),
@@ -515,7 +553,7 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
         &values(&te, K::Logits, None, None),
         &values(&t, K::Logits, None, None),
     );
-    assert!(dt < 1e-4, "torch's export against torch: relative {dt}");
+    assert!(dt < 1e-4, "{name}'s export against {name}: relative {dt}");
 }
 
 /// Decides nothing, and fails once, at its `fail_at`-th decision.
@@ -549,13 +587,14 @@ fn a_failed_pass_leaves_the_session_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
     let candle = Backend::load(&spec(&gguf)).unwrap();
-    let torch = Backend::torch(&torch_spec(&gguf)).unwrap();
+    let others = others(&gguf);
     let prompt = candle.tokenize("the cat sat", &PromptForm::Raw).unwrap();
     let next = 5;
     let mut fresh = candle.session(&[]);
     fresh.prefill(&prompt).unwrap();
     let want = fresh.decode_step(next).unwrap().logits;
-    for (name, b) in [("candle", &candle), ("torch", &torch)] {
+    let all = std::iter::once(("candle", &candle)).chain(others.iter().map(|(n, b)| (*n, b)));
+    for (name, b) in all {
         let mut policy = FailOnce {
             watches: vec![Watch {
                 name: "d".into(),

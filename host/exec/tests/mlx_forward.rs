@@ -10,6 +10,7 @@ mod common;
 
 use vauban_exec::executor::candle::model::LoadedModel;
 use vauban_exec::executor::mlx::model::MlxLlama;
+use vauban_exec::executor::tensor_lib::LibCache;
 use vauban_exec::model::WeightMode;
 
 /// `[n, vocab]` logits as rows.

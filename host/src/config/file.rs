@@ -156,7 +156,8 @@ pub struct ModelSection {
     #[serde(default)]
     pub label: Option<String>,
     /// `candle` (the embedded model, the default), `torch` (the same model
-    /// on libtorch; a build with `--features torch`), `http` (an
+    /// on libtorch; a build with `--features torch`), `mlx` (the same model
+    /// on MLX; a build with `--features mlx`), `http` (an
     /// OpenAI-compatible endpoint; `model` is then the model name it
     /// serves) or `replay` (`model` is a recorded bundle).
     #[serde(default = "candle")]
@@ -206,11 +207,12 @@ pub struct ModelSection {
     pub kv_cache: Option<String>,
     /// `executor = "torch"`: the dtype of the weights and activations:
     /// `f32` (the default), `bf16` or `f16` (for a GPU; norms and the
-    /// softmax are computed in f32 whatever it is).
+    /// softmax are computed in f32 whatever it is). `executor = "mlx"`
+    /// runs `f32` only.
     #[serde(default)]
     #[schemars(regex(pattern = r"^(f32|f16|bf16)$"))]
     pub dtype: Option<String>,
-    /// `cpu`, `cuda`, `cuda:N`, `metal`, `mps` (torch).
+    /// `cpu`, `cuda`, `cuda:N`, `metal` (candle, mlx), `mps` (torch).
     #[serde(default = "cpu")]
     pub device: String,
     /// `native` or `f32`.

@@ -92,6 +92,9 @@ pub enum SideBackend {
     /// The model run by libtorch (`executor = "torch"`; a build with the
     /// `torch` feature).
     Torch,
+    /// The model run by MLX (`executor = "mlx"`; a build with the `mlx`
+    /// feature).
+    Mlx,
 }
 
 impl SidePlan {
@@ -328,12 +331,18 @@ impl Plan {
                         crate::executor::TORCH_MISSING.into(),
                     ));
                 }
+                "mlx" if crate::executor::MLX_BUILT || replay => SideBackend::Mlx,
+                "mlx" => {
+                    return Err(at(
+                        &format!("{key}.executor"),
+                        crate::executor::MLX_MISSING.into(),
+                    ));
+                }
                 other => {
                     return Err(at(
                         &format!("{key}.executor"),
                         format!(
-                            "`{other}` is not an executor; expected candle, torch, http or replay \
-                             (the mlx executor is not written yet)"
+                            "`{other}` is not an executor; expected candle, torch, mlx, http or replay"
                         ),
                     ));
                 }
@@ -367,7 +376,8 @@ impl Plan {
             };
             let kv_cache = match (&s.kv_cache, backend) {
                 (None, _) => KvType::F32,
-                (Some(_), SideBackend::Http | SideBackend::Replay | SideBackend::Torch) => {
+                (Some(_), SideBackend::Http | SideBackend::Replay)
+                | (Some(_), SideBackend::Torch | SideBackend::Mlx) => {
                     return Err(candle_only("kv_cache"));
                 }
                 (Some(k), SideBackend::Candle) => k
@@ -379,6 +389,15 @@ impl Plan {
                 (Some(d), SideBackend::Torch) => d
                     .parse()
                     .map_err(|e: String| at(&format!("{key}.dtype"), e))?,
+                (Some(d), SideBackend::Mlx) if d == "f32" => Dtype::F32,
+                (Some(d), SideBackend::Mlx) => {
+                    return Err(at(
+                        &format!("{key}.dtype"),
+                        format!(
+                            "`{d}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)"
+                        ),
+                    ));
+                }
                 (Some(_), _) => {
                     return Err(at(
                         &format!("{key}.dtype"),
@@ -464,6 +483,7 @@ impl Plan {
                 // or machine cannot open, layers the model does not have.
                 match backend {
                     SideBackend::Torch => crate::executor::check_torch_device(device),
+                    SideBackend::Mlx => crate::executor::check_mlx_device(device),
                     _ => crate::executor::check_device(device),
                 }
                 .map_err(|e| at(&format!("{key}.device"), e))?;

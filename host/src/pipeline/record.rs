@@ -54,6 +54,7 @@ pub fn load_side(
     let loaded = match side.backend {
         SideBackend::Candle => Backend::load(&spec),
         SideBackend::Torch => Backend::torch(&spec),
+        SideBackend::Mlx => Backend::mlx(&spec),
         SideBackend::Replay => Backend::replay(&side.model),
         SideBackend::Http => {
             let mut http = side
@@ -208,9 +209,13 @@ pub fn load_side(
         fingerprint["kv_cache"] = json!(side.kv_cache.name());
     }
     // Likewise the executor: candle's traces keep their fingerprint.
-    if side.backend == SideBackend::Torch {
-        fingerprint["executor"] = json!("torch");
-        fingerprint["dtype"] = json!(side.dtype.name());
+    match side.backend {
+        SideBackend::Torch => {
+            fingerprint["executor"] = json!("torch");
+            fingerprint["dtype"] = json!(side.dtype.name());
+        }
+        SideBackend::Mlx => fingerprint["executor"] = json!("mlx"),
+        _ => {}
     }
     Ok(LoadedSide {
         exec,

@@ -28,7 +28,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// cpu, cuda, cuda:N, metal (candle's GPUs need a build with --features
-    /// cuda or metal), mps (torch on Apple silicon).
+    /// cuda or metal; mlx on Apple silicon), mps (torch on Apple silicon).
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
     /// native: weights as the file stores them (quantized GGUF stays
@@ -39,8 +39,9 @@ pub struct ModelArgs {
     /// (half the memory, each key and value rounded to f16).
     #[arg(long, default_value = "f32", value_name = "f32|f16")]
     pub kv_cache: KvType,
-    /// Who runs the model: candle (embedded, the default) or torch
-    /// (libtorch; a build with --features torch).
+    /// Who runs the model: candle (embedded, the default), torch
+    /// (libtorch; a build with --features torch) or mlx (MLX; a build with
+    /// --features mlx).
     #[arg(long, value_enum, default_value_t = Engine::Candle)]
     pub executor: Engine,
     /// The Torch executor's dtype for weights and activations: f32, bf16
@@ -54,6 +55,7 @@ pub struct ModelArgs {
 pub enum Engine {
     Candle,
     Torch,
+    Mlx,
 }
 
 fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
@@ -80,6 +82,7 @@ impl ModelArgs {
         let exec = match self.executor {
             Engine::Candle => Backend::load(&spec),
             Engine::Torch => Backend::torch(&spec),
+            Engine::Mlx => Backend::mlx(&spec),
         }
         .with_context(|| format!("cannot load the model {}", path.display()))?;
         let d = exec.dims();

@@ -3,8 +3,8 @@
 //! One [`Executor`] trait and one [`Backend`] enum with a variant per
 //! backend (candle, the embedded default; an OpenAI-compatible endpoint
 //! over HTTP; replay of recorded bundles).
-//! Optional backends (torch, mlx) will sit behind default-off cargo
-//! features. Dispatch is a `match` per call, never per token: the per-token
+//! Optional backends (torch, mlx) sit behind default-off cargo features
+//! and share one executor over a tensor library ([`tensor_lib`]). Dispatch is a `match` per call, never per token: the per-token
 //! loop lives inside an [`InferenceSession`] (`prefill` / `decode_step`).
 
 pub mod candle;
@@ -73,6 +73,26 @@ pub fn check_torch_device(device: DeviceSpec) -> Result<(), String> {
     {
         let _ = device;
         Err(TORCH_MISSING.into())
+    }
+}
+
+/// Whether this build has the MLX executor (the `mlx` feature).
+pub const MLX_BUILT: bool = cfg!(feature = "mlx");
+
+/// Why `executor = "mlx"` cannot run in a build without it, and the fix.
+pub const MLX_MISSING: &str = "`mlx` is the MLX executor (mlx-rs), and this vauban was built without it; \
+     on Linux get MLX with `eval \"$(bash scripts/setup-mlx.sh)\"`, then rebuild with \
+     `cargo build --release --features mlx` (on macOS the build fetches MLX itself: see docs/executor.md)";
+
+/// Whether the MLX executor can open `device` on this machine: a device
+/// MLX does not have here is an error naming what it has.
+pub fn check_mlx_device(device: DeviceSpec) -> Result<(), String> {
+    #[cfg(feature = "mlx")]
+    return mlx::open_device(device).map(drop);
+    #[cfg(not(feature = "mlx"))]
+    {
+        let _ = device;
+        Err(MLX_MISSING.into())
     }
 }
 
@@ -418,6 +438,9 @@ pub enum Backend {
     /// libtorch, through tch (built with the `torch` feature).
     #[cfg(feature = "torch")]
     Torch(torch::TorchExecutor),
+    /// MLX, through mlx-rs (built with the `mlx` feature).
+    #[cfg(feature = "mlx")]
+    Mlx(mlx::MlxExecutor),
 }
 
 impl Backend {
@@ -440,6 +463,18 @@ impl Backend {
         {
             let _ = spec;
             Err(ExecutorError::Request(TORCH_MISSING.into()))
+        }
+    }
+
+    /// The MLX executor on `spec`'s model and device; in a build without
+    /// the `mlx` feature, an error saying how to build it.
+    pub fn mlx(spec: &ModelSpec) -> Result<Backend, ExecutorError> {
+        #[cfg(feature = "mlx")]
+        return Ok(Backend::Mlx(mlx::MlxExecutor::load(spec)?));
+        #[cfg(not(feature = "mlx"))]
+        {
+            let _ = spec;
+            Err(ExecutorError::Request(MLX_MISSING.into()))
         }
     }
 
@@ -508,6 +543,8 @@ impl Backend {
             // One job at a time: no batched passes on these yet.
             #[cfg(feature = "torch")]
             Backend::Torch(_) => self.trace_each(jobs, on_done),
+            #[cfg(feature = "mlx")]
+            Backend::Mlx(_) => self.trace_each(jobs, on_done),
             Backend::Replay(_) => self.trace_each(jobs, on_done),
         }
     }
@@ -535,6 +572,8 @@ pub enum BackendSession<'a> {
     Replay(ReplaySession),
     #[cfg(feature = "torch")]
     Torch(torch::TorchSession<'a>),
+    #[cfg(feature = "mlx")]
+    Mlx(mlx::MlxSession<'a>),
 }
 
 impl<'a> BackendSession<'a> {
@@ -545,6 +584,8 @@ impl<'a> BackendSession<'a> {
             BackendSession::Candle(s) => s.set_policy(policy),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.set_policy(policy),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.set_policy(policy),
             BackendSession::Http(_) | BackendSession::Replay(_) => {}
         }
     }
@@ -555,6 +596,8 @@ impl<'a> BackendSession<'a> {
             BackendSession::Candle(s) => s.effects(),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.effects(),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.effects(),
             BackendSession::Http(s) => s.effects(),
             BackendSession::Replay(s) => s.effects(),
         }
@@ -568,6 +611,8 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.prefill(ids),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.prefill(ids),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.prefill(ids),
             BackendSession::Http(s) => s.prefill(ids),
             BackendSession::Replay(s) => s.prefill(ids),
         }
@@ -579,6 +624,8 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.decode_step(id),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.decode_step(id),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.decode_step(id),
             BackendSession::Http(s) => s.decode_step(id),
             BackendSession::Replay(s) => s.decode_step(id),
         }
@@ -589,6 +636,8 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.extend(ids),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.extend(ids),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.extend(ids),
             BackendSession::Http(s) => s.extend(ids),
             BackendSession::Replay(s) => s.extend(ids),
         }
@@ -599,6 +648,8 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.rewind(to),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.rewind(to),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.rewind(to),
             BackendSession::Http(s) => s.rewind(to),
             BackendSession::Replay(s) => s.rewind(to),
         }
@@ -610,6 +661,8 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.position(),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.position(),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.position(),
             BackendSession::Http(s) => s.position(),
             BackendSession::Replay(s) => s.position(),
         }
@@ -621,6 +674,8 @@ impl InferenceSession for BackendSession<'_> {
             BackendSession::Candle(s) => s.capacity(),
             #[cfg(feature = "torch")]
             BackendSession::Torch(s) => s.capacity(),
+            #[cfg(feature = "mlx")]
+            BackendSession::Mlx(s) => s.capacity(),
             BackendSession::Http(s) => s.capacity(),
             BackendSession::Replay(s) => s.capacity(),
         }
@@ -636,6 +691,8 @@ macro_rules! dispatch {
             Backend::Replay($e) => $call,
             #[cfg(feature = "torch")]
             Backend::Torch($e) => $call,
+            #[cfg(feature = "mlx")]
+            Backend::Mlx($e) => $call,
         }
     };
 }
@@ -669,6 +726,8 @@ impl Executor for Backend {
             Backend::Replay(e) => e.check_layers(layers),
             #[cfg(feature = "torch")]
             Backend::Torch(e) => Executor::check_layers(e, layers),
+            #[cfg(feature = "mlx")]
+            Backend::Mlx(e) => Executor::check_layers(e, layers),
         }
     }
     fn device_name(&self) -> String {
@@ -710,6 +769,8 @@ impl Executor for Backend {
             Backend::Replay(e) => BackendSession::Replay(e.session(interventions)),
             #[cfg(feature = "torch")]
             Backend::Torch(e) => BackendSession::Torch(e.session(interventions)),
+            #[cfg(feature = "mlx")]
+            Backend::Mlx(e) => BackendSession::Mlx(e.session(interventions)),
         }
     }
     fn last_token_states(

@@ -124,7 +124,9 @@ fn compute(
             let coef = match mode {
                 Mode::Subtract | Mode::SubspaceRemove => scaled(-alpha)?,
                 Mode::Add | Mode::SubspaceAdd => scaled(alpha)?,
-                Mode::Clamp => scaled(-alpha)?.add(Array::from_f32(alpha * iv.value.unwrap_or(0.0)))?,
+                Mode::Clamp => {
+                    scaled(-alpha)?.add(Array::from_f32(alpha * iv.value.unwrap_or(0.0)))?
+                }
                 Mode::Steer => Array::full::<f32>(&[n, 1], Array::from_f32(alpha))?,
                 Mode::Project | Mode::SubspaceProject => unreachable!("handled above"),
             };
@@ -136,7 +138,10 @@ fn compute(
                 .add(coef.matmul(basis)?)?
                 .reshape(&[b, t, d])?
                 .as_dtype(h.dtype())?;
-            let change = new.as_dtype(Dtype::Float32)?.reshape(&[n, d])?.subtract(&x)?;
+            let change = new
+                .as_dtype(Dtype::Float32)?
+                .reshape(&[n, d])?
+                .subtract(&x)?;
             let norm = change.square()?.sum(None)?.sqrt()?;
             (Some(new), values(&norm)?[0])
         }

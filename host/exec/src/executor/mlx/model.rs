@@ -12,12 +12,12 @@
 
 use std::time::Instant;
 
+use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
-use mlx_rs::Array;
 
-pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::candle::model::host_weights::HostWeights;
+pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
@@ -210,8 +210,8 @@ impl MlxLlama {
         let hf = weights.is_hf();
         let dequantized = weights.stored_types();
         let mut r = Reader { weights };
-        let mut model =
-            MlxLlama::read(&assets.config, &mut r).map_err(|e| if hf { e.hf_names() } else { e })?;
+        let mut model = MlxLlama::read(&assets.config, &mut r)
+            .map_err(|e| if hf { e.hf_names() } else { e })?;
         model.dequantized = dequantized;
         Ok(model)
     }
@@ -515,7 +515,10 @@ impl LibModel for MlxLlama {
             out.push(("output.weight".to_owned(), self.output_t.transpose()?));
         }
         for (i, b) in self.blocks.iter().enumerate() {
-            out.push((format!("blk.{i}.attn_norm.weight"), b.attn_norm.scale.clone()));
+            out.push((
+                format!("blk.{i}.attn_norm.weight"),
+                b.attn_norm.scale.clone(),
+            ));
             out.push((format!("blk.{i}.ffn_norm.weight"), b.mlp_norm.scale.clone()));
             for (stem, lin) in [
                 ("attn_q", &b.attn.q),

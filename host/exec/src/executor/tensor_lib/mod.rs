@@ -36,8 +36,7 @@ use crate::model::assets::ModelAssets;
 use crate::model::config::LlamaConfig;
 use crate::model::{KvType, Matrix, ModelError};
 use crate::trace::{
-    ArtifactKind as K, Capabilities, DeviceKind, ModelRef, StageProfile, SupportLevel,
-    TraceRequest,
+    ArtifactKind as K, Capabilities, DeviceKind, ModelRef, StageProfile, SupportLevel, TraceRequest,
 };
 
 /// The tensor type of a model's library.
@@ -74,8 +73,7 @@ pub struct BlockView<'a, T> {
 /// a returned tensor of the same shape and dtype replaces it (an
 /// intervention).
 pub trait BlockHook<T> {
-    fn after_block(&mut self, view: &BlockView<'_, T>, resid: &T)
-    -> Result<Option<T>, ModelError>;
+    fn after_block(&mut self, view: &BlockView<'_, T>, resid: &T) -> Result<Option<T>, ModelError>;
 }
 
 /// A hook that does nothing.

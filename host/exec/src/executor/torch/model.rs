@@ -11,8 +11,8 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
-pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::candle::model::host_weights::HostWeights;
+pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
