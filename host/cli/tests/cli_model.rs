@@ -674,50 +674,55 @@ fn trace_records_the_kv_cache_type_and_its_bytes() {
     );
 }
 
-/// `--executor torch`: in a build with the feature, the trace is torch's
+/// `--executor torch` and `--executor mlx`: in a build with the feature, the trace is that backend's
 /// and says the GGUF was dequantized; without it, the error names the
 /// build to make. `--dtype` is the Torch executor's and candle refuses it.
 #[test]
 fn trace_runs_on_the_executor_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::Q8_0);
-    let bundle = dir.path().join("torch");
-    let o = vauban(&[
-        "trace",
-        "--executor",
-        "torch",
-        "--model",
-        s(&model),
-        "--raw",
-        "--prompt",
-        "the cat sat",
-        "--max-tokens",
-        "2",
-        "--out",
-        s(&bundle),
-    ]);
-    let (out, err) = text(&o);
-    if cfg!(feature = "torch") {
-        assert!(o.status.success(), "{out}\n{err}");
-        let b = vauban::bundle::Bundle::open(&bundle).unwrap();
-        let t = &b.traces()[0];
-        assert_eq!(t.capabilities.executor, "torch");
-        let prefill = t
-            .spans
-            .iter()
-            .find(|s| s.stage == vauban::trace::Stage::Prefill)
-            .unwrap();
-        let kernel = &prefill.profile.notes["kernel"];
-        assert!(
-            kernel.contains("Q8_0") && kernel.contains("dequantized"),
-            "{kernel}"
-        );
-    } else {
-        assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
-        assert!(
-            err.contains("built without it") && err.contains("--features torch"),
-            "{err}"
-        );
+    for (executor, built) in [
+        ("torch", cfg!(feature = "torch")),
+        ("mlx", cfg!(feature = "mlx")),
+    ] {
+        let bundle = dir.path().join(executor);
+        let o = vauban(&[
+            "trace",
+            "--executor",
+            executor,
+            "--model",
+            s(&model),
+            "--raw",
+            "--prompt",
+            "the cat sat",
+            "--max-tokens",
+            "2",
+            "--out",
+            s(&bundle),
+        ]);
+        let (out, err) = text(&o);
+        if built {
+            assert!(o.status.success(), "{out}\n{err}");
+            let b = vauban::bundle::Bundle::open(&bundle).unwrap();
+            let t = &b.traces()[0];
+            assert_eq!(t.capabilities.executor, executor);
+            let prefill = t
+                .spans
+                .iter()
+                .find(|s| s.stage == vauban::trace::Stage::Prefill)
+                .unwrap();
+            let kernel = &prefill.profile.notes["kernel"];
+            assert!(
+                kernel.contains("Q8_0") && kernel.contains("dequantized"),
+                "{kernel}"
+            );
+        } else {
+            assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+            assert!(
+                err.contains("built without it") && err.contains(&format!("--features {executor}")),
+                "{err}"
+            );
+        }
     }
     let o = vauban(&[
         "trace",

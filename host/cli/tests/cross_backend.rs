@@ -42,18 +42,18 @@ fn others(path: &Path) -> Vec<(&'static str, Backend)> {
             .map(|d| d.parse().expect("the variable names a device"))
             .unwrap_or(DeviceSpec::Cpu)
     };
-    let mut list = Vec::new();
-    #[cfg(feature = "torch")]
-    list.push((
-        "torch",
-        Backend::torch(&spec_on(path, device("VAUBAN_TEST_DEVICE"))).unwrap(),
-    ));
-    #[cfg(feature = "mlx")]
-    list.push((
-        "mlx",
-        Backend::mlx(&spec_on(path, device("VAUBAN_TEST_MLX_DEVICE"))).unwrap(),
-    ));
-    list
+    vec![
+        #[cfg(feature = "torch")]
+        (
+            "torch",
+            Backend::torch(&spec_on(path, device("VAUBAN_TEST_DEVICE"))).unwrap(),
+        ),
+        #[cfg(feature = "mlx")]
+        (
+            "mlx",
+            Backend::mlx(&spec_on(path, device("VAUBAN_TEST_MLX_DEVICE"))).unwrap(),
+        ),
+    ]
 }
 
 fn spec_on(path: &Path, device: DeviceSpec) -> ModelSpec {

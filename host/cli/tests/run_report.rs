@@ -632,7 +632,14 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         }
         true => "baseline.device: device `cuda:99`: libtorch sees",
     };
-    let cases: [(&str, &str, &str); 18] = [
+    // Likewise `executor = "mlx"`; with it, Metal on a machine without it.
+    let mlx_refusal = match cfg!(feature = "mlx") {
+        false => {
+            "baseline.executor: `mlx` is the MLX executor (mlx-rs), and this vauban was built without it"
+        }
+        true => "baseline.device: device `metal`: this MLX was built without Metal",
+    };
+    let cases: [(&str, &str, &str); 19] = [
         (
             "max_tokens = 5",
             "max_tokens = 5\ntemperature = nan",
@@ -710,8 +717,13 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         ),
         (
             "[baseline]\n",
-            "[baseline]\nexecutor = \"mlx\"\n",
-            "baseline.executor: `mlx` is not an executor",
+            "[baseline]\nexecutor = \"mlx\"\ndevice = \"metal\"\n",
+            mlx_refusal,
+        ),
+        (
+            "[baseline]\n",
+            "[baseline]\nexecutor = \"mlx-cuda\"\n",
+            "baseline.executor: `mlx-cuda` is not an executor; expected candle, torch, mlx, http or replay",
         ),
         (
             "config = { attack = \"panic\" }",

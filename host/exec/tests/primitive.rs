@@ -1,11 +1,14 @@
-//! The libtorch activation primitive against candle's: every mode, with
-//! positions (all, last, a range across a decode offset) and a condition,
-//! on the same activations: the same projections, tokens touched, new
-//! activations and norm of the change, to f32 rounding.
-#![cfg(feature = "torch")]
+//! Each tensor library's activation primitive (libtorch's, MLX's: those
+//! this build has) against candle's: every mode, with positions (all,
+//! last, a range across a decode offset) and a condition, on the same
+//! activations of two batch rows: the same projections, tokens touched,
+//! new activations and norm of the change, to f32 rounding.
+#![cfg(any(feature = "torch", feature = "mlx"))]
 
 use vauban_exec::executor::candle::intervene as candle_iv;
-use vauban_exec::intervene::{Condition, Direction, Intervention, Mode, Positions, When};
+use vauban_exec::intervene::{
+    Condition, Direction, InterveneError, Intervention, Mode, Outcome, Positions, When,
+};
 
 const D: usize = 16;
 
@@ -33,14 +36,72 @@ fn direction(subspace: bool) -> Direction {
     Direction::new("test", "direction", "", None, &rows, &shape).unwrap()
 }
 
+/// A backend's primitive on `[batch, tokens, hidden]` values, its new
+/// activation brought back to the host.
+type Apply =
+    fn(&Intervention, &[f32], [usize; 3], usize) -> Result<Outcome<Vec<f32>>, InterveneError>;
+
+#[cfg(feature = "torch")]
+fn torch(
+    iv: &Intervention,
+    values: &[f32],
+    shape: [usize; 3],
+    offset: usize,
+) -> Result<Outcome<Vec<f32>>, InterveneError> {
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let h = tch::Tensor::from_slice(values).reshape(dims);
+    let out = vauban_exec::executor::torch::intervene::apply(iv, &h, offset)?;
+    Ok(Outcome {
+        hidden: out
+            .hidden
+            .map(|h| Vec::<f32>::try_from(&h.flatten(0, -1)).unwrap()),
+        projections: out.projections,
+        applied: out.applied,
+        delta_norm: out.delta_norm,
+    })
+}
+
+#[cfg(feature = "mlx")]
+fn mlx(
+    iv: &Intervention,
+    values: &[f32],
+    shape: [usize; 3],
+    offset: usize,
+) -> Result<Outcome<Vec<f32>>, InterveneError> {
+    let dims: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+    let h = mlx_rs::Array::from_slice(values, &dims);
+    let out = vauban_exec::executor::mlx::intervene::apply(iv, &h, offset)?;
+    Ok(Outcome {
+        hidden: out.hidden.map(|h| h.as_slice::<f32>().to_vec()),
+        projections: out.projections,
+        applied: out.applied,
+        delta_norm: out.delta_norm,
+    })
+}
+
+/// The primitives this build has, by name.
+fn backends() -> Vec<(&'static str, Apply)> {
+    vec![
+        #[cfg(feature = "torch")]
+        ("torch", torch as Apply),
+        #[cfg(feature = "mlx")]
+        ("mlx", mlx as Apply),
+    ]
+}
+
 #[test]
 fn every_mode_matches_candles() {
+    for (name, apply) in backends() {
+        every_mode_matches(name, apply);
+    }
+}
+
+fn every_mode_matches(name: &str, apply: Apply) {
     let mut seed = 7u64;
-    let (t, offset) = (5usize, 3usize);
-    let values: Vec<f32> = (0..t * D).map(|_| lcg(&mut seed) * 2.0).collect();
+    let (b, t, offset) = (2usize, 5usize, 3usize);
+    let values: Vec<f32> = (0..b * t * D).map(|_| lcg(&mut seed) * 2.0).collect();
     let h_candle =
-        candle_core::Tensor::from_slice(&values, (1, t, D), &candle_core::Device::Cpu).unwrap();
-    let h_torch = tch::Tensor::from_slice(&values).reshape([1, t as i64, D as i64]);
+        candle_core::Tensor::from_slice(&values, (b, t, D), &candle_core::Device::Cpu).unwrap();
     let mut checked = 0;
     for mode in Mode::ALL {
         for positions in [
@@ -67,10 +128,9 @@ fn every_mode_matches_candles() {
                     positions,
                     condition,
                 };
-                let what = format!("{mode:?} {positions:?} {condition:?}");
+                let what = format!("{name}: {mode:?} {positions:?} {condition:?}");
                 let want = candle_iv::apply(&iv, &h_candle, offset).unwrap();
-                let got =
-                    vauban_exec::executor::torch::intervene::apply(&iv, &h_torch, offset).unwrap();
+                let got = apply(&iv, &values, [b, t, D], offset).unwrap();
                 assert_eq!(got.applied, want.applied, "{what}: tokens touched");
                 for (g, w) in got
                     .projections
@@ -89,8 +149,8 @@ fn every_mode_matches_candles() {
                 match (&got.hidden, &want.hidden) {
                     (None, None) => {}
                     (Some(g), Some(w)) => {
-                        let g = Vec::<f32>::try_from(&g.flatten(0, -1)).unwrap();
                         let w = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                        assert_eq!(g.len(), w.len(), "{what}: shape");
                         let worst = g
                             .iter()
                             .zip(&w)
@@ -118,12 +178,14 @@ fn a_direction_of_another_width_is_refused() {
         positions: Positions::All,
         condition: None,
     };
-    let h = tch::Tensor::zeros([1, 2, D as i64 + 1], (tch::Kind::Float, tch::Device::Cpu));
-    let err = vauban_exec::executor::torch::intervene::apply(&iv, &h, 0)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains(&D.to_string()) && err.contains(&(D + 1).to_string()),
-        "{err}"
-    );
+    for (name, apply) in backends() {
+        let err = apply(&iv, &[0.0; 2 * (D + 1)], [1, 2, D + 1], 0)
+            .err()
+            .unwrap_or_else(|| panic!("{name}: a direction of width {D} on {}", D + 1))
+            .to_string();
+        assert!(
+            err.contains(&D.to_string()) && err.contains(&(D + 1).to_string()),
+            "{name}: {err}"
+        );
+    }
 }
