@@ -9,15 +9,19 @@
 //! MLX's own:
 //!
 //! - [`model`]: the forward pass with a KV cache and a hook after every block;
-//! - [`intervene`]: the activation primitive on MLX arrays.
+//! - [`intervene`]: the activation primitive on MLX arrays;
+//! - [`weights`]: float weights, and MLX-quantized checkpoints kept packed.
 //!
 //! On Linux MLX runs on the CPU (built against the `mlx-cpu` wheel:
 //! `eval "$(bash scripts/setup-mlx.sh)"`); on macOS mlx-rs builds MLX with
 //! Metal, which this module opens as `metal` (unverified: no Mac here).
-//! Weights are read as f32; GGUF files are dequantized at load.
+//! GGUF files are dequantized to f32 at load; HF folders' float weights
+//! are read as f32, and an mlx-community checkpoint's quantized matrices
+//! are kept packed.
 
 pub mod intervene;
 pub mod model;
+pub mod weights;
 
 use std::ffi::CStr;
 use std::sync::{Mutex, MutexGuard, OnceLock};

@@ -16,35 +16,18 @@ use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 
-use crate::executor::candle::model::host_weights::HostWeights;
+use super::weights::{self, Linear, Matrix, Reader};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
-use crate::model::{Dtype, Matrix, ModelError};
+use crate::model::{Dtype, Matrix as ModelMatrix, ModelError};
 use crate::trace::DeviceKind;
 
 impl From<Exception> for ModelError {
     fn from(e: Exception) -> Self {
         ModelError::Compute(Box::new(e))
-    }
-}
-
-/// A linear map `y = x·Wᵀ (+ b)`, with `Wᵀ` kept as MLX reads it best.
-struct Linear {
-    /// `[in, out]`.
-    weight_t: Array,
-    bias: Option<Array>,
-}
-
-impl Linear {
-    fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let y = x.matmul(&self.weight_t)?;
-        match &self.bias {
-            Some(b) => y.add(b),
-            None => Ok(y),
-        }
     }
 }
 
@@ -93,15 +76,17 @@ struct Block {
 /// A llama-family model in MLX.
 pub struct MlxLlama {
     config: LlamaConfig,
-    embed: Array,
+    /// `[vocab, hidden]`; the output matrix too when the embeddings are tied.
+    embed: Matrix,
     blocks: Vec<Block>,
     norm: RmsNorm,
-    /// `[hidden, vocab]`.
-    output_t: Array,
+    output: Linear,
     /// The rotary frequencies as MLX takes them: `1 / inv_freq` per pair.
     rope_freqs: Array,
     /// How the file stored the weights read as f32 (a GGUF's `Q4_1/Q8_0`).
     dequantized: Option<String>,
+    /// How the matrices kept packed are quantized (`4-bit, groups of 64`).
+    packed: Option<String>,
     /// Whether MLX's default device is the GPU (Metal) rather than the CPU.
     on_gpu: bool,
 }
@@ -156,79 +141,46 @@ impl LibCache for MlxCache {
     }
 }
 
-/// A row-major `[rows, cols]` matrix as an MLX array `[cols, rows]`.
-fn transposed(values: &[f32], rows: usize, cols: usize) -> Array {
-    let mut t = vec![0f32; values.len()];
-    for (r, row) in values.chunks_exact(cols).enumerate() {
-        for (c, v) in row.iter().enumerate() {
-            t[c * rows + r] = *v;
-        }
-    }
-    Array::from_slice(&t, &[cols as i32, rows as i32])
-}
-
-/// Reads the weights a model's config implies (f32 on the host, shapes
-/// checked) as MLX arrays.
-struct Reader<'a> {
-    weights: HostWeights<'a>,
-}
-
-impl Reader<'_> {
-    fn need(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        self.weights.need(name, shape)
-    }
-
-    fn vector(&mut self, name: &str, len: usize) -> Result<Array, ModelError> {
-        Ok(Array::from_slice(&self.need(name, &[len])?, &[len as i32]))
-    }
-
-    /// `[out, in]` stored, `[in, out]` kept (transposed once, at load).
-    fn matrix_t(&mut self, name: &str, out: usize, inp: usize) -> Result<Array, ModelError> {
-        Ok(transposed(&self.need(name, &[out, inp])?, out, inp))
-    }
-
-    fn linear(
-        &mut self,
-        stem: &str,
-        (out, inp): (usize, usize),
-        bias: bool,
-    ) -> Result<Linear, ModelError> {
-        Ok(Linear {
-            weight_t: self.matrix_t(&format!("{stem}.weight"), out, inp)?,
-            bias: match bias {
-                true => Some(self.vector(&format!("{stem}.bias"), out)?),
-                false => None,
-            },
-        })
-    }
-}
-
 impl MlxLlama {
-    /// Loads the weights of the model `assets` describe as f32.
+    /// Loads the weights of the model `assets` describe: as f32, or (an
+    /// HF folder quantized by MLX) packed as stored.
     pub fn load(assets: &ModelAssets) -> Result<MlxLlama, ModelError> {
-        let weights = HostWeights::open(assets)?;
-        let hf = weights.is_hf();
-        let dequantized = weights.stored_types();
-        let mut r = Reader { weights };
+        let mut r = Reader::open(assets)?;
+        let hf = r.is_hf();
         let mut model = MlxLlama::read(&assets.config, &mut r)
             .map_err(|e| if hf { e.hf_names() } else { e })?;
-        model.dequantized = dequantized;
+        model.dequantized = r.stored_types();
+        model.packed = weights::packings(model.matrices());
         Ok(model)
+    }
+
+    /// Every matrix of the model, the embedding first.
+    fn matrices(&self) -> impl Iterator<Item = &Matrix> {
+        let blocks = self.blocks.iter().flat_map(|b| {
+            [
+                &b.attn.q,
+                &b.attn.k,
+                &b.attn.v,
+                &b.attn.o,
+                &b.mlp.gate,
+                &b.mlp.up,
+                &b.mlp.down,
+            ]
+            .map(|l| &l.weight)
+        });
+        [&self.embed, &self.output.weight].into_iter().chain(blocks)
     }
 
     fn read(c: &LlamaConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let embed = Array::from_slice(
-            &r.need("token_embd.weight", &[c.vocab, c.hidden])?,
-            &[c.vocab as i32, c.hidden as i32],
-        );
+        let embed = r.matrix("token_embd.weight", c.vocab, c.hidden)?;
         let eps = c.rms_eps as f32;
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let b = |part: &str| format!("blk.{i}.{part}");
             blocks.push(Block {
                 attn_norm: RmsNorm {
-                    scale: r.vector(&b("attn_norm.weight"), c.hidden)?,
+                    scale: r.float(&b("attn_norm.weight"), &[c.hidden])?,
                     eps,
                 },
                 attn: Attention {
@@ -238,7 +190,7 @@ impl MlxLlama {
                     o: r.linear(&b("attn_output"), (c.hidden, q_width), false)?,
                 },
                 mlp_norm: RmsNorm {
-                    scale: r.vector(&b("ffn_norm.weight"), c.hidden)?,
+                    scale: r.float(&b("ffn_norm.weight"), &[c.hidden])?,
                     eps,
                 },
                 mlp: Mlp {
@@ -249,12 +201,15 @@ impl MlxLlama {
             });
         }
         let norm = RmsNorm {
-            scale: r.vector("output_norm.weight", c.hidden)?,
+            scale: r.float("output_norm.weight", &[c.hidden])?,
             eps,
         };
-        let output_t = match c.tied_embeddings {
-            true => transposed(embed.as_slice::<f32>(), c.vocab, c.hidden),
-            false => r.matrix_t("output.weight", c.vocab, c.hidden)?,
+        let output = Linear {
+            weight: match c.tied_embeddings {
+                true => embed.clone(),
+                false => r.matrix("output.weight", c.vocab, c.hidden)?,
+            },
+            bias: None,
         };
         let freqs: Vec<f32> = c.inv_freqs().iter().map(|f| 1.0 / f).collect();
         let rope_freqs = Array::from_slice(&freqs, &[freqs.len() as i32]);
@@ -263,9 +218,10 @@ impl MlxLlama {
             embed,
             blocks,
             norm,
-            output_t,
+            output,
             rope_freqs,
             dequantized: None,
+            packed: None,
             on_gpu: false,
         })
     }
@@ -326,9 +282,7 @@ impl MlxLlama {
         let mut timing = PassTiming::default();
         let (n, past) = (ids.len(), cache.len);
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let mut x = self
-            .embed
-            .take_axis(Array::from_slice(&ids, &[n as i32]), 0)?;
+        let mut x = self.embed.rows(&Array::from_slice(&ids, &[n as i32]))?;
         // Causal: the query at position past + i sees keys 0..=past + i; a
         // single query sees every key.
         let mask = (n > 1).then(|| {
@@ -375,7 +329,7 @@ impl MlxLlama {
             0 => x,
             _ => x.take_axis(span(from, n), 0)?,
         };
-        let logits = self.norm.forward(&x)?.matmul(&self.output_t)?;
+        let logits = self.output.forward(&self.norm.forward(&x)?)?;
         logits.eval()?;
         timing.lm_head_ns = start.elapsed().as_nanos() as u64;
         for (slot, kv) in cache.layers.iter_mut().zip(appended) {
@@ -385,21 +339,20 @@ impl MlxLlama {
         Ok((logits, timing))
     }
 
-    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, as it is kept
-    /// (`[in, out]`).
-    fn weight_t(&self, layer: usize, m: Matrix) -> Result<&Array, ModelError> {
+    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, as it is kept.
+    fn matrix(&self, layer: usize, m: ModelMatrix) -> Result<&Matrix, ModelError> {
         let b = self.blocks.get(layer).ok_or(ModelError::LayerOutOfRange {
             layer,
             count: self.blocks.len(),
         })?;
         Ok(match m {
-            Matrix::AttnQ => &b.attn.q.weight_t,
-            Matrix::AttnK => &b.attn.k.weight_t,
-            Matrix::AttnV => &b.attn.v.weight_t,
-            Matrix::AttnOutput => &b.attn.o.weight_t,
-            Matrix::FfnGate => &b.mlp.gate.weight_t,
-            Matrix::FfnUp => &b.mlp.up.weight_t,
-            Matrix::FfnDown => &b.mlp.down.weight_t,
+            ModelMatrix::AttnQ => &b.attn.q.weight,
+            ModelMatrix::AttnK => &b.attn.k.weight,
+            ModelMatrix::AttnV => &b.attn.v.weight,
+            ModelMatrix::AttnOutput => &b.attn.o.weight,
+            ModelMatrix::FfnGate => &b.mlp.gate.weight,
+            ModelMatrix::FfnUp => &b.mlp.up.weight,
+            ModelMatrix::FfnDown => &b.mlp.down.weight,
         })
     }
 
@@ -502,17 +455,17 @@ impl LibModel for MlxLlama {
         MlxLlama::run(self, ids, cache, hook, from)
     }
 
-    fn weight(&self, layer: usize, m: Matrix) -> Result<Array, ModelError> {
-        Ok(self.weight_t(layer, m)?.transpose()?)
+    fn weight(&self, layer: usize, m: ModelMatrix) -> Result<Array, ModelError> {
+        Ok(self.matrix(layer, m)?.dense()?)
     }
 
     fn named_weights(&self) -> Result<Vec<(String, Array)>, ModelError> {
         let mut out = vec![
-            ("token_embd.weight".to_owned(), self.embed.clone()),
+            ("token_embd.weight".to_owned(), self.embed.dense()?),
             ("output_norm.weight".to_owned(), self.norm.scale.clone()),
         ];
         if !self.config.tied_embeddings {
-            out.push(("output.weight".to_owned(), self.output_t.transpose()?));
+            out.push(("output.weight".to_owned(), self.output.weight.dense()?));
         }
         for (i, b) in self.blocks.iter().enumerate() {
             out.push((
@@ -529,7 +482,7 @@ impl LibModel for MlxLlama {
                 ("ffn_up", &b.mlp.up),
                 ("ffn_down", &b.mlp.down),
             ] {
-                out.push((format!("blk.{i}.{stem}.weight"), lin.weight_t.transpose()?));
+                out.push((format!("blk.{i}.{stem}.weight"), lin.weight.dense()?));
                 if let Some(bias) = &lin.bias {
                     out.push((format!("blk.{i}.{stem}.bias"), bias.clone()));
                 }
@@ -538,9 +491,15 @@ impl LibModel for MlxLlama {
         Ok(out)
     }
 
-    /// `W ← W − r(rᵀW)` on the kept `Wᵀ` (`[in, out]`): `Wᵀ ← Wᵀ − (Wᵀr)rᵀ`.
-    fn orthogonalize(&mut self, r: &[f32], layer: usize, m: Matrix) -> Result<f32, ModelError> {
-        if !matches!(m, Matrix::AttnOutput | Matrix::FfnDown) {
+    /// `W ← W − r(rᵀW)` in f32; the matrix is kept dense afterwards (a
+    /// packed one is dequantized first).
+    fn orthogonalize(
+        &mut self,
+        r: &[f32],
+        layer: usize,
+        m: ModelMatrix,
+    ) -> Result<f32, ModelError> {
+        if !matches!(m, ModelMatrix::AttnOutput | ModelMatrix::FfnDown) {
             return Err(ModelError::NotResidualWriter { matrix: m });
         }
         let count = self.blocks.len();
@@ -548,17 +507,18 @@ impl LibModel for MlxLlama {
             .blocks
             .get_mut(layer)
             .ok_or(ModelError::LayerOutOfRange { layer, count })?;
-        let w_t = match m {
-            Matrix::AttnOutput => &mut b.attn.o.weight_t,
-            _ => &mut b.mlp.down.weight_t,
+        let w = match m {
+            ModelMatrix::AttnOutput => &mut b.attn.o.weight,
+            _ => &mut b.mlp.down.weight,
         };
         let _lock = super::evaluating();
+        let dense = w.dense()?;
         let column = Array::from_slice(r, &[r.len() as i32, 1]);
-        let change = w_t.matmul(&column)?.matmul(column.t())?;
+        let change = column.matmul(column.t().matmul(&dense)?)?;
         let norm = change.square()?.sum(None)?.sqrt()?;
-        let new = w_t.subtract(&change)?;
-        new.eval()?;
-        *w_t = new;
+        let new_t = dense.subtract(&change)?.transpose()?;
+        new_t.eval()?;
+        *w = Matrix::DenseT(new_t);
         Ok(super::intervene::values(&norm)?[0])
     }
 
@@ -567,6 +527,11 @@ impl LibModel for MlxLlama {
         let mut note = format!("MLX {} ({device}), float32", super::mlx_version());
         if let Some(stored) = &self.dequantized {
             note.push_str(&format!("; GGUF {stored} weights dequantized at load"));
+        }
+        if let Some(packed) = &self.packed {
+            note.push_str(&format!(
+                "; MLX-quantized weights ({packed}) kept packed, multiplied by quantized_matmul"
+            ));
         }
         note
     }
@@ -595,6 +560,10 @@ impl LibModel for MlxLlama {
     /// Apple silicon's memory is unified: no copies between two memories.
     fn on_device(&self) -> bool {
         false
+    }
+
+    fn is_quantized(&self) -> bool {
+        self.packed.is_some()
     }
 
     fn device_label(&self) -> Option<String> {

@@ -176,6 +176,11 @@ pub trait LibModel: Sized {
     fn on_device(&self) -> bool;
     /// The device's own name, for the prefill span (`NVIDIA H200`).
     fn device_label(&self) -> Option<String>;
+    /// Whether some weights are held quantized (GGUF files are
+    /// dequantized at load, so only a library's own packed format is).
+    fn is_quantized(&self) -> bool {
+        false
+    }
 }
 
 /// A model loaded through a tensor library, behind the [`Executor`] trait.
@@ -375,9 +380,8 @@ impl<M: LibModel> Executor for LibExecutor<M> {
     fn device_kind(&self) -> DeviceKind {
         self.device.kind()
     }
-    /// Quantized files are dequantized at load: the library holds floats.
     fn is_quantized(&self) -> bool {
-        false
+        self.model.is_quantized()
     }
     fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
         Ok(match form {

@@ -110,6 +110,12 @@ impl HfWeights {
         let view = self.files[i].get(&hf).map_err(|e| bad(e.to_string()))?;
         use safetensors::Dtype as S;
         if !matches!(view.dtype(), S::F32 | S::F16 | S::BF16 | S::F64) {
+            let stem = hf.strip_suffix(".weight").unwrap_or(&hf);
+            if self.owner.contains_key(&format!("{stem}.scales")) {
+                return Err(bad(
+                    "is packed by MLX's quantization (an mlx-community checkpoint), which only the MLX executor reads: set executor = \"mlx\" (a build with --features mlx), or use a GGUF or float copy of the model".into(),
+                ));
+            }
             return Err(bad(format!(
                 "is stored as {:?}; weights must be f32, f16, bf16 or f64 (quantized checkpoints: use GGUF)",
                 view.dtype()
