@@ -15,7 +15,8 @@
 # - libclang from the PyPI wheel `libclang`, for mlx-sys's bindgen;
 # - cmake from PyPI (shared with scripts/build-llama-server.sh).
 # mlx-sys (vendored and patched in third_party/mlx-sys) then builds only
-# mlx-c against this MLX.
+# mlx-c against this MLX, once: the static library is kept beside it
+# (MLX_SYS_MLXC_CACHE) for later clean builds.
 set -euo pipefail
 
 version="0.32.4"
@@ -29,8 +30,14 @@ cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
 prefix="$cache/mlx/$version"
 tools="$cache/tools/cmake-$cmake_version"
 
+# mlx-c as built by mlx-sys (a static library) is kept by what it is built
+# from: its sources as patched, the build script, MLX's version, the compiler.
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mlxc_key="$( (cd "$repo/third_party/mlx-sys" && find src/mlx-c build.rs -type f -print0 | sort -z | xargs -0 sha256sum; gcc -dumpfullversion) | sha256sum | cut -c1-12)"
+
 print_env() {
   echo "export MLX_SYS_MLX_DIR=$prefix/mlx"
+  echo "export MLX_SYS_MLXC_CACHE=$prefix/mlx-c-$mlxc_key"
   echo "export LIBCLANG_PATH=$prefix/libclang"
   # The wheel's libclang has no resource headers (float.h, stddef.h): gcc's.
   echo "export BINDGEN_EXTRA_CLANG_ARGS=\"-I$(gcc -print-file-name=include)\""

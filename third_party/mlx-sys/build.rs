@@ -84,10 +84,36 @@ fn build_and_link_mlx_c_on_system_mlx(mlx: &Path) {
     config.define("MLX_C_BUILD_EXAMPLES", "OFF");
     config.define("MLX_DIR", mlx.join("share/cmake/MLX"));
     config.define("CMAKE_BUILD_TYPE", "Release");
-    let dst = config.build();
-
-    println!("cargo:rustc-link-search=native={}/lib", dst.display());
-    println!("cargo:rustc-link-search=native={}/build", dst.display());
+    // vauban patch 5: `MLX_SYS_MLXC_CACHE` names a folder keyed by what
+    // the library is built from (scripts/setup-mlx.sh: mlx-c's sources,
+    // MLX's version, the compiler); a `libmlxc.a` there is linked as is,
+    // and one built here is kept there for the next clean build.
+    println!("cargo:rerun-if-env-changed=MLX_SYS_MLXC_CACHE");
+    let cache = env::var_os("MLX_SYS_MLXC_CACHE").map(PathBuf::from);
+    let lib_dir = match cache {
+        Some(dir) if dir.join("libmlxc.a").is_file() => dir,
+        _ => {
+            let dst = config.build();
+            let built = ["lib", "build"]
+                .iter()
+                .map(|d| dst.join(d))
+                .find(|d| d.join("libmlxc.a").is_file())
+                .expect("mlx-c's build wrote libmlxc.a");
+            if let Some(dir) = cache {
+                // Copied beside, then renamed: a build stopped half-way
+                // leaves no half library under the name.
+                let staged = dir.join(format!("libmlxc.a.{}", std::process::id()));
+                let kept = fs::create_dir_all(&dir)
+                    .and_then(|_| fs::copy(built.join("libmlxc.a"), &staged))
+                    .and_then(|_| fs::rename(&staged, dir.join("libmlxc.a")));
+                if let Err(e) = kept {
+                    println!("cargo:warning=mlx-c was not cached in {}: {e}", dir.display());
+                }
+            }
+            built
+        }
+    };
+    println!("cargo:rustc-link-search=native={}", lib_dir.display());
     println!("cargo:rustc-link-lib=static=mlxc");
     println!("cargo:rustc-link-search=native={}", mlx.join("lib").display());
     println!("cargo:rustc-link-lib=dylib=mlx");

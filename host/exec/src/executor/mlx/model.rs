@@ -18,7 +18,7 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 
 use super::weights::{self, Linear, Matrix, Reader};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, Settled};
+use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
@@ -262,22 +262,7 @@ impl MlxLlama {
         hook: &mut dyn BlockHook<Array>,
         from: usize,
     ) -> Result<(Array, PassTiming), ModelError> {
-        let c = &self.config;
-        if ids.is_empty() {
-            return Err(ModelError::EmptyInput);
-        }
-        assert!(from < ids.len(), "logits from a position of the pass");
-        if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
-            return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
-        }
-        if let Some(limit) = c.context_length
-            && cache.len + ids.len() > limit
-        {
-            return Err(ModelError::ContextExceeded {
-                needed: cache.len + ids.len(),
-                limit,
-            });
-        }
+        check_pass(&self.config, ids, cache.len, from)?;
         let _lock = super::evaluating();
         let mut timing = PassTiming::default();
         let (n, past) = (ids.len(), cache.len);

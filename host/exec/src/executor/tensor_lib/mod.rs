@@ -94,6 +94,32 @@ pub struct PassTiming {
     pub lm_head_ns: u64,
 }
 
+/// Refuses a pass no model can run: no tokens, a token id outside the
+/// vocabulary, more positions than the context holds after the `past`
+/// ones (never handed to the library, whose errors can be panics). `from`
+/// (where the logits start) must be a position of the pass.
+pub fn check_pass(
+    c: &LlamaConfig,
+    ids: &[u32],
+    past: usize,
+    from: usize,
+) -> Result<(), ModelError> {
+    if ids.is_empty() {
+        return Err(ModelError::EmptyInput);
+    }
+    assert!(from < ids.len(), "logits from a position of the pass");
+    if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
+        return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
+    }
+    match c.context_length {
+        Some(limit) if past + ids.len() > limit => Err(ModelError::ContextExceeded {
+            needed: past + ids.len(),
+            limit,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// A model's KV cache: keys and values of every block for the positions
 /// run so far.
 pub trait LibCache {

@@ -13,7 +13,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::executor::candle::model::host_weights::HostWeights;
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf};
+use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
@@ -280,22 +280,7 @@ impl TorchLlama {
         hook: &mut dyn BlockHook<Tensor>,
         from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
-        let c = &self.config;
-        if ids.is_empty() {
-            return Err(ModelError::EmptyInput);
-        }
-        assert!(from < ids.len(), "logits from a position of the pass");
-        if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
-            return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
-        }
-        if let Some(limit) = c.context_length
-            && cache.len + ids.len() > limit
-        {
-            return Err(ModelError::ContextExceeded {
-                needed: cache.len + ids.len(),
-                limit,
-            });
-        }
+        check_pass(&self.config, ids, cache.len, from)?;
         let past = cache.len;
         let run = self.run_blocks(ids, cache, hook, from);
         if run.is_err() {
