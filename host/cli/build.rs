@@ -1,6 +1,7 @@
 //! Puts the commit the binary is built from into `vauban --version`
 //! (`VAUBAN_COMMIT`): `git describe --always --dirty`, or `unknown` where
-//! there is no git (a source archive).
+//! there is no git (a source archive). With the `torch` or `mlx` feature,
+//! records where the binary finds the library it was linked against.
 
 use std::process::Command;
 
@@ -39,6 +40,27 @@ fn main() {
                     println!("cargo:rerun-if-changed={dir}/{f}");
                 }
             }
+        }
+    }
+    native_library_paths();
+}
+
+/// The folders of libtorch (`LIBTORCH`, from scripts/setup-torch.sh) and
+/// MLX (`MLX_SYS_MLX_DIR`, from scripts/setup-mlx.sh) the binary was
+/// linked against, as its run path, for the features built: `vauban`
+/// then starts from any shell, without the `LD_LIBRARY_PATH` those
+/// scripts export for the build.
+fn native_library_paths() {
+    for (feature, var) in [
+        ("CARGO_FEATURE_TORCH", "LIBTORCH"),
+        ("CARGO_FEATURE_MLX", "MLX_SYS_MLX_DIR"),
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+        if std::env::var_os(feature).is_some()
+            && let Some(root) = std::env::var_os(var)
+        {
+            let lib = std::path::Path::new(&root).join("lib");
+            println!("cargo:rustc-link-arg-bins=-Wl,-rpath,{}", lib.display());
         }
     }
 }

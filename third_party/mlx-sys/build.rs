@@ -77,12 +77,19 @@ fn metallib_dir(mlx_c_root: &Path) -> PathBuf {
 /// statically; `libmlx.so` dynamically; no Apple frameworks. This is how
 /// mlx-rs builds on Linux without fetching and compiling MLX.
 fn build_and_link_mlx_c_on_system_mlx(mlx: &Path) {
+    let cmake_dir = mlx.join("share/cmake/MLX");
+    assert!(
+        cmake_dir.join("MLXConfig.cmake").is_file(),
+        "MLX_SYS_MLX_DIR={} holds no MLX (no share/cmake/MLX/MLXConfig.cmake); \
+         run `eval \"$(bash scripts/setup-mlx.sh)\"` again",
+        mlx.display()
+    );
     let mlx_c_root = Path::new("src/mlx-c");
     let mut config = Config::new(mlx_c_root);
     config.define("CMAKE_INSTALL_PREFIX", ".");
     config.define("MLX_C_USE_SYSTEM_MLX", "ON");
     config.define("MLX_C_BUILD_EXAMPLES", "OFF");
-    config.define("MLX_DIR", mlx.join("share/cmake/MLX"));
+    config.define("MLX_DIR", &cmake_dir);
     config.define("CMAKE_BUILD_TYPE", "Release");
     // vauban patch 5: `MLX_SYS_MLXC_CACHE` names a folder keyed by what
     // the library is built from (scripts/setup-mlx.sh: mlx-c's sources,
@@ -248,6 +255,13 @@ fn main() {
     println!("cargo:rerun-if-changed=src/native_link.rs");
     match env::var_os("MLX_SYS_MLX_DIR") {
         Some(mlx) => build_and_link_mlx_c_on_system_mlx(Path::new(&mlx)),
+        // vauban patch 1: off macOS, upstream's path (fetch and build MLX
+        // for Apple's frameworks) cannot work; say what does.
+        None if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("macos") => panic!(
+            "no MLX to build against: MLX_SYS_MLX_DIR is not set. On Linux, vauban's MLX \
+             executor builds against MLX from PyPI: run `eval \"$(bash scripts/setup-mlx.sh)\"` \
+             in this shell (from the repository's root), then build again"
+        ),
         None => build_and_link_mlx_c(),
     }
 
