@@ -73,7 +73,9 @@ impl Packed {
 /// A matrix `[out, in]` as the model keeps it.
 #[derive(Clone)]
 pub(super) enum Matrix {
-    /// f32 `Wᵀ`, `[in, out]`: what MLX's matmul reads best.
+    /// f32 `Wᵀ`, `[in, out]`: a transposed view of `W` as stored (MLX's
+    /// matmul reads the strides; rows of `W`, an embedding's lookups, stay
+    /// contiguous).
     DenseT(Array),
     Packed(Packed),
 }
@@ -126,17 +128,6 @@ impl Linear {
             None => Ok(y),
         }
     }
-}
-
-/// A row-major `[rows, cols]` matrix as an MLX array `[cols, rows]`.
-fn transposed(values: &[f32], rows: usize, cols: usize) -> Array {
-    let mut t = vec![0f32; values.len()];
-    for (r, row) in values.chunks_exact(cols).enumerate() {
-        for (c, v) in row.iter().enumerate() {
-            t[c * rows + r] = *v;
-        }
-    }
-    Array::from_slice(&t, &[cols as i32, rows as i32])
 }
 
 /// The tensors of an HF folder quantized by MLX, by HF name, as MLX
@@ -388,11 +379,9 @@ impl<'a> Reader<'a> {
         inp: usize,
     ) -> Result<Matrix, ModelError> {
         match &mut self.source {
-            Source::Host(h) => Ok(Matrix::DenseT(transposed(
-                &h.need(name, &[out, inp])?,
-                out,
-                inp,
-            ))),
+            Source::Host(h) => Ok(Matrix::DenseT(
+                Array::from_slice(&h.need(name, &[out, inp])?, &[out as i32, inp as i32]).t(),
+            )),
             Source::Packed(p) => p
                 .matrix(name, (out, inp))?
                 .ok_or_else(|| self.missing(name)),
