@@ -87,3 +87,41 @@ fn decoding_through_the_cache_equals_the_whole_pass() {
     assert!(mlx.forward_cached(&[vocab], &mut cache).is_err());
     assert_eq!(cache.len(), ids.len());
 }
+
+/// A loaded executor shared between threads (a server's requests): each
+/// thread's session gives what a session on the loading thread gives.
+#[test]
+fn an_executor_shared_between_threads_gives_each_the_same_logits() {
+    use vauban_exec::executor::{Backend, Executor, InferenceSession, ModelSpec, PromptForm};
+    let Some(path) = common::smollm2() else {
+        return;
+    };
+    let exec = Backend::mlx(&ModelSpec {
+        path,
+        device: Default::default(),
+        weights: WeightMode::Native,
+        kv_cache: Default::default(),
+        dtype: Default::default(),
+    })
+    .unwrap();
+    let prompt = exec
+        .tokenize("Tell me about lighthouses.", &PromptForm::Raw)
+        .unwrap();
+    let run = || {
+        let mut s = exec.session(&[]);
+        let mut rows = vec![s.prefill(&prompt).unwrap().logits];
+        for id in [1u32, 2, 3] {
+            rows.push(s.decode_step(id).unwrap().logits);
+        }
+        rows
+    };
+    let want = run();
+    let got: Vec<Vec<Vec<f32>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..3).map(|_| scope.spawn(run)).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for rows in got {
+        let d = common::compare_rows("another thread", &rows, &want);
+        assert!(d < 1e-5, "another thread: max |Δlogit| {d}");
+    }
+}

@@ -15,17 +15,20 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mlx_rs::{Array, Dtype};
-use vauban_exec::executor::tensor_lib::LibModel;
 use vauban_exec::executor::{
     Backend, DeviceSpec, Executor, InferenceSession, ModelSpec, PromptForm,
 };
 use vauban_exec::model::{KvType, WeightMode};
 
 fn spec(path: &Path) -> ModelSpec {
+    spec_as(path, WeightMode::Native)
+}
+
+fn spec_as(path: &Path, weights: WeightMode) -> ModelSpec {
     ModelSpec {
         path: path.to_path_buf(),
         device: DeviceSpec::Cpu,
-        weights: WeightMode::F32,
+        weights,
         kv_cache: KvType::F32,
         dtype: Default::default(),
     }
@@ -135,7 +138,7 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
     let Backend::Mlx(inner) = &mlx else {
         unreachable!("Backend::mlx gives the MLX executor")
     };
-    let note = inner.model().kernel_note();
+    let note = inner.kernel_note();
     assert!(
         note.contains("4-bit, groups of 64") && note.contains("quantized_matmul"),
         "{note}"
@@ -161,12 +164,21 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
         assert_eq!(m_ids, c_ids, "{text:?}: greedy tokens");
     }
 
+    // `weights = "f32"` dequantizes it at load: the same model, not packed.
+    let dense = Backend::mlx(&spec_as(&q4, WeightMode::F32)).unwrap();
+    assert!(!dense.is_quantized());
+    let prompt = candle.tokenize("The lighthouse", &PromptForm::Raw).unwrap();
+    let (d_ids, d_logits) = greedy(&dense, &prompt);
+    let (c_ids, c_logits) = greedy(&candle, &prompt);
+    let d = common::compare_rows("dequantized at load", &d_logits, &c_logits);
+    assert!(d < 1e-3, "dequantized at load: max |Δlogit| {d}");
+    assert_eq!(d_ids, c_ids);
+
     // Exported (dequantized), it loads in candle as those weights.
     let exported = dir.path().join("exported");
     mlx.export_hf(&exported).unwrap();
     let back = Backend::load(&spec(&exported)).unwrap();
-    let prompt = candle.tokenize("The lighthouse", &PromptForm::Raw).unwrap();
-    let (_, want) = greedy(&candle, &prompt);
+    let want = c_logits;
     let (_, got) = greedy(&back, &prompt);
     let d = common::compare_rows("export", &got, &want);
     assert!(d < 1e-4, "the export against the dequantized weights: {d}");

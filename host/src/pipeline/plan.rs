@@ -376,8 +376,10 @@ impl Plan {
             };
             let kv_cache = match (&s.kv_cache, backend) {
                 (None, _) => KvType::F32,
-                (Some(_), SideBackend::Http | SideBackend::Replay)
-                | (Some(_), SideBackend::Torch | SideBackend::Mlx) => {
+                (
+                    Some(_),
+                    SideBackend::Http | SideBackend::Replay | SideBackend::Torch | SideBackend::Mlx,
+                ) => {
                     return Err(candle_only("kv_cache"));
                 }
                 (Some(k), SideBackend::Candle) => k
@@ -389,15 +391,17 @@ impl Plan {
                 (Some(d), SideBackend::Torch) => d
                     .parse()
                     .map_err(|e: String| at(&format!("{key}.dtype"), e))?,
-                (Some(d), SideBackend::Mlx) if d == "f32" => Dtype::F32,
-                (Some(d), SideBackend::Mlx) => {
-                    return Err(at(
-                        &format!("{key}.dtype"),
-                        format!(
-                            "`{d}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)"
-                        ),
-                    ));
-                }
+                (Some(d), SideBackend::Mlx) => match d.parse() {
+                    Ok(Dtype::F32) => Dtype::F32,
+                    _ => {
+                        return Err(at(
+                            &format!("{key}.dtype"),
+                            format!(
+                                "`{d}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)"
+                            ),
+                        ));
+                    }
+                },
                 (Some(_), _) => {
                     return Err(at(
                         &format!("{key}.dtype"),

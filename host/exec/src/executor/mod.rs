@@ -88,7 +88,7 @@ pub const MLX_MISSING: &str = "`mlx` is the MLX executor (mlx-rs), and this vaub
 /// MLX does not have here is an error naming what it has.
 pub fn check_mlx_device(device: DeviceSpec) -> Result<(), String> {
     #[cfg(feature = "mlx")]
-    return mlx::open_device(device).map(drop);
+    return mlx::check_device(device).map(drop);
     #[cfg(not(feature = "mlx"))]
     {
         let _ = device;

@@ -2,7 +2,7 @@
 //! [`Intervention`] (modes, positions, conditions, α, the direction's
 //! basis) as candle's and libtorch's, with the same outcome (the new
 //! activation, each token's projections, which tokens it touched, the norm
-//! of the change). `tests/mlx_intervene.rs` checks it against candle's for
+//! of the change). `tests/primitive.rs` checks it against candle's for
 //! every mode.
 
 use mlx_rs::error::Exception;
@@ -28,7 +28,7 @@ pub fn apply(iv: &Intervention, h: &Array, offset: usize) -> Result<Outcome, Int
 }
 
 fn mlx_error(e: impl std::fmt::Display) -> InterveneError {
-    InterveneError::Policy(format!("MLX: {e}"))
+    InterveneError::Compute(format!("MLX: {e}"))
 }
 
 /// [`apply`] with the direction's basis already made (a session makes it
@@ -200,9 +200,14 @@ impl crate::executor::tensor_lib::TensorOps for Mlx {
     fn share(&self, t: &Array) -> Array {
         t.clone()
     }
+    /// Evaluated at once (under the lock, which a pass already holds), so
+    /// the row no longer keeps the whole input alive.
     fn last_row(&self, t: &Array) -> Result<Array, ModelError> {
+        let _lock = super::evaluating();
         let n = t.shape()[0];
-        Ok(t.take_axis(Array::from_slice(&[n - 1], &[1]), 0)?)
+        let row = t.take_axis(Array::from_slice(&[n - 1], &[1]), 0)?;
+        row.eval()?;
+        Ok(row)
     }
     /// Evaluates `t` under the lock every MLX evaluation takes (see
     /// [`super::evaluating`]).

@@ -23,8 +23,10 @@ pub mod intervene;
 pub mod model;
 pub mod weights;
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::LocalKey;
 
 use self::intervene::Mlx;
 use self::model::MlxLlama;
@@ -39,22 +41,50 @@ pub type MlxSession<'a> = LibSession<'a, MlxLlama>;
 pub type MlxHook<'a> = LibHook<'a, Mlx>;
 
 /// Held while MLX evaluates anything vauban asked for (a forward pass, a
-/// copy to the host, an orthogonalization). MLX's evaluation is not
-/// documented as safe from several threads at once, and a loaded executor
-/// can be shared between threads (a server's requests), so they take
-/// turns. A poisoned lock is taken anyway: it guards no data of its own.
-pub(crate) fn evaluating() -> MutexGuard<'static, ()> {
+/// copy to the host, an orthogonalization, the weights at load). MLX's
+/// evaluation is not documented as safe from several threads at once,
+/// and a loaded executor can be shared between threads (a server's
+/// requests), so they take turns. A thread that holds it may ask again
+/// (a hook copying an activation inside a pass): the inner guard is a
+/// no-op. A poisoned lock is taken anyway: it guards no data of its own.
+pub(crate) fn evaluating() -> Evaluating {
     static EVAL: Mutex<()> = Mutex::new(());
-    EVAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    thread_local! {
+        static HELD: Cell<bool> = const { Cell::new(false) };
+    }
+    if HELD.get() {
+        return Evaluating { guard: None };
+    }
+    let guard = EVAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    HELD.set(true);
+    Evaluating {
+        guard: Some((guard, &HELD)),
+    }
+}
+
+/// What [`evaluating`] holds; the lock is released when the outermost
+/// guard of the thread drops.
+pub(crate) struct Evaluating {
+    guard: Option<(MutexGuard<'static, ()>, &'static LocalKey<Cell<bool>>)>,
+}
+
+impl Drop for Evaluating {
+    fn drop(&mut self) {
+        if let Some((_, held)) = &self.guard {
+            held.set(false);
+        }
+    }
 }
 
 // SAFETY: `mlx_rs::Array` is `Send` but not `Sync`. A `&MlxExecutor`
 // reaches its arrays only through the shared executor's own code, which
 // reads the weights in forward passes and copies arrays to the host, and
 // every one of those evaluations holds `evaluating()`'s lock, so no two
-// threads ever evaluate at once; the weights change only in
-// `orthogonalize`, through `&mut self`. The model field is private, so no
-// caller reaches an array through `&self` either.
+// threads ever evaluate at once; the weights are evaluated at load, so a
+// pass only reads them, and they change only in `orthogonalize`, through
+// `&mut self`. The model is reachable only inside this crate
+// (`LibExecutor::model` is crate-private), so no caller reaches an array
+// through `&self` either.
 unsafe impl Sync for MlxExecutor {}
 
 /// Whether this MLX was built with Metal and sees a GPU (a macOS build).
@@ -86,23 +116,18 @@ pub fn mlx_version() -> &'static str {
     })
 }
 
-/// Makes the MLX device `spec` names the default one; `true` for the GPU.
-/// A device MLX does not have here is refused naming what it has (never a
-/// silent fall-back to the CPU).
-pub fn open_device(spec: DeviceSpec) -> Result<bool, String> {
+/// Whether MLX can run on `spec` here: `Ok(true)` for the GPU (Metal),
+/// `Ok(false)` for the CPU; a device MLX does not have here is refused
+/// naming what it has (never a silent fall-back to the CPU). Changes
+/// nothing: a model applies its device when it runs ([`use_device`]).
+pub fn check_device(spec: DeviceSpec) -> Result<bool, String> {
     let available = || match metal_available() {
         true => "cpu, metal",
         false => "cpu",
     };
     match spec {
-        DeviceSpec::Cpu => {
-            mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
-            Ok(false)
-        }
-        DeviceSpec::Metal(0) if metal_available() => {
-            mlx_rs::Device::set_default(&mlx_rs::Device::gpu());
-            Ok(true)
-        }
+        DeviceSpec::Cpu => Ok(false),
+        DeviceSpec::Metal(0) if metal_available() => Ok(true),
         DeviceSpec::Metal(0) => Err(format!(
             "device `metal`: this MLX was built without Metal (MLX's GPU backend, on Apple silicon under macOS; available: {})",
             available()
@@ -120,4 +145,15 @@ pub fn open_device(spec: DeviceSpec) -> Result<bool, String> {
             available()
         )),
     }
+}
+
+/// Makes MLX's default device the GPU (`gpu`) or the CPU. MLX's default
+/// is one per process, so each model sets its own, under the evaluation
+/// lock, before it builds and evaluates anything.
+pub(crate) fn use_device(gpu: bool) {
+    let device = match gpu {
+        true => mlx_rs::Device::gpu(),
+        false => mlx_rs::Device::cpu(),
+    };
+    mlx_rs::Device::set_default(&device);
 }

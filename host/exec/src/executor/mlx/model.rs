@@ -17,12 +17,13 @@ use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 
 use super::weights::{self, Linear, Matrix, Reader};
+use crate::executor::DeviceSpec;
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
-use crate::model::{Dtype, Matrix as ModelMatrix, ModelError};
+use crate::model::{Dtype, Matrix as ModelMatrix, ModelError, WeightMode};
 use crate::trace::DeviceKind;
 
 impl From<Exception> for ModelError {
@@ -142,16 +143,77 @@ impl LibCache for MlxCache {
 }
 
 impl MlxLlama {
-    /// Loads the weights of the model `assets` describe: as f32, or (an
-    /// HF folder quantized by MLX) packed as stored.
+    /// Loads the weights of the model `assets` describe on the CPU: as
+    /// f32, or (an HF folder quantized by MLX) packed as stored.
     pub fn load(assets: &ModelAssets) -> Result<MlxLlama, ModelError> {
+        MlxLlama::load_as(assets, false, WeightMode::Native)
+    }
+
+    /// Loads the weights on the GPU (`gpu`, Metal) or the CPU; with
+    /// `WeightMode::F32`, an MLX-quantized checkpoint's matrices are
+    /// dequantized too. Every weight is evaluated here, so a damaged file
+    /// fails at load and a pass only reads them.
+    pub fn load_as(
+        assets: &ModelAssets,
+        gpu: bool,
+        mode: WeightMode,
+    ) -> Result<MlxLlama, ModelError> {
+        let _lock = super::evaluating();
+        super::use_device(gpu);
         let mut r = Reader::open(assets)?;
         let hf = r.is_hf();
         let mut model = MlxLlama::read(&assets.config, &mut r)
             .map_err(|e| if hf { e.hf_names() } else { e })?;
         model.dequantized = r.stored_types();
+        model.on_gpu = gpu;
+        if mode == WeightMode::F32 {
+            model.dequantize()?;
+        }
         model.packed = weights::packings(model.matrices());
+        mlx_rs::transforms::eval(model.arrays())?;
         Ok(model)
+    }
+
+    /// Every matrix kept packed, made dense f32 (the tied output shares the
+    /// embedding's again).
+    fn dequantize(&mut self) -> Result<(), Exception> {
+        let blocks = self.blocks.iter_mut().flat_map(|b| {
+            [
+                &mut b.attn.q,
+                &mut b.attn.k,
+                &mut b.attn.v,
+                &mut b.attn.o,
+                &mut b.mlp.gate,
+                &mut b.mlp.up,
+                &mut b.mlp.down,
+            ]
+            .map(|l| &mut l.weight)
+        });
+        for m in [&mut self.embed, &mut self.output.weight]
+            .into_iter()
+            .chain(blocks)
+        {
+            m.make_dense()?;
+        }
+        if self.config.tied_embeddings {
+            self.output.weight = self.embed.clone();
+        }
+        Ok(())
+    }
+
+    /// Every array the model holds, for evaluating them at once.
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out: Vec<&Array> = self.matrices().flat_map(Matrix::arrays).collect();
+        out.extend([&self.norm.scale, &self.rope_freqs]);
+        for b in &self.blocks {
+            out.extend([&b.attn_norm.scale, &b.mlp_norm.scale]);
+            out.extend(
+                [&b.attn.q, &b.attn.k, &b.attn.v]
+                    .iter()
+                    .filter_map(|l| l.bias.as_ref()),
+            );
+        }
+        out
     }
 
     /// Every matrix of the model, the embedding first.
@@ -264,6 +326,7 @@ impl MlxLlama {
     ) -> Result<(Array, PassTiming), ModelError> {
         check_pass(&self.config, ids, cache.len, from)?;
         let _lock = super::evaluating();
+        super::use_device(self.on_gpu);
         let mut timing = PassTiming::default();
         let (n, past) = (ids.len(), cache.len);
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
@@ -398,20 +461,25 @@ impl MlxLlama {
 
 impl LibModel for MlxLlama {
     const EXECUTOR: &'static str = "mlx";
+    const TITLE: &'static str = "MLX";
     type Ops = super::intervene::Mlx;
     type Cache = MlxCache;
 
+    fn check_device(device: DeviceSpec) -> Result<(), String> {
+        super::check_device(device).map(drop)
+    }
+
+    /// `weights = "native"` keeps an MLX-quantized checkpoint packed;
+    /// `"f32"` dequantizes it at load (GGUF files are dequantized either way).
     fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError> {
-        let gpu = super::open_device(spec.device).map_err(ExecutorError::Device)?;
+        let gpu = super::check_device(spec.device).map_err(ExecutorError::Device)?;
         if spec.dtype != Dtype::F32 {
             return Err(ExecutorError::Request(format!(
                 "dtype = \"{}\": the MLX executor runs f32 (its weights are read as f32 and MLX's CPU backend computes in f32); remove `dtype` or set it to \"f32\"",
                 spec.dtype.name()
             )));
         }
-        let mut model = MlxLlama::load(assets)?;
-        model.on_gpu = gpu;
-        Ok(model)
+        Ok(MlxLlama::load_as(assets, gpu, spec.weights)?)
     }
 
     fn device_kinds() -> Vec<DeviceKind> {
@@ -497,6 +565,7 @@ impl LibModel for MlxLlama {
             _ => &mut b.mlp.down.weight,
         };
         let _lock = super::evaluating();
+        super::use_device(self.on_gpu);
         let dense = w.dense()?;
         let column = Array::from_slice(r, &[r.len() as i32, 1]);
         let change = column.matmul(column.t().matmul(&dense)?)?;
@@ -504,7 +573,9 @@ impl LibModel for MlxLlama {
         let new_t = dense.subtract(&change)?.transpose()?;
         new_t.eval()?;
         *w = Matrix::DenseT(new_t);
-        Ok(super::intervene::values(&norm)?[0])
+        let norm = super::intervene::values(&norm)?[0];
+        self.packed = weights::packings(self.matrices());
+        Ok(norm)
     }
 
     fn kernel_note(&self) -> String {

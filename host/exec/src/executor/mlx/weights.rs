@@ -105,6 +105,22 @@ impl Matrix {
         }
     }
 
+    /// Makes a packed matrix dense f32 (a dense one stays as it is).
+    pub(super) fn make_dense(&mut self) -> Result<(), Exception> {
+        if let Matrix::Packed(p) = self {
+            *self = Matrix::DenseT(p.dense()?.t());
+        }
+        Ok(())
+    }
+
+    /// The arrays it holds.
+    pub(super) fn arrays(&self) -> Vec<&Array> {
+        match self {
+            Matrix::DenseT(w_t) => vec![w_t],
+            Matrix::Packed(p) => vec![&p.w, &p.scales, &p.biases],
+        }
+    }
+
     /// How a packed matrix is stored; `None` for a dense one.
     pub(super) fn packing(&self) -> Option<String> {
         match self {
@@ -314,13 +330,26 @@ impl<'a> Reader<'a> {
             false => Source::Host(HostWeights::open(assets)?),
             true => {
                 let mut arrays = HashMap::new();
+                let mut owner: HashMap<String, &PathBuf> = HashMap::new();
                 for path in &assets.weight_files {
                     let read = Array::load_safetensors(path).map_err(|e| ModelError::Tensor {
                         path: path.clone(),
                         tensor: "*".into(),
                         problem: format!("MLX could not read it: {e}"),
                     })?;
-                    arrays.extend(read);
+                    for (name, array) in read {
+                        if let Some(first) = owner.insert(name.clone(), path) {
+                            return Err(ModelError::Tensor {
+                                path: path.clone(),
+                                tensor: name,
+                                problem: format!(
+                                    "is also in {}; remove the stale file (or list the shards in model.safetensors.index.json)",
+                                    first.display()
+                                ),
+                            });
+                        }
+                        arrays.insert(name, array);
+                    }
                 }
                 let c = &assets.config;
                 Source::Packed(PackedFolder {

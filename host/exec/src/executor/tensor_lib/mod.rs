@@ -159,8 +159,15 @@ impl Settled {
 pub trait LibModel: Sized {
     /// The executor's name in traces and capabilities (`torch`, `mlx`).
     const EXECUTOR: &'static str;
+    /// The executor's name in messages (`Torch`, `MLX`).
+    const TITLE: &'static str;
     type Ops: TensorOps;
     type Cache: LibCache;
+
+    /// Whether the library can run on `device` on this machine: an error
+    /// naming what it can run on otherwise. Checked before anything loads,
+    /// and changes nothing (a config's validation calls it too).
+    fn check_device(device: DeviceSpec) -> Result<(), String>;
 
     /// Loads the weights of the model `assets` describe on `spec`'s
     /// device and dtype; a device or dtype the library cannot give is
@@ -229,9 +236,10 @@ impl<M: LibModel> LibExecutor<M> {
             return Err(ExecutorError::Request(format!(
                 "kv_cache = \"{}\": the {} executor keeps keys and values in the model's dtype; the setting is candle's",
                 spec.kv_cache.name(),
-                M::EXECUTOR
+                M::TITLE
             )));
         }
+        M::check_device(spec.device).map_err(ExecutorError::Device)?;
         let assets = ModelAssets::load(&spec.path)?;
         let model = M::load(spec, &assets)?;
         Ok(LibExecutor {
@@ -244,9 +252,16 @@ impl<M: LibModel> LibExecutor<M> {
         })
     }
 
-    /// The model, for reading (a forward pass, a weight).
-    pub fn model(&self) -> &M {
+    /// The model; crate-private, as the backends' `Sync` impls require
+    /// (a caller outside could reach the library's tensors through it).
+    pub(crate) fn model(&self) -> &M {
         &self.model
+    }
+
+    /// What the prefill span's `kernel` note says of this model: the
+    /// library, its version, the device, the dtype, the weights' storage.
+    pub fn kernel_note(&self) -> String {
+        self.model.kernel_note()
     }
 
     pub fn capabilities(&self) -> Capabilities {

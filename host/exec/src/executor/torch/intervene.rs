@@ -2,7 +2,7 @@
 //! [`Intervention`] (modes, positions, conditions, α, the direction's
 //! basis) as candle's `executor::candle::intervene`, with the same outcome
 //! (the new activation, each token's projections, which tokens it touched,
-//! the norm of the change). `tests/torch_intervene.rs` checks the two against
+//! the norm of the change). `tests/primitive.rs` checks the two against
 //! each other for every mode.
 
 use tch::{Device, Kind, Tensor};
@@ -141,7 +141,7 @@ pub fn apply_with(
 }
 
 fn torch_error(e: tch::TchError) -> InterveneError {
-    InterveneError::Policy(format!("libtorch: {e}"))
+    InterveneError::Compute(format!("libtorch: {e}"))
 }
 
 /// libtorch's tensor operations, for the backend-neutral step policy

@@ -14,7 +14,7 @@ use tch::{Device, Kind, Tensor};
 use crate::executor::candle::model::host_weights::HostWeights;
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass};
-use crate::executor::{ExecutorError, ModelSpec};
+use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{LlamaConfig, RopeStyle};
 use crate::model::{Dtype, Matrix, ModelError};
@@ -447,8 +447,13 @@ impl TorchLlama {
 
 impl LibModel for TorchLlama {
     const EXECUTOR: &'static str = "torch";
+    const TITLE: &'static str = "Torch";
     type Ops = super::intervene::Torch;
     type Cache = TorchCache;
+
+    fn check_device(device: DeviceSpec) -> Result<(), String> {
+        super::open_device(device).map(drop)
+    }
 
     fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError> {
         let device = super::open_device(spec.device).map_err(ExecutorError::Device)?;
