@@ -1,7 +1,8 @@
 //! Every backend that runs a model file, on the CPU, same model, same
 //! weights (SmolLM2's GGUF dequantized to f32 for all), same threads, in
 //! one run: candle always, libtorch with `--features torch`, MLX with
-//! `--features mlx`. Prompt processing (`pp128`, `pp512`: one forward into
+//! `--features mlx` (and MLX on those weights packed to 4 bits in groups
+//! of 64, `mlx-q4`, as an mlx-community checkpoint holds them). Prompt processing (`pp128`, `pp512`: one forward into
 //! an empty cache, logits at every position) and generation (`tg128`: 128
 //! single-token steps over the cache), tok/s, median of `--reps` (default
 //! 5), and each backend's ratio to candle. Prints figures; asserts nothing.
@@ -100,9 +101,14 @@ fn main() -> anyhow::Result<()> {
     }
     #[cfg(feature = "mlx")]
     {
+        use vauban_exec::executor::mlx::model::MlxLlama;
         let assets = vauban_exec::model::assets::ModelAssets::load(&path)?;
-        let mlx = vauban_exec::executor::mlx::model::MlxLlama::load(&assets)?;
-        backends.push(("mlx", Box::new(Lib(mlx))));
+        backends.push(("mlx", Box::new(Lib(MlxLlama::load(&assets)?))));
+        // The same weights packed as an mlx-community checkpoint would
+        // hold them (4 bits, groups of 64), multiplied by quantized_matmul.
+        let mut q4 = MlxLlama::load(&assets)?;
+        q4.quantize(64, 4)?;
+        backends.push(("mlx-q4", Box::new(Lib(q4))));
     }
     println!(
         "{} (f32 weights for all), {threads} threads, tok/s, median of {reps}",
@@ -113,7 +119,7 @@ fn main() -> anyhow::Result<()> {
         print!(" {name:>10}");
     }
     for (name, _) in &backends[1..] {
-        print!(" {:>12}", format!("{name}/candle"));
+        print!(" {:>13}", format!("{name}/candle"));
     }
     println!();
     // Warm-up: first touch of every weight.
@@ -144,7 +150,7 @@ fn main() -> anyhow::Result<()> {
             print!(" {r:>10.1}");
         }
         for r in &rates[1..] {
-            print!(" {:>11.2}x", r / rates[0]);
+            print!(" {:>12.2}x", r / rates[0]);
         }
         println!();
     }

@@ -164,6 +164,32 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
         assert_eq!(m_ids, c_ids, "{text:?}: greedy tokens");
     }
 
+    // Packing the float model in memory (what the speed benchmark
+    // measures) gives the checkpoint's model, up to its f16 scales.
+    {
+        use vauban_exec::executor::mlx::model::MlxLlama;
+        use vauban_exec::executor::tensor_lib::{LibModel, NoHook};
+        let assets = vauban_exec::model::assets::ModelAssets::load(&float).unwrap();
+        let mut packed = MlxLlama::load(&assets).unwrap();
+        packed.quantize(group, bits).unwrap();
+        assert!(packed.is_quantized());
+        let prompt = candle.tokenize("The lighthouse", &PromptForm::Raw).unwrap();
+        let run = |m: &MlxLlama| {
+            let (logits, _) = m.run(&prompt, &mut m.new_cache(), &mut NoHook, 0).unwrap();
+            logits.as_slice::<f32>().to_vec()
+        };
+        let from_disk =
+            MlxLlama::load(&vauban_exec::model::assets::ModelAssets::load(&q4).unwrap()).unwrap();
+        let (a, b) = (run(&packed), run(&from_disk));
+        let d = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        eprintln!("packed in memory against the checkpoint: max |Δlogit| {d:.2e}");
+        // 7.2e-2 here: the f16 rounding of the checkpoint's scales and biases.
+        assert!(d < 0.25, "packed in memory against the checkpoint: {d}");
+    }
+
     // `weights = "f32"` dequantizes it at load: the same model, not packed.
     let dense = Backend::mlx(&spec_as(&q4, WeightMode::F32)).unwrap();
     assert!(!dense.is_quantized());

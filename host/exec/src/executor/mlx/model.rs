@@ -177,6 +177,29 @@ impl MlxLlama {
     /// Every matrix kept packed, made dense f32 (the tied output shares the
     /// embedding's again).
     fn dequantize(&mut self) -> Result<(), Exception> {
+        self.each_matrix(&mut |m| m.make_dense())
+    }
+
+    /// Packs every matrix by MLX's affine quantization, `bits` bits in
+    /// groups of `group`, as `mlx_lm.convert -q` does (the embedding and
+    /// every linear map; norms stay f32): what an mlx-community checkpoint
+    /// of this model would hold. For measuring the packed path on a model
+    /// at hand; every input width must be a multiple of `group`.
+    pub fn quantize(&mut self, group: i32, bits: i32) -> Result<(), ModelError> {
+        let _lock = super::evaluating();
+        super::use_device(self.on_gpu);
+        self.each_matrix(&mut |m| m.make_packed(group, bits))?;
+        self.packed = weights::packings(self.matrices());
+        mlx_rs::transforms::eval(self.arrays())?;
+        Ok(())
+    }
+
+    /// Calls `f` on every matrix (the tied output then shares the
+    /// embedding's again).
+    fn each_matrix(
+        &mut self,
+        f: &mut dyn FnMut(&mut Matrix) -> Result<(), Exception>,
+    ) -> Result<(), Exception> {
         let blocks = self.blocks.iter_mut().flat_map(|b| {
             [
                 &mut b.attn.q,
@@ -189,11 +212,10 @@ impl MlxLlama {
             ]
             .map(|l| &mut l.weight)
         });
-        for m in [&mut self.embed, &mut self.output.weight]
-            .into_iter()
-            .chain(blocks)
-        {
-            m.make_dense()?;
+        let tied = self.config.tied_embeddings;
+        let output = (!tied).then_some(&mut self.output.weight);
+        for m in [&mut self.embed].into_iter().chain(output).chain(blocks) {
+            f(m)?;
         }
         if self.config.tied_embeddings {
             self.output.weight = self.embed.clone();
@@ -479,7 +501,18 @@ impl LibModel for MlxLlama {
                 spec.dtype.name()
             )));
         }
-        Ok(MlxLlama::load_as(assets, gpu, spec.weights)?)
+        let model = MlxLlama::load_as(assets, gpu, spec.weights)?;
+        if let Some(packed) = model.packed.as_ref().filter(|_| !gpu) {
+            // Measured, not assumed: `cargo bench -p vauban-exec --features
+            // mlx --bench backend_speed` (docs/executor.md).
+            tracing::warn!(
+                "{}: MLX-quantized weights ({packed}) kept packed on the CPU, where MLX's \
+                 quantized_matmul ran SmolLM2's prompts 24 to 34 times slower than f32 weights here; \
+                 weights = \"f32\" (--weights f32) runs the same values dequantized",
+                assets.path.display()
+            );
+        }
+        Ok(model)
     }
 
     fn device_kinds() -> Vec<DeviceKind> {

@@ -105,6 +105,23 @@ impl Matrix {
         }
     }
 
+    /// Packs a dense matrix by MLX's affine quantization (`bits` bits in
+    /// groups of `group` along its rows), as `mlx_lm.convert -q` does; a
+    /// packed one stays as it is.
+    pub(super) fn make_packed(&mut self, group: i32, bits: i32) -> Result<(), Exception> {
+        if let Matrix::DenseT(w_t) = self {
+            let (w, scales, biases) = mlx_rs::ops::quantize(w_t.t(), group, bits)?;
+            *self = Matrix::Packed(Packed {
+                w,
+                scales,
+                biases,
+                group,
+                bits,
+            });
+        }
+        Ok(())
+    }
+
     /// Makes a packed matrix dense f32 (a dense one stays as it is).
     pub(super) fn make_dense(&mut self) -> Result<(), Exception> {
         if let Matrix::Packed(p) = self {
