@@ -125,3 +125,48 @@ fn an_executor_shared_between_threads_gives_each_the_same_logits() {
         assert!(d < 1e-5, "another thread: max |Δlogit| {d}");
     }
 }
+
+/// A hook that hands back the residual stream in another dtype, or of
+/// another shape, is refused naming both, and the cache keeps what it held.
+#[test]
+fn a_hook_of_another_dtype_or_shape_is_refused_naming_both() {
+    use vauban_exec::executor::tensor_lib::{BlockHook, BlockView};
+    let Some(path) = common::smollm2() else {
+        return;
+    };
+    struct Replace(fn(&mlx_rs::Array) -> mlx_rs::Array);
+    impl BlockHook<mlx_rs::Array> for Replace {
+        fn after_block(
+            &mut self,
+            _: &BlockView<'_, mlx_rs::Array>,
+            resid: &mlx_rs::Array,
+        ) -> Result<Option<mlx_rs::Array>, vauban_exec::model::ModelError> {
+            Ok(Some((self.0)(resid)))
+        }
+    }
+    let assets = vauban_exec::model::assets::ModelAssets::load(&path).unwrap();
+    let mlx = MlxLlama::load(&assets).unwrap();
+    let mut cache = mlx.new_cache();
+    let half = |r: &mlx_rs::Array| r.as_dtype(mlx_rs::Dtype::Float16).unwrap();
+    let err = mlx
+        .run(&[1, 2, 3], &mut cache, &mut Replace(half), 0)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("block 0") && err.contains("Float16") && err.contains("Float32"),
+        "{err}"
+    );
+    let first = |r: &mlx_rs::Array| {
+        r.take_axis(mlx_rs::Array::from_slice(&[0], &[1]), 0)
+            .unwrap()
+    };
+    let err = mlx
+        .run(&[1, 2, 3], &mut cache, &mut Replace(first), 0)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("[1, 576]") && err.contains("[3, 576]"),
+        "{err}"
+    );
+    assert_eq!(cache.len(), 0, "a refused pass leaves the cache as it was");
+}

@@ -177,6 +177,14 @@ pub enum ModelError {
         found: Vec<usize>,
         expected: Vec<usize>,
     },
+    #[error(
+        "the hook after block {layer} returned {found} values; the residual stream holds {expected}"
+    )]
+    HookDtype {
+        layer: usize,
+        found: String,
+        expected: String,
+    },
     #[error("the direction has width {found} but the model's hidden size is {hidden}")]
     DirectionWidth { found: usize, hidden: usize },
     #[error("the direction has norm {norm}; it cannot be normalised")]

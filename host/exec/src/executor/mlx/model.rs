@@ -382,11 +382,18 @@ impl MlxLlama {
                 mlp_out: &mlp_out,
             };
             if let Some(changed) = hook.after_block(&view, &x)? {
-                if changed.shape() != x.shape() || changed.dtype() != x.dtype() {
+                if changed.shape() != x.shape() {
                     return Err(ModelError::HookShape {
                         layer,
                         found: changed.shape().iter().map(|&d| d as usize).collect(),
                         expected: x.shape().iter().map(|&d| d as usize).collect(),
+                    });
+                }
+                if changed.dtype() != x.dtype() {
+                    return Err(ModelError::HookDtype {
+                        layer,
+                        found: format!("{:?}", changed.dtype()),
+                        expected: format!("{:?}", x.dtype()),
                     });
                 }
                 x = changed;

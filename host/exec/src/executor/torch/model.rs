@@ -333,11 +333,18 @@ impl TorchLlama {
                     mlp_out: &mlp_out,
                 };
                 if let Some(changed) = hook.after_block(&view, &x)? {
-                    if changed.size() != x.size() || changed.kind() != x.kind() {
+                    if changed.size() != x.size() {
                         return Err(ModelError::HookShape {
                             layer,
                             found: changed.size().iter().map(|&d| d as usize).collect(),
                             expected: x.size().iter().map(|&d| d as usize).collect(),
+                        });
+                    }
+                    if changed.kind() != x.kind() {
+                        return Err(ModelError::HookDtype {
+                            layer,
+                            found: format!("{:?}", changed.kind()),
+                            expected: format!("{:?}", x.kind()),
                         });
                     }
                     x = changed;
