@@ -95,6 +95,15 @@ impl Matrix {
         Matrix::FfnDown,
     ];
 
+    /// Where this matrix sits in [`Matrix::ALL`] (a block's matrices kept
+    /// in that order are found by it).
+    pub fn index(self) -> usize {
+        Matrix::ALL
+            .iter()
+            .position(|&m| m == self)
+            .expect("every matrix is in ALL")
+    }
+
     /// The GGUF tensor name stem (`blk.N.<stem>.weight`).
     pub fn gguf_stem(self) -> &'static str {
         match self {

@@ -74,6 +74,27 @@ struct Block {
     mlp: Mlp,
 }
 
+impl Block {
+    /// The block's linear maps, in [`ModelMatrix::ALL`]'s order.
+    fn linears(&self) -> [&Linear; 7] {
+        let (a, m) = (&self.attn, &self.mlp);
+        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
+    }
+
+    fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        let (a, m) = (&mut self.attn, &mut self.mlp);
+        [
+            &mut a.q,
+            &mut a.k,
+            &mut a.v,
+            &mut a.o,
+            &mut m.gate,
+            &mut m.up,
+            &mut m.down,
+        ]
+    }
+}
+
 /// A llama-family model in MLX.
 pub struct MlxLlama {
     config: LlamaConfig,
@@ -200,18 +221,10 @@ impl MlxLlama {
         &mut self,
         f: &mut dyn FnMut(&mut Matrix) -> Result<(), Exception>,
     ) -> Result<(), Exception> {
-        let blocks = self.blocks.iter_mut().flat_map(|b| {
-            [
-                &mut b.attn.q,
-                &mut b.attn.k,
-                &mut b.attn.v,
-                &mut b.attn.o,
-                &mut b.mlp.gate,
-                &mut b.mlp.up,
-                &mut b.mlp.down,
-            ]
-            .map(|l| &mut l.weight)
-        });
+        let blocks = self
+            .blocks
+            .iter_mut()
+            .flat_map(|b| b.linears_mut().map(|l| &mut l.weight));
         let tied = self.config.tied_embeddings;
         let output = (!tied).then_some(&mut self.output.weight);
         for m in [&mut self.embed].into_iter().chain(output).chain(blocks) {
@@ -229,29 +242,17 @@ impl MlxLlama {
         out.extend([&self.norm.scale, &self.rope_freqs]);
         for b in &self.blocks {
             out.extend([&b.attn_norm.scale, &b.mlp_norm.scale]);
-            out.extend(
-                [&b.attn.q, &b.attn.k, &b.attn.v]
-                    .iter()
-                    .filter_map(|l| l.bias.as_ref()),
-            );
+            out.extend(b.linears().into_iter().filter_map(|l| l.bias.as_ref()));
         }
         out
     }
 
     /// Every matrix of the model, the embedding first.
     fn matrices(&self) -> impl Iterator<Item = &Matrix> {
-        let blocks = self.blocks.iter().flat_map(|b| {
-            [
-                &b.attn.q,
-                &b.attn.k,
-                &b.attn.v,
-                &b.attn.o,
-                &b.mlp.gate,
-                &b.mlp.up,
-                &b.mlp.down,
-            ]
-            .map(|l| &l.weight)
-        });
+        let blocks = self
+            .blocks
+            .iter()
+            .flat_map(|b| b.linears().map(|l| &l.weight));
         [&self.embed, &self.output.weight].into_iter().chain(blocks)
     }
 
@@ -422,15 +423,7 @@ impl MlxLlama {
             layer,
             count: self.blocks.len(),
         })?;
-        Ok(match m {
-            ModelMatrix::AttnQ => &b.attn.q.weight,
-            ModelMatrix::AttnK => &b.attn.k.weight,
-            ModelMatrix::AttnV => &b.attn.v.weight,
-            ModelMatrix::AttnOutput => &b.attn.o.weight,
-            ModelMatrix::FfnGate => &b.mlp.gate.weight,
-            ModelMatrix::FfnUp => &b.mlp.up.weight,
-            ModelMatrix::FfnDown => &b.mlp.down.weight,
-        })
+        Ok(&b.linears()[m.index()].weight)
     }
 
     /// Self-attention of `h` (`[n, hidden]`) over the cached keys and
@@ -566,15 +559,8 @@ impl LibModel for MlxLlama {
                 b.attn_norm.scale.clone(),
             ));
             out.push((format!("blk.{i}.ffn_norm.weight"), b.mlp_norm.scale.clone()));
-            for (stem, lin) in [
-                ("attn_q", &b.attn.q),
-                ("attn_k", &b.attn.k),
-                ("attn_v", &b.attn.v),
-                ("attn_output", &b.attn.o),
-                ("ffn_gate", &b.mlp.gate),
-                ("ffn_up", &b.mlp.up),
-                ("ffn_down", &b.mlp.down),
-            ] {
+            for (m, lin) in ModelMatrix::ALL.into_iter().zip(b.linears()) {
+                let stem = m.gguf_stem();
                 out.push((format!("blk.{i}.{stem}.weight"), lin.weight.dense()?));
                 if let Some(bias) = &lin.bias {
                     out.push((format!("blk.{i}.{stem}.bias"), bias.clone()));
@@ -600,10 +586,7 @@ impl LibModel for MlxLlama {
             .blocks
             .get_mut(layer)
             .ok_or(ModelError::LayerOutOfRange { layer, count })?;
-        let w = match m {
-            ModelMatrix::AttnOutput => &mut b.attn.o.weight,
-            _ => &mut b.mlp.down.weight,
-        };
+        let w = &mut b.linears_mut()[m.index()].weight;
         let _lock = super::evaluating();
         super::use_device(self.on_gpu);
         let dense = w.dense()?;

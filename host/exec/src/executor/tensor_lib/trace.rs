@@ -18,17 +18,18 @@ use crate::intervene::policy::StepPolicy;
 use crate::model::Matrix;
 use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
 
-/// A tensor copied to the host as f32 trace data, with its shape.
-fn host_data<O: TensorOps>(ops: &O, t: &O::Tensor) -> Result<TensorData, ExecutorError> {
-    let (shape, values) = ops.host(t)?;
-    Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
-}
-
-/// An activation `[tokens, hidden]` as trace data `[1, tokens, hidden]`,
-/// as candle records them.
-fn activation_data<O: TensorOps>(ops: &O, t: &O::Tensor) -> Result<TensorData, ExecutorError> {
+/// A tensor copied to the host as f32 trace data, with its shape; with
+/// `batched`, under a leading batch axis of 1 (activations `[tokens,
+/// hidden]` are recorded `[1, tokens, hidden]`, as candle records them).
+fn host_data<O: TensorOps>(
+    ops: &O,
+    t: &O::Tensor,
+    batched: bool,
+) -> Result<TensorData, ExecutorError> {
     let (mut shape, values) = ops.host(t)?;
-    shape.insert(0, 1);
+    if batched {
+        shape.insert(0, 1);
+    }
     Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
 }
 
@@ -113,7 +114,7 @@ pub(super) fn run<M: LibModel>(
                 K::Activation,
                 k.layer,
                 labels(&[("site", k.site.as_str())]),
-                activation_data(&ops, &k.tensor)?,
+                host_data(&ops, &k.tensor, true)?,
             ));
         }
         if request.wants(K::WeightSnapshot) {
@@ -121,7 +122,7 @@ pub(super) fn run<M: LibModel>(
                 for m in [Matrix::AttnOutput, Matrix::FfnDown] {
                     let w: TensorOf<M> = model.weight(layer, m)?;
                     let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
-                    pending.push((K::WeightSnapshot, layer, l, host_data(&ops, &w)?));
+                    pending.push((K::WeightSnapshot, layer, l, host_data(&ops, &w, false)?));
                 }
             }
         }
@@ -141,7 +142,7 @@ pub(super) fn run<M: LibModel>(
     let start = Instant::now();
     let mut lm: Vec<(K, TensorData)> = Vec::new();
     if all_logits {
-        let host = host_data(&ops, &logits)?;
+        let host = host_data(&ops, &logits, false)?;
         if request.wants(K::Logprobs) {
             lm.push((K::Logprobs, log_softmax_data(&host)));
         }
@@ -217,7 +218,7 @@ pub(super) fn run<M: LibModel>(
         fed.extend(&r.completion[..rows - 1]);
         // Logits at the scored rows only: from the prompt's last token on.
         let logits = scoring.pass(&fed, true, skip)?;
-        let scores = support_scores(&host_data(&ops, &logits)?, &r.support);
+        let scores = support_scores(&host_data(&ops, &logits, false)?, &r.support);
         debug_assert_eq!(scores.shape, [rows, k]);
         let settled = model.settle();
         let mut p = rec.profile(start, fed.len());

@@ -84,6 +84,14 @@ struct Block {
     mlp: Mlp,
 }
 
+impl Block {
+    /// The block's linear maps, in [`Matrix::ALL`]'s order.
+    fn linears(&self) -> [&Linear; 7] {
+        let (a, m) = (&self.attn, &self.mlp);
+        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
+    }
+}
+
 /// A llama-family model in libtorch.
 pub struct TorchLlama {
     config: LlamaConfig,
@@ -369,20 +377,11 @@ impl TorchLlama {
 
     /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`.
     pub fn weight(&self, layer: usize, m: crate::model::Matrix) -> Result<&Tensor, ModelError> {
-        use crate::model::Matrix as M;
         let b = self.blocks.get(layer).ok_or(ModelError::LayerOutOfRange {
             layer,
             count: self.blocks.len(),
         })?;
-        Ok(match m {
-            M::AttnQ => &b.attn.q.weight,
-            M::AttnK => &b.attn.k.weight,
-            M::AttnV => &b.attn.v.weight,
-            M::AttnOutput => &b.attn.o.weight,
-            M::FfnGate => &b.mlp.gate.weight,
-            M::FfnUp => &b.mlp.up.weight,
-            M::FfnDown => &b.mlp.down.weight,
-        })
+        Ok(&b.linears()[m.index()].weight)
     }
 
     /// Every weight by its GGUF name (`output.weight` only when the
@@ -398,15 +397,8 @@ impl TorchLlama {
         for (i, b) in self.blocks.iter().enumerate() {
             out.push((format!("blk.{i}.attn_norm.weight"), &b.attn_norm.scale));
             out.push((format!("blk.{i}.ffn_norm.weight"), &b.mlp_norm.scale));
-            for (stem, lin) in [
-                ("attn_q", &b.attn.q),
-                ("attn_k", &b.attn.k),
-                ("attn_v", &b.attn.v),
-                ("attn_output", &b.attn.o),
-                ("ffn_gate", &b.mlp.gate),
-                ("ffn_up", &b.mlp.up),
-                ("ffn_down", &b.mlp.down),
-            ] {
+            for (m, lin) in Matrix::ALL.into_iter().zip(b.linears()) {
+                let stem = m.gguf_stem();
                 out.push((format!("blk.{i}.{stem}.weight"), &lin.weight));
                 if let Some(bias) = &lin.bias {
                     out.push((format!("blk.{i}.{stem}.bias"), bias));
