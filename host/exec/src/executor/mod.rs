@@ -4,8 +4,9 @@
 //! backend (candle, the embedded default; an OpenAI-compatible endpoint
 //! over HTTP; replay of recorded bundles).
 //! Optional backends (torch, mlx) sit behind default-off cargo features
-//! and share one executor over a tensor library ([`tensor_lib`]). Dispatch is a `match` per call, never per token: the per-token
-//! loop lives inside an [`InferenceSession`] (`prefill` / `decode_step`).
+//! and share one executor over a tensor library (`tensor_lib`). Dispatch
+//! is a `match` per call, never per token: the per-token loop lives
+//! inside an [`InferenceSession`] (`prefill` / `decode_step`).
 
 pub mod candle;
 pub mod device;
