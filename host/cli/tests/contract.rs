@@ -24,7 +24,10 @@
 //!   along its direction, α = 0 changes nothing), or the backend refuses
 //!   interventions as unsupported; a direction of the wrong width is
 //!   refused;
-//! - generation stops within its budget.
+//! - generation stops within its budget;
+//! - a stage counts copies between the host's memory and a device's only
+//!   where the model runs off the host's memory: none on a CPU, the
+//!   prompt's upload on a GPU.
 
 mod common;
 
@@ -41,7 +44,7 @@ use vauban::executor::{
 };
 use vauban::intervene::{Direction, Intervention, Mode, Positions};
 use vauban::model::{KvType, WeightMode};
-use vauban::trace::{ArtifactData, ArtifactKind as K, SupportLevel, TraceRequest};
+use vauban::trace::{ArtifactData, ArtifactKind as K, Stage, SupportLevel, TraceRequest};
 
 const PROMPTS: [(&str, &str); 2] = [
     ("p0", "the cat in the hat sat on a mat"),
@@ -463,6 +466,31 @@ fn generation_stops_within_its_budget() {
                 (1..=options(id).generate.max_tokens).contains(&completion),
                 "{name} {id}: {completion} tokens for a budget of 4"
             );
+        }
+    }
+}
+
+#[test]
+fn copies_to_a_device_are_counted_only_off_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, b) in subjects(dir.path()).list {
+        let (id, text) = PROMPTS[0];
+        let out = trace(&b, id, text);
+        for span in &out.trace.spans {
+            let p = &span.profile;
+            if p.device == "cpu" {
+                assert_eq!(
+                    p.host_device_copies, 0,
+                    "{name}: {:?} on the CPU counts host↔device copies",
+                    span.stage
+                );
+            } else if span.stage == Stage::Prefill && name != "http" {
+                assert!(
+                    p.host_device_copies >= 1,
+                    "{name}: the prefill on {} counts no upload of the prompt",
+                    p.device
+                );
+            }
         }
     }
 }

@@ -30,7 +30,9 @@ pub struct StageProfile {
     /// Bytes of data the stage produced (token ids, tensors...), as the
     /// backend counts them; 0 when not counted.
     pub output_bytes: u64,
-    /// Host↔device copies the stage made.
+    /// Copies the stage made between the host's memory and a device's own
+    /// (a GPU's); 0 where the model runs in the host's memory (a CPU, or
+    /// MLX's memory, which Apple silicon's CPU and GPU share).
     pub host_device_copies: u64,
     /// Points where the host waited for the device.
     pub sync_points: u64,

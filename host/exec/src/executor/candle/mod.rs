@@ -179,6 +179,12 @@ impl CandleExecutor {
         self.device_kind
     }
 
+    /// Whether tensors live in another memory than the host's (a GPU's),
+    /// so each copy between the two counts in a profile.
+    pub(crate) fn on_device(&self) -> bool {
+        !self.device.is_cpu()
+    }
+
     pub fn device_name(&self) -> String {
         self.device_name.clone()
     }

@@ -266,8 +266,11 @@ impl Job<'_> {
         let n = self.ids.len();
         let timing = self.session.timing;
         let start = Instant::now();
+        let on_device = exec.on_device();
         let mut p = rec.profile(start, n);
         p.duration_ns = forward_ns;
+        // The prompt's ids, uploaded.
+        p.host_device_copies = u64::from(on_device);
         p.memory_bytes = resident_bytes();
         p.notes.insert("kernel".into(), exec.model.model.kernel());
         p.notes.insert(
@@ -315,7 +318,9 @@ impl Job<'_> {
             let mut p = rec.profile(start, n);
             p.duration_ns += observed_ns;
             p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
-            p.host_device_copies = pending.len() as u64;
+            if on_device {
+                p.host_device_copies = pending.len() as u64;
+            }
             let span = rec.span(Stage::Observe, p);
             for (kind, layer, l, data) in pending {
                 rec.tensor(&span, kind, Some(layer), l, data);
@@ -339,7 +344,9 @@ impl Job<'_> {
         p.duration_ns += timing.lm_head_ns;
         p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
         // The last row for decoding; every position once when asked.
-        p.host_device_copies = 1 + u64::from(!lm.is_empty());
+        if on_device {
+            p.host_device_copies = 1 + u64::from(!lm.is_empty());
+        }
         p.notes.insert(
             "positions".into(),
             match self.at {
@@ -419,6 +426,13 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
         let g = g.finish(&mut |_| {});
         let mut p = job.rec.profile(start, g.decode_steps);
         p.duration_ns = g.decode_ns;
+        // Each step uploads its tokens and copies its logits back (one of
+        // each for the sequences a batched step runs together), which
+        // waits for the step: one synchronisation per step.
+        if exec.on_device() {
+            p.host_device_copies = 2 * g.decode_steps as u64;
+            p.sync_points += g.decode_steps as u64;
+        }
         note_generation(&mut p, &g, &job.options.generate);
         p.notes.insert(
             "kv_cache_bytes".into(),
@@ -496,6 +510,10 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
         let mut p = job.rec.profile(start, ids.len());
         p.duration_ns = total_ns;
         p.output_bytes = scores.bytes.len() as u64;
+        // The tokens up, the scored rows' logits back.
+        if exec.on_device() {
+            p.host_device_copies = 2;
+        }
         p.notes.insert(
             "teacher_forced".into(),
             format!(

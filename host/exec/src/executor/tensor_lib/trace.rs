@@ -131,7 +131,9 @@ pub(super) fn run<M: LibModel>(
         settled.note(&mut p);
         p.duration_ns += timing.hook_ns.saturating_sub(session.hook.intervene_ns);
         p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
-        p.host_device_copies = pending.len() as u64;
+        if on_device {
+            p.host_device_copies = pending.len() as u64;
+        }
         let span = rec.span(Stage::Observe, p);
         for (kind, layer, l, data) in pending {
             rec.tensor(&span, kind, Some(layer), l, data);
@@ -156,7 +158,10 @@ pub(super) fn run<M: LibModel>(
     settled.note(&mut p);
     p.duration_ns += timing.lm_head_ns;
     p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
-    p.host_device_copies = 1 + u64::from(!lm.is_empty());
+    // The last row for decoding; every position once when asked.
+    if on_device {
+        p.host_device_copies = 1 + u64::from(!lm.is_empty());
+    }
     p.notes.insert(
         "positions".into(),
         if all_logits { "all" } else { "last" }.into(),
@@ -224,6 +229,10 @@ pub(super) fn run<M: LibModel>(
         let mut p = rec.profile(start, fed.len());
         settled.note(&mut p);
         p.output_bytes = scores.bytes.len() as u64;
+        // The tokens up, the scored rows' logits back.
+        if on_device {
+            p.host_device_copies = 2;
+        }
         p.notes.insert(
             "teacher_forced".into(),
             format!(
