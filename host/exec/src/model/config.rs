@@ -467,6 +467,26 @@ mod tests {
     }
 
     #[test]
+    fn each_matrix_has_the_shape_and_bias_its_loaders_check() {
+        use crate::model::Matrix as M;
+        // Grouped-query heads whose width is not the hidden size: the
+        // query's rows and the output's columns are the heads' width.
+        let mut c = LlamaConfig {
+            head_dim: 5,
+            ..base()
+        };
+        let shapes: Vec<(usize, usize)> = M::ALL.iter().map(|m| m.shape(&c)).collect();
+        assert_eq!(
+            shapes,
+            [(10, 8), (5, 8), (5, 8), (8, 10), (16, 8), (16, 8), (8, 16)]
+        );
+        assert!(M::ALL.iter().all(|m| !m.has_bias(&c)));
+        c.qkv_bias = true;
+        let biased: Vec<M> = M::ALL.into_iter().filter(|m| m.has_bias(&c)).collect();
+        assert_eq!(biased, [M::AttnQ, M::AttnK, M::AttnV]);
+    }
+
+    #[test]
     fn inverse_frequencies_follow_theta_and_linear_scaling() {
         let mut c = base();
         assert_eq!(c.inv_freqs(), vec![1.0, 0.01]);

@@ -104,6 +104,26 @@ impl Matrix {
             .expect("every matrix is in ALL")
     }
 
+    /// The matrix as a file stores it, `(rows, columns)`: a row per output
+    /// feature (what every backend's loader checks a tensor against).
+    pub fn shape(self, c: &LlamaConfig) -> (usize, usize) {
+        let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        match self {
+            Matrix::AttnQ => (q, c.hidden),
+            Matrix::AttnK | Matrix::AttnV => (kv, c.hidden),
+            Matrix::AttnOutput => (c.hidden, q),
+            Matrix::FfnGate | Matrix::FfnUp => (c.ffn, c.hidden),
+            Matrix::FfnDown => (c.hidden, c.ffn),
+        }
+    }
+
+    /// Whether the matrix has a bias (`blk.N.<stem>.bias`): the query, key
+    /// and value projections of models that have them (Qwen2), never the
+    /// others.
+    pub fn has_bias(self, c: &LlamaConfig) -> bool {
+        c.qkv_bias && matches!(self, Matrix::AttnQ | Matrix::AttnK | Matrix::AttnV)
+    }
+
     /// The GGUF tensor name stem (`blk.N.<stem>.weight`).
     pub fn gguf_stem(self) -> &'static str {
         match self {

@@ -257,7 +257,6 @@ impl MlxLlama {
     }
 
     fn read(c: &LlamaConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
-        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let embed = r.matrix("token_embd.weight", c.vocab, c.hidden)?;
         let eps = c.rms_eps as f32;
         let mut blocks = Vec::with_capacity(c.layers);
@@ -269,19 +268,19 @@ impl MlxLlama {
                     eps,
                 },
                 attn: Attention {
-                    q: r.linear(&b("attn_q"), (q_width, c.hidden), c.qkv_bias)?,
-                    k: r.linear(&b("attn_k"), (kv_width, c.hidden), c.qkv_bias)?,
-                    v: r.linear(&b("attn_v"), (kv_width, c.hidden), c.qkv_bias)?,
-                    o: r.linear(&b("attn_output"), (c.hidden, q_width), false)?,
+                    q: r.linear(i, ModelMatrix::AttnQ, c)?,
+                    k: r.linear(i, ModelMatrix::AttnK, c)?,
+                    v: r.linear(i, ModelMatrix::AttnV, c)?,
+                    o: r.linear(i, ModelMatrix::AttnOutput, c)?,
                 },
                 mlp_norm: RmsNorm {
                     scale: r.float(&b("ffn_norm.weight"), &[c.hidden])?,
                     eps,
                 },
                 mlp: Mlp {
-                    gate: r.linear(&b("ffn_gate"), (c.ffn, c.hidden), false)?,
-                    up: r.linear(&b("ffn_up"), (c.ffn, c.hidden), false)?,
-                    down: r.linear(&b("ffn_down"), (c.hidden, c.ffn), false)?,
+                    gate: r.linear(i, ModelMatrix::FfnGate, c)?,
+                    up: r.linear(i, ModelMatrix::FfnUp, c)?,
+                    down: r.linear(i, ModelMatrix::FfnDown, c)?,
                 },
             });
         }

@@ -20,8 +20,8 @@ use mlx_rs::{Array, Dtype};
 
 use crate::executor::candle::model::host_weights::HostWeights;
 use crate::model::assets::ModelAssets;
-use crate::model::config::RopeStyle;
-use crate::model::{ModelError, ModelFormat, hf_name};
+use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::{Matrix as ModelMatrix, ModelError, ModelFormat, hf_name};
 
 /// A matrix packed by MLX's affine quantization: `w` is `[out, in·bits/32]`
 /// (`uint32`), `scales` and `biases` `[out, in/group]` (f32 here).
@@ -434,18 +434,21 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The linear map GGUF calls `{stem}.weight`, with its bias `[out]`
-    /// when `bias` says the model has one (as candle's loader: Q, K and V
-    /// of a model with QKV biases; no other bias is read).
+    /// Block `layer`'s linear map `m`, checked against the shape
+    /// [`ModelMatrix::shape`] gives it, with its bias
+    /// `[out]` where [`ModelMatrix::has_bias`] says
+    /// the model has one (as candle's loader).
     pub(super) fn linear(
         &mut self,
-        stem: &str,
-        (out, inp): (usize, usize),
-        bias: bool,
+        layer: usize,
+        m: ModelMatrix,
+        c: &LlamaConfig,
     ) -> Result<Linear, ModelError> {
+        let stem = format!("blk.{layer}.{}", m.gguf_stem());
+        let (out, inp) = m.shape(c);
         Ok(Linear {
             weight: self.matrix(&format!("{stem}.weight"), out, inp)?,
-            bias: match bias {
+            bias: match m.has_bias(c) {
                 true => Some(self.float(&format!("{stem}.bias"), &[out])?),
                 false => None,
             },

@@ -129,18 +129,16 @@ impl Reader<'_> {
         Ok(self.tensor(shape, &values))
     }
 
-    /// A matrix `[out, inp]`, with its bias `[out]` when `bias` says the
-    /// model has one (as candle's loader: Q, K and V of a model with QKV
-    /// biases; no other bias is read).
-    fn linear(
-        &mut self,
-        stem: &str,
-        (out, inp): (usize, usize),
-        bias: bool,
-    ) -> Result<Linear, ModelError> {
+    /// Block `layer`'s linear map `m`, checked against the shape
+    /// [`Matrix::shape`] gives it, with its bias
+    /// `[out]` where [`Matrix::has_bias`] says
+    /// the model has one (as candle's loader).
+    fn linear(&mut self, layer: usize, m: Matrix, c: &LlamaConfig) -> Result<Linear, ModelError> {
+        let stem = format!("blk.{layer}.{}", m.gguf_stem());
+        let (out, inp) = m.shape(c);
         Ok(Linear {
             weight: self.need(&format!("{stem}.weight"), &[out, inp])?,
-            bias: match bias {
+            bias: match m.has_bias(c) {
                 true => Some(self.need(&format!("{stem}.bias"), &[out])?),
                 false => None,
             },
@@ -187,7 +185,6 @@ impl TorchLlama {
         kind: Kind,
     ) -> Result<TorchLlama, ModelError> {
         let c = &config;
-        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let embed = r.need("token_embd.weight", &[c.vocab, c.hidden])?;
         let norm = |scale: Tensor| RmsNorm {
             scale,
@@ -199,16 +196,16 @@ impl TorchLlama {
             blocks.push(Block {
                 attn_norm: norm(r.need(&b("attn_norm.weight"), &[c.hidden])?),
                 attn: Attention {
-                    q: r.linear(&b("attn_q"), (q_width, c.hidden), c.qkv_bias)?,
-                    k: r.linear(&b("attn_k"), (kv_width, c.hidden), c.qkv_bias)?,
-                    v: r.linear(&b("attn_v"), (kv_width, c.hidden), c.qkv_bias)?,
-                    o: r.linear(&b("attn_output"), (c.hidden, q_width), false)?,
+                    q: r.linear(i, Matrix::AttnQ, c)?,
+                    k: r.linear(i, Matrix::AttnK, c)?,
+                    v: r.linear(i, Matrix::AttnV, c)?,
+                    o: r.linear(i, Matrix::AttnOutput, c)?,
                 },
                 mlp_norm: norm(r.need(&b("ffn_norm.weight"), &[c.hidden])?),
                 mlp: Mlp {
-                    gate: r.linear(&b("ffn_gate"), (c.ffn, c.hidden), false)?,
-                    up: r.linear(&b("ffn_up"), (c.ffn, c.hidden), false)?,
-                    down: r.linear(&b("ffn_down"), (c.hidden, c.ffn), false)?,
+                    gate: r.linear(i, Matrix::FfnGate, c)?,
+                    up: r.linear(i, Matrix::FfnUp, c)?,
+                    down: r.linear(i, Matrix::FfnDown, c)?,
                 },
             });
         }

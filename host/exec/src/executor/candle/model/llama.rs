@@ -555,27 +555,26 @@ impl Llama {
             )?;
             (embed, output)
         };
-        let (q_out, kv_out) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let n = |s: &str, kind: &str| format!("blk.{i}.{s}.{kind}");
-            let mut lin = |s: &str, shape: &[usize], bias: bool| -> Result<Linear, ModelError> {
-                let w = get(&n(s, "weight"), shape)?;
-                let b = match bias {
-                    true => Some(get(&n(s, "bias"), &shape[..1])?.dense(device)?),
+            let mut lin = |m: Matrix| -> Result<Linear, ModelError> {
+                let (s, (rows, cols)) = (m.gguf_stem(), m.shape(c));
+                let w = get(&n(s, "weight"), &[rows, cols])?;
+                let b = match m.has_bias(c) {
+                    true => Some(get(&n(s, "bias"), &[rows])?.dense(device)?),
                     false => None,
                 };
                 Linear::new(w, b, mode, device)
             };
-            let bias = c.qkv_bias;
             let block = Block {
-                q: lin("attn_q", &[q_out, c.hidden], bias)?,
-                k: lin("attn_k", &[kv_out, c.hidden], bias)?,
-                v: lin("attn_v", &[kv_out, c.hidden], bias)?,
-                o: lin("attn_output", &[c.hidden, q_out], false)?,
-                gate: lin("ffn_gate", &[c.ffn, c.hidden], false)?,
-                up: lin("ffn_up", &[c.ffn, c.hidden], false)?,
-                down: lin("ffn_down", &[c.hidden, c.ffn], false)?,
+                q: lin(Matrix::AttnQ)?,
+                k: lin(Matrix::AttnK)?,
+                v: lin(Matrix::AttnV)?,
+                o: lin(Matrix::AttnOutput)?,
+                gate: lin(Matrix::FfnGate)?,
+                up: lin(Matrix::FfnUp)?,
+                down: lin(Matrix::FfnDown)?,
                 attn_norm: get(&n("attn_norm", "weight"), &[c.hidden])?.dense(device)?,
                 ffn_norm: get(&n("ffn_norm", "weight"), &[c.hidden])?.dense(device)?,
             };
