@@ -1,14 +1,15 @@
 //! Cross-backend equivalence (issues 19 and 20): the same model and
 //! request on candle and on each other backend that runs a model file
-//! (torch, mlx: those this build has) give the same evidence: the same token ids, the
-//! same artifacts (kinds, layers, labels, shapes), logits and activations
-//! within a stated tolerance, the same greedy tokens up to the first step
-//! whose top two logits are too close to order reliably, the same policy
-//! decisions, measurement states, orthogonalized and exported weights, and
-//! a report
-//! of one against the other that finds no change. Never bit identity: the two
-//! sum in different orders. Needs `--features torch` (libtorch) or
-//! `--features mlx` (MLX), or both.
+//! (torch, mlx: those this build has) give the same evidence: the same
+//! token ids, the same artifacts (kinds, layers, labels, shapes), logits
+//! and activations within a stated tolerance, the same greedy tokens up to
+//! the first step whose top two logits are too close to order reliably,
+//! the same policy decisions, measurement states, orthogonalized and
+//! exported weights, and a report of one against the other that finds no
+//! change. The tiny model runs as f32 and Q8_0 GGUFs and an HF folder, and
+//! with biases on Q, K and V as a GGUF and an HF folder. Never bit
+//! identity: the two sum in different orders. Needs `--features torch`
+//! (libtorch) or `--features mlx` (MLX), or both.
 #![cfg(any(feature = "torch", feature = "mlx"))]
 
 mod common;
@@ -249,7 +250,10 @@ fn the_tiny_model_gives_the_same_evidence_on_every_backend() {
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
     let q8 = tiny::write_gguf(&dir.path().join("tiny-q8.gguf"), 7, GgmlDType::Q8_0);
     let hf = tiny::write_hf(&dir.path().join("hf"), 7);
-    for path in [&gguf, &q8, &hf] {
+    // Biases on Q, K and V (Qwen2's; some llama variants'), in both forms.
+    let biased = tiny::write_gguf_biased(&dir.path().join("biased.gguf"), 7, GgmlDType::F32);
+    let biased_hf = tiny::write_hf_biased(&dir.path().join("biased-hf"), 7);
+    for path in [&gguf, &q8, &hf, &biased, &biased_hf] {
         let candle = Backend::load(&spec(path)).unwrap();
         for (name, other) in others(path) {
             for (id, text, form) in [

@@ -117,6 +117,36 @@ fn gguf_and_safetensors_forms_load_the_same_model() {
     assert_eq!(max_abs_diff(&a, &again), 0.0);
 }
 
+/// Biases on Q, K and V (Qwen2's, and some llama variants'): an HF folder
+/// keeps Q and K in HF's row order, which the loader turns into llama.cpp's
+/// for the weights and must for their biases too; a GGUF file has both
+/// permuted already.
+#[test]
+fn qkv_biases_load_the_same_from_both_forms_and_take_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = load(&tiny::write_hf_biased(&dir.path().join("hf"), 7));
+    let gguf_path = dir.path().join("biased.gguf");
+    let gguf = load(&tiny::write_gguf_biased(&gguf_path, 7, GgmlDType::F32));
+    let plain = load(&tiny::write_gguf(
+        &dir.path().join("plain.gguf"),
+        7,
+        GgmlDType::F32,
+    ));
+    assert!(hf.config.qkv_bias && gguf.config.qkv_bias && !plain.config.qkv_bias);
+    let ids = gguf.encode(TEXT).unwrap();
+    let logits = |m: &LoadedModel| m.model.forward(&ids, &[]).unwrap().logits;
+    let d = max_abs_diff(&logits(&hf), &logits(&gguf));
+    assert!(
+        d < 1e-4,
+        "HF and GGUF forms of one biased model: max |Δlogit| = {d}"
+    );
+    let effect = max_abs_diff(&logits(&gguf), &logits(&plain));
+    assert!(
+        effect > 1e-2,
+        "the biases change the logits by only {effect}"
+    );
+}
+
 #[test]
 fn q8_weights_stay_quantized_and_close_to_f32() {
     let f = forms();

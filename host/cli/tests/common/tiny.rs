@@ -87,8 +87,11 @@ fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Every weight by GGUF name, in HF layout (Q and K not permuted).
-pub fn weights(seed: u64) -> Vec<(String, Tensor)> {
+/// Every weight by GGUF name, in HF layout (Q and K not permuted); with
+/// `qkv_bias`, biases on the query, key and value projections too (as
+/// Qwen2 and some llama variants have), drawn after every other tensor so
+/// the rest are the same as without them.
+pub fn weights(seed: u64, qkv_bias: bool) -> Vec<(String, Tensor)> {
     let v = vocab_size();
     let mut out = Vec::new();
     let mut n = 0u64;
@@ -146,13 +149,44 @@ pub fn weights(seed: u64) -> Vec<(String, Tensor)> {
         0.5 / (HIDDEN as f32).sqrt() * 4.0,
         0.0,
     );
+    if qkv_bias {
+        for i in 0..LAYERS {
+            t(
+                format!("blk.{i}.attn_q.bias"),
+                &[HEADS * HEAD_DIM],
+                0.5,
+                0.0,
+            );
+            t(
+                format!("blk.{i}.attn_k.bias"),
+                &[KV_HEADS * HEAD_DIM],
+                0.5,
+                0.0,
+            );
+            t(
+                format!("blk.{i}.attn_v.bias"),
+                &[KV_HEADS * HEAD_DIM],
+                0.5,
+                0.0,
+            );
+        }
+    }
     out
 }
 
 /// Writes the HF folder form (two safetensors shards) into `dir`.
 pub fn write_hf(dir: &Path, seed: u64) -> PathBuf {
+    write_hf_as(dir, seed, false)
+}
+
+/// The HF folder form with biases on Q, K and V (`attention_bias`).
+pub fn write_hf_biased(dir: &Path, seed: u64) -> PathBuf {
+    write_hf_as(dir, seed, true)
+}
+
+fn write_hf_as(dir: &Path, seed: u64, qkv_bias: bool) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
-    let all = weights(seed);
+    let all = weights(seed, qkv_bias);
     let (first, second) = all.split_at(all.len() / 2);
     for (i, part) in [first, second].into_iter().enumerate() {
         let map: std::collections::HashMap<String, Tensor> =
@@ -172,6 +206,7 @@ pub fn write_hf(dir: &Path, seed: u64) -> PathBuf {
         "rms_norm_eps": EPS,
         "rope_theta": THETA,
         "tie_word_embeddings": false,
+        "attention_bias": qkv_bias,
         "max_position_embeddings": CONTEXT,
         "bos_token_id": 0,
         "eos_token_id": 3,
@@ -191,13 +226,30 @@ pub fn write_hf(dir: &Path, seed: u64) -> PathBuf {
 /// Writes the GGUF form: Q and K permuted as llama.cpp's converter does,
 /// matrices stored as `dtype` (norms always f32).
 pub fn write_gguf(path: &Path, seed: u64, dtype: GgmlDType) -> PathBuf {
-    let tensors: Vec<(String, QTensor)> = weights(seed)
+    write_gguf_as(path, seed, dtype, false)
+}
+
+/// The GGUF form with biases on Q, K and V, the Q and K biases' rows
+/// permuted with their matrices' as llama.cpp's converter does.
+pub fn write_gguf_biased(path: &Path, seed: u64, dtype: GgmlDType) -> PathBuf {
+    write_gguf_as(path, seed, dtype, true)
+}
+
+fn write_gguf_as(path: &Path, seed: u64, dtype: GgmlDType, qkv_bias: bool) -> PathBuf {
+    let rows = |t: &Tensor, heads: usize| match t.rank() {
+        1 => permute_qk(&t.unsqueeze(1).unwrap(), heads, false)
+            .unwrap()
+            .squeeze(1)
+            .unwrap(),
+        _ => permute_qk(t, heads, false).unwrap(),
+    };
+    let tensors: Vec<(String, QTensor)> = weights(seed, qkv_bias)
         .into_iter()
         .map(|(name, t)| {
-            let t = if name.contains("attn_q.weight") {
-                permute_qk(&t, HEADS, false).unwrap()
-            } else if name.contains("attn_k.weight") {
-                permute_qk(&t, KV_HEADS, false).unwrap()
+            let t = if name.contains(".attn_q.") {
+                rows(&t, HEADS)
+            } else if name.contains(".attn_k.") {
+                rows(&t, KV_HEADS)
             } else {
                 t
             };
