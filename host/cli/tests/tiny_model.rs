@@ -118,9 +118,9 @@ fn gguf_and_safetensors_forms_load_the_same_model() {
 }
 
 /// Biases on Q, K and V (Qwen2's, and some llama variants'): an HF folder
-/// keeps Q and K in HF's row order, which the loader turns into llama.cpp's
-/// for the weights and must for their biases too; a GGUF file has both
-/// permuted already.
+/// keeps Q and K (weights and biases) in HF's row order and runs RoPE on
+/// split halves; a GGUF file has both permuted as llama.cpp's converter
+/// does and runs it on adjacent pairs. The two must agree.
 #[test]
 fn qkv_biases_load_the_same_from_both_forms_and_take_effect() {
     let dir = tempfile::tempdir().unwrap();

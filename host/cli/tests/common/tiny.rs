@@ -236,20 +236,13 @@ pub fn write_gguf_biased(path: &Path, seed: u64, dtype: GgmlDType) -> PathBuf {
 }
 
 fn write_gguf_as(path: &Path, seed: u64, dtype: GgmlDType, qkv_bias: bool) -> PathBuf {
-    let rows = |t: &Tensor, heads: usize| match t.rank() {
-        1 => permute_qk(&t.unsqueeze(1).unwrap(), heads, false)
-            .unwrap()
-            .squeeze(1)
-            .unwrap(),
-        _ => permute_qk(t, heads, false).unwrap(),
-    };
     let tensors: Vec<(String, QTensor)> = weights(seed, qkv_bias)
         .into_iter()
         .map(|(name, t)| {
             let t = if name.contains(".attn_q.") {
-                rows(&t, HEADS)
+                permute_qk(&t, HEADS, false).unwrap()
             } else if name.contains(".attn_k.") {
-                rows(&t, KV_HEADS)
+                permute_qk(&t, KV_HEADS, false).unwrap()
             } else {
                 t
             };

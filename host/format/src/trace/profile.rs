@@ -31,8 +31,10 @@ pub struct StageProfile {
     /// backend counts them; 0 when not counted.
     pub output_bytes: u64,
     /// Copies the stage made between the host's memory and a device's own
-    /// (a GPU's); 0 where the model runs in the host's memory (a CPU, or
-    /// MLX's memory, which Apple silicon's CPU and GPU share).
+    /// (a GPU's) for the tokens, logits and tensors it moves; 0 on a CPU
+    /// and on MLX, whose arrays the host reads in place. Reads an
+    /// intervention or a policy makes during a pass are not counted
+    /// (docs/profiles.md).
     pub host_device_copies: u64,
     /// Points where the host waited for the device.
     pub sync_points: u64,

@@ -426,9 +426,10 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
         let g = g.finish(&mut |_| {});
         let mut p = job.rec.profile(start, g.decode_steps);
         p.duration_ns = g.decode_ns;
-        // Each step uploads its tokens and copies its logits back (one of
-        // each for the sequences a batched step runs together), which
-        // waits for the step: one synchronisation per step.
+        // Each step uploads its token and copies its logits back, which
+        // waits for the step: one synchronisation per step. A batched
+        // step's sequences share one upload, which each trace counts as
+        // its own (as each counts the step's whole time).
         if exec.on_device() {
             p.host_device_copies = 2 * g.decode_steps as u64;
             p.sync_points += g.decode_steps as u64;

@@ -200,11 +200,13 @@ impl PackedFolder {
             (true, _, true) => self.heads.1,
             _ => return Ok(a),
         };
-        let (out, cols) = (a.shape()[0], a.shape()[1]);
+        // A matrix `[out, cols]` or a bias `[out]`: its rows move alike.
+        let shape = a.shape().to_vec();
+        let (out, cols) = (shape[0], shape[1..].iter().product::<i32>());
         let (heads, half) = (heads as i32, out / heads as i32 / 2);
         a.reshape(&[heads, 2, half, cols])?
             .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[out, cols])
+            .reshape(&shape)
     }
 
     /// The float tensor GGUF calls `name`, as f32 with `shape`.
@@ -229,10 +231,7 @@ impl PackedFolder {
             });
         }
         let a = a.as_dtype(Dtype::Float32)?;
-        Ok(Some(match shape.len() {
-            2 => self.gguf_rows(name, a)?,
-            _ => a,
-        }))
+        Ok(Some(self.gguf_rows(name, a)?))
     }
 
     /// The matrix GGUF calls `name` (`[out, inp]`), packed when the folder

@@ -14,17 +14,19 @@ use crate::model::assets::ModelAssets;
 use crate::model::config::{self, RopeStyle};
 use crate::model::{ModelError, Special, WeightMode, hf_name};
 
-/// llama.cpp's row permutation of Q and K (`[out, in]`, `heads` heads),
-/// which turns `rotate_half` pairs into adjacent pairs. `inverse` undoes it.
+/// llama.cpp's row permutation of Q and K (a matrix `[out, in]` or a bias
+/// `[out]`, `heads` heads), which turns `rotate_half` pairs into adjacent
+/// pairs. `inverse` undoes it.
 pub fn permute_qk(w: &Tensor, heads: usize, inverse: bool) -> Result<Tensor, ModelError> {
-    let (out, inp) = w.dims2()?;
+    let out = w.dim(0)?;
+    let inp = w.elem_count() / out.max(1);
     let half = out / heads / 2;
     Ok(match inverse {
         false => w.reshape((heads, 2, half, inp))?.transpose(1, 2)?,
         true => w.reshape((heads, half, 2, inp))?.transpose(1, 2)?,
     }
     .contiguous()?
-    .reshape((out, inp))?)
+    .reshape(w.shape())?)
 }
 
 /// Loads an HF folder.
@@ -128,8 +130,8 @@ impl HfWeights {
         Ok(Some(
             match (
                 self.interleaved,
-                name.contains(".attn_q.weight"),
-                name.contains(".attn_k.weight"),
+                name.contains(".attn_q."),
+                name.contains(".attn_k."),
             ) {
                 (true, true, _) => permute_qk(&t, self.heads.0, false)?,
                 (true, _, true) => permute_qk(&t, self.heads.1, false)?,
@@ -193,9 +195,6 @@ pub fn export_weights(
             _ => None,
         };
         let t = match (c.rope_style, heads) {
-            (RopeStyle::Interleaved, Some(h)) if t.rank() == 1 => {
-                permute_qk(&t.unsqueeze(1)?, h, true)?.squeeze(1)?
-            }
             (RopeStyle::Interleaved, Some(h)) => permute_qk(&t, h, true)?,
             _ => t,
         };
@@ -309,6 +308,14 @@ mod tests {
         assert_eq!(
             back.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
             (0..8).map(|i| i as f32).collect::<Vec<_>>()
+        );
+        // A bias's rows move as its matrix's do, and keep its shape.
+        let bias = w.flatten_all().unwrap();
+        let pb = permute_qk(&bias, 2, false).unwrap();
+        assert_eq!(pb.dims(), [8]);
+        assert_eq!(
+            pb.to_vec1::<f32>().unwrap(),
+            p.flatten_all().unwrap().to_vec1::<f32>().unwrap()
         );
     }
 }
