@@ -26,6 +26,10 @@ use crate::trace::{
     TraceBuilder, TraceRequest,
 };
 
+/// A tensor observed during a pass, copied to the host: its kind, layer,
+/// labels and data.
+pub type Observed = (K, usize, BTreeMap<String, String>, TensorData);
+
 /// Artifact labels from `(key, value)` pairs.
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -157,6 +161,43 @@ impl Recorder {
     ) {
         let raw = self.request.keeps_raw(kind);
         self.put(span, kind, layer, labels, data, raw);
+    }
+
+    /// The observe span: `tensors` copied to the host (activations and
+    /// weight snapshots, by kind, layer and labels), each one host↔device
+    /// copy where the model's memory is a device's (`on_device`).
+    pub fn observe(&mut self, mut p: StageProfile, tensors: Vec<Observed>, on_device: bool) {
+        p.output_bytes = tensors.iter().map(|t| t.3.bytes.len() as u64).sum();
+        if on_device {
+            p.host_device_copies = tensors.len() as u64;
+        }
+        let span = self.span(Stage::Observe, p);
+        for (kind, layer, l, data) in tensors {
+            self.tensor(&span, kind, Some(layer), l, data);
+        }
+    }
+
+    /// The lm_head span: the prompt's logits and log-probabilities where
+    /// asked (`rows`, logprobs first; recorded logits first), over every
+    /// position or the last (`all_positions`). On a device it counts the
+    /// last row's copy for decoding and, when rows were asked, their copy.
+    pub fn lm_head(
+        &mut self,
+        mut p: StageProfile,
+        rows: Vec<(K, TensorData)>,
+        all_positions: bool,
+        on_device: bool,
+    ) {
+        p.output_bytes = rows.iter().map(|r| r.1.bytes.len() as u64).sum();
+        if on_device {
+            p.host_device_copies = 1 + u64::from(!rows.is_empty());
+        }
+        let positions = if all_positions { "all" } else { "last" };
+        p.notes.insert("positions".into(), positions.into());
+        let span = self.span(Stage::LmHead, p);
+        for (kind, data) in rows.into_iter().rev() {
+            self.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
+        }
     }
 
     /// A tensor artifact always kept raw: rows the report computes from

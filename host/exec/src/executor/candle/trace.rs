@@ -4,7 +4,6 @@
 //! recorded, and how, is the shared [`Recorder`]'s; this file holds what
 //! is candle's: the session, the hooks, and tensors copied to the host.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
@@ -14,7 +13,7 @@ use super::model::llama::LogitsAt;
 use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
+    Observed, Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
     resident_bytes, support_scores, tokenize_prompt,
 };
 use crate::executor::{
@@ -301,7 +300,7 @@ impl Job<'_> {
             .saturating_sub(self.session.hook.intervene_ns);
         if self.observe || request.wants(K::WeightSnapshot) {
             let start = Instant::now();
-            let mut pending: Vec<(K, usize, BTreeMap<String, String>, TensorData)> = Vec::new();
+            let mut pending: Vec<Observed> = Vec::new();
             for k in &kept {
                 let l = labels(&[("site", k.site.as_str())]);
                 pending.push((K::Activation, k.layer, l, host_data(&k.tensor)?));
@@ -317,14 +316,7 @@ impl Job<'_> {
             }
             let mut p = rec.profile(start, n);
             p.duration_ns += observed_ns;
-            p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
-            if on_device {
-                p.host_device_copies = pending.len() as u64;
-            }
-            let span = rec.span(Stage::Observe, p);
-            for (kind, layer, l, data) in pending {
-                rec.tensor(&span, kind, Some(layer), l, data);
-            }
+            rec.observe(p, pending, on_device);
         }
 
         // lm_head: logits and log-probabilities at every prompt position.
@@ -342,25 +334,8 @@ impl Job<'_> {
         self.prefill_last = last_row(logits)?;
         let mut p = rec.profile(start, n);
         p.duration_ns += timing.lm_head_ns;
-        p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
-        // The last row for decoding; every position once when asked.
-        if on_device {
-            p.host_device_copies = 1 + u64::from(!lm.is_empty());
-        }
-        p.notes.insert(
-            "positions".into(),
-            match self.at {
-                LogitsAt::All => "all",
-                LogitsAt::Last | LogitsAt::From(_) => "last",
-            }
-            .into(),
-        );
         note_batch(&mut p, sequences, batch_tokens);
-        let span = rec.span(Stage::LmHead, p);
-        // Logits first, as they always were.
-        for (kind, data) in lm.into_iter().rev() {
-            rec.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
-        }
+        rec.lm_head(p, lm, self.at == LogitsAt::All, on_device);
         Ok(())
     }
 }

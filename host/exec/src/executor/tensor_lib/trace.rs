@@ -130,14 +130,7 @@ pub(super) fn run<M: LibModel>(
         let mut p = rec.profile(start, n);
         settled.note(&mut p);
         p.duration_ns += timing.hook_ns.saturating_sub(session.hook.intervene_ns);
-        p.output_bytes = pending.iter().map(|x| x.3.bytes.len() as u64).sum();
-        if on_device {
-            p.host_device_copies = pending.len() as u64;
-        }
-        let span = rec.span(Stage::Observe, p);
-        for (kind, layer, l, data) in pending {
-            rec.tensor(&span, kind, Some(layer), l, data);
-        }
+        rec.observe(p, pending, on_device);
     }
 
     // lm_head: logits and log-probabilities at every prompt position.
@@ -157,19 +150,7 @@ pub(super) fn run<M: LibModel>(
     let mut p = rec.profile(start, n);
     settled.note(&mut p);
     p.duration_ns += timing.lm_head_ns;
-    p.output_bytes = lm.iter().map(|x| x.1.bytes.len() as u64).sum();
-    // The last row for decoding; every position once when asked.
-    if on_device {
-        p.host_device_copies = 1 + u64::from(!lm.is_empty());
-    }
-    p.notes.insert(
-        "positions".into(),
-        if all_logits { "all" } else { "last" }.into(),
-    );
-    let span = rec.span(Stage::LmHead, p);
-    for (kind, data) in lm.into_iter().rev() {
-        rec.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
-    }
+    rec.lm_head(p, lm, all_logits, on_device);
 
     // decode: one pass per generated token.
     let mut generation = None;
