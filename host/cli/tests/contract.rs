@@ -39,11 +39,10 @@ use common::tiny;
 use vauban::bundle::{BundleWriter, WriteMode};
 use vauban::executor::http::HttpSpec;
 use vauban::executor::{
-    Backend, DeviceSpec, Executor, ExecutorError, GenerateOptions, InferenceSession, ModelSpec,
-    PromptForm, RunOptions, TraceOutput,
+    Backend, Executor, ExecutorError, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
+    RunOptions, TraceOutput,
 };
 use vauban::intervene::{Direction, Intervention, Mode, Positions};
-use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, Stage, SupportLevel, TraceRequest};
 
 const PROMPTS: [(&str, &str); 2] = [
@@ -96,47 +95,30 @@ fn options(id: &str) -> RunOptions {
 }
 
 fn candle(path: &Path) -> Backend {
-    Backend::load(&ModelSpec {
-        path: path.to_path_buf(),
-        device: DeviceSpec::Cpu,
-        weights: WeightMode::Native,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
-    })
-    .unwrap()
+    Backend::load(&ModelSpec::new(path)).unwrap()
 }
 
 /// The device the torch subjects run on: `VAUBAN_TEST_DEVICE` (`cuda`,
 /// `cuda:1`), else the CPU.
 #[cfg(feature = "torch")]
-fn test_device() -> DeviceSpec {
+fn test_device() -> vauban::executor::DeviceSpec {
     std::env::var("VAUBAN_TEST_DEVICE")
         .map(|d| d.parse().expect("VAUBAN_TEST_DEVICE names a device"))
-        .unwrap_or(DeviceSpec::Cpu)
+        .unwrap_or_default()
 }
 
 #[cfg(feature = "torch")]
 fn torch(path: &Path) -> Backend {
     Backend::torch(&ModelSpec {
-        path: path.to_path_buf(),
         device: test_device(),
-        weights: WeightMode::Native,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
+        ..ModelSpec::new(path)
     })
     .unwrap()
 }
 
 #[cfg(feature = "mlx")]
 fn mlx(path: &Path) -> Backend {
-    Backend::mlx(&ModelSpec {
-        path: path.to_path_buf(),
-        device: DeviceSpec::Cpu,
-        weights: WeightMode::Native,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
-    })
-    .unwrap()
+    Backend::mlx(&ModelSpec::new(path)).unwrap()
 }
 
 /// A bundle of the contract's prompts traced by `source`, served by replay.

@@ -25,7 +25,7 @@ use vauban::executor::{
 };
 use vauban::intervene::policy::{Observation, PolicyOp, StepPolicy, Watch};
 use vauban::intervene::{Direction, Intervention, Mode, Positions};
-use vauban::model::{KvType, WeightMode};
+use vauban::model::WeightMode;
 use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
 /// candle's side: the CPU.
@@ -59,12 +59,10 @@ fn others(path: &Path) -> Vec<(&'static str, Backend)> {
 
 fn spec_on(path: &Path, device: DeviceSpec) -> ModelSpec {
     ModelSpec {
-        path: path.to_path_buf(),
         device,
         // Dequantized on both sides, so both multiply the same f32 weights.
         weights: WeightMode::F32,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
+        ..ModelSpec::new(path)
     }
 }
 

@@ -12,15 +12,13 @@ use std::sync::OnceLock;
 use candle_core::quantized::GgmlDType;
 use common::tiny;
 use vauban::config::{Prompt, Redaction, Suite};
-use vauban::executor::{
-    Backend, DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions,
-};
+use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions};
 use vauban::intervene::{InterventionSpec, load_direction};
 use vauban::measure::{
     self, MeasureError, MeasureOptions, Measurement, Provenance, Selection, holdout_split,
     read_metadata,
 };
-use vauban::model::{KvType, WeightMode};
+use vauban::model::WeightMode;
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 const HARMFUL: [&str; 5] = [
@@ -80,11 +78,8 @@ fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, Backend) {
 
 fn load(path: &Path, weights: WeightMode) -> Backend {
     Backend::load(&ModelSpec {
-        path: path.to_path_buf(),
-        device: DeviceSpec::Cpu,
         weights,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
+        ..ModelSpec::new(path)
     })
     .unwrap()
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, TraceOutput};
-use vauban::model::{KvType, WeightMode};
+use vauban::model::WeightMode;
 use vauban::trace::ArtifactKind as K;
 
 /// A `vauban serve` child, killed when dropped.
@@ -71,11 +71,8 @@ const PROMPT: &str = "The capital of France is";
 /// Greedy tokens in this process, with `spec` applied when given.
 fn in_process(model: &Path, spec: Option<&str>) -> Vec<u32> {
     let exec = Backend::load(&ModelSpec {
-        path: model.to_path_buf(),
-        device: "cpu".parse().unwrap(),
         weights: WeightMode::F32,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
+        ..ModelSpec::new(model)
     })
     .unwrap();
     let d = exec.dims();

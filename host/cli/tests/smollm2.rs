@@ -503,20 +503,13 @@ fn argmax(x: &[f32]) -> usize {
 fn a_batch_with_a_shared_opening_matches_the_traces_alone() {
     use vauban::executor::candle::CandleExecutor;
     use vauban::executor::{
-        DeviceSpec, GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
+        GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
     };
     use vauban::trace::{ArtifactKind as K, TraceRequest};
     if model().is_none() {
         return;
     }
-    let e = CandleExecutor::load(&ModelSpec {
-        path: model_path(),
-        device: DeviceSpec::Cpu,
-        weights: WeightMode::Native,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
-    })
-    .unwrap();
+    let e = CandleExecutor::load(&ModelSpec::new(model_path())).unwrap();
     let jobs: Vec<(TraceRequest, RunOptions)> = [
         "What is the capital of France?",
         "Write a haiku about the sea.",

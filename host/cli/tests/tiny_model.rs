@@ -11,11 +11,10 @@ use common::tiny;
 use vauban::executor::candle::CandleExecutor;
 use vauban::executor::candle::model::LoadedModel;
 use vauban::executor::{
-    DeviceSpec, GenerateOptions, InferenceSession, ModelSpec, PromptForm, RunOptions,
-    generate::generate,
+    GenerateOptions, InferenceSession, ModelSpec, PromptForm, RunOptions, generate::generate,
 };
 use vauban::intervene::InterventionSpec;
-use vauban::model::{KvType, Matrix, WeightMode};
+use vauban::model::{Matrix, WeightMode};
 use vauban::trace::{ArtifactData, ArtifactKind as K, TraceRequest};
 
 const TEXT: &str = "the cat in the hat sat on a mat, then ran in";
@@ -53,14 +52,7 @@ fn load_err(path: &Path) -> String {
 }
 
 fn exec(path: &Path) -> CandleExecutor {
-    CandleExecutor::load(&ModelSpec {
-        path: path.to_path_buf(),
-        device: DeviceSpec::Cpu,
-        weights: WeightMode::Native,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
-    })
-    .unwrap()
+    CandleExecutor::load(&ModelSpec::new(path)).unwrap()
 }
 
 /// Generates after `prompt` in a fresh session; returns the generation and
@@ -550,13 +542,7 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
 fn the_backend_enum_dispatches_to_candle() {
     use vauban::executor::{Backend, Executor};
     let f = forms();
-    let spec = ModelSpec {
-        path: f.hf.clone(),
-        device: DeviceSpec::Cpu,
-        weights: WeightMode::Native,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
-    };
+    let spec = ModelSpec::new(f.hf.clone());
     let backend = <Backend as Executor>::load(&spec).unwrap();
     assert_eq!(backend.capabilities().executor, "candle");
     assert_eq!(backend.dims().layers, tiny::LAYERS);

@@ -96,14 +96,7 @@ fn an_executor_shared_between_threads_gives_each_the_same_logits() {
     let Some(path) = common::smollm2() else {
         return;
     };
-    let exec = Backend::mlx(&ModelSpec {
-        path,
-        device: Default::default(),
-        weights: WeightMode::Native,
-        kv_cache: Default::default(),
-        dtype: Default::default(),
-    })
-    .unwrap();
+    let exec = Backend::mlx(&ModelSpec::new(path)).unwrap();
     let prompt = exec
         .tokenize("Tell me about lighthouses.", &PromptForm::Raw)
         .unwrap();

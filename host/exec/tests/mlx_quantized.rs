@@ -15,10 +15,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mlx_rs::{Array, Dtype};
-use vauban_exec::executor::{
-    Backend, DeviceSpec, Executor, InferenceSession, ModelSpec, PromptForm,
-};
-use vauban_exec::model::{KvType, WeightMode};
+use vauban_exec::executor::{Backend, Executor, InferenceSession, ModelSpec, PromptForm};
+use vauban_exec::model::WeightMode;
 
 fn spec(path: &Path) -> ModelSpec {
     spec_as(path, WeightMode::Native)
@@ -26,11 +24,8 @@ fn spec(path: &Path) -> ModelSpec {
 
 fn spec_as(path: &Path, weights: WeightMode) -> ModelSpec {
     ModelSpec {
-        path: path.to_path_buf(),
-        device: DeviceSpec::Cpu,
         weights,
-        kv_cache: KvType::F32,
-        dtype: Default::default(),
+        ..ModelSpec::new(path)
     }
 }
 

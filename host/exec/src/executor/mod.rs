@@ -142,6 +142,20 @@ pub struct ModelSpec {
     pub dtype: Dtype,
 }
 
+impl ModelSpec {
+    /// `path` with every other setting at what a config leaves it: the
+    /// CPU, weights as stored, an f32 KV cache and f32.
+    pub fn new(path: impl Into<PathBuf>) -> ModelSpec {
+        ModelSpec {
+            path: path.into(),
+            device: DeviceSpec::default(),
+            weights: WeightMode::default(),
+            kv_cache: KvType::default(),
+            dtype: Dtype::default(),
+        }
+    }
+}
+
 /// How the prompt text becomes tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PromptForm {
