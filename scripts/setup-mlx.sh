@@ -6,7 +6,8 @@
 # What it gathers, none of it installed system-wide:
 # - MLX itself from the PyPI wheel `mlx-cpu` (a Linux CPU build: libmlx.so,
 #   its C++ headers and MLXConfig.cmake; glibc 2.35 or newer);
-# - Debian's OpenBLAS (bookworm's package, by URL and sha256) in place of
+# - Debian's OpenBLAS (bookworm's package, by name, version and sha256,
+#   through apt-get download) in place of
 #   the wheel's reference BLAS and LAPACK:
 #   the wheel bundles netlib's, which multiplies a 2048² f32 matrix at
 #   3.6 GFLOP/s here against OpenBLAS's 141-166. libmlx.so finds its BLAS
@@ -22,7 +23,6 @@ set -euo pipefail
 version="0.32.4"
 libclang_version="18.1.1"
 openblas_version="0.3.21+ds-4"
-openblas_url="http://deb.debian.org/debian/pool/main/o/openblas/libopenblas0-pthread_0.3.21+ds-4_amd64.deb"
 openblas_sha256="4f7e4561dbfa9286c671c91350204fbda7afad675500e59cd4a56f84604844f8"
 cmake_version="3.31.6"
 
@@ -75,7 +75,21 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work" \
   --python-version 3.11 --platform manylinux2010_x86_64 \
   "libclang==$libclang_version"
 echo "setup-mlx: downloading Debian's OpenBLAS $openblas_version" >&2
-curl --fail --silent --show-error --location --retry 3 -o "$work/openblas.deb" "$openblas_url"
+# apt-get download fetches a package by name and version from the
+# machine's configured sources into the current folder, as any user; a
+# machine whose package lists do not hold that version yet has them
+# refreshed first (as root; otherwise the error says what to run).
+openblas_pkg="libopenblas0-pthread=$openblas_version"
+if ! apt-cache show "$openblas_pkg" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >&2
+  else
+    echo "setup-mlx: $openblas_pkg is not in the package lists; run \`sudo apt-get update\` and again" >&2
+    exit 1
+  fi
+fi
+(cd "$work" && apt-get download -qq "$openblas_pkg" >&2)
+mv "$work"/libopenblas0-pthread_*.deb "$work/openblas.deb"
 echo "$openblas_sha256  $work/openblas.deb" | sha256sum --check --quiet
 
 rm -rf "$prefix"

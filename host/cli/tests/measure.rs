@@ -587,6 +587,13 @@ fn the_command_writes_the_file_and_prints_json_or_a_table() {
     args[8] = s(&cv);
     let o = vauban(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The advice uses llama.cpp's syntax, FILE:SCALE in one argument
+    // (llama-server --help: `--control-vector-scaled FNAME:SCALE,...`).
+    let advice = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        advice.contains(&format!("--control-vector-scaled {}:SCALE", s(&cv))),
+        "{advice}"
+    );
     let file = vauban::gguf::GgufFile::read(std::fs::File::open(&cv).unwrap()).unwrap();
     assert_eq!(
         file.meta("general.architecture").unwrap().to_str().unwrap(),

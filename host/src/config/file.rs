@@ -260,17 +260,17 @@ fn native() -> String {
 #[serde(deny_unknown_fields)]
 pub struct TransformSection {
     pub kind: TransformKind,
-    /// The direction file (`ablate`, `orthogonalize`); `measured` names the
-    /// `[measure]` section's output.
+    /// The direction file (`ablate`, `orthogonalize`, `steer`); `measured`
+    /// names the `[measure]` section's output.
     #[serde(default)]
     pub direction: Option<String>,
     /// The tensor in the direction file (default: `direction`, or the file's only tensor).
     #[serde(default)]
     pub tensor: Option<String>,
-    /// Blocks to act on (default: all).
+    /// Blocks to act on (default: all; `steer` needs them named).
     #[serde(default)]
     pub layers: Vec<usize>,
-    /// Scale of the removal (`ablate`).
+    /// Scale of the removal (`ablate`) or of the added direction (`steer`).
     #[serde(default = "one")]
     pub alpha: f32,
     /// Intervention specs (`intervene`), as `--intervene` takes them.
@@ -288,6 +288,10 @@ pub enum TransformKind {
     /// Orthogonalize the weights writing into the residual stream against
     /// the direction (`W ← W − r̂(r̂ᵀW)`), in memory.
     Orthogonalize,
+    /// Add the direction, as the file holds it (not normalised), times
+    /// `alpha` to the residual stream after every listed block, in prefill
+    /// and every decode step (activation addition).
+    Steer,
     /// Explicit activation interventions.
     Intervene,
 }
@@ -297,6 +301,7 @@ impl TransformKind {
         match self {
             TransformKind::Ablate => "ablate",
             TransformKind::Orthogonalize => "orthogonalize",
+            TransformKind::Steer => "steer",
             TransformKind::Intervene => "intervene",
         }
     }
@@ -586,7 +591,9 @@ fn normalize(p: &Path) -> PathBuf {
     out.iter().collect()
 }
 
-fn expand(s: &str) -> Result<String, String> {
+/// Expands `${VAR}` / `${VAR:-default}` (and a leading `~/`) in a string
+/// from the config: paths, and an endpoint's URL.
+pub fn expand(s: &str) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find("${") {

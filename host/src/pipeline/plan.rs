@@ -1021,15 +1021,17 @@ fn transform(
     replay: bool,
 ) -> anyhow::Result<TransformPlan> {
     let direction = match (&t.direction, t.kind) {
-        (Some(d), TransformKind::Ablate | TransformKind::Orthogonalize) => Some(direction_ref(
+        (Some(d), TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer) => {
+            Some(direction_ref(
             d,
             &format!("{key}.direction"),
             resolve,
             at,
             has_measure,
             replay,
-        )?),
-        (None, TransformKind::Ablate | TransformKind::Orthogonalize) => {
+        )?)
+        }
+        (None, TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer) => {
             return Err(at(
                 key,
                 format!(
@@ -1046,6 +1048,14 @@ fn transform(
         }
         (None, TransformKind::Intervene) => None,
     };
+    if t.kind == TransformKind::Steer && t.layers.is_empty() {
+        // Adding a direction after every block compounds it through the
+        // whole stack; steering is a choice of block, so it is named.
+        return Err(at(
+            &format!("{key}.layers"),
+            "kind `steer` needs `layers`: the blocks after which the direction is added (usually one, e.g. the layer `vauban measure` chose)".into(),
+        ));
+    }
     if !(t.alpha.is_finite() && t.alpha.abs() <= MAX_ALPHA) {
         return Err(at(
             &format!("{key}.alpha"),
@@ -1136,7 +1146,10 @@ fn http_spec(
             "executor = \"http\" needs the endpoint's base URL, e.g. url = \"http://127.0.0.1:8080/v1\"".into(),
         ));
     };
-    let mut spec = crate::executor::http::HttpSpec::new(url, &s.model.to_string_lossy());
+    // `${VAR:-default}` as in paths, so a CI job can point a config at its
+    // endpoint without editing it.
+    let url = crate::config::file::expand(url).map_err(|e| at(&format!("{key}.url"), e))?;
+    let mut spec = crate::executor::http::HttpSpec::new(&url, &s.model.to_string_lossy());
     spec.base_url().map_err(|e| at(&format!("{key}.url"), e))?;
     if spec.model.is_empty() {
         return Err(at(

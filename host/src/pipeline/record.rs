@@ -111,7 +111,7 @@ pub fn load_side(
         exec.check_layers(&layers)
             .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
         match t.kind {
-            TransformKind::Ablate | TransformKind::Orthogonalize => {
+            TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer => {
                 let (path, tensor) =
                     direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
                 let mut sha = String::new();
@@ -129,21 +129,38 @@ pub fn load_side(
                             dims.hidden
                         );
                     }
-                    let unit = d.unit()?;
                     norm = d.norms[0];
                     sha = d.file_sha256.clone();
                     match t.kind {
                         TransformKind::Ablate => interventions.push(Intervention {
                             layer,
                             mode: Mode::Subtract,
-                            direction: unit,
+                            direction: d.unit()?,
                             alpha: t.alpha,
                             value: None,
                             positions: Positions::All,
                             condition: None,
                         }),
+                        // Activation addition takes the direction as the
+                        // file holds it (a difference of means carries its
+                        // own scale), times `alpha`.
+                        TransformKind::Steer => {
+                            let steer = Intervention {
+                                layer,
+                                mode: Mode::Steer,
+                                direction: d,
+                                alpha: t.alpha,
+                                value: None,
+                                positions: Positions::All,
+                                condition: None,
+                            };
+                            steer.check().with_context(|| {
+                                format!("{}.transform.direction", side.name.as_str())
+                            })?;
+                            interventions.push(steer);
+                        }
                         _ => {
-                            exec.orthogonalize(&unit, &[layer])?;
+                            exec.orthogonalize(&d.unit()?, &[layer])?;
                         }
                     }
                 }
@@ -154,6 +171,14 @@ pub fn load_side(
                         path.display(),
                         tensor.as_deref().unwrap_or("(the only one)"),
                         layers.len()
+                    ),
+                    TransformKind::Steer => format!(
+                        "activation addition (steer, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} block(s) {:?}",
+                        t.alpha,
+                        path.display(),
+                        tensor.as_deref().unwrap_or("(the only one)"),
+                        layers.len(),
+                        layers
                     ),
                     _ => format!(
                         "weights orthogonalized against {} (tensor {}) in {} blocks (attn_output, ffn_down)",

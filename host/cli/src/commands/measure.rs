@@ -220,7 +220,7 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     {
         writeln!(
             out,
-            "wrote {0}: a llama.cpp control vector, `direction.1` to `direction.{1}` [{2}] (layer 0 cannot be steered there); ablate the chosen layer's with --intervene layer={3},mode=subtract,direction={0}, or steer llama.cpp with --control-vector-scaled {0} SCALE (negative: away from refusal)",
+            "wrote {0}: a llama.cpp control vector, `direction.1` to `direction.{1}` [{2}] (layer 0 cannot be steered there); ablate the chosen layer's with --intervene layer={3},mode=subtract,direction={0}, or steer llama.cpp with --control-vector-scaled {0}:SCALE (negative: away from refusal)",
             args.out.display(),
             s.n_layers.saturating_sub(1),
             s.d_model,

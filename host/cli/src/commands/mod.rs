@@ -141,6 +141,11 @@ pub enum ModelCommand {
     /// stream (W ← W − r̂(r̂ᵀW) on attn_output and ffn_down; weight-level
     /// directional ablation) and write the model as an HF folder.
     Orthogonalize(model::OrthogonalizeArgs),
+    /// Write the model, unchanged, as an HF folder (f32 safetensors,
+    /// config.json, tokenizer.json, the chat template): the baseline to
+    /// compare an edited or fine-tuned HF folder against, or a GGUF's
+    /// weights for tools that read HF folders.
+    Export(model::ExportArgs),
 }
 
 /// `vauban trace ...`
@@ -220,6 +225,7 @@ impl Cli {
             Command::Generate(args) => model::generate_text(args, out),
             Command::Serve(args) => serve::run(args, out),
             Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
+            Command::Model(ModelCommand::Export(args)) => model::export(args, out),
             Command::Measure(args) => measure::run(args, out),
             Command::Plugin(command) => plugin::run(command, out),
             Command::Schema(args) => {

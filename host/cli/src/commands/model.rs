@@ -628,6 +628,37 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
     Ok(())
 }
 
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The HF folder to write (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `vauban model export`: the model as loaded, written as an HF folder. A
+/// quantized GGUF is dequantized (the folder holds f32), so an edit made
+/// from the same file (`orthogonalize`) differs from it by the edit alone.
+pub fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.out.exists() {
+        bail!(
+            "{} exists; choose a new folder for the exported model",
+            args.out.display()
+        );
+    }
+    let exec = args.model.load()?;
+    exec.export_hf(&args.out)
+        .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    writeln!(
+        out,
+        "exported the model ({} layers) to {}",
+        exec.dims().layers,
+        args.out.display()
+    )?;
+    Ok(())
+}
+
 /// A sampling temperature: a finite number ≥ 0 (0 is greedy).
 fn temperature(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {

@@ -1,0 +1,393 @@
+//! The cookbook (`examples/*.toml`, listed in `examples/README.md`): every
+//! recipe validates and runs end to end as its header says, through the
+//! binary, on the real SmolLM2 model, and its report holds what the header
+//! promises. Each test copies the recipes and their prompt files into a
+//! folder of its own, so their `../out/...` outputs stay there, and runs
+//! the commands the header lists.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::plugins;
+use serde_json::Value;
+
+/// The recipes, in the cookbook's order.
+const RECIPES: [&str; 7] = [
+    "quantization",
+    "system-prompt",
+    "steering",
+    "weight-edit",
+    "endpoint",
+    "cross-backend",
+    "replay",
+];
+
+/// `examples/` copied into a temporary folder: every `.toml` and the
+/// prompt files, laid out as in the repository.
+struct Cookbook {
+    dir: tempfile::TempDir,
+}
+
+impl Cookbook {
+    fn new() -> Cookbook {
+        let dir = tempfile::tempdir().unwrap();
+        let examples = plugins::root().join("examples");
+        let to = dir.path().join("examples");
+        std::fs::create_dir_all(to.join("prompts")).unwrap();
+        for entry in std::fs::read_dir(&examples).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "toml") {
+                std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        for entry in std::fs::read_dir(examples.join("prompts")).unwrap() {
+            let p = entry.unwrap().path();
+            std::fs::copy(&p, to.join("prompts").join(p.file_name().unwrap())).unwrap();
+        }
+        Cookbook { dir }
+    }
+
+    fn recipe(&self, name: &str) -> PathBuf {
+        self.dir.path().join("examples").join(format!("{name}.toml"))
+    }
+
+    /// Where a recipe's `output = "../out/NAME"` lands.
+    fn out(&self, name: &str) -> PathBuf {
+        self.dir.path().join("out").join(name)
+    }
+
+    /// Runs the binary in the copy's root, as a user in the repository's
+    /// root would (`vauban run examples/NAME.toml`).
+    fn vauban(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let plugin_dir = plugins::wasm("vauban-plugin-refusal")
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vauban"));
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("VAUBAN_PLUGIN_DIR", plugin_dir);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("run vauban")
+    }
+
+    fn report(&self, name: &str) -> Value {
+        let text = std::fs::read_to_string(self.out(name).join("report.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The SmolLM2 GGUF the recipes name, or `None` (the test skips) when
+/// `scripts/fetch-model.sh` has not run.
+fn model() -> Option<PathBuf> {
+    common::smollm2_path()
+}
+
+fn significant(r: &Value) -> Vec<String> {
+    r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["significant"] == true)
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn gate<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("no gate {name:?} in {}", r["gates"]))
+}
+
+#[test]
+fn every_recipe_is_in_the_cookbook_with_a_header_that_says_what_it_answers() {
+    let root = plugins::root().join("examples");
+    let cookbook = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut on_disk: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|n| n != "quickstart")
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = RECIPES.iter().map(|s| s.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed, "examples/*.toml and this test's list");
+    for (i, name) in RECIPES.iter().enumerate() {
+        let file = format!("{name}.toml");
+        assert!(
+            cookbook.contains(&format!("`{file}`")),
+            "examples/README.md does not list {file}"
+        );
+        let body = std::fs::read_to_string(root.join(&file)).unwrap();
+        let header = format!("# Recipe {}: ", i + 1);
+        assert!(body.starts_with(&header), "{file} opens with `{header}`");
+        for promise in ["What the report shows", "on 2 cores"] {
+            assert!(
+                body.contains(promise) || (*name == "replay" && promise == "on 2 cores"),
+                "{file}'s header lacks {promise:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn quantization_then_replay_of_its_bundles() {
+    let Some(_) = model() else { return };
+    let book = Cookbook::new();
+    let recipe = book.recipe("quantization");
+    let o = book.vauban(&["validate", recipe.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = book.vauban(&["run", "examples/quantization.toml"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r = book.report("quantization");
+    // As the header says: no significant change, a small KL, activation
+    // evidence, and the kernels and stored types named.
+    assert_eq!(significant(&r), Vec::<String>::new(), "{}", r["metric_deltas"]);
+    assert_eq!(r["access"]["level"], "activations", "{}", r["access"]);
+    let kl = r["distribution"]["first_token_kl_mean"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no first-token KL: {}", r["distribution"]));
+    assert!(kl > 0.0 && kl < 0.2, "first-token KL {kl}");
+    assert_eq!(gate(&r, "refusals unchanged by quantization")["outcome"], "pass");
+    let inspect = book.vauban(&["trace", "inspect", "out/quantization/traces/candidate"], &[]);
+    assert!(inspect.status.success(), "{}", text(&inspect));
+    assert!(
+        String::from_utf8_lossy(&inspect.stdout).contains("Q4_1"),
+        "the candidate's kernel note names Q4_1: {}",
+        text(&inspect)
+    );
+
+    // Recipe 7: the same bundles through `vauban diff`, with no model.
+    let o = book.vauban(
+        &[
+            "diff",
+            "out/quantization/traces/baseline",
+            "out/quantization/traces/candidate",
+            "--config",
+            "examples/replay.toml",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let replayed = book.report("replay");
+    for key in ["metric_deltas", "distribution", "activation_findings"] {
+        assert_eq!(r[key], replayed[key], "{key} differs in the replay");
+    }
+    // The gate the recording run did not have is evaluated on replay.
+    let lengths = gate(&replayed, "answers keep their length");
+    assert!(
+        lengths["outcome"] == "pass" || lengths["outcome"] == "warn",
+        "{lengths}"
+    );
+    // `vauban run` on the recipe itself replays the same bundles.
+    let o = book.vauban(&["run", "examples/replay.toml", "--out", "out/replay-run"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn system_prompt_recipe_shows_the_change_in_the_distributions() {
+    let Some(_) = model() else { return };
+    let book = Cookbook::new();
+    let o = book.vauban(&["run", "examples/system-prompt.toml"], &[]);
+    assert!(
+        matches!(o.status.code(), Some(0 | 3)),
+        "exit 0, or 3 if the gate failed: {}",
+        text(&o)
+    );
+    let r = book.report("system-prompt");
+    assert_eq!(r["access"]["level"], "logprobs", "{}", r["access"]);
+    let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
+    // A new system prompt changes what follows it: far more than the
+    // quantization recipe's rounding.
+    assert!(kl > 0.1, "first-token KL {kl}");
+}
+
+#[test]
+fn steering_recipe_ends_in_a_failed_gate_and_exit_code_3() {
+    let Some(_) = model() else { return };
+    let book = Cookbook::new();
+    let o = book.vauban(&["run", "examples/steering.toml"], &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("✘ fail"), "{stdout}");
+    let r = book.report("steering");
+    // As the header says: refusals do not move, fluency does.
+    let sig = significant(&r);
+    assert!(
+        sig.iter().any(|s| s == "perplexity"),
+        "perplexity moves significantly: {sig:?}"
+    );
+    assert!(!sig.iter().any(|s| s.starts_with("refusal_rate")), "{sig:?}");
+    assert_eq!(
+        gate(&r, "no new refusals on harmless prompts")["outcome"],
+        "pass"
+    );
+    assert_eq!(gate(&r, "answers stay fluent")["outcome"], "fail");
+    let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
+    assert!(kl > 0.3, "first-token KL {kl}");
+    let md = std::fs::read_to_string(book.out("steering").join("report.md")).unwrap();
+    assert!(md.contains("answers stay fluent"), "{md}");
+    let html = std::fs::read_to_string(book.out("steering").join("report.html")).unwrap();
+    assert!(html.contains("answers stay fluent"));
+    // The steering is recorded as intervention results at its layer.
+    assert!(
+        r["interventions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["layers"] == serde_json::json!([16])),
+        "{}",
+        r["interventions"]
+    );
+}
+
+#[test]
+fn weight_edit_recipe_reaches_a_model_change_audit() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let book = Cookbook::new();
+    // The header's preparation, command by command.
+    for args in [
+        vec![
+            "measure",
+            "--model",
+            m,
+            "--harmful",
+            "examples/prompts/harmful.jsonl",
+            "--harmless",
+            "examples/prompts/harmless.jsonl",
+            "--out",
+            "out/weight-edit/refusal.safetensors",
+        ],
+        vec!["model", "export", "--model", m, "--out", "out/weight-edit/base"],
+        vec![
+            "model",
+            "orthogonalize",
+            "--model",
+            m,
+            "--direction",
+            "out/weight-edit/refusal.safetensors",
+            "--out",
+            "out/weight-edit/edited",
+        ],
+    ] {
+        let o = book.vauban(&args, &[]);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = book.vauban(&["run", "examples/weight-edit.toml"], &[]);
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", text(&o));
+    let r = book.report("weight-edit");
+    assert_eq!(r["access"]["level"], "base_and_transformed", "{}", r["access"]);
+    assert_eq!(r["access"]["claim_strength"], "model_change_audit");
+    // The weight claim cites the matrices whose snapshots differ: exactly
+    // the two that write into the residual stream, in every observed block.
+    let claim = r["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["strength"] == "weight_diff")
+        .unwrap_or_else(|| panic!("no weight claim: {}", r["claims"]));
+    assert_eq!(claim["status"], "accepted", "{claim}");
+    let mut cited: Vec<&str> = claim["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    cited.sort_unstable();
+    let mut expected: Vec<String> = [6, 12, 18, 24, 29]
+        .iter()
+        .flat_map(|l| {
+            [
+                format!("weights:layer{l}.attn_output"),
+                format!("weights:layer{l}.ffn_down"),
+            ]
+        })
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(cited, expected, "{claim}");
+}
+
+#[test]
+fn endpoint_recipe_against_a_real_llama_server() {
+    let Some(m) = model() else { return };
+    let Some(binary) = common::llama_server::binary() else {
+        return;
+    };
+    let port = common::llama_server::free_port();
+    let server = common::llama_server::LlamaServer::start(&binary, &m, port);
+    let book = Cookbook::new();
+    let url = server.url();
+    let env = [("VAUBAN_ENDPOINT", url.as_str())];
+    let o = book.vauban(&["validate", "examples/endpoint.toml", "--online"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = book.vauban(&["run", "examples/endpoint.toml"], &env);
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", text(&o));
+    let r = book.report("endpoint");
+    assert_eq!(r["access"]["level"], "logprobs", "{}", r["access"]);
+    assert!(
+        r["distribution"]["first_token_kl_mean"].as_f64().is_some(),
+        "{}",
+        r["distribution"]
+    );
+}
+
+#[test]
+fn cross_backend_recipe_names_what_to_build_or_runs() {
+    let Some(_) = model() else { return };
+    let book = Cookbook::new();
+    if cfg!(feature = "torch") {
+        let o = book.vauban(&["run", "examples/cross-backend.toml"], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let r = book.report("cross-backend");
+        assert_eq!(significant(&r), Vec::<String>::new());
+        let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
+        assert!(kl < 1e-3, "the same f32 weights on two backends: KL {kl}");
+    } else {
+        // Without the feature the recipe stops at once, naming the fix.
+        let o = book.vauban(&["validate", "examples/cross-backend.toml"], &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("scripts/setup-torch.sh") && err.contains("--features torch"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn every_recipe_that_needs_nothing_first_validates() {
+    let Some(_) = model() else { return };
+    let book = Cookbook::new();
+    for name in ["quantization", "system-prompt", "steering", "endpoint"] {
+        let o = book.vauban(&["validate", &format!("examples/{name}.toml")], &[]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o));
+    }
+    // Those that need an earlier step say which, at the key that names it.
+    let o = book.vauban(&["validate", "examples/weight-edit.toml"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("weight-edit.toml") && err.contains("out/weight-edit/base"), "{err}");
+    let o = book.vauban(&["validate", "examples/replay.toml"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("out/quantization/traces/baseline"), "{err}");
+}
