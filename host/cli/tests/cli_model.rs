@@ -281,6 +281,50 @@ fn orthogonalize_writes_a_model_that_loads() {
     assert!(o.status.success(), "{:?}", text(&o));
 }
 
+#[test]
+fn export_writes_the_model_unchanged_as_an_hf_folder() {
+    // A Q8_0 GGUF is dequantized to f32 on export: the folder must decode
+    // as the file does with its weights dequantized at load.
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::Q8_0);
+    let out = dir.path().join("base");
+    let o = vauban(&["model", "export", "--model", s(&model), "--out", s(&out)]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(
+        text(&o).0.contains("exported the model (3 layers)"),
+        "{:?}",
+        text(&o)
+    );
+    assert!(out.join("config.json").is_file() && out.join("tokenizer.json").is_file());
+    let generate = |m: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            s(m),
+            "--prompt",
+            "the cat",
+            "--raw",
+            "--max-tokens",
+            "12",
+        ];
+        args.extend(extra);
+        let o = vauban(&args);
+        assert!(o.status.success(), "{:?}", text(&o));
+        text(&o).0
+    };
+    let from_gguf = generate(&model, &["--weights", "f32"]);
+    assert!(!from_gguf.is_empty());
+    assert_eq!(generate(&out, &[]), from_gguf);
+    // An existing folder is never overwritten.
+    let o = vauban(&["model", "export", "--model", s(&model), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("exists; choose a new folder"),
+        "{:?}",
+        text(&o)
+    );
+}
+
 fn smollm2() -> Option<PathBuf> {
     let dir = std::env::var_os("VAUBAN_MODELS")
         .map(PathBuf::from)

@@ -10,6 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use common::output_text as text;
 use common::plugins;
 use serde_json::Value;
 
@@ -50,7 +51,10 @@ impl Cookbook {
     }
 
     fn recipe(&self, name: &str) -> PathBuf {
-        self.dir.path().join("examples").join(format!("{name}.toml"))
+        self.dir
+            .path()
+            .join("examples")
+            .join(format!("{name}.toml"))
     }
 
     /// Where a recipe's `output = "../out/NAME"` lands.
@@ -79,15 +83,6 @@ impl Cookbook {
         let text = std::fs::read_to_string(self.out(name).join("report.json")).unwrap();
         serde_json::from_str(&text).unwrap()
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The SmolLM2 GGUF the recipes name, or `None` (the test skips) when
@@ -139,9 +134,14 @@ fn every_recipe_is_in_the_cookbook_with_a_header_that_says_what_it_answers() {
         let body = std::fs::read_to_string(root.join(&file)).unwrap();
         let header = format!("# Recipe {}: ", i + 1);
         assert!(body.starts_with(&header), "{file} opens with `{header}`");
-        for promise in ["What the report shows", "on 2 cores"] {
+        let header: String = body
+            .lines()
+            .take_while(|l| l.starts_with('#') || l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for promise in ["What the report shows here", &format!("examples/{file}")] {
             assert!(
-                body.contains(promise) || (*name == "replay" && promise == "on 2 cores"),
+                header.contains(promise),
                 "{file}'s header lacks {promise:?}"
             );
         }
@@ -160,14 +160,25 @@ fn quantization_then_replay_of_its_bundles() {
     let r = book.report("quantization");
     // As the header says: no significant change, a small KL, activation
     // evidence, and the kernels and stored types named.
-    assert_eq!(significant(&r), Vec::<String>::new(), "{}", r["metric_deltas"]);
+    assert_eq!(
+        significant(&r),
+        Vec::<String>::new(),
+        "{}",
+        r["metric_deltas"]
+    );
     assert_eq!(r["access"]["level"], "activations", "{}", r["access"]);
     let kl = r["distribution"]["first_token_kl_mean"]
         .as_f64()
         .unwrap_or_else(|| panic!("no first-token KL: {}", r["distribution"]));
     assert!(kl > 0.0 && kl < 0.2, "first-token KL {kl}");
-    assert_eq!(gate(&r, "refusals unchanged by quantization")["outcome"], "pass");
-    let inspect = book.vauban(&["trace", "inspect", "out/quantization/traces/candidate"], &[]);
+    assert_eq!(
+        gate(&r, "refusals unchanged by quantization")["outcome"],
+        "pass"
+    );
+    let inspect = book.vauban(
+        &["trace", "inspect", "out/quantization/traces/candidate"],
+        &[],
+    );
     assert!(inspect.status.success(), "{}", text(&inspect));
     assert!(
         String::from_utf8_lossy(&inspect.stdout).contains("Q4_1"),
@@ -198,7 +209,10 @@ fn quantization_then_replay_of_its_bundles() {
         "{lengths}"
     );
     // `vauban run` on the recipe itself replays the same bundles.
-    let o = book.vauban(&["run", "examples/replay.toml", "--out", "out/replay-run"], &[]);
+    let o = book.vauban(
+        &["run", "examples/replay.toml", "--out", "out/replay-run"],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
@@ -235,7 +249,10 @@ fn steering_recipe_ends_in_a_failed_gate_and_exit_code_3() {
         sig.iter().any(|s| s == "perplexity"),
         "perplexity moves significantly: {sig:?}"
     );
-    assert!(!sig.iter().any(|s| s.starts_with("refusal_rate")), "{sig:?}");
+    assert!(
+        !sig.iter().any(|s| s.starts_with("refusal_rate")),
+        "{sig:?}"
+    );
     assert_eq!(
         gate(&r, "no new refusals on harmless prompts")["outcome"],
         "pass"
@@ -243,6 +260,20 @@ fn steering_recipe_ends_in_a_failed_gate_and_exit_code_3() {
     assert_eq!(gate(&r, "answers stay fluent")["outcome"], "fail");
     let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
     assert!(kl > 0.3, "first-token KL {kl}");
+    // The measured direction is a unit vector and the steer adds 60 of it
+    // after block 16, where the projection is read: the candidate's mean
+    // projection there is the baseline's plus 60.
+    let series = r["activation_findings"]["series"].as_array().unwrap();
+    let projection = |side: &str| {
+        series
+            .iter()
+            .find(|s| s["side"] == side)
+            .unwrap_or_else(|| panic!("no {side} series: {series:?}"))["mean_projection"][0]
+            .as_f64()
+            .unwrap()
+    };
+    let moved = projection("candidate") - projection("baseline");
+    assert!((moved - 60.0).abs() < 0.05, "projection moved by {moved}");
     let md = std::fs::read_to_string(book.out("steering").join("report.md")).unwrap();
     assert!(md.contains("answers stay fluent"), "{md}");
     let html = std::fs::read_to_string(book.out("steering").join("report.html")).unwrap();
@@ -277,7 +308,14 @@ fn weight_edit_recipe_reaches_a_model_change_audit() {
             "--out",
             "out/weight-edit/refusal.safetensors",
         ],
-        vec!["model", "export", "--model", m, "--out", "out/weight-edit/base"],
+        vec![
+            "model",
+            "export",
+            "--model",
+            m,
+            "--out",
+            "out/weight-edit/base",
+        ],
         vec![
             "model",
             "orthogonalize",
@@ -295,10 +333,15 @@ fn weight_edit_recipe_reaches_a_model_change_audit() {
     let o = book.vauban(&["run", "examples/weight-edit.toml"], &[]);
     assert!(matches!(o.status.code(), Some(0 | 3)), "{}", text(&o));
     let r = book.report("weight-edit");
-    assert_eq!(r["access"]["level"], "base_and_transformed", "{}", r["access"]);
+    assert_eq!(
+        r["access"]["level"], "base_and_transformed",
+        "{}",
+        r["access"]
+    );
     assert_eq!(r["access"]["claim_strength"], "model_change_audit");
-    // The weight claim cites the matrices whose snapshots differ: exactly
-    // the two that write into the residual stream, in every observed block.
+    // The weight claim cites the matrices whose snapshots differ: the two
+    // that write into the residual stream (the ones vauban snapshots), in
+    // every observed block.
     let claim = r["claims"]
         .as_array()
         .unwrap()
@@ -381,11 +424,27 @@ fn every_recipe_that_needs_nothing_first_validates() {
         let o = book.vauban(&["validate", &format!("examples/{name}.toml")], &[]);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o));
     }
+    // The endpoint recipe with no server there: `validate --online` says
+    // what to check before any model loads.
+    let closed = format!("http://127.0.0.1:{}/v1", common::llama_server::free_port());
+    let o = book.vauban(
+        &["validate", "--online", "examples/endpoint.toml"],
+        &[("VAUBAN_ENDPOINT", closed.as_str())],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&closed) && err.contains("is the server running"),
+        "{err}"
+    );
     // Those that need an earlier step say which, at the key that names it.
     let o = book.vauban(&["validate", "examples/weight-edit.toml"], &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("weight-edit.toml") && err.contains("out/weight-edit/base"), "{err}");
+    assert!(
+        err.contains("weight-edit.toml") && err.contains("out/weight-edit/base"),
+        "{err}"
+    );
     let o = book.vauban(&["validate", "examples/replay.toml"], &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);

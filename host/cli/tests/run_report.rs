@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use candle_core::quantized::GgmlDType;
+use common::output_text as text;
 use common::{plugins, report_fixture, tiny};
 use serde_json::Value;
 
@@ -31,15 +32,6 @@ fn vauban(args: &[&str]) -> Output {
         )
         .output()
         .expect("run vauban")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A config on the tiny model: 4 prompts in 2 categories, the candidate
@@ -945,6 +937,10 @@ fn validate_reads_the_direction_files_a_run_would_read() {
             "kind = \"intervene\"\ninterventions = [\"layer=1,mode=subtract,direction=absent.safetensors\"]"
                 .to_owned(),
             vec!["candidate.transform.interventions[0]", "absent.safetensors"],
+        ),
+        (
+            "kind = \"steer\"\ndirection = \"d.safetensors\"".to_owned(),
+            vec!["candidate.transform.layers", "kind `steer` needs `layers`"],
         ),
     ];
     for (replacement, needles) in cases {

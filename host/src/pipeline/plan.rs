@@ -1023,13 +1023,13 @@ fn transform(
     let direction = match (&t.direction, t.kind) {
         (Some(d), TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer) => {
             Some(direction_ref(
-            d,
-            &format!("{key}.direction"),
-            resolve,
-            at,
-            has_measure,
-            replay,
-        )?)
+                d,
+                &format!("{key}.direction"),
+                resolve,
+                at,
+                has_measure,
+                replay,
+            )?)
         }
         (None, TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer) => {
             return Err(at(

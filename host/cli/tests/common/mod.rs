@@ -202,3 +202,14 @@ pub fn kept_count(text: &str, side: &str, total: usize) -> Option<usize> {
         .parse()
         .ok()
 }
+
+/// A finished command's exit status, stdout and stderr, for assertion
+/// messages.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
