@@ -88,8 +88,11 @@ if ! apt-cache show "$openblas_pkg" >/dev/null 2>&1; then
     exit 1
   fi
 fi
-(cd "$work" && apt-get download -qq "$openblas_pkg" >&2)
-mv "$work"/libopenblas0-pthread_*.deb "$work/openblas.deb"
+# apt fetches as its own user (_apt), so that user may write the folder.
+chmod 755 "$work"
+mkdir -m 777 "$work/apt"
+(cd "$work/apt" && apt-get download -qq "$openblas_pkg" >&2)
+mv "$work"/apt/libopenblas0-pthread_*.deb "$work/openblas.deb"
 echo "$openblas_sha256  $work/openblas.deb" | sha256sum --check --quiet
 
 rm -rf "$prefix"

@@ -424,6 +424,31 @@ fn every_recipe_that_needs_nothing_first_validates() {
         let o = book.vauban(&["validate", &format!("examples/{name}.toml")], &[]);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o));
     }
+    // A recipe edited wrongly gets the file:line:key error of any config.
+    let recipe = book.recipe("quantization");
+    let body = std::fs::read_to_string(&recipe).unwrap();
+    let line = body
+        .lines()
+        .position(|l| l.starts_with("label = \"SmolLM2-135M-Instruct, Q4_1\""))
+        .unwrap()
+        + 1;
+    std::fs::write(
+        &recipe,
+        body.replace(
+            "label = \"SmolLM2-135M-Instruct, Q4_1\"",
+            "lable = \"SmolLM2-135M-Instruct, Q4_1\"",
+        ),
+    )
+    .unwrap();
+    let o = book.vauban(&["validate", "examples/quantization.toml"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("quantization.toml:{line}:"))
+            && err.contains("unknown field `lable`")
+            && err.contains("did you mean `label`?"),
+        "{err}"
+    );
     // The endpoint recipe with no server there: `validate --online` says
     // what to check before any model loads.
     let closed = format!("http://127.0.0.1:{}/v1", common::llama_server::free_port());
