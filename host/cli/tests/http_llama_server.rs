@@ -428,3 +428,55 @@ fn ctrl_c_with_requests_in_flight_keeps_what_arrived_and_the_rerun_asks_for_the_
 fn said_before(kept: usize) -> usize {
     kept.min(PROMPTS.len())
 }
+
+#[test]
+fn a_measured_control_vector_loads_and_steers_llama_server_as_measure_advises() {
+    // `vauban measure --out d.gguf` ends with the llama.cpp arguments that
+    // steer with it; llama-server itself (not our reader) must take them.
+    let Some((binary, model)) = parts() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cv = dir.path().join("refusal.gguf");
+    let examples = plugins::root().join("examples/prompts");
+    let o = vauban(
+        &[
+            "measure",
+            "--model",
+            model.to_str().unwrap(),
+            "--harmful",
+            examples.join("harmful.jsonl").to_str().unwrap(),
+            "--harmless",
+            examples.join("harmless.jsonl").to_str().unwrap(),
+            "--out",
+            cv.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let advice = stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "--control-vector-scaled")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no --control-vector-scaled advice: {stdout}"));
+    assert_eq!(advice, format!("{}:SCALE", cv.display()));
+    let prompt = "The capital of France is";
+    let plain_port = llama_server::free_port();
+    let plain = LlamaServer::start_with_slots(&binary, &model, plain_port, 1, 1);
+    let unsteered = llama_server::complete(plain_port, prompt, 16);
+    drop(plain);
+    // A strong scale, so the steering shows in a greedy continuation.
+    let arg = advice.replace("SCALE", "8");
+    let port = llama_server::free_port();
+    let _steered = LlamaServer::start_with_args(
+        &binary,
+        &model,
+        port,
+        1,
+        1,
+        &["--control-vector-scaled", &arg],
+    );
+    let steered = llama_server::complete(port, prompt, 16);
+    assert_ne!(steered, unsteered, "the control vector changed nothing");
+}

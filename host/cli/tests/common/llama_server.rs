@@ -85,6 +85,19 @@ impl LlamaServer {
         slots: usize,
         threads: usize,
     ) -> LlamaServer {
+        Self::start_with_args(binary, model, port, slots, threads, &[])
+    }
+
+    /// As [`LlamaServer::start_with_slots`], with further arguments for
+    /// llama-server (a control vector, say).
+    pub fn start_with_args(
+        binary: &Path,
+        model: &Path,
+        port: u16,
+        slots: usize,
+        threads: usize,
+        extra: &[&str],
+    ) -> LlamaServer {
         let child = Command::new(binary)
             .args(["-m", &model.display().to_string()])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -96,6 +109,7 @@ impl LlamaServer {
                 &slots.to_string(),
             ])
             .args(["--alias", ALIAS, "--no-cache-prompt", "--no-webui"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -154,4 +168,26 @@ fn health(port: u16) -> bool {
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
     buf.starts_with("HTTP/1.1 200")
+}
+
+/// llama-server's greedy completion of `prompt`, `n` tokens, from its
+/// native `/completion` (one HTTP/1.1 request; the server closes after it).
+pub fn complete(port: u16, prompt: &str, n: usize) -> String {
+    let body =
+        serde_json::json!({"prompt": prompt, "n_predict": n, "temperature": 0.0}).to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    write!(
+        s,
+        "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let json = &response[response.find("\r\n\r\n").expect("a header") + 4..];
+    let v: serde_json::Value = serde_json::from_str(json.trim())
+        .unwrap_or_else(|e| panic!("{e}: not one JSON body (chunked?): {json}"));
+    v["content"].as_str().unwrap().to_owned()
 }
