@@ -11,4 +11,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --quickstart
+echo "quickstart: building the release binary (several minutes the first time), then running examples/quickstart.toml" >&2
 exec cargo run --release --locked --quiet -- run examples/quickstart.toml "$@"

@@ -3,7 +3,9 @@
 #   ${VAUBAN_CACHE:-$HOME/.cache/vauban}/mlx/<version>/
 # and prints the variables a build needs on its last lines (`eval` them).
 #
-# What it gathers, none of it installed system-wide:
+# What it gathers, none of it installed system-wide (apt-get download
+# fetches a .deb without installing it; as root the package lists may be
+# refreshed first):
 # - MLX itself from the PyPI wheel `mlx-cpu` (a Linux CPU build: libmlx.so,
 #   its C++ headers and MLXConfig.cmake; glibc 2.35 or newer);
 # - Debian's OpenBLAS (bookworm's package, by name, version and sha256,
@@ -80,11 +82,19 @@ echo "setup-mlx: downloading Debian's OpenBLAS $openblas_version" >&2
 # machine whose package lists do not hold that version yet has them
 # refreshed first (as root; otherwise the error says what to run).
 openblas_pkg="libopenblas0-pthread=$openblas_version"
+if ! command -v apt-get >/dev/null; then
+  echo "setup-mlx: OpenBLAS comes from Debian bookworm's $openblas_pkg through apt-get, and this machine has no apt-get" >&2
+  exit 1
+fi
 if ! apt-cache show "$openblas_pkg" >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq >&2
   else
-    echo "setup-mlx: $openblas_pkg is not in the package lists; run \`sudo apt-get update\` and again" >&2
+    echo "setup-mlx: $openblas_pkg is not in the package lists; run \`sudo apt-get update\`, then this script again" >&2
+    exit 1
+  fi
+  if ! apt-cache show "$openblas_pkg" >/dev/null 2>&1; then
+    echo "setup-mlx: this machine's package sources do not carry $openblas_pkg (Debian bookworm's); the script is written for Debian bookworm" >&2
     exit 1
   fi
 fi

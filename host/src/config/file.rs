@@ -163,7 +163,8 @@ pub struct ModelSection {
     #[serde(default = "candle")]
     pub executor: String,
     /// `executor = "http"`: the endpoint's base URL as OpenAI clients take
-    /// it (`http://127.0.0.1:8080/v1`; a bare host gets `/v1`).
+    /// it (`http://127.0.0.1:8080/v1`; a bare host gets `/v1`); `${VAR}`
+    /// and `${VAR:-default}` are expanded.
     #[serde(default)]
     pub url: Option<String>,
     /// `executor = "http"`: the environment variable holding the API key

@@ -443,7 +443,7 @@ impl Plan {
                 return Err(at(
                     &format!("{key}.model"),
                     format!(
-                        "{} is not a trace bundle (a folder with manifest.json); with `executor = \"replay\"`, `model` names the bundle to replay",
+                        "{} is not a trace bundle (a folder with manifest.json); with `executor = \"replay\"`, `model` names the bundle to replay: record it first (`vauban run` writes each side's bundle under its output's traces/, `vauban trace --out` writes one)",
                         model.display()
                     ),
                 ));
@@ -452,7 +452,7 @@ impl Plan {
                 return Err(at(
                     &format!("{key}.model"),
                     format!(
-                        "{} does not exist (a .gguf file or an HF folder; `bash scripts/fetch-model.sh` fetches the demo model)",
+                        "{} does not exist (a .gguf file or an HF folder): make or fetch it first (a recipe's header lists the commands that make its models; `bash scripts/fetch-model.sh` fetches the demo model)",
                         model.display()
                     ),
                 ));
