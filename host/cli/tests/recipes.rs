@@ -101,6 +101,16 @@ fn significant(r: &Value) -> Vec<String> {
         .collect()
 }
 
+/// No delta is significant after the adjustment for multiple comparisons.
+fn assert_nothing_significant(r: &Value) {
+    assert_eq!(
+        significant(r),
+        Vec::<String>::new(),
+        "{}",
+        r["metric_deltas"]
+    );
+}
+
 /// The exit code a report's gates call for: 3 when a `fail` gate failed
 /// (or had no data), else 0. The recipes' gates sit on measured deltas, so
 /// where a header quotes an outcome from this machine's kernels, a test on
@@ -172,12 +182,7 @@ fn quantization_then_replay_of_its_bundles() {
     let r = book.report("quantization");
     // As the header says: no significant change, a small KL, activation
     // evidence, and the kernels and stored types named.
-    assert_eq!(
-        significant(&r),
-        Vec::<String>::new(),
-        "{}",
-        r["metric_deltas"]
-    );
+    assert_nothing_significant(&r);
     assert_eq!(r["access"]["level"], "activations", "{}", r["access"]);
     let kl = r["distribution"]["first_token_kl_mean"]
         .as_f64()
@@ -242,12 +247,7 @@ fn system_prompt_recipe_shows_the_change_in_the_distributions() {
     // quantization recipe's rounding, though on 16 prompts no metric moves
     // significantly after the adjustment.
     assert!(kl > 0.1, "first-token KL {kl}");
-    assert_eq!(
-        significant(&r),
-        Vec::<String>::new(),
-        "{}",
-        r["metric_deltas"]
-    );
+    assert_nothing_significant(&r);
 }
 
 #[test]
@@ -409,12 +409,7 @@ fn endpoint_recipe_against_a_real_llama_server() {
     // The same file behind llama-server: the kernels differ, the model not.
     let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
     assert!(kl < 0.05, "first-token KL {kl}");
-    assert_eq!(
-        significant(&r),
-        Vec::<String>::new(),
-        "{}",
-        r["metric_deltas"]
-    );
+    assert_nothing_significant(&r);
 }
 
 #[test]
@@ -425,7 +420,7 @@ fn cross_backend_recipe_names_what_to_build_or_runs() {
         let o = book.vauban(&["run", "examples/cross-backend.toml"], &[]);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         let r = book.report("cross-backend");
-        assert_eq!(significant(&r), Vec::<String>::new());
+        assert_nothing_significant(&r);
         let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
         assert!(kl < 1e-3, "the same f32 weights on two backends: KL {kl}");
     } else {
