@@ -220,25 +220,21 @@ fn bad_input_is_refused_with_a_clear_error_and_no_panic() {
     );
 }
 
+/// `vauban generate` on `model` with the prompt "the cat" and `extra`
+/// arguments; what it printed.
+fn generated(model: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["generate", "--model", s(model), "--prompt", "the cat"];
+    args.extend(extra);
+    let o = vauban(&args);
+    assert!(o.status.success(), "{:?}", text(&o));
+    text(&o).0
+}
+
 #[test]
 fn generate_uses_the_chat_template_unless_raw_and_is_reproducible() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny::write_hf(&dir.path().join("hf"), 5);
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "--model",
-            s(&model),
-            "--prompt",
-            "the cat",
-            "--max-tokens",
-            "8",
-        ];
-        args.extend(extra);
-        let o = vauban(&args);
-        assert!(o.status.success(), "{:?}", text(&o));
-        text(&o).0
-    };
+    let run = |extra: &[&str]| generated(&model, &[&["--max-tokens", "8"], extra].concat());
     let greedy = run(&[]);
     assert_eq!(greedy, run(&[]), "greedy is deterministic");
     assert_ne!(run(&["--raw"]), greedy, "the template changes the prompt");
@@ -296,25 +292,10 @@ fn export_writes_the_model_unchanged_as_an_hf_folder() {
         text(&o)
     );
     assert!(out.join("config.json").is_file() && out.join("tokenizer.json").is_file());
-    let generate = |m: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "--model",
-            s(m),
-            "--prompt",
-            "the cat",
-            "--raw",
-            "--max-tokens",
-            "12",
-        ];
-        args.extend(extra);
-        let o = vauban(&args);
-        assert!(o.status.success(), "{:?}", text(&o));
-        text(&o).0
-    };
-    let from_gguf = generate(&model, &["--weights", "f32"]);
+    let raw = ["--raw", "--max-tokens", "12"];
+    let from_gguf = generated(&model, &[&raw[..], &["--weights", "f32"]].concat());
     assert!(!from_gguf.is_empty());
-    assert_eq!(generate(&out, &[]), from_gguf);
+    assert_eq!(generated(&out, &raw), from_gguf);
     // An existing folder is never overwritten.
     let o = vauban(&["model", "export", "--model", s(&model), "--out", s(&out)]);
     assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));

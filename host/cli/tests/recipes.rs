@@ -79,6 +79,13 @@ impl Cookbook {
         c.output().expect("run vauban")
     }
 
+    /// Runs a command that must be refused (exit code 1); its stderr.
+    fn refused(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let o = self.vauban(args, env);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
     fn report(&self, name: &str) -> Value {
         let text = std::fs::read_to_string(self.out(name).join("report.json")).unwrap();
         serde_json::from_str(&text).unwrap()
@@ -425,9 +432,7 @@ fn cross_backend_recipe_names_what_to_build_or_runs() {
         assert!(kl < 1e-3, "the same f32 weights on two backends: KL {kl}");
     } else {
         // Without the feature the recipe stops at once, naming the fix.
-        let o = book.vauban(&["validate", "examples/cross-backend.toml"], &[]);
-        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = book.refused(&["validate", "examples/cross-backend.toml"], &[]);
         assert!(
             err.contains("scripts/setup-torch.sh") && err.contains("--features torch"),
             "{err}"
@@ -459,9 +464,7 @@ fn every_recipe_that_needs_nothing_first_validates() {
         ),
     )
     .unwrap();
-    let o = book.vauban(&["validate", "examples/quantization.toml"], &[]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = book.refused(&["validate", "examples/quantization.toml"], &[]);
     assert!(
         err.contains(&format!("quantization.toml:{line}:"))
             && err.contains("unknown field `lable`")
@@ -471,29 +474,23 @@ fn every_recipe_that_needs_nothing_first_validates() {
     // The endpoint recipe with no server there: `validate --online` says
     // what to check before any model loads.
     let closed = format!("http://127.0.0.1:{}/v1", common::llama_server::free_port());
-    let o = book.vauban(
+    let err = book.refused(
         &["validate", "--online", "examples/endpoint.toml"],
         &[("VAUBAN_ENDPOINT", closed.as_str())],
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains(&closed) && err.contains("is the server running"),
         "{err}"
     );
     // Those that need an earlier step say which, at the key that names it.
-    let o = book.vauban(&["validate", "examples/weight-edit.toml"], &[]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = book.refused(&["validate", "examples/weight-edit.toml"], &[]);
     assert!(
         err.contains("weight-edit.toml")
             && err.contains("out/weight-edit/base")
             && err.contains("a recipe's header lists the commands"),
         "{err}"
     );
-    let o = book.vauban(&["validate", "examples/replay.toml"], &[]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = book.refused(&["validate", "examples/replay.toml"], &[]);
     assert!(
         err.contains("out/quantization/traces/baseline") && err.contains("record it first"),
         "{err}"

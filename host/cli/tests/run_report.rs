@@ -903,17 +903,19 @@ fn suite_file_errors_name_the_suite_file_and_line() {
 fn validate_reads_the_direction_files_a_run_would_read() {
     let s = setup("", "");
     let original = std::fs::read_to_string(&s.config).unwrap();
-    let t = candle_core::Tensor::from_vec(
-        vec![1f32; tiny::HIDDEN + 1],
-        tiny::HIDDEN + 1,
-        &candle_core::Device::Cpu,
-    )
-    .unwrap();
-    candle_core::safetensors::save(
-        &std::collections::HashMap::from([("direction".to_string(), t)]),
-        s.dir.path().join("wide.safetensors"),
-    )
-    .unwrap();
+    // A file of ones in `shape`, under `tensor`.
+    let save = |file: &str, tensor: &str, shape: &[usize]| {
+        let t =
+            candle_core::Tensor::ones(shape, candle_core::DType::F32, &candle_core::Device::Cpu)
+                .unwrap();
+        candle_core::safetensors::save(
+            &std::collections::HashMap::from([(tensor.to_string(), t)]),
+            s.dir.path().join(file),
+        )
+        .unwrap();
+    };
+    save("wide.safetensors", "direction", &[tiny::HIDDEN + 1]);
+    save("basis.safetensors", "basis", &[2, tiny::HIDDEN]);
     std::fs::write(s.dir.path().join("notes.safetensors"), "0.1 0.2 0.3 0.4\n").unwrap();
     let transform = "kind = \"ablate\"\ndirection = \"d.safetensors\"";
     assert!(original.contains(transform));
@@ -937,6 +939,10 @@ fn validate_reads_the_direction_files_a_run_would_read() {
             "kind = \"intervene\"\ninterventions = [\"layer=1,mode=subtract,direction=absent.safetensors\"]"
                 .to_owned(),
             vec!["candidate.transform.interventions[0]", "absent.safetensors"],
+        ),
+        (
+            "kind = \"steer\"\ndirection = \"basis.safetensors\"\nlayers = [1]".to_owned(),
+            vec!["candidate.transform.direction", "holds 2 rows"],
         ),
         (
             "kind = \"steer\"\ndirection = \"d.safetensors\"".to_owned(),

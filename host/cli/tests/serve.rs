@@ -160,23 +160,11 @@ fn a_model_the_server_does_not_serve_is_refused_with_the_served_name() {
 
 /// POSTs `body` to `path` under the server's base URL; the JSON answer.
 fn post(server: &Server, path: &str, body: &serde_json::Value) -> serde_json::Value {
-    use std::io::{Read, Write};
     let authority = server
         .url
         .trim_start_matches("http://")
         .trim_end_matches("/v1");
-    let mut s = std::net::TcpStream::connect(authority).unwrap();
-    let body = body.to_string();
-    write!(
-        s,
-        "POST /v1/{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    let at = r.find("\r\n\r\n").unwrap() + 4;
-    serde_json::from_str(&r[at..]).unwrap_or_else(|e| panic!("{e}: {r}"))
+    common::post_json(authority, &format!("/v1/{path}"), body)
 }
 
 #[test]

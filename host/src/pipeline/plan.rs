@@ -988,6 +988,20 @@ impl ModelCheck<'_> {
                 if d.width() != shape.hidden {
                     return Err(at(&field, width_error(file, d.width())));
                 }
+                // Ablating, orthogonalizing and steering each take one
+                // vector per layer; a matrix (a basis, or `vauban measure`'s
+                // `per_layer`) is refused here rather than at load.
+                if d.rows() != 1 {
+                    return Err(at(
+                        &field,
+                        format!(
+                            "{} (tensor {}) holds {} rows, and a transform takes one vector per layer; name a one-row tensor with `tensor` (`direction` in a file `vauban measure` wrote)",
+                            file.display(),
+                            d.tensor,
+                            d.rows()
+                        ),
+                    ));
+                }
                 // Only a control vector (`direction.L`) differs by layer;
                 // any other tensor is the same for all, so once is enough.
                 if d.tensor != format!("direction.{layer}") {

@@ -171,23 +171,31 @@ fn health(port: u16) -> bool {
 }
 
 /// llama-server's greedy completion of `prompt`, `n` tokens, from its
-/// native `/completion` (one HTTP/1.1 request; the server closes after it).
+/// native `/completion`.
 pub fn complete(port: u16, prompt: &str, n: usize) -> String {
-    let body =
-        serde_json::json!({"prompt": prompt, "n_predict": n, "temperature": 0.0}).to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let body = serde_json::json!({"prompt": prompt, "n_predict": n, "temperature": 0.0});
+    let v = post_json(&format!("127.0.0.1:{port}"), "/completion", &body);
+    v["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no completion in {v}"))
+        .to_owned()
+}
+
+/// POSTs a JSON `body` to `http://{authority}{path}` in one HTTP/1.1
+/// request (`Connection: close`) and parses the answer's body as JSON,
+/// whatever its status (an error's body is JSON too).
+pub fn post_json(authority: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    let mut s = TcpStream::connect(authority).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    let body = body.to_string();
     write!(
         s,
-        "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    let json = &response[response.find("\r\n\r\n").expect("a header") + 4..];
-    let v: serde_json::Value = serde_json::from_str(json.trim())
-        .unwrap_or_else(|e| panic!("{e}: not one JSON body (chunked?): {json}"));
-    v["content"].as_str().unwrap().to_owned()
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let at = r.find("\r\n\r\n").expect("a header") + 4;
+    serde_json::from_str(r[at..].trim()).unwrap_or_else(|e| panic!("{e}: {r}"))
 }

@@ -86,6 +86,8 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
 }
 
 pub mod llama_server;
+#[allow(unused_imports)] // not every test binary posts
+pub use llama_server::post_json;
 pub mod plugins;
 pub mod report_fixture;
 pub mod tiny;
