@@ -80,6 +80,33 @@ pub enum Rotary {
     Half,
 }
 
+/// How one layer scores a query against its keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scoring {
+    pub rotary: Rotary,
+    /// What multiplies `q·k` (`1/√head_dim` in most models; Gemma's
+    /// `query_pre_attn_scalar^-½`).
+    pub scale: f32,
+    /// Scores capped smoothly as `cap · tanh(s / cap)` after scaling
+    /// (Gemma 2's attention-logit soft-capping).
+    pub softcap: Option<f32>,
+    /// A sliding-window layer: a query sees the last `window` positions,
+    /// itself included (a key `window` or more positions back is masked).
+    pub window: Option<usize>,
+}
+
+impl Scoring {
+    /// Causal attention over every earlier position, scaled by `1/√head_dim`.
+    pub fn standard(rotary: Rotary, head_dim: usize) -> Scoring {
+        Scoring {
+            rotary,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
+            window: None,
+        }
+    }
+}
+
 /// The attention heads of a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heads {
@@ -286,7 +313,7 @@ pub struct SeqRows<'a> {
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     h: &Heads,
-    style: Rotary,
+    scoring: &Scoring,
     table: &RopeTable,
     q: &[f32],
     k: &[f32],
@@ -321,6 +348,7 @@ pub fn attend(
         assert_eq!(s.first, next, "the sequences' rows tile the pass in order");
         next += s.rows;
     }
+    let style = scoring.rotary;
     // The new keys (rotated) and values into the caches.
     let mut rotated = vec![0f32; d];
     for s in seqs.iter_mut() {
@@ -364,7 +392,6 @@ pub fn attend(
         })
         .collect();
     let simd = Isa::detect().avx2();
-    let scale = 1.0 / (d as f32).sqrt();
     let shared = SharedOut(out.as_mut_ptr());
     Pool::global().run(tasks.len(), &|t| {
         let (s, ref heads, ref rows) = tasks[t];
@@ -380,7 +407,7 @@ pub fn attend(
             first: all.start,
             offset,
             capacity: cache.capacity,
-            scale,
+            scoring,
             simd,
             out: &shared,
         };
@@ -407,7 +434,7 @@ struct Task<'a> {
     first: usize,
     offset: usize,
     capacity: usize,
-    scale: f32,
+    scoring: &'a Scoring,
     simd: bool,
     out: &'a SharedOut,
 }
@@ -425,17 +452,28 @@ impl Task<'_> {
             for row in self.rows.clone() {
                 self.table
                     .rotate(self.style, row, &self.q[row * qw + qh * d..][..d], &mut qr);
-                // Causal: position offset + i sees keys 0..=offset + i.
+                // Causal: position offset + i sees keys 0..=offset + i; a
+                // sliding window only the last `window` of them.
                 let seen = self.offset + (row - self.first) + 1;
-                scores.resize(seen, 0.0);
-                key_scores(self.simd, &qr, &keys[..seen * d], self.scale, &mut scores);
+                let from = match self.scoring.window {
+                    Some(w) => seen.saturating_sub(w),
+                    None => 0,
+                };
+                scores.resize(seen - from, 0.0);
+                let (keys, values) = (&keys[from * d..seen * d], &values[from * d..seen * d]);
+                key_scores(self.simd, &qr, keys, self.scoring.scale, &mut scores);
+                if let Some(cap) = self.scoring.softcap {
+                    for s in scores.iter_mut() {
+                        *s = cap * (*s / cap).tanh();
+                    }
+                }
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let sum = exp_shifted(self.simd, &mut scores, max);
                 let inv = 1.0 / sum;
                 for p in scores.iter_mut() {
                     *p *= inv;
                 }
-                weighted_sum(self.simd, &scores, &values[..seen * d], &mut acc);
+                weighted_sum(self.simd, &scores, values, &mut acc);
                 // SAFETY: the sequences tile the pass (asserted in `attend`)
                 // and the tasks split each sequence's rows by query heads
                 // and row block, so this (row, query head) slice is this

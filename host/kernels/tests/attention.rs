@@ -1,10 +1,13 @@
 //! The batched CPU attention against a plain reference: rotary embedding,
 //! causal softmax attention and grouped-query heads written out in f64,
-//! one sequence at a time, over the whole history.
+//! one sequence at a time, over the whole history (or the sliding window),
+//! with the score's scale and soft-cap as the layer's [`Scoring`] says.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use vauban_kernels::attention::{Heads, KvType, LayerCache, RopeTable, Rotary, SeqRows, attend};
+use vauban_kernels::attention::{
+    Heads, KvType, LayerCache, RopeTable, Rotary, Scoring, SeqRows, attend,
+};
 
 fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-2.0..2.0)).collect()
@@ -35,7 +38,8 @@ fn rotate(style: Rotary, x: &[f32], pos: usize, freqs: &[f32]) -> Vec<f64> {
 
 /// Attention output of every position of one sequence whose rows are
 /// `q`, `k`, `v` from position 0.
-fn reference(h: &Heads, style: Rotary, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+fn reference(h: &Heads, scoring: &Scoring, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+    let (style, scale) = (scoring.rotary, scoring.scale as f64);
     let d = h.head_dim;
     let (qw, kw) = (h.heads * d, h.kv_heads * d);
     let n = q.len() / qw;
@@ -46,16 +50,22 @@ fn reference(h: &Heads, style: Rotary, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f
         for qh in 0..h.heads {
             let kh = qh / rep;
             let qr = rotate(style, &q[pos * qw + qh * d..][..d], pos, &freqs);
-            let scores: Vec<f64> = (0..=pos)
+            // Keys less than `window` positions back, as HF's sliding mask.
+            let first = scoring.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let scores: Vec<f64> = (first..=pos)
                 .map(|j| {
                     let kr = rotate(style, &k[j * kw + kh * d..][..d], j, &freqs);
-                    qr.iter().zip(&kr).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
+                    let s = qr.iter().zip(&kr).map(|(a, b)| a * b).sum::<f64>() * scale;
+                    match scoring.softcap {
+                        Some(cap) => cap as f64 * (s / cap as f64).tanh(),
+                        None => s,
+                    }
                 })
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
             let sum: f64 = w.iter().sum();
-            for (j, wj) in w.iter().enumerate() {
+            for (j, wj) in (first..).zip(&w) {
                 for e in 0..d {
                     out[pos * qw + qh * d + e] += wj / sum * v[j * kw + kh * d + e] as f64;
                 }
@@ -101,7 +111,16 @@ fn an_f16_cache_takes_half_the_bytes() {
             offset: 0,
             cache: &mut cache,
         }];
-        attend(&h, Rotary::Half, &table, &q, &k, &k, &mut rows, &mut out);
+        attend(
+            &h,
+            &Scoring::standard(Rotary::Half, h.head_dim),
+            &table,
+            &q,
+            &k,
+            &k,
+            &mut rows,
+            &mut out,
+        );
         assert_eq!(cache.kind(), kind);
         bytes.push(cache.bytes());
     }
@@ -110,13 +129,21 @@ fn an_f16_cache_takes_half_the_bytes() {
 }
 
 /// Three sequences in two passes each against the f64 reference: the
-/// largest |Δ| over both rotary styles.
+/// largest |Δ| over both rotary styles, and over a Gemma-like layer (a
+/// configured scale, soft-capped scores, a sliding window shorter than
+/// the longest sequence).
 fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
     let mut worst_all = 0f64;
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    for (style, h) in [
+    let gemma = Scoring {
+        rotary: Rotary::Half,
+        scale: 0.3,
+        softcap: Some(2.5),
+        window: Some(37),
+    };
+    for (scoring, h) in [
         (
-            Rotary::Interleaved,
+            Scoring::standard(Rotary::Interleaved, 64),
             Heads {
                 heads: 6,
                 kv_heads: 2,
@@ -124,14 +151,23 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
             },
         ),
         (
-            Rotary::Half,
+            Scoring::standard(Rotary::Half, 20),
             Heads {
                 heads: 4,
                 kv_heads: 4,
                 head_dim: 20,
             },
         ),
+        (
+            gemma,
+            Heads {
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 16,
+            },
+        ),
     ] {
+        let style = scoring.rotary;
         let d = h.head_dim;
         let (qw, kw) = (h.heads * d, h.kv_heads * d);
         // Three sequences: a prompt pass of different lengths, then a
@@ -180,7 +216,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
                 });
                 first += n;
             }
-            attend(&h, style, &table, &q, &k, &v, &mut rows, &mut out);
+            attend(&h, &scoring, &table, &q, &k, &v, &mut rows, &mut out);
             let mut at = 0;
             for &(s, from, n) in &parts {
                 got[s][from * qw..(from + n) * qw].copy_from_slice(&out[at * qw..(at + n) * qw]);
@@ -188,7 +224,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
             }
         }
         for (s, (q, k, v)) in seqs.iter().enumerate() {
-            let want = reference(&h, style, q, k, v);
+            let want = reference(&h, &scoring, q, k, v);
             let worst = want
                 .iter()
                 .zip(&got[s])
@@ -230,5 +266,14 @@ fn sequences_whose_rows_overlap_are_refused() {
             cache: &mut b,
         },
     ];
-    attend(&h, Rotary::Half, &table, &q, &k, &k, &mut rows, &mut out);
+    attend(
+        &h,
+        &Scoring::standard(Rotary::Half, h.head_dim),
+        &table,
+        &q,
+        &k,
+        &k,
+        &mut rows,
+        &mut out,
+    );
 }

@@ -896,7 +896,7 @@ impl ModelCheck<'_> {
     /// would refuse; a warning for what it would do short of the config.
     fn against(
         &self,
-        shape: &crate::model::config::LlamaConfig,
+        shape: &crate::model::config::ModelConfig,
         at: &At<'_>,
     ) -> anyhow::Result<Option<String>> {
         let (config, key) = (self.config, self.key);
@@ -964,7 +964,7 @@ impl ModelCheck<'_> {
     fn directions(
         &self,
         t: &TransformPlan,
-        shape: &crate::model::config::LlamaConfig,
+        shape: &crate::model::config::ModelConfig,
         at: &At<'_>,
     ) -> anyhow::Result<()> {
         let key = self.key;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::executor::candle::gguf_file::GgufFile;
-use crate::model::config::{self, LlamaConfig, RopeScaling};
+use crate::model::config::{self, ModelConfig, RopeScaling};
 use crate::model::{ModelError, ModelFormat, Special, chat, not_a_model, tokenizer};
 
 /// What a backend needs of a model besides its weights.
@@ -17,7 +17,7 @@ pub struct ModelAssets {
     pub format: ModelFormat,
     /// A short name for reports (file or folder name).
     pub name: String,
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     pub tokenizer: tokenizers::Tokenizer,
     pub chat_template: Option<String>,
     pub special: Special,
@@ -56,7 +56,7 @@ impl ModelAssets {
         path: &Path,
         file: &mut GgufFile<R>,
     ) -> Result<ModelAssets, ModelError> {
-        let mut config = LlamaConfig::from_gguf(path, &*file)?;
+        let mut config = ModelConfig::from_gguf(path, &*file)?;
         if config.rope_scaling.is_none() && file.has_tensor("rope_freqs.weight") {
             let factors =
                 file.read_f32("rope_freqs.weight")

@@ -1,5 +1,8 @@
-//! The shape of a llama-family model, read from GGUF metadata or an HF
-//! `config.json`, with the few places the families differ made explicit.
+//! The shape of a decoder-only model, read from GGUF metadata or an HF
+//! `config.json`: its sizes, and where its family's blocks differ from
+//! llama's ([`BlockLayout`], per-layer windows and RoPE bases). A family is
+//! this description, not a forward pass of its own: candle's, torch's and
+//! MLX's forwards all follow it.
 
 use std::path::Path;
 
@@ -10,6 +13,81 @@ use crate::gguf::GgufFile;
 
 /// Architectures whose tensors follow llama's names and layout.
 pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
+
+/// Every architecture vauban runs, by its GGUF `general.architecture`
+/// (HF `model_type`s map onto these: `gemma3_text` is `gemma3`).
+pub const SUPPORTED: &[&str] = &[
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2",
+];
+
+/// The MLP's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// `silu(gate) · up` (SwiGLU: llama, Qwen, OLMo).
+    Silu,
+    /// `gelu_tanh(gate) · up` (GeGLU with the tanh approximation: Gemma).
+    GeluTanh,
+}
+
+/// RMSNorm on the queries and keys, before RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    /// Over each head's `head_dim` values, one weight shared by the heads
+    /// (Qwen3, Gemma 3).
+    PerHead,
+    /// Over the whole projection, `heads · head_dim` values (OLMo 2).
+    Whole,
+}
+
+/// Where a family's decoder block differs from llama's (pre-norm
+/// RMSNorm, SwiGLU, `1/√head_dim` scores, nothing capped): each field is
+/// one operation the forwards implement once, for every family that sets it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockLayout {
+    /// RMSNorm before attention and before the MLP (all but OLMo 2).
+    pub pre_norms: bool,
+    /// RMSNorm on what attention and the MLP write, before it is added to
+    /// the residual stream (Gemma 2/3, OLMo 2).
+    pub post_norms: bool,
+    pub qk_norm: Option<QkNorm>,
+    pub activation: Activation,
+    /// The token embeddings are multiplied by this (Gemma: `√hidden`).
+    pub embed_scale: Option<f32>,
+    /// What multiplies `q·k`; `None`: `1/√head_dim`.
+    pub attn_scale: Option<f32>,
+    /// Attention scores capped as `cap · tanh(s / cap)` (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Logits capped the same way (Gemma 2).
+    pub final_softcap: Option<f32>,
+    /// RMSNorm multiplies by `1 + w` (Gemma): HF checkpoints store `w`,
+    /// GGUF files `1 + w` (llama.cpp's converter adds the one), which is
+    /// what the forwards hold.
+    pub unit_offset_norms: bool,
+}
+
+impl BlockLayout {
+    /// Llama's block.
+    pub fn llama() -> BlockLayout {
+        BlockLayout {
+            pre_norms: true,
+            post_norms: false,
+            qk_norm: None,
+            activation: Activation::Silu,
+            embed_scale: None,
+            attn_scale: None,
+            attn_softcap: None,
+            final_softcap: None,
+            unit_offset_norms: false,
+        }
+    }
+
+    /// Whether this is llama's block, which every backend runs.
+    pub fn is_llama(&self) -> bool {
+        *self == BlockLayout::llama()
+    }
+}
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +120,7 @@ pub enum RopeScaling {
 
 /// The shape of a llama-family model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LlamaConfig {
+pub struct ModelConfig {
     /// `llama`, `mistral` or `qwen2`.
     pub architecture: String,
     pub hidden: usize,
@@ -63,9 +141,17 @@ pub struct LlamaConfig {
     /// Positions the model was trained for (`context_length`,
     /// `max_position_embeddings`); runs past it are refused.
     pub context_length: Option<usize>,
+    /// How a block is put together, where it is not llama's.
+    pub block: BlockLayout,
+    /// Each layer's attention window (`None`: the whole context); a
+    /// sliding layer sees the last `window` positions, itself included.
+    pub windows: Vec<Option<usize>>,
+    /// The RoPE base of the sliding layers, where it differs from
+    /// `rope_theta` (Gemma 3's local layers; they take no scaling).
+    pub local_rope_theta: Option<f32>,
 }
 
-impl LlamaConfig {
+impl ModelConfig {
     /// Refuses shapes the forward pass cannot run (zero sizes, heads that do
     /// not divide), naming the field.
     pub fn check(&self, source: &Path) -> Result<(), ModelError> {
@@ -102,22 +188,60 @@ impl LlamaConfig {
                 format!("({}) is odd; rotary embeddings need pairs", self.head_dim),
             ));
         }
-        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+        for (key, theta) in [
+            ("rope_theta", Some(self.rope_theta)),
+            ("local_rope_theta", self.local_rope_theta),
+        ] {
+            if let Some(t) = theta
+                && !(t.is_finite() && t > 0.0)
+            {
+                return Err(bad(key, format!("({t}) is not positive")));
+            }
+        }
+        if self.windows.len() != self.layers {
             return Err(bad(
-                "rope_theta",
-                format!("({}) is not positive", self.rope_theta),
+                "windows",
+                format!(
+                    "lists {} layers; the model has {}",
+                    self.windows.len(),
+                    self.layers
+                ),
             ));
+        }
+        if self.windows.contains(&Some(0)) {
+            return Err(bad("sliding_window", "is 0".into()));
         }
         Ok(())
     }
 
-    /// The inverse rotary frequencies of one head, scaling applied.
+    /// Whether `layer` takes the local RoPE base (a sliding layer of a
+    /// model that has one).
+    pub fn local_rope(&self, layer: usize) -> bool {
+        self.local_rope_theta.is_some() && self.windows.get(layer).is_some_and(Option::is_some)
+    }
+
+    /// The inverse rotary frequencies of one head of the global layers,
+    /// scaling applied.
     pub fn inv_freqs(&self) -> Vec<f32> {
+        self.frequencies(self.rope_theta, self.rope_scaling.as_ref())
+    }
+
+    /// The inverse rotary frequencies of `layer`: the local base, unscaled,
+    /// on a sliding layer of a model that has one (Gemma 3), else the
+    /// global ones.
+    pub fn layer_inv_freqs(&self, layer: usize) -> Vec<f32> {
+        match (self.local_rope(layer), self.local_rope_theta) {
+            (true, Some(theta)) => self.frequencies(theta, None),
+            _ => self.inv_freqs(),
+        }
+    }
+
+    fn frequencies(&self, theta: f32, scaling: Option<&RopeScaling>) -> Vec<f32> {
         let half = self.head_dim / 2;
         let base: Vec<f32> = (0..half)
-            .map(|i| 1.0 / self.rope_theta.powf(2.0 * i as f32 / self.head_dim as f32))
+            .map(|i| 1.0 / theta.powf(2.0 * i as f32 / self.head_dim as f32))
             .collect();
-        match &self.rope_scaling {
+        match scaling {
             None => base,
             Some(RopeScaling::Linear { factor }) => base.iter().map(|f| f / factor).collect(),
             Some(RopeScaling::FreqFactors { factors }) => base
@@ -172,7 +296,7 @@ impl LlamaConfig {
             .to_str()
             .map_err(|e| bad("general.architecture", e))?
             .to_owned();
-        if !LLAMA_FAMILY.contains(&arch.as_str()) {
+        if !SUPPORTED.contains(&arch.as_str()) {
             return Err(ModelError::UnsupportedArchitecture {
                 path: path.to_path_buf(),
                 found: arch,
@@ -229,9 +353,69 @@ impl LlamaConfig {
                 });
             }
         };
-        Ok(LlamaConfig {
+        let layers = u("block_count")?;
+        // What llama.cpp's loader does with these files (src/models/<arch>.cpp),
+        // which is what the GGUF means: the keys it reads, and its defaults
+        // and fixed rules where the converter writes no key.
+        let gemma = arch.starts_with("gemma");
+        let window = opt_u("attention.sliding_window")?.filter(|&w| w > 0);
+        // A scalar pattern key overrides the family's period (llama.cpp
+        // ignores an array, as OLMo 3's converter writes).
+        let period = match file
+            .meta(&format!("{arch}.attention.sliding_window_pattern"))
+            .map(|v| v.to_u32())
+        {
+            Some(Ok(p)) => Some(p as usize),
+            _ => None,
+        };
+        let period = match (arch.as_str(), window) {
+            (_, None) => None,
+            ("gemma2", Some(_)) => Some(period.unwrap_or(2)),
+            ("gemma3", Some(_)) => Some(period.unwrap_or(6)),
+            ("olmo2", Some(_)) => Some(period.unwrap_or(4)),
+            // llama.cpp runs the llama family's files without a window.
+            (_, Some(_)) => None,
+        };
+        // Every `period`th layer (il = n-1, 2n-1, ...) is global; 0: none is.
+        let windows = (0..layers)
+            .map(|i| match period {
+                Some(0) => window,
+                Some(n) if i % n < n - 1 => window,
+                _ => None,
+            })
+            .collect();
+        // Gemma's query scale: llama.cpp keys it to the 27B models by their
+        // layer count (query_pre_attn_scalar = hidden / heads there), else
+        // 1/√head_dim; no key carries it.
+        let big_gemma = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);
+        let block = BlockLayout {
+            pre_norms: arch != "olmo2",
+            post_norms: gemma || arch == "olmo2",
+            qk_norm: match arch.as_str() {
+                "qwen3" | "gemma3" => Some(QkNorm::PerHead),
+                "olmo2" => Some(QkNorm::Whole),
+                _ => None,
+            },
+            activation: match gemma {
+                true => Activation::GeluTanh,
+                false => Activation::Silu,
+            },
+            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
+            attn_scale: big_gemma.then(|| 1.0 / (hidden as f32 / heads as f32).sqrt()),
+            attn_softcap: match arch.as_str() {
+                "gemma2" => Some(opt_f("attn_logit_softcapping")?.unwrap_or(50.0)),
+                _ => None,
+            },
+            final_softcap: match arch.as_str() {
+                "gemma2" => Some(opt_f("final_logit_softcapping")?.unwrap_or(30.0)),
+                "gemma3" => opt_f("final_logit_softcapping")?.filter(|&c| c != 0.0),
+                _ => None,
+            },
+            unit_offset_norms: gemma,
+        };
+        Ok(ModelConfig {
             hidden,
-            layers: u("block_count")?,
+            layers,
             heads,
             kv_heads: opt_u("attention.head_count_kv")?.unwrap_or(heads),
             head_dim,
@@ -239,24 +423,42 @@ impl LlamaConfig {
             vocab,
             rms_eps: opt_f("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5) as f64,
             rope_theta: opt_f("rope.freq_base")?.unwrap_or(10_000.0),
-            // llama.cpp permutes Q/K for llama and mistral, not for qwen2.
-            rope_style: if arch == "qwen2" {
-                RopeStyle::Half
-            } else {
-                RopeStyle::Interleaved
+            // llama.cpp's converter permutes Q/K for llama and mistral
+            // (adjacent pairs); the other families rotate halves (NEOX).
+            rope_style: match arch.as_str() {
+                "llama" | "mistral" => RopeStyle::Interleaved,
+                _ => RopeStyle::Half,
             },
             rope_scaling: scaling,
             qkv_bias: file.has_tensor("blk.0.attn_q.bias"),
             tied_embeddings: !file.has_tensor("output.weight"),
             context_length: opt_u("context_length")?,
+            block,
+            windows,
+            local_rope_theta: match arch.as_str() {
+                "gemma3" => Some(opt_f("rope.freq_base_swa")?.unwrap_or(10_000.0)),
+                _ => None,
+            },
             architecture: arch,
         })
     }
 
     /// The config from an HF `config.json`.
     pub fn from_hf(path: &Path, json: &HfConfig) -> Result<Self, ModelError> {
+        let bad = |key: &str, problem: String| ModelError::Config {
+            path: path.to_path_buf(),
+            key: key.to_owned(),
+            problem,
+        };
         let arch = match json.model_type.as_str() {
-            "llama" | "mistral" | "qwen2" => json.model_type.clone(),
+            "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "olmo2" => json.model_type.clone(),
+            "gemma3_text" => "gemma3".to_owned(),
+            "gemma3" => {
+                return Err(bad(
+                    "model_type",
+                    "is `gemma3`, Gemma 3's multimodal checkpoint (a vision tower beside the text model); vauban runs the text model: use a text-only checkpoint (`model_type` `gemma3_text`, as the 1B ships) or a GGUF of the text model from llama.cpp's converter".into(),
+                ));
+            }
             other => {
                 return Err(ModelError::UnsupportedArchitecture {
                     path: path.to_path_buf(),
@@ -265,72 +467,192 @@ impl LlamaConfig {
             }
         };
         // transformers 5 writes `rope_parameters` (theta and scaling in one
-        // object); older files write `rope_theta` and `rope_scaling`.
-        let rope = json.rope_parameters.as_ref().or(json.rope_scaling.as_ref());
-        let theta = json
-            .rope_parameters
-            .as_ref()
+        // object, or one per layer type); older files write `rope_theta`,
+        // `rope_scaling` and Gemma 3's `rope_local_base_freq`.
+        let (global, local) = match &json.rope_parameters {
+            Some(HfRope::PerLayerType {
+                full_attention,
+                sliding_attention,
+            }) => (Some(full_attention), sliding_attention.as_ref()),
+            Some(HfRope::One(p)) => (Some(p), None),
+            None => (json.rope_scaling.as_ref(), None),
+        };
+        let theta = global
             .and_then(|p| p.rope_theta)
-            .or(json.rope_theta);
-        let scaling = match rope {
-            None => None,
-            Some(s) => {
-                let kind = s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("");
-                let need = |v: Option<f32>, key: &str| {
-                    v.ok_or_else(|| ModelError::Config {
-                        path: path.to_path_buf(),
-                        key: format!("rope_scaling.{key}"),
-                        problem: format!("is missing (needed by rope_type `{kind}`)"),
-                    })
-                };
-                match kind {
-                    "default" | "" => None,
-                    "linear" => Some(RopeScaling::Linear {
-                        factor: need(s.factor, "factor")?,
-                    }),
-                    "llama3" => Some(RopeScaling::Llama3 {
-                        factor: need(s.factor, "factor")?,
-                        low_freq_factor: need(s.low_freq_factor, "low_freq_factor")?,
-                        high_freq_factor: need(s.high_freq_factor, "high_freq_factor")?,
-                        original_max_position_embeddings: need(
-                            s.original_max_position_embeddings,
-                            "original_max_position_embeddings",
-                        )?,
-                    }),
-                    other => {
-                        return Err(ModelError::Config {
-                            path: path.to_path_buf(),
-                            key: "rope_scaling.rope_type".into(),
-                            problem: format!(
-                                "`{other}` is not supported; supported: linear, llama3"
-                            ),
-                        });
-                    }
+            .or(json.rope_theta)
+            .unwrap_or(10_000.0);
+        let scaling = hf_rope_scaling(path, global)?;
+        let local_rope_theta = match local {
+            Some(p) => {
+                if hf_rope_scaling(path, Some(p))?.is_some() {
+                    return Err(bad(
+                        "rope_parameters.sliding_attention",
+                        "scales the sliding layers' RoPE; vauban scales the global layers' only"
+                            .into(),
+                    ));
                 }
+                p.rope_theta
             }
+            None => json.rope_local_base_freq,
         };
         let heads = json.num_attention_heads;
-        Ok(LlamaConfig {
+        let layers = json.num_hidden_layers;
+        let gemma = arch.starts_with("gemma");
+        let activation = match json.hidden_activation.as_ref().or(json.hidden_act.as_ref()) {
+            None if gemma => Activation::GeluTanh,
+            None => Activation::Silu,
+            Some(a) => match a.as_str() {
+                "silu" | "swish" => Activation::Silu,
+                "gelu_pytorch_tanh" | "gelu_tanh" => Activation::GeluTanh,
+                other => {
+                    return Err(bad(
+                        "hidden_act",
+                        format!("is `{other}`; supported: silu, gelu_pytorch_tanh"),
+                    ));
+                }
+            },
+        };
+        let block = BlockLayout {
+            pre_norms: arch != "olmo2",
+            post_norms: gemma || arch == "olmo2",
+            qk_norm: match arch.as_str() {
+                "qwen3" | "gemma3" => Some(QkNorm::PerHead),
+                "olmo2" => Some(QkNorm::Whole),
+                _ => None,
+            },
+            activation,
+            embed_scale: gemma.then(|| (json.hidden_size as f32).sqrt()),
+            attn_scale: match (gemma, json.query_pre_attn_scalar) {
+                (true, Some(s)) => Some(1.0 / s.sqrt()),
+                (true, None) => {
+                    return Err(bad(
+                        "query_pre_attn_scalar",
+                        format!("is missing (a {arch} config sets the queries' scale with it)"),
+                    ));
+                }
+                (false, _) => None,
+            },
+            attn_softcap: json.attn_logit_softcapping.filter(|_| gemma),
+            final_softcap: json.final_logit_softcapping.filter(|_| gemma),
+            unit_offset_norms: gemma,
+        };
+        // Which layers slide: `layer_types` where the file lists them, else
+        // each family's rule as its transformers class applies it.
+        let sliding: Vec<bool> = match &json.layer_types {
+            Some(types) => {
+                if types.len() != layers {
+                    return Err(bad(
+                        "layer_types",
+                        format!(
+                            "lists {} layers; num_hidden_layers is {layers}",
+                            types.len()
+                        ),
+                    ));
+                }
+                types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        "sliding_attention" => Ok(true),
+                        "full_attention" => Ok(false),
+                        other => Err(bad(
+                            "layer_types",
+                            format!("has `{other}`; supported: sliding_attention, full_attention"),
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            None => (0..layers)
+                .map(|i| match arch.as_str() {
+                    "gemma2" => i % 2 == 0,
+                    "gemma3" => {
+                        let pattern = json.sliding_window_pattern.unwrap_or(6);
+                        (i + 1) % pattern.max(1) != 0
+                    }
+                    "mistral" => true,
+                    "qwen2" | "qwen3" => {
+                        json.use_sliding_window == Some(true)
+                            && i >= json.max_window_layers.unwrap_or(0)
+                    }
+                    _ => false,
+                })
+                .collect(),
+        };
+        let windows = sliding
+            .iter()
+            .map(|&s| match (s, json.sliding_window) {
+                (true, Some(w)) => Ok(Some(w)),
+                (true, None) if arch == "mistral" => Ok(None),
+                (true, None) => Err(bad(
+                    "sliding_window",
+                    "is missing, and the config has sliding layers".into(),
+                )),
+                (false, _) => Ok(None),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ModelConfig {
             hidden: json.hidden_size,
-            layers: json.num_hidden_layers,
+            layers,
             heads,
             kv_heads: json.num_key_value_heads.unwrap_or(heads),
             head_dim: json.head_dim.unwrap_or(json.hidden_size / heads.max(1)),
             ffn: json.intermediate_size,
             vocab: json.vocab_size,
             rms_eps: json.rms_norm_eps,
-            rope_theta: theta.unwrap_or(10_000.0),
+            rope_theta: theta,
             rope_style: RopeStyle::Half,
             rope_scaling: scaling,
             qkv_bias: json.attention_bias.unwrap_or(arch == "qwen2"),
-            tied_embeddings: json.tie_word_embeddings.unwrap_or(false),
+            tied_embeddings: json.tie_word_embeddings.unwrap_or(gemma),
             context_length: json.max_position_embeddings,
+            block,
+            windows,
+            local_rope_theta: local_rope_theta.filter(|_| arch == "gemma3"),
             architecture: arch,
         })
     }
 }
 
-/// The fields of an HF `config.json` the llama family uses; others are ignored.
+/// RoPE scaling from a `rope_scaling` or `rope_parameters` object.
+fn hf_rope_scaling(
+    path: &Path,
+    params: Option<&HfRopeScaling>,
+) -> Result<Option<RopeScaling>, ModelError> {
+    let Some(s) = params else {
+        return Ok(None);
+    };
+    let kind = s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("");
+    let need = |v: Option<f32>, key: &str| {
+        v.ok_or_else(|| ModelError::Config {
+            path: path.to_path_buf(),
+            key: format!("rope_scaling.{key}"),
+            problem: format!("is missing (needed by rope_type `{kind}`)"),
+        })
+    };
+    Ok(match kind {
+        "default" | "" => None,
+        "linear" => Some(RopeScaling::Linear {
+            factor: need(s.factor, "factor")?,
+        }),
+        "llama3" => Some(RopeScaling::Llama3 {
+            factor: need(s.factor, "factor")?,
+            low_freq_factor: need(s.low_freq_factor, "low_freq_factor")?,
+            high_freq_factor: need(s.high_freq_factor, "high_freq_factor")?,
+            original_max_position_embeddings: need(
+                s.original_max_position_embeddings,
+                "original_max_position_embeddings",
+            )?,
+        }),
+        other => {
+            return Err(ModelError::Config {
+                path: path.to_path_buf(),
+                key: "rope_scaling.rope_type".into(),
+                problem: format!("`{other}` is not supported; supported: linear, llama3"),
+            });
+        }
+    })
+}
+
+/// The fields of an HF `config.json` the families use; others are ignored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HfConfig {
     pub model_type: String,
@@ -351,7 +673,35 @@ pub struct HfConfig {
     pub rope_scaling: Option<HfRopeScaling>,
     /// transformers 5's form of `rope_theta` + `rope_scaling`.
     #[serde(default)]
-    pub rope_parameters: Option<HfRopeScaling>,
+    pub rope_parameters: Option<HfRope>,
+    /// Gemma 3's RoPE base on sliding layers (before transformers 5).
+    #[serde(default)]
+    pub rope_local_base_freq: Option<f32>,
+    #[serde(default)]
+    pub hidden_act: Option<String>,
+    /// Gemma's name for `hidden_act`.
+    #[serde(default)]
+    pub hidden_activation: Option<String>,
+    /// Gemma's query scale is `query_pre_attn_scalar^-½`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f32>,
+    #[serde(default)]
+    pub attn_logit_softcapping: Option<f32>,
+    #[serde(default)]
+    pub final_logit_softcapping: Option<f32>,
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// `sliding_attention` or `full_attention`, one per layer.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3: every `n`th layer is global, the others slide.
+    #[serde(default, alias = "_sliding_window_pattern")]
+    pub sliding_window_pattern: Option<usize>,
+    /// Qwen2/3: layers from `max_window_layers` on slide when set.
+    #[serde(default)]
+    pub use_sliding_window: Option<bool>,
+    #[serde(default)]
+    pub max_window_layers: Option<usize>,
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
     #[serde(default)]
@@ -385,6 +735,19 @@ impl EosIds {
     }
 }
 
+/// transformers 5's `rope_parameters`: one object, or one per layer type
+/// (Gemma 3: the global layers' and the sliding layers').
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HfRope {
+    PerLayerType {
+        full_attention: HfRopeScaling,
+        #[serde(default)]
+        sliding_attention: Option<HfRopeScaling>,
+    },
+    One(HfRopeScaling),
+}
+
 /// `rope_scaling` in config.json (`type` in older files, `rope_type` in
 /// newer), or transformers 5's `rope_parameters`, which also holds the theta.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -406,7 +769,7 @@ pub struct HfRopeScaling {
 }
 
 /// An HF folder's `config.json`: as written, and as the model's shape.
-pub fn read_hf_config(dir: &Path) -> Result<(HfConfig, LlamaConfig), ModelError> {
+pub fn read_hf_config(dir: &Path) -> Result<(HfConfig, ModelConfig), ModelError> {
     let config_path = dir.join("config.json");
     let text =
         crate::input::read_text(&config_path, crate::input::MAX_SMALL_FILE_BYTES).map_err(|e| {
@@ -422,13 +785,13 @@ pub fn read_hf_config(dir: &Path) -> Result<(HfConfig, LlamaConfig), ModelError>
             key: e.path().to_string(),
             problem: e.inner().to_string(),
         })?;
-    let config = LlamaConfig::from_hf(&config_path, &hf)?;
+    let config = ModelConfig::from_hf(&config_path, &hf)?;
     config.check(&config_path)?;
     Ok((hf, config))
 }
 
 /// The model's shape from a GGUF header (no tensor data is read).
-pub fn read_gguf_config(path: &Path) -> Result<LlamaConfig, ModelError> {
+pub fn read_gguf_config(path: &Path) -> Result<ModelConfig, ModelError> {
     let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
@@ -437,7 +800,7 @@ pub fn read_gguf_config(path: &Path) -> Result<LlamaConfig, ModelError> {
         path: path.to_path_buf(),
         message,
     })?;
-    let config = LlamaConfig::from_gguf(path, &file)?;
+    let config = ModelConfig::from_gguf(path, &file)?;
     config.check(path)?;
     Ok(config)
 }
@@ -446,8 +809,8 @@ pub fn read_gguf_config(path: &Path) -> Result<LlamaConfig, ModelError> {
 mod tests {
     use super::*;
 
-    fn base() -> LlamaConfig {
-        LlamaConfig {
+    fn base() -> ModelConfig {
+        ModelConfig {
             architecture: "llama".into(),
             hidden: 8,
             layers: 1,
@@ -471,7 +834,7 @@ mod tests {
         use crate::model::Matrix as M;
         // Grouped-query heads whose width is not the hidden size: the
         // query's rows and the output's columns are the heads' width.
-        let mut c = LlamaConfig {
+        let mut c = ModelConfig {
             head_dim: 5,
             ..base()
         };
@@ -521,7 +884,7 @@ mod tests {
         );
     }
 
-    fn hf(extra: serde_json::Value) -> LlamaConfig {
+    fn hf(extra: serde_json::Value) -> ModelConfig {
         let mut json = serde_json::json!({
             "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
@@ -530,7 +893,7 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         let parsed: HfConfig = serde_json::from_value(json).unwrap();
-        LlamaConfig::from_hf(Path::new("config.json"), &parsed).unwrap()
+        ModelConfig::from_hf(Path::new("config.json"), &parsed).unwrap()
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use vauban_kernels::attention::KvType;
 
 use std::path::{Path, PathBuf};
 
-use config::LlamaConfig;
+use config::ModelConfig;
 
 /// How to hold matrix weights in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -106,7 +106,7 @@ impl Matrix {
 
     /// The matrix as a file stores it, `(rows, columns)`: a row per output
     /// feature (what every backend's loader checks a tensor against).
-    pub fn shape(self, c: &LlamaConfig) -> (usize, usize) {
+    pub fn shape(self, c: &ModelConfig) -> (usize, usize) {
         let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         match self {
             Matrix::AttnQ => (q, c.hidden),
@@ -120,7 +120,7 @@ impl Matrix {
     /// Whether the matrix has a bias (`blk.N.<stem>.bias`): the query, key
     /// and value projections of models that have them (Qwen2), never the
     /// others.
-    pub fn has_bias(self, c: &LlamaConfig) -> bool {
+    pub fn has_bias(self, c: &ModelConfig) -> bool {
         c.qkv_bias && matches!(self, Matrix::AttnQ | Matrix::AttnK | Matrix::AttnV)
     }
 
@@ -263,10 +263,10 @@ impl ModelError {
     }
 
     /// Renames tensors from GGUF names to the HF names a folder uses.
-    pub fn hf_names(self) -> Self {
+    pub fn hf_names(self, c: &ModelConfig) -> Self {
         match self {
             ModelError::MissingTensor { tensor, path } => ModelError::MissingTensor {
-                tensor: hf_name(&tensor),
+                tensor: hf_name(&tensor, c),
                 path,
             },
             ModelError::ShapeMismatch {
@@ -275,7 +275,7 @@ impl ModelError {
                 expected,
                 path,
             } => ModelError::ShapeMismatch {
-                tensor: hf_name(&tensor),
+                tensor: hf_name(&tensor, c),
                 found,
                 expected,
                 path,
@@ -285,8 +285,12 @@ impl ModelError {
     }
 }
 
-/// The HF name of a weight asked for by its GGUF name.
-pub fn hf_name(gguf: &str) -> String {
+/// The HF name of a weight of a model shaped `c`, asked for by its GGUF
+/// name. The one name that depends on the family: the norm before the MLP
+/// is llama's `post_attention_layernorm`, but Gemma's
+/// `pre_feedforward_layernorm` (where `post_attention_layernorm` is the
+/// norm on the attention's output, GGUF's `post_attention_norm`).
+pub fn hf_name(gguf: &str, c: &ModelConfig) -> String {
     match gguf {
         "token_embd.weight" => return "model.embed_tokens.weight".into(),
         "output_norm.weight" => return "model.norm.weight".into(),
@@ -304,7 +308,12 @@ pub fn hf_name(gguf: &str) -> String {
     };
     let part = match stem {
         "attn_norm" => "input_layernorm",
+        "ffn_norm" if c.block.post_norms => "pre_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
+        "post_attention_norm" => "post_attention_layernorm",
+        "post_ffw_norm" => "post_feedforward_layernorm",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
@@ -366,7 +375,7 @@ pub enum ModelFormat {
 /// The model's shape without its weights: the GGUF header, or an HF
 /// folder's `config.json` (what `vauban validate` checks a config against,
 /// in milliseconds).
-pub fn read_config(path: &Path) -> Result<LlamaConfig, ModelError> {
+pub fn read_config(path: &Path) -> Result<ModelConfig, ModelError> {
     let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,

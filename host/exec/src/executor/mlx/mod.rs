@@ -1,6 +1,6 @@
 //! The MLX executor, through mlx-rs (the `mlx` feature): the same
 //! llama-family model as candle's and libtorch's, from the same model
-//! description ([`LlamaConfig`](crate::model::config::LlamaConfig), the
+//! description ([`ModelConfig`](crate::model::config::ModelConfig), the
 //! GGUF tensor names) and the same assets
 //! ([`ModelAssets`](crate::model::assets::ModelAssets)), behind the same
 //! [`Executor`](super::Executor) trait as every backend. The executor,

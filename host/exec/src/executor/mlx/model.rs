@@ -1,5 +1,5 @@
 //! The llama-family forward pass in MLX (through mlx-rs), from the same
-//! model description as candle's and libtorch's (`LlamaConfig`, the GGUF
+//! model description as candle's and libtorch's (`ModelConfig`, the GGUF
 //! tensor names, the shared [`ModelAssets`]), one small struct per part.
 //! Weights are read as f32 (a GGUF file dequantized, or an HF folder's
 //! safetensors through the same `HfWeights` as candle's); MLX's fused
@@ -22,7 +22,7 @@ pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
-use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::{Dtype, Matrix as ModelMatrix, ModelError, WeightMode};
 use crate::trace::DeviceKind;
 
@@ -97,7 +97,7 @@ impl Block {
 
 /// A llama-family model in MLX.
 pub struct MlxLlama {
-    config: LlamaConfig,
+    config: ModelConfig,
     /// `[vocab, hidden]`; the output matrix too when the embeddings are tied.
     embed: Matrix,
     blocks: Vec<Block>,
@@ -256,7 +256,7 @@ impl MlxLlama {
         [&self.embed, &self.output.weight].into_iter().chain(blocks)
     }
 
-    fn read(c: &LlamaConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
+    fn read(c: &ModelConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
         let embed = r.matrix("token_embd.weight", c.vocab, c.hidden)?;
         let eps = c.rms_eps as f32;
         let mut blocks = Vec::with_capacity(c.layers);
@@ -310,7 +310,7 @@ impl MlxLlama {
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -522,7 +522,7 @@ impl LibModel for MlxLlama {
         kinds
     }
 
-    fn config(&self) -> &LlamaConfig {
+    fn config(&self) -> &ModelConfig {
         &self.config
     }
 

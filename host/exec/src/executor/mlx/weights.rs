@@ -20,7 +20,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::executor::candle::model::host_weights::HostWeights;
 use crate::model::assets::ModelAssets;
-use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::{Matrix as ModelMatrix, ModelError, ModelFormat, hf_name};
 
 /// A matrix packed by MLX's affine quantization: `w` is `[out, in·bits/32]`
@@ -441,7 +441,7 @@ impl<'a> Reader<'a> {
         &mut self,
         layer: usize,
         m: ModelMatrix,
-        c: &LlamaConfig,
+        c: &ModelConfig,
     ) -> Result<Linear, ModelError> {
         let stem = format!("blk.{layer}.{}", m.gguf_stem());
         let (out, inp) = m.shape(c);

@@ -33,7 +33,7 @@ use super::{
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention, Primitive};
 use crate::model::assets::ModelAssets;
-use crate::model::config::LlamaConfig;
+use crate::model::config::ModelConfig;
 use crate::model::{KvType, Matrix, ModelError};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, StageProfile, SupportLevel, TraceRequest,
@@ -99,7 +99,7 @@ pub struct PassTiming {
 /// ones (never handed to the library, whose errors can be panics). `from`
 /// (where the logits start) must be a position of the pass.
 pub fn check_pass(
-    c: &LlamaConfig,
+    c: &ModelConfig,
     ids: &[u32],
     past: usize,
     from: usize,
@@ -175,7 +175,7 @@ pub trait LibModel: Sized {
     fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError>;
     /// The devices this library can run on, on this machine.
     fn device_kinds() -> Vec<DeviceKind>;
-    fn config(&self) -> &LlamaConfig;
+    fn config(&self) -> &ModelConfig;
     /// An empty KV cache for this model.
     fn new_cache(&self) -> Self::Cache;
     /// Runs `ids` after the positions `cache` holds, calling `hook` after

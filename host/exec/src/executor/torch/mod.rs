@@ -1,6 +1,6 @@
 //! The Torch executor, through `tch` and libtorch (the `torch` feature):
 //! the same llama-family model as candle's, from the same description
-//! ([`LlamaConfig`](crate::model::config::LlamaConfig) and GGUF tensor
+//! ([`ModelConfig`](crate::model::config::ModelConfig) and GGUF tensor
 //! names) and the same assets (tokenizer, chat template, special tokens:
 //! [`ModelAssets`](crate::model::assets::ModelAssets)), on CPU, CUDA or MPS, behind the same [`Executor`](super::Executor)
 //! trait and trace recorder. GGUF weights are dequantized at load (the

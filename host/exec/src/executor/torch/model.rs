@@ -1,5 +1,5 @@
 //! The llama-family forward pass in libtorch, following the same model
-//! description as candle's (`crate::model::config::LlamaConfig`:
+//! description as candle's (`crate::model::config::ModelConfig`:
 //! sizes, RoPE style and scaling, QKV bias, tied embeddings) and the same
 //! GGUF tensor names, one small struct per part.
 //!
@@ -16,7 +16,7 @@ pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
-use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::config::{ModelConfig, RopeStyle};
 use crate::model::{Dtype, Matrix, ModelError};
 use crate::trace::DeviceKind;
 
@@ -94,7 +94,7 @@ impl Block {
 
 /// A llama-family model in libtorch.
 pub struct TorchLlama {
-    config: LlamaConfig,
+    config: ModelConfig,
     embed: Tensor,
     blocks: Vec<Block>,
     norm: RmsNorm,
@@ -133,7 +133,7 @@ impl Reader<'_> {
     /// [`Matrix::shape`] gives it, with its bias
     /// `[out]` where [`Matrix::has_bias`] says
     /// the model has one (as candle's loader).
-    fn linear(&mut self, layer: usize, m: Matrix, c: &LlamaConfig) -> Result<Linear, ModelError> {
+    fn linear(&mut self, layer: usize, m: Matrix, c: &ModelConfig) -> Result<Linear, ModelError> {
         let stem = format!("blk.{layer}.{}", m.gguf_stem());
         let (out, inp) = m.shape(c);
         Ok(Linear {
@@ -179,7 +179,7 @@ impl TorchLlama {
     }
 
     fn read(
-        config: LlamaConfig,
+        config: ModelConfig,
         r: &mut Reader<'_>,
         device: Device,
         kind: Kind,
@@ -231,7 +231,7 @@ impl TorchLlama {
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -475,7 +475,7 @@ impl LibModel for TorchLlama {
         kinds
     }
 
-    fn config(&self) -> &LlamaConfig {
+    fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -572,7 +572,7 @@ impl Attention {
     fn forward(
         &self,
         h: &Tensor,
-        c: &LlamaConfig,
+        c: &ModelConfig,
         (cos, sin): (&Tensor, &Tensor),
         mask: &Tensor,
         slot: &mut Option<(Tensor, Tensor)>,

@@ -35,7 +35,7 @@ pub fn load(dir: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel
     let weights = HfWeights::open(&assets)?;
     let mut load = |name: &str| Ok(weights.get(name, device)?.map(Weight::Dense));
     let model = Llama::load(&assets.config, mode, &mut load, device)
-        .map_err(|e| e.hf_names().in_file(dir))?;
+        .map_err(|e| e.hf_names(&assets.config).in_file(dir))?;
     Ok(LoadedModel {
         assets,
         model,
@@ -52,9 +52,9 @@ pub struct HfWeights {
     /// Tensor name → the file that holds it.
     owner: BTreeMap<String, usize>,
     weight_files: Vec<PathBuf>,
-    /// Query and key-value heads.
-    heads: (usize, usize),
-    interleaved: bool,
+    /// The model's shape: its heads and RoPE pairing (for the Q/K rows),
+    /// its family (for the names and norm weights).
+    config: config::ModelConfig,
 }
 
 impl HfWeights {
@@ -87,20 +87,20 @@ impl HfWeights {
             }
             files.push(st);
         }
-        let c = &assets.config;
         Ok(HfWeights {
             files,
             owner,
             weight_files,
-            heads: (c.heads, c.kv_heads),
-            interleaved: c.rope_style == RopeStyle::Interleaved,
+            config: assets.config.clone(),
         })
     }
 
-    /// The tensor GGUF calls `name`, as f32 on `device`; `None` when the
-    /// folder has no such tensor.
+    /// The tensor GGUF calls `name`, as f32 on `device`, as a GGUF file
+    /// holds it (a Gemma's norm weights as `1 + w`); `None` when the folder
+    /// has no such tensor.
     pub fn get(&self, name: &str, device: &Device) -> Result<Option<Tensor>, ModelError> {
-        let hf = hf_name(name);
+        let c = &self.config;
+        let hf = hf_name(name, c);
         let Some(&i) = self.owner.get(&hf) else {
             return Ok(None);
         };
@@ -127,18 +127,27 @@ impl HfWeights {
             .load(&hf, device)
             .and_then(|t| t.to_dtype(DType::F32))
             .map_err(|e| bad(e.to_string()))?;
+        if c.block.unit_offset_norms && is_norm(name) {
+            return Ok(Some((t + 1.0)?));
+        }
         Ok(Some(
             match (
-                self.interleaved,
+                c.rope_style == RopeStyle::Interleaved,
                 name.contains(".attn_q."),
                 name.contains(".attn_k."),
             ) {
-                (true, true, _) => permute_qk(&t, self.heads.0, false)?,
-                (true, _, true) => permute_qk(&t, self.heads.1, false)?,
+                (true, true, _) => permute_qk(&t, c.heads, false)?,
+                (true, _, true) => permute_qk(&t, c.kv_heads, false)?,
                 _ => t,
             },
         ))
     }
+}
+
+/// Whether the GGUF tensor `name` is an RMSNorm weight (what Gemma's
+/// checkpoints store less one).
+fn is_norm(name: &str) -> bool {
+    name.ends_with("norm.weight")
 }
 
 /// Writes `model` as an HF folder vauban (and `transformers`) can load:
@@ -160,7 +169,7 @@ pub fn export(
 /// its GGUF name, in GGUF's layout, as f32 (what candle's
 /// `Llama::dense_weights` gives; the Torch executor converts its own).
 pub fn export_weights(
-    c: &config::LlamaConfig,
+    c: &config::ModelConfig,
     dense: Vec<(String, Tensor)>,
     (tokenizer, chat_template, special): (&tokenizers::Tokenizer, Option<&str>, &Special),
     dir: &Path,
@@ -198,17 +207,25 @@ pub fn export_weights(
             (RopeStyle::Interleaved, Some(h)) => permute_qk(&t, h, true)?,
             _ => t,
         };
-        tensors.push((hf_name(&name), t.contiguous()?));
+        let t = match c.block.unit_offset_norms && is_norm(&name) {
+            true => (t - 1.0)?,
+            false => t,
+        };
+        tensors.push((hf_name(&name, c), t.contiguous()?));
     }
     let weights = staging.path().join("model.safetensors");
     candle_core::safetensors::save(&tensors.into_iter().collect(), &weights)?;
-    let model_type = match c.architecture.as_str() {
-        "qwen2" => "qwen2",
-        "mistral" => "mistral",
-        _ => "llama",
+    let (model_type, class) = match c.architecture.as_str() {
+        "qwen2" => ("qwen2", "Qwen2ForCausalLM"),
+        "qwen3" => ("qwen3", "Qwen3ForCausalLM"),
+        "mistral" => ("mistral", "MistralForCausalLM"),
+        "gemma2" => ("gemma2", "Gemma2ForCausalLM"),
+        "gemma3" => ("gemma3_text", "Gemma3ForCausalLM"),
+        "olmo2" => ("olmo2", "Olmo2ForCausalLM"),
+        _ => ("llama", "LlamaForCausalLM"),
     };
     let mut config = serde_json::json!({
-        "architectures": [match model_type { "qwen2" => "Qwen2ForCausalLM", "mistral" => "MistralForCausalLM", _ => "LlamaForCausalLM" }],
+        "architectures": [class],
         "model_type": model_type,
         "hidden_size": c.hidden,
         "intermediate_size": c.ffn,
@@ -226,9 +243,35 @@ pub fn export_weights(
     if let Some(n) = c.context_length {
         config["max_position_embeddings"] = n.into();
     }
-    if model_type == "mistral" {
-        // vauban's forward attends to the whole context (no sliding window).
-        config["sliding_window"] = serde_json::Value::Null;
+    // Where the family differs from llama, in its config.json's words.
+    let b = &c.block;
+    if b.activation == config::Activation::GeluTanh {
+        config["hidden_activation"] = "gelu_pytorch_tanh".into();
+    }
+    if c.architecture.starts_with("gemma") {
+        let scale = b.attn_scale.unwrap_or(1.0 / (c.head_dim as f32).sqrt());
+        config["query_pre_attn_scalar"] = (1.0 / (scale * scale)).round().into();
+        config["attn_logit_softcapping"] = b.attn_softcap.into();
+        config["final_logit_softcapping"] = b.final_softcap.into();
+    }
+    let window = c.windows.iter().flatten().next();
+    config["sliding_window"] = window.copied().into();
+    if window.is_some() {
+        let types: Vec<&str> = c
+            .windows
+            .iter()
+            .map(|w| match w {
+                Some(_) => "sliding_attention",
+                None => "full_attention",
+            })
+            .collect();
+        config["layer_types"] = types.into();
+        if c.architecture.starts_with("qwen") {
+            config["use_sliding_window"] = true.into();
+        }
+    }
+    if let Some(theta) = c.local_rope_theta {
+        config["rope_local_base_freq"] = theta.into();
     }
     if let Some(bos) = &special.bos {
         config["bos_token_id"] = bos.0.into();

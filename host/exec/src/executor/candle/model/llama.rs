@@ -1,7 +1,11 @@
-//! The llama-family forward pass (llama 2/3, SmolLM2, Qwen2, Mistral):
-//! RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, with a hook
-//! after every block that can read and replace the residual stream, and a
-//! KV cache so a decode step runs one token.
+//! The decoder forward pass of every family vauban runs (llama 2/3,
+//! SmolLM2, Qwen2/3, Mistral, Gemma 2/3, OLMo 2): RMSNorm, rotary
+//! embeddings, grouped-query attention, a gated MLP, with what a family's
+//! [`BlockLayout`](crate::model::config::BlockLayout) adds where it sets
+//! it (Q/K norms, post-norms, GeGLU, scaled embeddings, soft-caps, sliding
+//! windows, a second RoPE base), a hook after every block that can read and
+//! replace the residual stream, and a KV cache so a decode step runs one
+//! token.
 //!
 //! Quantized weights stay quantized: on the CPU they run through
 //! `vauban-kernels` (integer dot products against activations quantized to
@@ -16,10 +20,12 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::ops::{rms_norm, silu, softmax_last_dim};
 use candle_nn::rotary_emb::{rope, rope_i};
-use vauban_kernels::attention::{self, Heads, KvType, LayerCache, RopeTable, Rotary, SeqRows};
+use vauban_kernels::attention::{
+    self, Heads, KvType, LayerCache, RopeTable, Rotary, Scoring, SeqRows,
+};
 use vauban_kernels::{Isa, QMatrix};
 
-use crate::model::config::{LlamaConfig, RopeStyle};
+use crate::model::config::{Activation, ModelConfig, QkNorm, RopeStyle};
 use crate::model::{Matrix, ModelError, WeightMode};
 
 /// A weight as its file stores it.
@@ -222,16 +228,43 @@ impl Embedding {
     }
 }
 
+/// One decoder block. The norms a family does not have are `None`.
 struct Block {
-    attn_norm: Tensor,
+    /// RMSNorm before attention (all but OLMo 2).
+    attn_norm: Option<Tensor>,
     q: Linear,
     k: Linear,
     v: Linear,
+    /// RMSNorm of the queries and keys before RoPE (Qwen3, Gemma 3, OLMo 2).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
     o: Linear,
-    ffn_norm: Tensor,
+    /// RMSNorm of what attention writes (Gemma 2/3, OLMo 2).
+    post_attn_norm: Option<Tensor>,
+    /// RMSNorm before the MLP.
+    ffn_norm: Option<Tensor>,
     gate: Linear,
     up: Linear,
     down: Linear,
+    /// RMSNorm of what the MLP writes.
+    post_ffn_norm: Option<Tensor>,
+    /// How the attention scores keys: scale, soft-cap, window, RoPE pairing.
+    scoring: Scoring,
+    /// Which of the model's RoPE tables the block takes (0: global, 1: local).
+    rope: usize,
+}
+
+/// `x` normalised by RMSNorm with weight `w` where the block has it.
+fn norm_opt(x: &Tensor, w: &Option<Tensor>, eps: f64) -> Result<Tensor, ModelError> {
+    Ok(match w {
+        Some(w) => rms_norm(x, w, eps as f32)?,
+        None => x.clone(),
+    })
+}
+
+/// `cap · tanh(x / cap)`.
+fn softcap(x: &Tensor, cap: f32) -> Result<Tensor, ModelError> {
+    Ok(((x / cap as f64)?.tanh()? * cap as f64)?)
 }
 
 /// What the hook sees after one block.
@@ -473,14 +506,16 @@ pub struct PassTiming {
 
 /// A loaded llama-family model.
 pub struct Llama {
-    config: LlamaConfig,
+    config: ModelConfig,
     embed: Embedding,
     blocks: Vec<Block>,
     norm: Tensor,
     output: Linear,
-    inv_freqs: Tensor,
+    /// Inverse RoPE frequencies: the global layers', then the sliding
+    /// layers' where their base differs (a block's `rope` indexes these).
+    inv_freqs: Vec<Tensor>,
     /// The same, on the host, for the CPU attention's rotary tables.
-    inv_freqs_host: Vec<f32>,
+    inv_freqs_host: Vec<Vec<f32>>,
     /// Attention as one fused host call per block (the CPU's), or as
     /// tensor operations per sequence (a GPU's).
     fused_attention: bool,
@@ -497,7 +532,7 @@ impl Llama {
     /// Loads every weight through `load` (GGUF names), checking each shape
     /// against `config`.
     pub fn load(
-        config: &LlamaConfig,
+        config: &ModelConfig,
         mode: WeightMode,
         load: &mut LoadFn<'_>,
         device: &Device,
@@ -555,6 +590,12 @@ impl Llama {
             )?;
             (embed, output)
         };
+        let layout = &c.block;
+        let rotary = match c.rope_style {
+            RopeStyle::Interleaved => Rotary::Interleaved,
+            RopeStyle::Half => Rotary::Half,
+        };
+        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let n = |s: &str, kind: &str| format!("blk.{i}.{s}.{kind}");
@@ -575,14 +616,65 @@ impl Llama {
                 gate: lin(Matrix::FfnGate)?,
                 up: lin(Matrix::FfnUp)?,
                 down: lin(Matrix::FfnDown)?,
-                attn_norm: get(&n("attn_norm", "weight"), &[c.hidden])?.dense(device)?,
-                ffn_norm: get(&n("ffn_norm", "weight"), &[c.hidden])?.dense(device)?,
+                attn_norm: None,
+                q_norm: None,
+                k_norm: None,
+                post_attn_norm: None,
+                ffn_norm: None,
+                post_ffn_norm: None,
+                scoring: Scoring {
+                    rotary,
+                    scale: layout
+                        .attn_scale
+                        .unwrap_or(1.0 / (c.head_dim as f32).sqrt()),
+                    softcap: layout.attn_softcap,
+                    window: c.windows[i],
+                },
+                rope: usize::from(c.local_rope(i)),
+            };
+            let mut norm = |stem: &str, width: usize| -> Result<Option<Tensor>, ModelError> {
+                Ok(Some(get(&n(stem, "weight"), &[width])?.dense(device)?))
+            };
+            let block = Block {
+                attn_norm: match layout.pre_norms {
+                    true => norm("attn_norm", c.hidden)?,
+                    false => None,
+                },
+                ffn_norm: match layout.pre_norms {
+                    true => norm("ffn_norm", c.hidden)?,
+                    false => None,
+                },
+                post_attn_norm: match layout.post_norms {
+                    true => norm("post_attention_norm", c.hidden)?,
+                    false => None,
+                },
+                post_ffn_norm: match layout.post_norms {
+                    true => norm("post_ffw_norm", c.hidden)?,
+                    false => None,
+                },
+                q_norm: match layout.qk_norm {
+                    Some(QkNorm::PerHead) => norm("attn_q_norm", c.head_dim)?,
+                    Some(QkNorm::Whole) => norm("attn_q_norm", q_width)?,
+                    None => None,
+                },
+                k_norm: match layout.qk_norm {
+                    Some(QkNorm::PerHead) => norm("attn_k_norm", c.head_dim)?,
+                    Some(QkNorm::Whole) => norm("attn_k_norm", kv_width)?,
+                    None => None,
+                },
+                ..block
             };
             blocks.push(block);
         }
         let norm = get("output_norm.weight", &[c.hidden])?.dense(device)?;
-        let inv_freqs_host = c.inv_freqs();
-        let inv_freqs = Tensor::new(inv_freqs_host.as_slice(), device)?;
+        let mut inv_freqs_host = vec![c.inv_freqs()];
+        if let Some(local) = (0..c.layers).find(|&i| c.local_rope(i)) {
+            inv_freqs_host.push(c.layer_inv_freqs(local));
+        }
+        let inv_freqs = inv_freqs_host
+            .iter()
+            .map(|f| Tensor::new(f.as_slice(), device))
+            .collect::<Result<_, _>>()?;
         Ok(Llama {
             config: config.clone(),
             embed,
@@ -597,7 +689,7 @@ impl Llama {
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -824,32 +916,58 @@ impl Llama {
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
-        let rotary = match c.rope_style {
-            RopeStyle::Interleaved => Rotary::Interleaved,
-            RopeStyle::Half => Rotary::Half,
+        // One rotary table per RoPE base (a Gemma 3 has two).
+        let tables: Vec<RopeTable> = match host {
+            true => self
+                .inv_freqs_host
+                .iter()
+                .map(|f| {
+                    RopeTable::new(
+                        f,
+                        spans.iter().flat_map(|&(_, t, offset)| offset..offset + t),
+                    )
+                })
+                .collect(),
+            false => Vec::new(),
         };
-        let table = host.then(|| {
-            RopeTable::new(
-                &self.inv_freqs_host,
-                spans.iter().flat_map(|&(_, t, offset)| offset..offset + t),
-            )
-        });
-        let mut ropes = Vec::new();
-        let mut masks = Vec::new();
+        // On the tensor path: each sequence's rotary tables (per base) and
+        // its masks (per window the blocks use).
+        let mut ropes: Vec<Vec<(Tensor, Tensor)>> = Vec::new();
+        let mut masks: BTreeMap<Option<usize>, Vec<Option<Tensor>>> = BTreeMap::new();
         if !host {
             for &(_, t, offset) in &spans {
-                ropes.push(self.rope(offset, t)?);
-                masks.push(causal_mask(offset, t, &self.device)?);
+                ropes.push(
+                    (0..self.inv_freqs.len())
+                        .map(|r| self.rope(r, offset, t))
+                        .collect::<Result<_, _>>()?,
+                );
+            }
+            for window in c.windows.iter().copied() {
+                if !masks.contains_key(&window) {
+                    let per_seq = spans
+                        .iter()
+                        .map(|&(_, t, offset)| causal_mask(offset, t, window, &self.device))
+                        .collect::<Result<_, _>>()?;
+                    masks.insert(window, per_seq);
+                }
             }
         }
         let mut x = self.embed.lookup(&all_ids, &self.device)?.unsqueeze(0)?;
+        if let Some(scale) = c.block.embed_scale {
+            x = (x * scale as f64)?;
+        }
         let rep = c.heads / c.kv_heads;
         let mut timings = vec![PassTiming::default(); batch];
         for (i, b) in self.blocks.iter().enumerate() {
-            let h = rms_norm(&x, &b.attn_norm, c.rms_eps as f32)?;
+            let h = norm_opt(&x, &b.attn_norm, c.rms_eps)?;
             let [q, k, v] = Linear::forward_group([&b.q, &b.k, &b.v], &h)?;
+            let (q, k) = (
+                self.qk_norm(&q, &b.q_norm, c.heads)?,
+                self.qk_norm(&k, &b.k_norm, c.kv_heads)?,
+            );
             let mut ys = Vec::with_capacity(batch);
-            if let Some(table) = &table {
+            if host {
+                let table = &tables[b.rope];
                 let (q, k, v) = (host_rows(&q)?, host_rows(&k)?, host_rows(&v)?);
                 let mut out = vec![0f32; n * c.heads * c.head_dim];
                 let mut rows = Vec::with_capacity(caches.len());
@@ -861,7 +979,7 @@ impl Llama {
                         cache: cache.host_layer(i)?,
                     });
                 }
-                attention::attend(&heads, rotary, table, &q, &k, &v, &mut rows, &mut out);
+                attention::attend(&heads, &b.scoring, table, &q, &k, &v, &mut rows, &mut out);
                 ys.push(
                     Tensor::from_vec(out, (1, n, c.heads * c.head_dim), &self.device)?
                         .to_dtype(x.dtype())?,
@@ -869,7 +987,7 @@ impl Llama {
             }
             for (j, cache) in caches.iter_mut().enumerate().filter(|_| !host) {
                 let t = spans[j].1;
-                let (cos, sin) = &ropes[j];
+                let (cos, sin) = &ropes[j][b.rope];
                 let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
                     Ok(match c.rope_style {
                         RopeStyle::Interleaved => rope_i(x, cos, sin)?,
@@ -891,8 +1009,12 @@ impl Llama {
                 // query head: the `rep` query heads that share a key/value head
                 // are stacked as rows of one matrix against it.
                 let q = q.reshape((1, c.kv_heads, rep * t, c.head_dim))?;
-                let scores = (q.matmul(&k.t()?)? / (c.head_dim as f64).sqrt())?;
-                let scores = match &masks[j] {
+                let scores = (q.matmul(&k.t()?)? * b.scoring.scale as f64)?;
+                let scores = match b.scoring.softcap {
+                    Some(cap) => softcap(&scores, cap)?,
+                    None => scores,
+                };
+                let scores = match &masks[&b.scoring.window][j] {
                     Some(m) => scores
                         .reshape((1, c.kv_heads, rep, t, total))?
                         .broadcast_add(m)?
@@ -907,11 +1029,15 @@ impl Llama {
                         .reshape((1, t, c.heads * c.head_dim))?,
                 );
             }
-            let attn_out = b.o.forward(&join(ys)?)?;
+            let attn_out = norm_opt(&b.o.forward(&join(ys)?)?, &b.post_attn_norm, c.rms_eps)?;
             x = (x + &attn_out)?;
-            let h = rms_norm(&x, &b.ffn_norm, c.rms_eps as f32)?;
+            let h = norm_opt(&x, &b.ffn_norm, c.rms_eps)?;
             let [gate, up] = Linear::forward_group([&b.gate, &b.up], &h)?;
-            let mlp_out = b.down.forward(&(silu(&gate)? * up)?)?;
+            let gate = match c.block.activation {
+                Activation::Silu => silu(&gate)?,
+                Activation::GeluTanh => gate.gelu()?,
+            };
+            let mlp_out = norm_opt(&b.down.forward(&(gate * up)?)?, &b.post_ffn_norm, c.rms_eps)?;
             x = (x + &mlp_out)?;
             let mut parts = Vec::with_capacity(batch);
             let mut replaced_any = false;
@@ -971,6 +1097,10 @@ impl Llama {
         };
         let x = rms_norm(&x, &self.norm, c.rms_eps as f32)?;
         let logits = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
+        let logits = match c.block.final_softcap {
+            Some(cap) => softcap(&logits, cap)?,
+            None => logits,
+        };
         let lm_head_ns = start.elapsed().as_nanos() as u64;
         let mut out = Vec::with_capacity(batch);
         let mut row = 0;
@@ -987,13 +1117,30 @@ impl Llama {
         Ok(out)
     }
 
-    /// Rotary tables for positions `offset..offset + t`, `[t, head_dim / 2]` each.
-    fn rope(&self, offset: usize, t: usize) -> Result<(Tensor, Tensor), ModelError> {
+    /// RMSNorm of queries or keys (`[1, rows, heads · head_dim]`) before
+    /// RoPE, per head or over the whole projection as the weight's width
+    /// says; unchanged where the block has no such norm.
+    fn qk_norm(&self, x: &Tensor, w: &Option<Tensor>, heads: usize) -> Result<Tensor, ModelError> {
+        let Some(w) = w else {
+            return Ok(x.clone());
+        };
+        let eps = self.config.rms_eps as f32;
+        let (b, rows, width) = x.dims3()?;
+        Ok(match w.dim(0)? == width {
+            true => rms_norm(x, w, eps)?,
+            false => rms_norm(&x.reshape((b, rows, heads, width / heads))?, w, eps)?
+                .reshape((b, rows, width))?,
+        })
+    }
+
+    /// Rotary tables of RoPE base `r` for positions `offset..offset + t`,
+    /// `[t, head_dim / 2]` each.
+    fn rope(&self, r: usize, offset: usize, t: usize) -> Result<(Tensor, Tensor), ModelError> {
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, &self.device)?
             .to_dtype(DType::F32)?;
         let freqs = pos
             .unsqueeze(1)?
-            .broadcast_mul(&self.inv_freqs.unsqueeze(0)?)?;
+            .broadcast_mul(&self.inv_freqs[r].unsqueeze(0)?)?;
         Ok((freqs.cos()?.contiguous()?, freqs.sin()?.contiguous()?))
     }
 
@@ -1101,8 +1248,18 @@ impl Llama {
             out.push(("output.weight".to_owned(), self.output.dense()?));
         }
         for (i, b) in self.blocks.iter().enumerate() {
-            out.push((format!("blk.{i}.attn_norm.weight"), b.attn_norm.clone()));
-            out.push((format!("blk.{i}.ffn_norm.weight"), b.ffn_norm.clone()));
+            for (stem, w) in [
+                ("attn_norm", &b.attn_norm),
+                ("attn_q_norm", &b.q_norm),
+                ("attn_k_norm", &b.k_norm),
+                ("post_attention_norm", &b.post_attn_norm),
+                ("ffn_norm", &b.ffn_norm),
+                ("post_ffw_norm", &b.post_ffn_norm),
+            ] {
+                if let Some(w) = w {
+                    out.push((format!("blk.{i}.{stem}.weight"), w.clone()));
+                }
+            }
             for which in Matrix::ALL {
                 let lin = self.matrix(i, which)?;
                 out.push((
@@ -1118,17 +1275,25 @@ impl Llama {
     }
 }
 
-/// `[t, offset + t]` with `-inf` where a query would see a later key;
-/// `None` for a single query, which sees everything cached.
-fn causal_mask(offset: usize, t: usize, device: &Device) -> Result<Option<Tensor>, ModelError> {
-    if t == 1 {
+/// `[t, offset + t]` with `-inf` where a query would see a later key, or
+/// (a sliding layer) one `window` or more positions back; `None` where
+/// nothing is masked (a single query within the window sees everything
+/// cached).
+fn causal_mask(
+    offset: usize,
+    t: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>, ModelError> {
+    let total = offset + t;
+    if t == 1 && window.is_none_or(|w| total <= w) {
         return Ok(None);
     }
-    let total = offset + t;
     let mask: Vec<f32> = (0..t)
         .flat_map(|i| {
             (0..total).map(move |j| {
-                if j > offset + i {
+                let pos = offset + i;
+                if j > pos || window.is_some_and(|w| pos - j >= w) {
                     f32::NEG_INFINITY
                 } else {
                     0.0
