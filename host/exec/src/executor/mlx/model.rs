@@ -184,7 +184,7 @@ impl MlxLlama {
         let mut r = Reader::open(assets)?;
         let hf = r.is_hf();
         let mut model = MlxLlama::read(&assets.config, &mut r)
-            .map_err(|e| if hf { e.hf_names() } else { e })?;
+            .map_err(|e| if hf { e.hf_names(&assets.config) } else { e })?;
         model.dequantized = r.stored_types();
         model.on_gpu = gpu;
         if mode == WeightMode::F32 {

@@ -168,9 +168,9 @@ impl Linear {
 struct PackedFolder {
     arrays: HashMap<String, Array>,
     path: PathBuf,
-    /// Query and key-value heads, for llama.cpp's Q/K row permutation.
-    heads: (usize, usize),
-    interleaved: bool,
+    /// The model's shape: its heads and RoPE pairing (for llama.cpp's Q/K
+    /// row permutation), its family (for the names).
+    config: ModelConfig,
 }
 
 impl PackedFolder {
@@ -191,13 +191,14 @@ impl PackedFolder {
     /// rows permuted as llama.cpp does where the model pairs RoPE
     /// dimensions its way (as `HfWeights` does for float folders).
     fn gguf_rows(&self, name: &str, a: Array) -> Result<Array, Exception> {
+        let c = &self.config;
         let heads = match (
-            self.interleaved,
+            c.rope_style == RopeStyle::Interleaved,
             name.contains(".attn_q."),
             name.contains(".attn_k."),
         ) {
-            (true, true, _) => self.heads.0,
-            (true, _, true) => self.heads.1,
+            (true, true, _) => c.heads,
+            (true, _, true) => c.kv_heads,
             _ => return Ok(a),
         };
         // A matrix `[out, cols]` or a bias `[out]`: its rows move alike.
@@ -211,7 +212,7 @@ impl PackedFolder {
 
     /// The float tensor GGUF calls `name`, as f32 with `shape`.
     fn float(&self, name: &str, shape: &[usize]) -> Result<Option<Array>, ModelError> {
-        let hf = hf_name(name);
+        let hf = hf_name(name, &self.config);
         let Some(a) = self.raw(&hf) else {
             return Ok(None);
         };
@@ -237,7 +238,7 @@ impl PackedFolder {
     /// The matrix GGUF calls `name` (`[out, inp]`), packed when the folder
     /// holds its scales; `None` when there is no such tensor.
     fn matrix(&self, name: &str, (out, inp): (usize, usize)) -> Result<Option<Matrix>, ModelError> {
-        let hf = hf_name(name);
+        let hf = hf_name(name, &self.config);
         let stem = hf.strip_suffix(".weight").unwrap_or(&hf);
         let Some(scales) = self.raw(&format!("{stem}.scales")) else {
             return Ok(self
@@ -367,12 +368,10 @@ impl<'a> Reader<'a> {
                         arrays.insert(name, array);
                     }
                 }
-                let c = &assets.config;
                 Source::Packed(PackedFolder {
                     arrays,
                     path: assets.path.clone(),
-                    heads: (c.heads, c.kv_heads),
-                    interleaved: c.rope_style == RopeStyle::Interleaved,
+                    config: assets.config.clone(),
                 })
             }
         };

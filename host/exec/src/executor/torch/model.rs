@@ -173,7 +173,7 @@ impl TorchLlama {
         let config = assets.config.clone();
         let model = tch::no_grad(|| TorchLlama::read(config, &mut r, device, kind));
         // An HF folder's tensors are named as HF names them.
-        let mut model = model.map_err(|e| if hf { e.hf_names() } else { e })?;
+        let mut model = model.map_err(|e| if hf { e.hf_names(&assets.config) } else { e })?;
         model.dequantized = dequantized;
         Ok(model)
     }
