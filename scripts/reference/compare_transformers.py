@@ -156,6 +156,7 @@ def main():
     args.add_argument("out")
     args.add_argument("--executor", default="candle")
     args.add_argument("--only", default="", help="comma-separated case names")
+    args.add_argument("--keep", default="", help="a folder to keep the tiny models in")
     args = args.parse_args()
     binary, out = args.vauban, pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,10 +165,11 @@ def main():
     only = [c for c in args.only.split(",") if c]
     results, failed = {}, False
     with tempfile.TemporaryDirectory() as tmp:
+        models = pathlib.Path(args.keep or tmp)
         for name, (cls, kwargs) in cases(vocab).items():
             if only and name not in only:
                 continue
-            folder = pathlib.Path(tmp) / name
+            folder = models / name
             model = build(cls, kwargs, tok, folder)
             with torch.no_grad():
                 ref = model(torch.tensor([ids]), output_hidden_states=True)
@@ -182,17 +184,29 @@ def main():
                                               pathlib.Path(tmp) / f"{name}.bundle")
             d_logit = float(np.abs(ref_logits - logits).max())
             d_act = max(float(np.abs(ref.hidden_states[l + 1][0].numpy() - acts[l][0]).max()) for l in layers)
+            # vauban's export of the model, read back by transformers: the
+            # same logits (config.json in the family's words, Gemma's norms
+            # stored as transformers reads them).
+            exported = pathlib.Path(tmp) / f"{name}.export"
+            run([binary, "model", "export", "--model", str(folder), "--executor", args.executor,
+                 "--out", str(exported)])
+            with torch.no_grad():
+                back = transformers.AutoModelForCausalLM.from_pretrained(
+                    exported, attn_implementation="eager").float().eval()
+                d_export = float(np.abs(back(torch.tensor([ids])).logits[0].numpy() - ref_logits).max())
             # An end-of-sequence token ends both; whether it is listed differs.
             theirs = [t for t in greedy[0, len(ids):].tolist() if t != 3]
             ours = [t for t in ours if t != 3]
             same = theirs == ours
-            ok = d_logit < LOGIT_TOL and d_act < ACT_TOL and same
+            ok = d_logit < LOGIT_TOL and d_act < ACT_TOL and same and d_export < LOGIT_TOL
             failed |= not ok
             results[name] = {"max_abs_logit_diff": d_logit, "max_abs_activation_diff": d_act,
+                             "export_max_abs_logit_diff": d_export,
                              "logit_scale": float(np.abs(ref_logits).max()), "layers": layers,
                              "transformers_greedy": theirs, "vauban_greedy": ours, "ok": ok}
             print(f"{name:18} max|Δlogit| {d_logit:.2e} (|logit| ≤ {results[name]['logit_scale']:.1f})  "
                   f"max|Δact| {d_act:.2e} over {len(layers)} blocks  greedy {'same' if same else 'DIFFERENT'}"
+                  f"  export max|Δlogit| {d_export:.2e}"
                   f"  {'ok' if ok else 'FAIL'}", flush=True)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "text": TEXT,
             "executor": args.executor, "tokens": len(ids),

@@ -38,8 +38,8 @@ fn reference_python() -> Option<PathBuf> {
 }
 
 /// Runs the comparison on `executor` for the cases `only` (all when
-/// empty); the per-model results.
-fn compare(executor: &str, only: &[&str]) -> Option<serde_json::Value> {
+/// empty), keeping the tiny models in `keep`; the per-model results.
+fn compare(executor: &str, only: &[&str], keep: &Path) -> Option<serde_json::Value> {
     let python = reference_python()?;
     let out = tempfile::tempdir().unwrap();
     let done = Command::new(python)
@@ -47,6 +47,8 @@ fn compare(executor: &str, only: &[&str]) -> Option<serde_json::Value> {
         .arg(env!("CARGO_BIN_EXE_vauban"))
         .arg(out.path())
         .args(["--executor", executor, "--only", &only.join(",")])
+        .arg("--keep")
+        .arg(keep)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&done.stdout);
@@ -62,9 +64,39 @@ fn compare(executor: &str, only: &[&str]) -> Option<serde_json::Value> {
     Some(meta["models"].clone())
 }
 
+/// `vauban model orthogonalize` of the tiny model `name` in `models`
+/// along a direction of ones; its output.
+fn orthogonalize(models: &Path, name: &str) -> String {
+    let direction = models.join(format!("{name}.direction.safetensors"));
+    let ones =
+        candle_core::Tensor::ones(64, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    candle_core::safetensors::save(
+        &std::collections::HashMap::from([("direction".to_owned(), ones)]),
+        &direction,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(["model", "orthogonalize", "--model"])
+        .arg(models.join(name))
+        .arg("--direction")
+        .arg(&direction)
+        .arg("--out")
+        .arg(models.join(format!("{name}.edited")))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 #[test]
 fn every_family_matches_transformers_at_every_block_on_candle() {
-    let Some(models) = compare("candle", &[]) else {
+    let keep = tempfile::tempdir().unwrap();
+    let Some(models) = compare("candle", &[], keep.path()) else {
         return;
     };
     let names: Vec<&str> = models
@@ -96,5 +128,23 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
         );
         assert!(!m["layers"].as_array().unwrap().is_empty(), "{name}: {m}");
         assert_eq!(m["vauban_greedy"], m["transformers_greedy"], "{name}");
+        // vauban's export, read back by transformers.
+        assert!(
+            m["export_max_abs_logit_diff"].as_f64().unwrap() < 2e-4,
+            "{name}: {m}"
+        );
+    }
+    // A weight edit is exact on a pre-norm model; on a post-norm one
+    // (Gemma, OLMo 2) the command says it is not, before it writes.
+    let llama = orthogonalize(keep.path(), "llama");
+    assert!(!llama.contains("limitation"), "{llama}");
+    for post_norm in ["gemma2", "olmo2"] {
+        let text = orthogonalize(keep.path(), post_norm);
+        let (first, rest) = text.split_once('\n').unwrap();
+        assert!(
+            first.starts_with("limitation: a ") && first.contains("not exactly"),
+            "{text}"
+        );
+        assert!(rest.contains("orthogonalized"), "{text}");
     }
 }

@@ -930,6 +930,11 @@ impl ModelCheck<'_> {
                 ));
             }
             self.directions(t, shape, at)?;
+            if t.kind == TransformKind::Orthogonalize
+                && let Some(why) = shape.weight_edit_limitation()
+            {
+                return Ok(Some(format!("{key}.transform (orthogonalize): {why}")));
+            }
         }
         if let Some(m) = config.measure.as_ref().filter(|_| self.measures) {
             if let Some(&l) = m.layers.iter().find(|&&l| l >= depth) {

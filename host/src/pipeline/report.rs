@@ -270,6 +270,9 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
             rest * 100.0
         ));
     }
+    // What the plan found short of exact or of the config (an edit a
+    // model's layout makes inexact, generation cut by the context).
+    limitations.extend(plan.warnings.iter().cloned());
     if let Some(why) = &i.distribution_unavailable {
         limitations.push(format!("no KL divergence: {why}"));
     }

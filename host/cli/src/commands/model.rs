@@ -601,6 +601,13 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
         (false, _) => args.layers.clone(),
     };
     exec.check_layers(&layers).context("--layers")?;
+    // Said before anything is written: an edit this layout makes inexact.
+    if let Some(why) = (args.model.model.as_deref())
+        .and_then(|p| vauban::model::read_config(p).ok())
+        .and_then(|c| c.weight_edit_limitation())
+    {
+        writeln!(out, "limitation: {why}")?;
+    }
     // Each layer's direction: `--tensor`, the file's one tensor,
     // `direction.L` for layer L (a control vector), or `direction` (the
     // file `vauban measure` writes).

@@ -90,6 +90,19 @@ impl BlockLayout {
 }
 
 impl ModelConfig {
+    /// Why orthogonalizing this model's output matrices does not remove a
+    /// direction from its residual stream exactly, where it does not: a
+    /// norm after attention and the MLP (Gemma, OLMo 2) rescales each
+    /// coordinate of what the edited matrix writes by its own weight, which
+    /// turns a written vector back toward the direction. `None` for
+    /// pre-norm models, where the edit is exact.
+    pub fn weight_edit_limitation(&self) -> Option<String> {
+        self.block.post_norms.then(|| format!(
+            "a {} normalises what each block writes (norms after attention and the MLP), so orthogonalizing the output matrices removes the direction from what they compute, not exactly from what reaches the residual stream; the activation-level intervention (ablate at the same layers) is exact",
+            self.architecture
+        ))
+    }
+
     /// What the model's blocks do beyond llama's, in words (empty for the
     /// llama family without windows): what a backend that runs llama's
     /// block only names when it refuses the model.

@@ -250,7 +250,8 @@ pub fn export_weights(
     }
     if c.architecture.starts_with("gemma") {
         let scale = b.attn_scale.unwrap_or(1.0 / (c.head_dim as f32).sqrt());
-        config["query_pre_attn_scalar"] = (1.0 / (scale * scale)).round().into();
+        // An integer in transformers' config class.
+        config["query_pre_attn_scalar"] = ((1.0 / (scale * scale)).round() as u64).into();
         config["attn_logit_softcapping"] = b.attn_softcap.into();
         config["final_logit_softcapping"] = b.final_softcap.into();
     }
