@@ -93,6 +93,33 @@ fn orthogonalize(models: &Path, name: &str) -> String {
     text
 }
 
+/// Every family on a tensor-library executor against transformers: the
+/// same cases, the same tolerances, its forward instead of candle's.
+#[cfg(any(feature = "torch", feature = "mlx"))]
+fn every_family_on(executor: &str) {
+    let keep = tempfile::tempdir().unwrap();
+    let Some(models) = compare(executor, &[], keep.path()) else {
+        return;
+    };
+    assert!(models.as_object().unwrap().len() >= 9, "{models}");
+    for (name, m) in models.as_object().unwrap() {
+        assert_eq!(m["ok"], true, "{executor} {name}: {m}");
+        assert_eq!(m["vauban_greedy"], m["transformers_greedy"], "{name}");
+    }
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn every_family_matches_transformers_at_every_block_on_torch() {
+    every_family_on("torch");
+}
+
+#[cfg(feature = "mlx")]
+#[test]
+fn every_family_matches_transformers_at_every_block_on_mlx() {
+    every_family_on("mlx");
+}
+
 #[test]
 fn every_family_matches_transformers_at_every_block_on_candle() {
     let keep = tempfile::tempdir().unwrap();

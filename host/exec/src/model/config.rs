@@ -102,42 +102,6 @@ impl ModelConfig {
             self.architecture
         ))
     }
-
-    /// What the model's blocks do beyond llama's, in words (empty for the
-    /// llama family without windows): what a backend that runs llama's
-    /// block only names when it refuses the model.
-    pub fn beyond_llama(&self) -> Vec<&'static str> {
-        let b = &self.block;
-        let mut out = Vec::new();
-        if !b.pre_norms {
-            out.push("no norms before attention and the MLP");
-        }
-        if b.post_norms {
-            out.push("norms after attention and the MLP");
-        }
-        if b.qk_norm.is_some() {
-            out.push("query/key norms");
-        }
-        if b.activation != Activation::Silu {
-            out.push("a GELU-gated MLP");
-        }
-        if b.embed_scale.is_some() {
-            out.push("scaled embeddings");
-        }
-        if b.attn_scale.is_some() {
-            out.push("a configured query scale");
-        }
-        if b.attn_softcap.is_some() || b.final_softcap.is_some() {
-            out.push("soft-capped scores or logits");
-        }
-        if self.windows.iter().any(Option::is_some) {
-            out.push("sliding-window attention");
-        }
-        if self.local_rope_theta.is_some() {
-            out.push("a second RoPE base");
-        }
-        out
-    }
 }
 
 /// How rotary embeddings pair the dimensions of a head.

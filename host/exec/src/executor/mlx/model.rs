@@ -1,6 +1,7 @@
-//! The llama-family forward pass in MLX (through mlx-rs), from the same
-//! model description as candle's and libtorch's (`ModelConfig`, the GGUF
-//! tensor names, the shared [`ModelAssets`]), one small struct per part.
+//! The decoder forward pass in MLX (through mlx-rs), from the same model
+//! description as candle's and libtorch's (`ModelConfig` with its family's
+//! `BlockLayout`, the GGUF tensor names, the shared [`ModelAssets`]), one
+//! small struct per part.
 //! Weights are read as f32 (a GGUF file dequantized, or an HF folder's
 //! safetensors through the same `HfWeights` as candle's); MLX's fused
 //! RMSNorm, rotary embedding and attention do the rest.
@@ -22,7 +23,7 @@ pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
-use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::config::{Activation, ModelConfig, QkNorm, RopeStyle};
 use crate::model::{Dtype, Matrix as ModelMatrix, ModelError, WeightMode};
 use crate::trace::DeviceKind;
 
@@ -44,34 +45,85 @@ impl RmsNorm {
     }
 }
 
+/// `x` through the norm where the block has one.
+fn norm_opt(norm: &Option<RmsNorm>, x: Array) -> Result<Array, Exception> {
+    match norm {
+        Some(n) => n.forward(&x),
+        None => Ok(x),
+    }
+}
+
+/// `cap · tanh(x / cap)`.
+fn softcap(x: &Array, cap: f32) -> Result<Array, Exception> {
+    let cap = Array::from_f32(cap);
+    mlx_rs::ops::tanh(x.divide(&cap)?)?.multiply(&cap)
+}
+
 /// Grouped-query self-attention with rotary positions.
 struct Attention {
     q: Linear,
     k: Linear,
     v: Linear,
     o: Linear,
+    /// RMSNorm of the queries and keys before RoPE.
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    /// Whether those norms span the whole projection (OLMo 2) rather than
+    /// each head.
+    qk_norm_whole: bool,
+    /// What multiplies `q·k`.
+    scale: f32,
+    softcap: Option<f32>,
+    /// The layer's sliding window, if it slides.
+    window: Option<usize>,
+    /// Which of the model's RoPE tables the layer takes.
+    rope: usize,
 }
 
-/// The gated MLP: `down(silu(gate(x)) * up(x))`.
+/// The gated MLP: `down(act(gate(x)) * up(x))`.
 struct Mlp {
     gate: Linear,
     up: Linear,
     down: Linear,
+    activation: Activation,
 }
 
 impl Mlp {
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let gate = mlx_rs::nn::silu(self.gate.forward(x)?)?;
+        let gate = self.gate.forward(x)?;
+        let gate = match self.activation {
+            Activation::Silu => mlx_rs::nn::silu(gate)?,
+            Activation::GeluTanh => mlx_rs::nn::gelu_approximate(gate)?,
+        };
         self.down.forward(&gate.multiply(self.up.forward(x)?)?)
     }
 }
 
-/// One transformer block.
+/// One transformer block: attention and MLP, each after its norm (where
+/// the family has one) and through its post-norm (where it has one).
 struct Block {
-    attn_norm: RmsNorm,
+    attn_norm: Option<RmsNorm>,
     attn: Attention,
-    mlp_norm: RmsNorm,
+    post_attn_norm: Option<RmsNorm>,
+    mlp_norm: Option<RmsNorm>,
     mlp: Mlp,
+    post_mlp_norm: Option<RmsNorm>,
+}
+
+impl Block {
+    /// The block's norms by GGUF stem, those it has.
+    fn norms(&self) -> impl Iterator<Item = (&'static str, &RmsNorm)> {
+        [
+            ("attn_norm", &self.attn_norm),
+            ("attn_q_norm", &self.attn.q_norm),
+            ("attn_k_norm", &self.attn.k_norm),
+            ("post_attention_norm", &self.post_attn_norm),
+            ("ffn_norm", &self.mlp_norm),
+            ("post_ffw_norm", &self.post_mlp_norm),
+        ]
+        .into_iter()
+        .filter_map(|(stem, n)| n.as_ref().map(|n| (stem, n)))
+    }
 }
 
 impl Block {
@@ -103,8 +155,10 @@ pub struct MlxLlama {
     blocks: Vec<Block>,
     norm: RmsNorm,
     output: Linear,
-    /// The rotary frequencies as MLX takes them: `1 / inv_freq` per pair.
-    rope_freqs: Array,
+    /// The rotary frequencies as MLX takes them, `1 / inv_freq` per pair:
+    /// the global layers', then the sliding layers' where their base
+    /// differs.
+    rope_freqs: Vec<Array>,
     /// How the file stored the weights read as f32 (a GGUF's `Q4_1/Q8_0`).
     dequantized: Option<String>,
     /// How the matrices kept packed are quantized (`4-bit, groups of 64`).
@@ -239,9 +293,10 @@ impl MlxLlama {
     /// Every array the model holds, for evaluating them at once.
     fn arrays(&self) -> Vec<&Array> {
         let mut out: Vec<&Array> = self.matrices().flat_map(Matrix::arrays).collect();
-        out.extend([&self.norm.scale, &self.rope_freqs]);
+        out.push(&self.norm.scale);
+        out.extend(&self.rope_freqs);
         for b in &self.blocks {
-            out.extend([&b.attn_norm.scale, &b.mlp_norm.scale]);
+            out.extend(b.norms().map(|(_, n)| &n.scale));
             out.extend(b.linears().into_iter().filter_map(|l| l.bias.as_ref()));
         }
         out
@@ -259,29 +314,62 @@ impl MlxLlama {
     fn read(c: &ModelConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
         let embed = r.matrix("token_embd.weight", c.vocab, c.hidden)?;
         let eps = c.rms_eps as f32;
+        let layout = &c.block;
+        let whole = layout.qk_norm == Some(QkNorm::Whole);
+        let (qn, kn) = match whole {
+            true => (c.heads * c.head_dim, c.kv_heads * c.head_dim),
+            false => (c.head_dim, c.head_dim),
+        };
+        let qk = layout.qk_norm.is_some();
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let b = |part: &str| format!("blk.{i}.{part}");
+            let mut norm_if = |has: bool, part: &str, width: usize| -> Result<_, ModelError> {
+                Ok(match has {
+                    true => Some(RmsNorm {
+                        scale: r.float(&format!("blk.{i}.{part}.weight"), &[width])?,
+                        eps,
+                    }),
+                    false => None,
+                })
+            };
+            let (attn_norm, mlp_norm) = (
+                norm_if(layout.pre_norms, "attn_norm", c.hidden)?,
+                norm_if(layout.pre_norms, "ffn_norm", c.hidden)?,
+            );
+            let (post_attn_norm, post_mlp_norm) = (
+                norm_if(layout.post_norms, "post_attention_norm", c.hidden)?,
+                norm_if(layout.post_norms, "post_ffw_norm", c.hidden)?,
+            );
+            let (q_norm, k_norm) = (
+                norm_if(qk, "attn_q_norm", qn)?,
+                norm_if(qk, "attn_k_norm", kn)?,
+            );
             blocks.push(Block {
-                attn_norm: RmsNorm {
-                    scale: r.float(&b("attn_norm.weight"), &[c.hidden])?,
-                    eps,
-                },
+                attn_norm,
                 attn: Attention {
                     q: r.linear(i, ModelMatrix::AttnQ, c)?,
                     k: r.linear(i, ModelMatrix::AttnK, c)?,
                     v: r.linear(i, ModelMatrix::AttnV, c)?,
                     o: r.linear(i, ModelMatrix::AttnOutput, c)?,
+                    q_norm,
+                    k_norm,
+                    qk_norm_whole: whole,
+                    scale: layout
+                        .attn_scale
+                        .unwrap_or(1.0 / (c.head_dim as f32).sqrt()),
+                    softcap: layout.attn_softcap,
+                    window: c.windows[i],
+                    rope: usize::from(c.local_rope(i)),
                 },
-                mlp_norm: RmsNorm {
-                    scale: r.float(&b("ffn_norm.weight"), &[c.hidden])?,
-                    eps,
-                },
+                post_attn_norm,
+                mlp_norm,
                 mlp: Mlp {
                     gate: r.linear(i, ModelMatrix::FfnGate, c)?,
                     up: r.linear(i, ModelMatrix::FfnUp, c)?,
                     down: r.linear(i, ModelMatrix::FfnDown, c)?,
+                    activation: layout.activation,
                 },
+                post_mlp_norm,
             });
         }
         let norm = RmsNorm {
@@ -295,8 +383,14 @@ impl MlxLlama {
             },
             bias: None,
         };
-        let freqs: Vec<f32> = c.inv_freqs().iter().map(|f| 1.0 / f).collect();
-        let rope_freqs = Array::from_slice(&freqs, &[freqs.len() as i32]);
+        let as_mlx = |inv: Vec<f32>| {
+            let freqs: Vec<f32> = inv.iter().map(|f| 1.0 / f).collect();
+            Array::from_slice(&freqs, &[freqs.len() as i32])
+        };
+        let mut rope_freqs = vec![as_mlx(c.inv_freqs())];
+        if let Some(local) = (0..c.layers).find(|&i| c.local_rope(i)) {
+            rope_freqs.push(as_mlx(c.layer_inv_freqs(local)));
+        }
         Ok(MlxLlama {
             config: c.clone(),
             embed,
@@ -353,25 +447,44 @@ impl MlxLlama {
         let (n, past) = (ids.len(), cache.len);
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
         let mut x = self.embed.rows(&Array::from_slice(&ids, &[n as i32]))?;
-        // Causal: the query at position past + i sees keys 0..=past + i; a
-        // single query sees every key.
-        let mask = (n > 1).then(|| {
-            let total = past + n;
+        if let Some(scale) = self.config.block.embed_scale {
+            x = x.multiply(Array::from_f32(scale))?;
+        }
+        // Causal: the query at position past + i sees keys 0..=past + i; in
+        // a sliding layer, none `window` or more positions back. `None`
+        // where nothing is masked (a single query within its window).
+        let total = past + n;
+        let mask = |window: Option<usize>| {
+            if n == 1 && window.is_none_or(|w| total <= w) {
+                return None;
+            }
             let values: Vec<f32> = (0..n)
                 .flat_map(|i| {
-                    (0..total).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 })
+                    let pos = past + i;
+                    (0..total).map(
+                        move |j| match j > pos || window.is_some_and(|w| pos - j >= w) {
+                            true => f32::NEG_INFINITY,
+                            false => 0.0,
+                        },
+                    )
                 })
                 .collect();
-            Array::from_slice(&values, &[n as i32, total as i32])
-        });
+            Some(Array::from_slice(&values, &[n as i32, total as i32]))
+        };
+        let mut masks = std::collections::BTreeMap::new();
+        for w in &self.config.windows {
+            masks.entry(*w).or_insert_with(|| mask(*w));
+        }
         let mut appended = Vec::with_capacity(self.blocks.len());
         for (layer, (block, slot)) in self.blocks.iter().zip(&cache.layers).enumerate() {
-            let h = block.attn_norm.forward(&x)?;
-            let (attn_out, kv) =
-                self.attention(&block.attn, &h, slot.as_ref(), past, mask.as_ref())?;
+            let h = norm_opt(&block.attn_norm, x.clone())?;
+            let mask = masks[&block.attn.window].as_ref();
+            let (attn_out, kv) = self.attention(&block.attn, &h, slot.as_ref(), past, mask)?;
+            let attn_out = norm_opt(&block.post_attn_norm, attn_out)?;
             appended.push(kv);
             x = x.add(&attn_out)?;
-            let mlp_out = block.mlp.forward(&block.mlp_norm.forward(&x)?)?;
+            let mlp_out = block.mlp.forward(&norm_opt(&block.mlp_norm, x.clone())?)?;
+            let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out)?;
             x = x.add(&mlp_out)?;
             x.eval()?;
             let start = Instant::now();
@@ -407,6 +520,10 @@ impl MlxLlama {
             _ => x.take_axis(span(from, n), 0)?,
         };
         let logits = self.output.forward(&self.norm.forward(&x)?)?;
+        let logits = match self.config.block.final_softcap {
+            Some(cap) => softcap(&logits, cap)?,
+            None => logits,
+        };
         logits.eval()?;
         timing.lm_head_ns = start.elapsed().as_nanos() as u64;
         for (slot, kv) in cache.layers.iter_mut().zip(appended) {
@@ -451,11 +568,20 @@ impl MlxLlama {
                 None,
                 1.0,
                 past as i32,
-                &self.rope_freqs,
+                &self.rope_freqs[a.rope],
             )
         };
-        let q = rope(split(a.q.forward(h)?, heads)?)?;
-        let k = rope(split(a.k.forward(h)?, kvh)?)?;
+        // Q/K norms over the whole projection (before the split into
+        // heads), or per head (after it).
+        let qk_norm = |norm: &Option<RmsNorm>, x: Array, hs: i32| -> Result<Array, Exception> {
+            match (norm, a.qk_norm_whole) {
+                (Some(nm), true) => split(nm.forward(&x)?, hs),
+                (Some(nm), false) => nm.forward(&split(x, hs)?),
+                (None, _) => split(x, hs),
+            }
+        };
+        let q = rope(qk_norm(&a.q_norm, a.q.forward(h)?, heads)?)?;
+        let k = rope(qk_norm(&a.k_norm, a.k.forward(h)?, kvh)?)?;
         let v = split(a.v.forward(h)?, kvh)?;
         let (k, v) = match cached {
             Some((pk, pv)) => (
@@ -464,15 +590,34 @@ impl MlxLlama {
             ),
             None => (k, v),
         };
-        let scale = 1.0 / (d as f32).sqrt();
-        let out = fast::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            scale,
-            mask.map(ScaledDotProductAttentionMask::Array),
-            None,
-        )?;
+        let out = match a.softcap {
+            None => fast::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                a.scale,
+                mask.map(ScaledDotProductAttentionMask::Array),
+                None,
+            )?,
+            // MLX's fused attention has no soft-cap: the scores written out,
+            // the `rep` query heads of a key/value head stacked against it.
+            Some(cap) => {
+                let (rep, total) = (heads / kvh, k.shape()[2]);
+                let q = q.reshape(&[1, kvh, rep * n, d])?;
+                let scores = q
+                    .matmul(k.transpose_axes(&[0, 1, 3, 2])?)?
+                    .multiply(Array::from_f32(a.scale))?;
+                let scores = softcap(&scores, cap)?.reshape(&[1, kvh, rep, n, total])?;
+                let scores = match mask {
+                    Some(m) => scores.add(m)?,
+                    None => scores,
+                };
+                mlx_rs::ops::softmax_axis(&scores, -1, None)?
+                    .reshape(&[1, kvh, rep * n, total])?
+                    .matmul(&v)?
+                    .reshape(&[1, heads, n, d])?
+            }
+        };
         let out = out
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[n, heads * d])?;
@@ -553,11 +698,9 @@ impl LibModel for MlxLlama {
             out.push(("output.weight".to_owned(), self.output.weight.dense()?));
         }
         for (i, b) in self.blocks.iter().enumerate() {
-            out.push((
-                format!("blk.{i}.attn_norm.weight"),
-                b.attn_norm.scale.clone(),
-            ));
-            out.push((format!("blk.{i}.ffn_norm.weight"), b.mlp_norm.scale.clone()));
+            for (stem, norm) in b.norms() {
+                out.push((format!("blk.{i}.{stem}.weight"), norm.scale.clone()));
+            }
             for (m, lin) in ModelMatrix::ALL.into_iter().zip(b.linears()) {
                 let stem = m.gguf_stem();
                 out.push((format!("blk.{i}.{stem}.weight"), lin.weight.dense()?));

@@ -232,6 +232,10 @@ impl PackedFolder {
             });
         }
         let a = a.as_dtype(Dtype::Float32)?;
+        // A Gemma's norms as GGUF holds them, `1 + w` (as `HfWeights`).
+        if self.config.block.unit_offset_norms && name.ends_with("norm.weight") {
+            return Ok(Some(a.add(Array::from_f32(1.0))?));
+        }
         Ok(Some(self.gguf_rows(name, a)?))
     }
 

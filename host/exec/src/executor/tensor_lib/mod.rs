@@ -241,16 +241,6 @@ impl<M: LibModel> LibExecutor<M> {
         }
         M::check_device(spec.device).map_err(ExecutorError::Device)?;
         let assets = ModelAssets::load(&spec.path)?;
-        let beyond = assets.config.beyond_llama();
-        if !beyond.is_empty() {
-            return Err(ExecutorError::Request(format!(
-                "{}: a {} model's blocks have {}, which the {} executor's forward does not run yet; run it on candle (`--executor candle`, executor = \"candle\" in a config), which runs every family",
-                spec.path.display(),
-                assets.config.architecture,
-                beyond.join(", "),
-                M::TITLE
-            )));
-        }
         let model = M::load(spec, &assets)?;
         Ok(LibExecutor {
             assets,

@@ -1,7 +1,9 @@
-//! The llama-family forward pass in libtorch, following the same model
-//! description as candle's (`crate::model::config::ModelConfig`:
-//! sizes, RoPE style and scaling, QKV bias, tied embeddings) and the same
-//! GGUF tensor names, one small struct per part.
+//! The decoder forward pass in libtorch, following the same model
+//! description as candle's (`crate::model::config::ModelConfig`: sizes,
+//! RoPE style, bases and scaling, QKV bias, tied embeddings, and the
+//! family's [`BlockLayout`](crate::model::config::BlockLayout): Q/K norms,
+//! post-norms, GeGLU, scaled embeddings, soft-caps, sliding windows) and
+//! the same GGUF tensor names, one small struct per part.
 //!
 //! Weights are read from a GGUF file and dequantized to f32 at load (the
 //! Torch backend has no block kernels); the dtype on the device is a
@@ -16,7 +18,7 @@ pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
-use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::config::{Activation, ModelConfig, QkNorm, RopeStyle};
 use crate::model::{Dtype, Matrix, ModelError};
 use crate::trace::DeviceKind;
 
@@ -53,35 +55,70 @@ impl RmsNorm {
     }
 }
 
+/// `x` through the norm where the block has one.
+fn norm_opt(norm: &Option<RmsNorm>, x: Tensor) -> Tensor {
+    match norm {
+        Some(n) => n.forward(&x),
+        None => x,
+    }
+}
+
+/// `cap · tanh(x / cap)`.
+fn softcap(x: &Tensor, cap: f32) -> Tensor {
+    (x / cap as f64).tanh() * cap as f64
+}
+
 /// Grouped-query self-attention with rotary positions.
 struct Attention {
     q: Linear,
     k: Linear,
     v: Linear,
     o: Linear,
+    /// RMSNorm of the queries and keys before RoPE: per head (weight
+    /// `[head_dim]`) or over the whole projection.
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    /// Whether those norms span the whole projection (OLMo 2) rather than
+    /// each head.
+    qk_norm_whole: bool,
+    /// What multiplies `q·k`.
+    scale: f64,
+    softcap: Option<f32>,
+    /// The layer's sliding window, if it slides.
+    window: Option<usize>,
+    /// Which of the model's RoPE tables the layer takes.
+    rope: usize,
 }
 
-/// The gated MLP: `down(silu(gate(x)) * up(x))`.
+/// The gated MLP: `down(act(gate(x)) * up(x))`.
 struct Mlp {
     gate: Linear,
     up: Linear,
     down: Linear,
+    activation: Activation,
 }
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
-        self.down
-            .forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+        let gate = self.gate.forward(x);
+        let gate = match self.activation {
+            Activation::Silu => gate.silu(),
+            Activation::GeluTanh => gate.gelu("tanh"),
+        };
+        self.down.forward(&(gate * self.up.forward(x)))
     }
 }
 
-/// One transformer block: attention and MLP, each after its norm and added
-/// to the residual stream.
+/// One transformer block: attention and MLP, each after its norm (where
+/// the family has one) and through its post-norm (where it has one),
+/// added to the residual stream.
 struct Block {
-    attn_norm: RmsNorm,
+    attn_norm: Option<RmsNorm>,
     attn: Attention,
-    mlp_norm: RmsNorm,
+    post_attn_norm: Option<RmsNorm>,
+    mlp_norm: Option<RmsNorm>,
     mlp: Mlp,
+    post_mlp_norm: Option<RmsNorm>,
 }
 
 impl Block {
@@ -99,7 +136,9 @@ pub struct TorchLlama {
     blocks: Vec<Block>,
     norm: RmsNorm,
     output: Linear,
-    inv_freqs: Tensor,
+    /// Inverse RoPE frequencies: the global layers', then the sliding
+    /// layers' where their base differs.
+    inv_freqs: Vec<Tensor>,
     device: Device,
     /// The weights' and activations' dtype.
     kind: Kind,
@@ -190,23 +229,59 @@ impl TorchLlama {
             scale,
             eps: c.rms_eps,
         };
+        let layout = &c.block;
+        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let b = |part: &str| format!("blk.{i}.{part}");
+            let mut norm_if = |has: bool, part: &str, width: usize| -> Result<_, ModelError> {
+                Ok(match has {
+                    true => Some(norm(r.need(&format!("blk.{i}.{part}.weight"), &[width])?)),
+                    false => None,
+                })
+            };
+            let (qn, kn) = match layout.qk_norm {
+                Some(QkNorm::PerHead) => (c.head_dim, c.head_dim),
+                _ => (q_width, kv_width),
+            };
+            let qk = layout.qk_norm.is_some();
+            let (attn_norm, mlp_norm) = (
+                norm_if(layout.pre_norms, "attn_norm", c.hidden)?,
+                norm_if(layout.pre_norms, "ffn_norm", c.hidden)?,
+            );
+            let (post_attn_norm, post_mlp_norm) = (
+                norm_if(layout.post_norms, "post_attention_norm", c.hidden)?,
+                norm_if(layout.post_norms, "post_ffw_norm", c.hidden)?,
+            );
+            let (q_norm, k_norm) = (
+                norm_if(qk, "attn_q_norm", qn)?,
+                norm_if(qk, "attn_k_norm", kn)?,
+            );
             blocks.push(Block {
-                attn_norm: norm(r.need(&b("attn_norm.weight"), &[c.hidden])?),
+                attn_norm,
                 attn: Attention {
                     q: r.linear(i, Matrix::AttnQ, c)?,
                     k: r.linear(i, Matrix::AttnK, c)?,
                     v: r.linear(i, Matrix::AttnV, c)?,
                     o: r.linear(i, Matrix::AttnOutput, c)?,
+                    q_norm,
+                    k_norm,
+                    qk_norm_whole: layout.qk_norm == Some(QkNorm::Whole),
+                    scale: layout
+                        .attn_scale
+                        .map_or(1.0 / (c.head_dim as f64).sqrt(), f64::from),
+                    softcap: layout.attn_softcap,
+                    window: c.windows[i],
+                    rope: usize::from(c.local_rope(i)),
                 },
-                mlp_norm: norm(r.need(&b("ffn_norm.weight"), &[c.hidden])?),
+                post_attn_norm,
+                mlp_norm,
                 mlp: Mlp {
                     gate: r.linear(i, Matrix::FfnGate, c)?,
                     up: r.linear(i, Matrix::FfnUp, c)?,
                     down: r.linear(i, Matrix::FfnDown, c)?,
+                    activation: layout.activation,
                 },
+                post_mlp_norm,
             });
         }
         let final_norm = norm(r.need("output_norm.weight", &[c.hidden])?);
@@ -217,7 +292,10 @@ impl TorchLlama {
             },
             bias: None,
         };
-        let inv_freqs = Tensor::from_slice(&c.inv_freqs()).to_device(device);
+        let mut inv_freqs = vec![Tensor::from_slice(&c.inv_freqs()).to_device(device)];
+        if let Some(local) = (0..c.layers).find(|&i| c.local_rope(i)) {
+            inv_freqs.push(Tensor::from_slice(&c.layer_inv_freqs(local)).to_device(device));
+        }
         Ok(TorchLlama {
             config,
             embed,
@@ -312,23 +390,50 @@ impl TorchLlama {
             let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
             let ids = Tensor::from_slice(&ids).to_device(self.device);
             let mut x = self.embed.index_select(0, &ids);
+            if let Some(scale) = c.block.embed_scale {
+                x = x * scale as f64;
+            }
             let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
-            let angles = positions.unsqueeze(1) * self.inv_freqs.unsqueeze(0);
-            let (cos, sin) = (
-                angles.cos().to_kind(self.kind),
-                angles.sin().to_kind(self.kind),
-            );
-            // Causal: the query at position past + i sees keys 0..=past + i.
-            let mask = Tensor::ones([n, total], (Kind::Bool, self.device)).triu(past + 1);
+            // Each RoPE base's (cos, sin) for the pass's positions.
+            let ropes: Vec<(Tensor, Tensor)> = self
+                .inv_freqs
+                .iter()
+                .map(|f| {
+                    let angles = positions.unsqueeze(1) * f.unsqueeze(0);
+                    (
+                        angles.cos().to_kind(self.kind),
+                        angles.sin().to_kind(self.kind),
+                    )
+                })
+                .collect();
+            // Causal: the query at position past + i sees keys 0..=past + i;
+            // in a sliding layer, not those `window` or more positions back
+            // (`tril(past - w)` marks key j ≤ past + i − w).
+            let causal = Tensor::ones([n, total], (Kind::Bool, self.device)).triu(past + 1);
+            let mask = |window: Option<usize>| match window {
+                None => causal.shallow_clone(),
+                Some(w) => causal.logical_or(
+                    &Tensor::ones([n, total], (Kind::Bool, self.device)).tril(past - w as i64),
+                ),
+            };
             for (layer, (block, slot)) in
                 self.blocks.iter().zip(cache.layers.iter_mut()).enumerate()
             {
-                let attn_out =
-                    block
-                        .attn
-                        .forward(&block.attn_norm.forward(&x), c, (&cos, &sin), &mask, slot);
+                let a = &block.attn;
+                let (cos, sin) = &ropes[a.rope];
+                let attn_out = a.forward(
+                    &norm_opt(&block.attn_norm, x.shallow_clone()),
+                    c,
+                    (cos, sin),
+                    &mask(a.window),
+                    slot,
+                );
+                let attn_out = norm_opt(&block.post_attn_norm, attn_out);
                 x = &x + &attn_out;
-                let mlp_out = block.mlp.forward(&block.mlp_norm.forward(&x));
+                let mlp_out = block
+                    .mlp
+                    .forward(&norm_opt(&block.mlp_norm, x.shallow_clone()));
+                let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out);
                 x = &x + &mlp_out;
                 let start = std::time::Instant::now();
                 let view = BlockView {
@@ -367,6 +472,10 @@ impl TorchLlama {
                 .output
                 .forward(&self.norm.forward(&x))
                 .to_kind(Kind::Float);
+            let logits = match c.block.final_softcap {
+                Some(cap) => softcap(&logits, cap),
+                None => logits,
+            };
             timing.lm_head_ns = start.elapsed().as_nanos() as u64;
             Ok((logits, timing))
         })
@@ -392,8 +501,18 @@ impl TorchLlama {
             out.push(("output.weight".to_owned(), &self.output.weight));
         }
         for (i, b) in self.blocks.iter().enumerate() {
-            out.push((format!("blk.{i}.attn_norm.weight"), &b.attn_norm.scale));
-            out.push((format!("blk.{i}.ffn_norm.weight"), &b.mlp_norm.scale));
+            for (stem, norm) in [
+                ("attn_norm", &b.attn_norm),
+                ("attn_q_norm", &b.attn.q_norm),
+                ("attn_k_norm", &b.attn.k_norm),
+                ("post_attention_norm", &b.post_attn_norm),
+                ("ffn_norm", &b.mlp_norm),
+                ("post_ffw_norm", &b.post_mlp_norm),
+            ] {
+                if let Some(n) = norm {
+                    out.push((format!("blk.{i}.{stem}.weight"), &n.scale));
+                }
+            }
             for (m, lin) in Matrix::ALL.into_iter().zip(b.linears()) {
                 let stem = m.gguf_stem();
                 out.push((format!("blk.{i}.{stem}.weight"), &lin.weight));
@@ -579,9 +698,21 @@ impl Attention {
     ) -> Tensor {
         let n = h.size()[0];
         let (d, heads, kvh) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
+        // Q/K norms over the whole projection (before the split into
+        // heads), or per head (after it).
+        let whole = |norm: &Option<RmsNorm>, x: Tensor| match norm {
+            Some(nm) if self.qk_norm_whole => nm.forward(&x),
+            _ => x,
+        };
+        let per_head = |norm: &Option<RmsNorm>, x: Tensor| match norm {
+            Some(nm) if !self.qk_norm_whole => nm.forward(&x),
+            _ => x,
+        };
+        let q = whole(&self.q_norm, self.q.forward(h));
+        let k = whole(&self.k_norm, self.k.forward(h));
         // [n, heads, d] → [heads, n, d]
-        let q = self.q.forward(h).view([n, heads, d]).transpose(0, 1);
-        let k = self.k.forward(h).view([n, kvh, d]).transpose(0, 1);
+        let q = per_head(&self.q_norm, q.view([n, heads, d])).transpose(0, 1);
+        let k = per_head(&self.k_norm, k.view([n, kvh, d])).transpose(0, 1);
         let v = self.v.forward(h).view([n, kvh, d]).transpose(0, 1);
         let (q, k) = (
             rotate(&q, cos, sin, c.rope_style),
@@ -597,7 +728,11 @@ impl Attention {
             k.repeat_interleave_self_int(rep, 0, None),
             v.repeat_interleave_self_int(rep, 0, None),
         );
-        let scores = q.matmul(&k.transpose(1, 2)) / (d as f64).sqrt();
+        let scores = q.matmul(&k.transpose(1, 2)) * self.scale;
+        let scores = match self.softcap {
+            Some(cap) => softcap(&scores, cap),
+            None => scores,
+        };
         let scores = scores.masked_fill(mask, f64::NEG_INFINITY);
         let out = scores
             .softmax(-1, Kind::Float)
