@@ -120,6 +120,41 @@ fn every_family_matches_transformers_at_every_block_on_mlx() {
     every_family_on("mlx");
 }
 
+/// The largest |Δ| between candle's fused CPU attention and its tensor
+/// attention (a GPU's path: masks for the windows, soft-caps as tensor
+/// operations) on the HF folder `dir`: a 30-token prompt (longer than the
+/// tiny models' window of 5), then three decode steps through the cache.
+fn fused_against_tensor_attention(dir: &Path) -> f32 {
+    use vauban::executor::candle::model::LoadedModel;
+    use vauban::executor::candle::model::llama::{LogitsAt, NoHook};
+    use vauban::model::WeightMode;
+    let device = candle_core::Device::Cpu;
+    let fused = LoadedModel::load(dir, WeightMode::F32, &device).unwrap();
+    let mut tensor = LoadedModel::load(dir, WeightMode::F32, &device).unwrap();
+    tensor.model.use_tensor_attention();
+    let prompt: Vec<u32> = (5..35).collect();
+    let mut logits: Vec<Vec<f32>> = Vec::new();
+    for m in [&fused, &tensor] {
+        let mut cache = m.model.new_cache();
+        let mut all = Vec::new();
+        for (step, ids) in [&prompt[..], &[40], &[41], &[42]].into_iter().enumerate() {
+            let at = if step == 0 {
+                LogitsAt::All
+            } else {
+                LogitsAt::Last
+            };
+            let (l, _) = m.model.run(ids, Some(&mut cache), &mut NoHook, at).unwrap();
+            all.extend(l.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        }
+        logits.push(all);
+    }
+    logits[0]
+        .iter()
+        .zip(&logits[1])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
 #[test]
 fn every_family_matches_transformers_at_every_block_on_candle() {
     let keep = tempfile::tempdir().unwrap();
@@ -160,6 +195,13 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
             m["export_max_abs_logit_diff"].as_f64().unwrap() < 2e-4,
             "{name}: {m}"
         );
+    }
+    // The GPU's attention path agrees with the CPU's fused one, windows,
+    // soft-caps and the local RoPE base included, in prefill and decode.
+    for family in ["mistral_window", "qwen3", "gemma2", "gemma3", "olmo2"] {
+        let worst = fused_against_tensor_attention(&keep.path().join(family));
+        println!("{family}: fused against tensor attention, max |Δlogit| {worst:.2e}");
+        assert!(worst < 1e-4, "{family}: max |Δlogit| {worst}");
     }
     // A weight edit is exact on a pre-norm model; on a post-norm one
     // (Gemma, OLMo 2) the command says it is not, before it writes.

@@ -943,12 +943,13 @@ impl Llama {
                 );
             }
             for window in c.windows.iter().copied() {
-                if !masks.contains_key(&window) {
-                    let per_seq = spans
-                        .iter()
-                        .map(|&(_, t, offset)| causal_mask(offset, t, window, &self.device))
-                        .collect::<Result<_, _>>()?;
-                    masks.insert(window, per_seq);
+                if let std::collections::btree_map::Entry::Vacant(slot) = masks.entry(window) {
+                    slot.insert(
+                        spans
+                            .iter()
+                            .map(|&(_, t, offset)| causal_mask(offset, t, window, &self.device))
+                            .collect::<Result<_, _>>()?,
+                    );
                 }
             }
         }
