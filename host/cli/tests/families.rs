@@ -6,9 +6,17 @@
 //! build's `vauban trace`, and compares the logits, the residual stream
 //! after every block and eight greedy tokens.
 //!
+//! GGUF files of the same families come from llama.cpp's own converter and
+//! `llama-quantize`, and are checked against llama.cpp's `llama-server`
+//! (`scripts/reference/compare_llama_cpp.py`): the prompt's token ids
+//! from the GGUF's tokenizer metadata, greedy tokens and their
+//! log-probabilities.
+//!
 //! The reference's Python environment is `scripts/setup-reference.sh`'s
 //! (setup.sh installs it); without it the tests skip, unless
 //! `VAUBAN_REQUIRE_REFERENCE=1` (CI), under which they fail.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -215,5 +223,52 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
             "{text}"
         );
         assert!(rest.contains("orthogonalized"), "{text}");
+    }
+}
+
+/// llama.cpp's reading of its own converter's GGUF files (f32 and Q8_0)
+/// against vauban's, for every family: token ids, greedy tokens, their
+/// log-probabilities.
+#[test]
+fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
+    let Some(server) = common::llama_server::binary() else {
+        return;
+    };
+    let Some(python) = reference_python() else {
+        return;
+    };
+    // scripts/build-llama-server.sh's folder: bin/ and convert/.
+    let llama = server.parent().and_then(Path::parent).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let done = Command::new(python)
+        .arg(root().join("scripts/reference/compare_llama_cpp.py"))
+        .arg(env!("CARGO_BIN_EXE_vauban"))
+        .arg(llama)
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    println!("{stdout}");
+    assert!(
+        done.status.success(),
+        "compare_llama_cpp.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let json = std::fs::read_to_string(out.path().join("compare_llama_cpp.json")).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let models = meta["models"].as_object().unwrap();
+    for family in ["llama", "qwen3", "gemma2", "gemma3", "olmo2"] {
+        for dtype in ["F32", "Q8_0"] {
+            let m = &models[&format!("{family}/{dtype}")];
+            assert_eq!(m["ok"], true, "{family} {dtype}: {m}");
+            assert_eq!(
+                m["prompt_ids_vauban"], m["prompt_ids_llama_cpp"],
+                "{family}"
+            );
+            assert_eq!(
+                m["greedy_vauban"], m["greedy_llama_cpp"],
+                "{family} {dtype}"
+            );
+        }
     }
 }

@@ -60,6 +60,14 @@ impl<'a> Meta<'a> {
             .map_err(|e| e.to_string())
     }
 
+    /// An array of f32.
+    pub fn f32s(self) -> Result<Vec<f32>, String> {
+        self.0
+            .to_vec()
+            .and_then(|v| v.iter().map(Value::to_f32).collect())
+            .map_err(|e| e.to_string())
+    }
+
     /// An array of i32.
     pub fn i32s(self) -> Result<Vec<i32>, String> {
         self.0

@@ -1,0 +1,278 @@
+"""Cross-check vauban's GGUF reading against llama.cpp, on every family.
+
+For each family: builds a tiny random model with transformers (with a
+SentencePiece tokenizer trained here for the families whose converter reads
+one, a byte-level BPE one for the others), converts it with llama.cpp's own
+converter (convert_hf_to_gguf.py) to an f32 GGUF, quantizes that with
+llama-quantize, and runs each file through llama.cpp's llama-server and
+through `vauban trace`. Compared: the prompt's token ids (vauban's tokenizer
+built from the GGUF metadata against llama.cpp's and against the tokenizer
+the model was built with), eight greedy tokens, and the log-probability of
+each greedy token, at tolerances stated per tensor type below. What the
+GGUF means (norm weights stored as 1 + w, sliding-window patterns, the
+query scale, soft-caps, RoPE bases) is llama.cpp's reading of it, so this
+checks vauban's reading of the metadata as well as its forward.
+
+    python compare_llama_cpp.py VAUBAN LLAMA_CPP_DIR OUT_DIR [--only a,b]
+
+LLAMA_CPP_DIR is scripts/build-llama-server.sh's cache folder (bin/ and
+convert/). Run it with scripts/setup-reference.sh's python. Prints one line
+per model and file, writes OUT_DIR/compare_llama_cpp.json, exits 1 when a
+comparison fails.
+"""
+
+import argparse
+import json
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import numpy as np
+import sentencepiece as spm
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import compare_transformers as ct  # noqa: E402
+
+TEXT = "the cat in the hat sat on a mat, then ran in the rain."
+# Texts whose ids are compared too: spaces, new lines, characters outside
+# the vocabulary (byte fallback), digits, a control token's text.
+HARD = ["  two  spaces and\nnew lines\n\n", "Zürich 🙂 naïve 12345 6789", "a"]
+# Max |Δ logprob| of each greedy token: f32 weights on both sides; Q8_0
+# weights with activations quantized to 8 bits on both sides (llama.cpp's
+# and vauban's kernels round differently).
+TOLERANCE = {"F32": 2e-3, "Q8_0": 3e-2}
+CORPUS = " ".join([
+    "the cat in the hat sat on a mat and the dog ran in the rain",
+    "a quick brown fox jumps over the lazy dog then ran away",
+    "models change when they are tuned quantized merged or steered",
+    "numbers like 12 345 and 6789 are split by the tokenizer",
+] * 20)
+
+
+def sentencepiece_tokenizer(folder, vocab, dummy_prefix):
+    """Trains a SentencePiece BPE model with byte fallback into `folder`,
+    normalising nothing (as Llama 2's and Gemma's), with a space before the
+    text where `dummy_prefix` (Llama 2's; Gemma's has none)."""
+    corpus = folder / "corpus.txt"
+    corpus.write_text(CORPUS.replace(" the ", "\nthe "))
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(folder / "tokenizer"), vocab_size=vocab,
+        model_type="bpe", byte_fallback=True, character_coverage=1.0,
+        pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>",
+        bos_piece="<bos>", unk_piece="<unk>", normalization_rule_name="identity",
+        remove_extra_whitespaces=False, add_dummy_prefix=dummy_prefix, minloglevel=2)
+    corpus.unlink()
+    (folder / "tokenizer.vocab").unlink()
+    return spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
+
+
+def cases():
+    base = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                rms_norm_eps=1e-5, initializer_range=0.3, head_dim=24, max_position_embeddings=256)
+    # llama.cpp reads no query scale from a Gemma GGUF: 1/sqrt(head_dim) but
+    # for the 27B models, so these scale by head_dim as llama.cpp will.
+    gemma = dict(base, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=24,
+                 sliding_window=5, tie_word_embeddings=True)
+    return {
+        # (config class, kwargs, tokenizer kind)
+        "llama": (transformers.LlamaConfig, dict(base, num_hidden_layers=3, head_dim=16,
+                                                 tie_word_embeddings=False), "spm"),
+        "qwen3": (transformers.Qwen3Config, dict(base, num_hidden_layers=3, tie_word_embeddings=False,
+                                                 **ct.rope(1000000.0, None)), "bpe"),
+        "gemma2": (transformers.Gemma2Config, dict(gemma, num_hidden_layers=4, attn_logit_softcapping=3.0,
+                                                   final_logit_softcapping=2.0, **ct.rope(10000.0, None)),
+                   "spm"),
+        # llama.cpp slides 5 layers of every 6 (the last global): six layers.
+        "gemma3": (transformers.Gemma3TextConfig, dict(gemma, num_hidden_layers=6,
+                                                       final_logit_softcapping=None,
+                                                       attn_logit_softcapping=None,
+                                                       sliding_window_pattern=6,
+                                                       **ct.gemma3_rope(10000.0, 1000000.0, 8.0)), "spm"),
+        "olmo2": (transformers.Olmo2Config, dict(base, num_hidden_layers=3, head_dim=16,
+                                                 tie_word_embeddings=False, **ct.rope(500000.0, None)), "bpe"),
+    }
+
+
+def build(name, cls, kwargs, kind, folder):
+    """The tiny model and its tokenizer in `folder`; the reference's ids of TEXT."""
+    folder.mkdir(parents=True)
+    if kind == "spm":
+        sp = sentencepiece_tokenizer(folder, 320, dummy_prefix=not name.startswith("gemma"))
+        vocab, bos, eos = sp.get_piece_size(), sp.bos_id(), sp.eos_id()
+        ids = [[bos] + sp.encode(t) for t in [TEXT] + HARD]
+        tok_cls = transformers.GemmaTokenizer if name.startswith("gemma") else transformers.LlamaTokenizer
+        tok_cls(vocab_file=str(folder / "tokenizer.model"), add_bos_token=True, bos_token="<bos>",
+                eos_token="<eos>", unk_token="<unk>", pad_token="<pad>").save_pretrained(folder)
+    else:
+        tok, vocab = ct.tokenizer()
+        bos, eos = 0, 3
+        ids = [tok.encode(t).ids for t in [TEXT] + HARD]
+        tok.save(str(folder / "tokenizer.json"))
+        (folder / "tokenizer_config.json").write_text(json.dumps(
+            {"add_bos_token": False, "bos_token": "<s>", "eos_token": "<|im_end|>",
+             "tokenizer_class": "PreTrainedTokenizerFast"}))
+    config = cls(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, **kwargs)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.copy_((0.0 if name.startswith("gemma") else 1.0) + 0.1 * torch.randn_like(p))
+    model.save_pretrained(folder, safe_serialization=True)
+    return ids, eos
+
+
+def convert(llama, folder, out):
+    """llama.cpp's converter, run in this python; the BPE pre-tokenizer of
+    the tiny test tokenizer (unknown to its hash table) is named `gpt-2`,
+    whose splitting it uses."""
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/gguf-py'];"
+        "import convert_hf_to_gguf as c;"
+        "from conversion import base;"
+        "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'gpt-2';"
+        "sys.argv = ['convert_hf_to_gguf.py'] + sys.argv[2:]; c.main()"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(llama / "convert"), str(folder),
+                           "--outfile", str(out), "--outtype", "f32"], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"convert_hf_to_gguf.py failed on {folder}:\n{done.stderr[-3000:]}")
+
+
+def quantize(llama, src, dst, kind):
+    done = subprocess.run([str(llama / "bin/llama-quantize"), str(src), str(dst), kind],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"llama-quantize {kind} failed:\n{done.stderr[-3000:]}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def llama_server(llama, gguf):
+    """llama.cpp's prompt ids, greedy ids and their log-probabilities."""
+    port = free_port()
+    server = subprocess.Popen([str(llama / "bin/llama-server"), "-m", str(gguf), "--port", str(port),
+                               "-c", "256", "-t", "2", "--no-warmup"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.time() > deadline:
+                sys.exit(f"llama-server did not start on {gguf}:\n{server.stderr.read()[-3000:]}")
+            time.sleep(0.2)
+        every = [post(port, "/tokenize", {"content": t, "add_special": True})["tokens"]
+                 for t in [TEXT] + HARD]
+        out = post(port, "/completion", {"prompt": every[0], "n_predict": 8, "temperature": 0.0,
+                                         "n_probs": 1, "cache_prompt": False, "samplers": ["top_k"],
+                                         "top_k": 1})
+        probs = out["completion_probabilities"]
+        return every, [p["id"] for p in probs], [p["logprob"] for p in probs]
+    finally:
+        server.kill()
+        server.wait()
+
+
+def vauban(binary, gguf, bundle):
+    """vauban's prompt ids (TEXT's, then HARD's), greedy ids after TEXT and
+    their log-probabilities."""
+    role = lambda a, r: a.get("labels", {}).get("role") == r  # noqa: E731
+
+    def traces(folder):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        for entry in manifest["traces"]:
+            trace = json.loads((folder / entry["file"]).read_text())
+            tensors = load_file(str(folder / entry["tensors"]["file"])) if "tensors" in entry else {}
+            yield trace["artifacts"], tensors
+
+    ct.run([binary, "trace", "--model", str(gguf), "--prompt", TEXT, "--raw", "--logprobs",
+            "--raw-tensors", "--max-tokens", "8", "--out", str(bundle)])
+    arts, tensors = next(traces(bundle))
+    prompt = next(a["data"]["ids"] for a in arts if a["kind"] == "tokens" and role(a, "prompt"))
+    greedy = next(a["data"]["ids"] for a in arts if a["kind"] == "tokens" and role(a, "completion"))
+    logprobs = next(tensors[a["id"]] for a in arts if a["kind"] == "logprobs" and role(a, "completion"))
+    hard = bundle.with_suffix(".hard")
+    prompts = [arg for t in HARD for arg in ("--prompt", t)]
+    ct.run([binary, "trace", "--model", str(gguf), "--raw", "--max-tokens", "0", *prompts,
+            "--out", str(hard)])
+    ids = [prompt] + [next(a["data"]["ids"] for a in arts if a["kind"] == "tokens")
+                      for arts, _ in traces(hard)]
+    return ids, greedy, [float(x) for x in logprobs]
+
+
+def main():
+    args = argparse.ArgumentParser()
+    args.add_argument("vauban")
+    args.add_argument("llama_cpp")
+    args.add_argument("out")
+    args.add_argument("--only", default="")
+    args = args.parse_args()
+    binary, llama, out = args.vauban, pathlib.Path(args.llama_cpp), pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    transformers.logging.set_verbosity_error()
+    only = [c for c in args.only.split(",") if c]
+    results, failed = {}, False
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for name, (cls, kwargs, kind) in cases().items():
+            if only and name not in only:
+                continue
+            folder = tmp / name
+            reference_ids, eos = build(name, cls, kwargs, kind, folder)
+            f32 = tmp / f"{name}.f32.gguf"
+            convert(llama, folder, f32)
+            files = {"F32": f32}
+            files["Q8_0"] = tmp / f"{name}.q8_0.gguf"
+            quantize(llama, f32, files["Q8_0"], "Q8_0")
+            for dtype, gguf in files.items():
+                theirs = llama_server(llama, gguf)
+                ours = vauban(binary, gguf, tmp / f"{name}.{dtype}.bundle")
+                # Until either generates its end-of-sequence token.
+                n = min(len(theirs[1]), len(ours[1]))
+                same_ids = theirs[1][:n] == ours[1][:n] and n > 0
+                d_lp = max(abs(a - b) for a, b in zip(theirs[2][:n], ours[2][:n])) if n else float("inf")
+                # Every text's ids: llama.cpp's; and the tokenizer's the
+                # model was built with (SentencePiece's own, or the BPE's).
+                tokens_ok = ours[0] == theirs[0] and ours[0] == reference_ids
+                ok = tokens_ok and same_ids and d_lp < TOLERANCE[dtype]
+                failed |= not ok
+                results[f"{name}/{dtype}"] = {
+                    "texts": [TEXT] + HARD,
+                    "prompt_ids_vauban": ours[0], "prompt_ids_llama_cpp": theirs[0],
+                    "prompt_ids_reference": reference_ids, "greedy_vauban": ours[1],
+                    "greedy_llama_cpp": theirs[1], "max_abs_logprob_diff": d_lp,
+                    "tolerance": TOLERANCE[dtype], "ok": ok}
+                print(f"{name:7} {dtype:5} prompt ids {'same' if tokens_ok else 'DIFFERENT'}  "
+                      f"greedy {'same' if same_ids else 'DIFFERENT'} ({n} tokens)  "
+                      f"max|Δlogprob| {d_lp:.2e} (≤ {TOLERANCE[dtype]:.0e})  {'ok' if ok else 'FAIL'}",
+                      flush=True)
+    meta = {"transformers": transformers.__version__, "text": TEXT, "models": results}
+    (out / "compare_llama_cpp.json").write_text(json.dumps(meta, indent=2))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
