@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -44,10 +45,15 @@ TEXT = "the cat in the hat sat on a mat, then ran in the rain."
 # Texts whose ids are compared too: spaces, new lines, characters outside
 # the vocabulary (byte fallback), digits, a control token's text.
 HARD = ["  two  spaces and\nnew lines\n\n", "Zürich 🙂 naïve 12345 6789", "a"]
-# Max |Δ logprob| of each greedy token: f32 weights on both sides; Q8_0
-# weights with activations quantized to 8 bits on both sides (llama.cpp's
-# and vauban's kernels round differently).
-TOLERANCE = {"F32": 2e-3, "Q8_0": 3e-2}
+# F32 files: max |Δ logprob| of each greedy token, vauban against llama.cpp
+# and against transformers (f32 on every side; llama.cpp with its flash
+# attention off, whose CPU path rounds to ~2e-3 on these models).
+F32_TOLERANCE = 1e-4
+# Quantized files: both quantize the activations to 8 bits and round
+# differently, so neither matches the other closely; vauban's error
+# against the f32 model (transformers) must stay within this multiple of
+# llama.cpp's own, plus a floor for files where both are near exact.
+QUANT_ERROR_RATIO, QUANT_FLOOR = 2.0, 5e-3
 CORPUS = " ".join([
     "the cat in the hat sat on a mat and the dog ran in the rain",
     "a quick brown fox jumps over the lazy dog then ran away",
@@ -107,6 +113,8 @@ def build(name, cls, kwargs, kind, folder):
         sp = sentencepiece_tokenizer(folder, 320, dummy_prefix=not name.startswith("gemma"))
         vocab, bos, eos = sp.get_piece_size(), sp.bos_id(), sp.eos_id()
         ids = [[bos] + sp.encode(t) for t in [TEXT] + HARD]
+        pieces = [sp.id_to_piece(i) for i in range(vocab)]
+        printable = [not (sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i)) for i in range(vocab)]
         tok_cls = transformers.GemmaTokenizer if name.startswith("gemma") else transformers.LlamaTokenizer
         tok_cls(vocab_file=str(folder / "tokenizer.model"), add_bos_token=True, bos_token="<bos>",
                 eos_token="<eos>", unk_token="<unk>", pad_token="<pad>").save_pretrained(folder)
@@ -114,6 +122,8 @@ def build(name, cls, kwargs, kind, folder):
         tok, vocab = ct.tokenizer()
         bos, eos = 0, 3
         ids = [tok.encode(t).ids for t in [TEXT] + HARD]
+        letters = set("Ġabcdefghijklmnopqrstuvwxyz")
+        printable = [all(ch in letters for ch in (tok.id_to_token(i) or "<")) for i in range(vocab)]
         tok.save(str(folder / "tokenizer.json"))
         (folder / "tokenizer_config.json").write_text(json.dumps(
             {"add_bos_token": False, "bos_token": "<s>", "eos_token": "<|im_end|>",
@@ -125,8 +135,30 @@ def build(name, cls, kwargs, kind, folder):
         for pname, p in model.named_parameters():
             if "norm" in pname:
                 p.copy_((0.0 if name.startswith("gemma") else 1.0) + 0.1 * torch.randn_like(p))
+        if not config.tie_word_embeddings:
+            steer_to_text(model, printable)
     model.save_pretrained(folder, safe_serialization=True)
-    return ids, eos
+    return ids, model.eval()
+
+
+def steer_to_text(model, printable):
+    """Makes the random model's greedy tokens printable text, which
+    llama-server's completion endpoint insists on (it parses what it
+    returns, and random bytes are not UTF-8): the residual stream's second
+    half (32 dimensions, one block of 32 as Q8_0 quantizes it) holds a
+    constant no block writes to, and the output matrix reads it as a bonus
+    for text tokens and a penalty for bytes and control tokens. A block of
+    equal values quantizes exactly, so the quantized files' rounding is
+    the random half's alone. The first half and every other weight stay
+    random."""
+    half = model.config.hidden_size // 2
+    model.get_input_embeddings().weight[:, half:] = 1.0
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight[half:, :] = 0.0
+        layer.mlp.down_proj.weight[half:, :] = 0.0
+    model.model.norm.weight[half:] = 1.0
+    sign = torch.tensor([1.0 if p else -1.0 for p in printable]).unsqueeze(1)
+    model.lm_head.weight[:, half:] = sign.expand(-1, model.config.hidden_size - half).clone()
 
 
 def convert(llama, folder, out):
@@ -162,15 +194,22 @@ def free_port():
 def post(port, path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        sys.exit(f"llama-server {path} answered {e.code}: {e.read().decode(errors='replace')[:2000]}")
 
 
 def llama_server(llama, gguf):
     """llama.cpp's prompt ids, greedy ids and their log-probabilities."""
     port = free_port()
     server = subprocess.Popen([str(llama / "bin/llama-server"), "-m", str(gguf), "--port", str(port),
-                               "-c", "256", "-t", "2", "--no-warmup"],
+                               "-c", "256", "-t", "2", "--no-warmup",
+                               # Keys and values as computed, as vauban's default cache keeps them.
+                               "--cache-type-k", "f32", "--cache-type-v", "f32",
+                               # Its CPU flash attention rounds (to ~2e-3 here).
+                               "-fa", "off"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 60
@@ -241,7 +280,7 @@ def main():
             if only and name not in only:
                 continue
             folder = tmp / name
-            reference_ids, eos = build(name, cls, kwargs, kind, folder)
+            reference_ids, model = build(name, cls, kwargs, kind, folder)
             f32 = tmp / f"{name}.f32.gguf"
             convert(llama, folder, f32)
             files = {"F32": f32}
@@ -252,24 +291,41 @@ def main():
                 ours = vauban(binary, gguf, tmp / f"{name}.{dtype}.bundle")
                 # Until either generates its end-of-sequence token.
                 n = min(len(theirs[1]), len(ours[1]))
-                same_ids = theirs[1][:n] == ours[1][:n] and n > 0
-                d_lp = max(abs(a - b) for a, b in zip(theirs[2][:n], ours[2][:n])) if n else float("inf")
-                # Every text's ids: llama.cpp's; and the tokenizer's the
-                # model was built with (SentencePiece's own, or the BPE's).
-                tokens_ok = ours[0] == theirs[0] and ours[0] == reference_ids
-                ok = tokens_ok and same_ids and d_lp < TOLERANCE[dtype]
+                same = theirs[1][:n] == ours[1][:n] and n > 0
+                # The f32 model's log-probabilities of llama.cpp's tokens.
+                seq = theirs[0][0] + theirs[1][:n]
+                with torch.no_grad():
+                    lp = torch.log_softmax(model(torch.tensor([seq])).logits[0], -1)
+                start = len(theirs[0][0]) - 1
+                truth = [lp[start + i, t].item() for i, t in enumerate(theirs[1][:n])]
+                worst = lambda a, b: max(abs(x - y) for x, y in zip(a[:n], b[:n])) if n else float("inf")  # noqa: E731
+                d_llama, d_truth, llama_truth = worst(ours[2], theirs[2]), worst(ours[2], truth), worst(theirs[2], truth)
+                if dtype == "F32":
+                    close = d_llama < F32_TOLERANCE and d_truth < F32_TOLERANCE
+                else:
+                    close = d_truth <= QUANT_ERROR_RATIO * llama_truth + QUANT_FLOOR
+                # Every text's ids are llama.cpp's, and the tokenizer's the
+                # model was built with (SentencePiece's own, or the BPE's;
+                # a BOS id is the converter's choice, read from the GGUF).
+                body = (lambda ids: [i[1:] for i in ids]) if kind == "spm" else (lambda ids: ids)
+                tokens_ok = ours[0] == theirs[0] and body(ours[0]) == body(reference_ids)
+                ok = tokens_ok and same and close
                 failed |= not ok
                 results[f"{name}/{dtype}"] = {
                     "texts": [TEXT] + HARD,
                     "prompt_ids_vauban": ours[0], "prompt_ids_llama_cpp": theirs[0],
                     "prompt_ids_reference": reference_ids, "greedy_vauban": ours[1],
-                    "greedy_llama_cpp": theirs[1], "max_abs_logprob_diff": d_lp,
-                    "tolerance": TOLERANCE[dtype], "ok": ok}
-                print(f"{name:7} {dtype:5} prompt ids {'same' if tokens_ok else 'DIFFERENT'}  "
-                      f"greedy {'same' if same_ids else 'DIFFERENT'} ({n} tokens)  "
-                      f"max|Δlogprob| {d_lp:.2e} (≤ {TOLERANCE[dtype]:.0e})  {'ok' if ok else 'FAIL'}",
-                      flush=True)
-    meta = {"transformers": transformers.__version__, "text": TEXT, "models": results}
+                    "greedy_llama_cpp": theirs[1], "logprobs_vauban": ours[2][:n],
+                    "logprobs_llama_cpp": theirs[2][:n], "logprobs_transformers_f32": truth,
+                    "max_abs_diff_vauban_llama_cpp": d_llama,
+                    "max_abs_diff_vauban_transformers": d_truth,
+                    "max_abs_diff_llama_cpp_transformers": llama_truth, "ok": ok}
+                print(f"{name:7} {dtype:5} ids {'same' if tokens_ok else 'DIFFERENT'}  "
+                      f"greedy {'same' if same else 'DIFFERENT'} ({n})  max|Δlogprob| vauban-llama.cpp "
+                      f"{d_llama:.1e}, against the f32 model: vauban {d_truth:.1e}, llama.cpp {llama_truth:.1e}"
+                      f"  {'ok' if ok else 'FAIL'}", flush=True)
+    meta = {"transformers": transformers.__version__, "text": TEXT, "f32_tolerance": F32_TOLERANCE,
+            "quantized": {"error_ratio": QUANT_ERROR_RATIO, "floor": QUANT_FLOOR}, "models": results}
     (out / "compare_llama_cpp.json").write_text(json.dumps(meta, indent=2))
     sys.exit(1 if failed else 0)
 
