@@ -62,18 +62,20 @@ CORPUS = " ".join([
 ] * 20)
 
 
-def sentencepiece_tokenizer(folder, vocab, dummy_prefix):
+def sentencepiece_tokenizer(folder, vocab, gemma):
     """Trains a SentencePiece BPE model with byte fallback into `folder`,
-    normalising nothing (as Llama 2's and Gemma's), with a space before the
-    text where `dummy_prefix` (Llama 2's; Gemma's has none)."""
+    normalising nothing, with Gemma's special ids and no space before the
+    text (`gemma`), or Llama 2's (and Phi-3's) ids and a space."""
     corpus = folder / "corpus.txt"
     corpus.write_text(CORPUS.replace(" the ", "\nthe "))
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(folder / "tokenizer"), vocab_size=vocab,
         model_type="bpe", byte_fallback=True, character_coverage=1.0,
-        pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>",
-        bos_piece="<bos>", unk_piece="<unk>", normalization_rule_name="identity",
-        remove_extra_whitespaces=False, add_dummy_prefix=dummy_prefix, minloglevel=2)
+        **(dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3) if gemma
+           else dict(unk_id=0, bos_id=1, eos_id=2, pad_id=3)),
+        pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=not gemma, minloglevel=2)
     corpus.unlink()
     (folder / "tokenizer.vocab").unlink()
     return spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
@@ -103,6 +105,10 @@ def cases():
                                                        **ct.gemma3_rope(10000.0, 1000000.0, 8.0)), "spm"),
         "olmo2": (transformers.Olmo2Config, dict(base, num_hidden_layers=3, head_dim=16,
                                                  tie_word_embeddings=False, **ct.rope(500000.0, None)), "bpe"),
+        # Fused QKV and gate/up matrices (llama.cpp runs Phi-3 without a window).
+        "phi3": (transformers.Phi3Config, dict(base, num_hidden_layers=3, head_dim=16, pad_token_id=0,
+                                               sliding_window=None, original_max_position_embeddings=256,
+                                               tie_word_embeddings=False, **ct.rope(10000.0, None)), "spm"),
     }
 
 
@@ -110,7 +116,7 @@ def build(name, cls, kwargs, kind, folder):
     """The tiny model and its tokenizer in `folder`; the reference's ids of TEXT."""
     folder.mkdir(parents=True)
     if kind == "spm":
-        sp = sentencepiece_tokenizer(folder, 320, dummy_prefix=not name.startswith("gemma"))
+        sp = sentencepiece_tokenizer(folder, 320, gemma=name.startswith("gemma"))
         vocab, bos, eos = sp.get_piece_size(), sp.bos_id(), sp.eos_id()
         ids = [[bos] + sp.encode(t) for t in [TEXT] + HARD]
         pieces = [sp.id_to_piece(i) for i in range(vocab)]
@@ -279,7 +285,9 @@ def main():
         for name, (cls, kwargs, kind) in cases().items():
             if only and name not in only:
                 continue
-            folder = tmp / name
+            # (llama.cpp expects Phi-3's own special tokens of a model whose
+            # name says phi3; the folder's name becomes the GGUF's.)
+            folder = tmp / name.replace("phi3", "fused")
             reference_ids, model = build(name, cls, kwargs, kind, folder)
             f32 = tmp / f"{name}.f32.gguf"
             convert(llama, folder, f32)

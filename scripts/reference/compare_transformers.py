@@ -3,7 +3,7 @@
 Builds a tiny random model of every family vauban runs with transformers
 (llama, llama with llama3 RoPE scaling and tied embeddings, qwen2 with
 Q/K/V biases, mistral with a sliding window, qwen3, gemma2, gemma3,
-olmo2), saves each as an HF folder, runs the same prompt through
+olmo2, phi3), saves each as an HF folder, runs the same prompt through
 transformers and through the `vauban` binary, and compares the logits, the
 residual stream after every block, and greedy continuations. The shapes
 are chosen so every difference a family has is exercised: head widths
@@ -102,6 +102,12 @@ def cases(vocab):
                                                        **gemma3_rope(10000.0, 1000000.0, 8.0))),
         "olmo2": (transformers.Olmo2Config, dict(base, num_hidden_layers=4, tie_word_embeddings=False,
                                                  **rope(500000.0, None))),
+        # Fused QKV and gate/up matrices, a window of 5 on every layer.
+        "phi3": (transformers.Phi3Config, dict(base, tie_word_embeddings=False, sliding_window=5, pad_token_id=0,
+                                               **rope(10000.0, None))),
+        # Three quarters of each head rotate (Phi-4-mini's partial rotary).
+        "phi3_partial": (transformers.Phi3Config, dict(base, tie_word_embeddings=False, sliding_window=None, pad_token_id=0,
+                                                       **rope(10000.0, {"partial_rotary_factor": 0.75}))),
     }
 
 

@@ -109,7 +109,7 @@ fn every_family_on(executor: &str) {
     let Some(models) = compare(executor, &[], keep.path()) else {
         return;
     };
-    assert!(models.as_object().unwrap().len() >= 9, "{models}");
+    assert!(models.as_object().unwrap().len() >= 11, "{models}");
     for (name, m) in models.as_object().unwrap() {
         assert_eq!(m["ok"], true, "{executor} {name}: {m}");
         assert_eq!(m["vauban_greedy"], m["transformers_greedy"], "{name}");
@@ -206,7 +206,14 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
     }
     // The GPU's attention path agrees with the CPU's fused one, windows,
     // soft-caps and the local RoPE base included, in prefill and decode.
-    for family in ["mistral_window", "qwen3", "gemma2", "gemma3", "olmo2"] {
+    for family in [
+        "mistral_window",
+        "qwen3",
+        "gemma2",
+        "gemma3",
+        "olmo2",
+        "phi3_partial",
+    ] {
         let worst = fused_against_tensor_attention(&keep.path().join(family));
         println!("{family}: fused against tensor attention, max |Δlogit| {worst:.2e}");
         assert!(worst < 1e-4, "{family}: max |Δlogit| {worst}");
@@ -257,7 +264,7 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
     let json = std::fs::read_to_string(out.path().join("compare_llama_cpp.json")).unwrap();
     let meta: serde_json::Value = serde_json::from_str(&json).unwrap();
     let models = meta["models"].as_object().unwrap();
-    for family in ["llama", "qwen3", "gemma2", "gemma3", "olmo2"] {
+    for family in ["llama", "qwen3", "gemma2", "gemma3", "olmo2", "phi3"] {
         for dtype in ["F32", "Q8_0"] {
             let m = &models[&format!("{family}/{dtype}")];
             assert_eq!(m["ok"], true, "{family} {dtype}: {m}");

@@ -150,9 +150,12 @@ impl RopeTable {
         }
     }
 
-    /// Writes `x` rotated to the angles of `row` into `out`.
+    /// Writes `x` rotated to the angles of `row` into `out`. A table
+    /// narrower than the head rotates its first `2 · half` dimensions and
+    /// copies the rest (partial rotary embedding: Phi-4-mini, NeoX).
     fn rotate(&self, style: Rotary, row: usize, x: &[f32], out: &mut [f32]) {
         let h = self.half;
+        out[2 * h..].copy_from_slice(&x[2 * h..]);
         let (cos, sin) = (
             &self.cos[row * h..(row + 1) * h],
             &self.sin[row * h..(row + 1) * h],
@@ -327,10 +330,9 @@ pub fn attend(
     assert_eq!(k.len(), rows * kw, "k is not rows × kv_heads · head_dim");
     assert_eq!(v.len(), rows * kw, "v is not rows × kv_heads · head_dim");
     assert_eq!(out.len(), rows * qw, "out is not rows × heads · head_dim");
-    assert_eq!(
-        table.half * 2,
-        d,
-        "the rotary table is not head_dim / 2 wide"
+    assert!(
+        table.half > 0 && table.half * 2 <= d,
+        "the rotary table is not at most head_dim / 2 wide"
     );
     assert!(
         h.kv_heads > 0 && h.heads.is_multiple_of(h.kv_heads),

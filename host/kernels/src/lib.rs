@@ -190,6 +190,19 @@ impl QMatrix {
         &self.data[r * n..(r + 1) * n]
     }
 
+    /// Rows `start..start + n` as a matrix of their own, bytes as stored
+    /// (a fused QKV matrix split into Q, K and V); `None` past the end.
+    pub fn row_range(&self, start: usize, n: usize) -> Option<QMatrix> {
+        let b = self.row_bytes();
+        let data = self.data.get(start * b..(start + n) * b)?.to_vec();
+        Some(QMatrix {
+            format: self.format,
+            rows: n,
+            cols: self.cols,
+            data,
+        })
+    }
+
     /// Row `r` dequantized into `out` (`cols` values): an embedding lookup.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         blocks::dequantize_row(self.format, self.row(r), out)

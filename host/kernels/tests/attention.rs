@@ -19,9 +19,15 @@ fn inv_freqs(d: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The frequencies of a head whose first `rotary` dimensions rotate.
+fn partial_freqs(rotary: usize) -> Vec<f32> {
+    inv_freqs(rotary)
+}
+
+/// `x` rotated on its first `2 · freqs.len()` dimensions, the rest as is.
 fn rotate(style: Rotary, x: &[f32], pos: usize, freqs: &[f32]) -> Vec<f64> {
     let h = freqs.len();
-    let mut out = vec![0f64; 2 * h];
+    let mut out: Vec<f64> = x.iter().map(|&v| v as f64).collect();
     for (i, &f) in freqs.iter().enumerate() {
         let a = pos as f64 * f as f64;
         let (c, s) = (a.cos(), a.sin());
@@ -38,23 +44,29 @@ fn rotate(style: Rotary, x: &[f32], pos: usize, freqs: &[f32]) -> Vec<f64> {
 
 /// Attention output of every position of one sequence whose rows are
 /// `q`, `k`, `v` from position 0.
-fn reference(h: &Heads, scoring: &Scoring, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+fn reference(
+    h: &Heads,
+    scoring: &Scoring,
+    freqs: &[f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Vec<f64> {
     let (style, scale) = (scoring.rotary, scoring.scale as f64);
     let d = h.head_dim;
     let (qw, kw) = (h.heads * d, h.kv_heads * d);
     let n = q.len() / qw;
-    let freqs = inv_freqs(d);
     let rep = h.heads / h.kv_heads;
     let mut out = vec![0f64; n * qw];
     for pos in 0..n {
         for qh in 0..h.heads {
             let kh = qh / rep;
-            let qr = rotate(style, &q[pos * qw + qh * d..][..d], pos, &freqs);
+            let qr = rotate(style, &q[pos * qw + qh * d..][..d], pos, freqs);
             // Keys less than `window` positions back, as HF's sliding mask.
             let first = scoring.window.map_or(0, |w| (pos + 1).saturating_sub(w));
             let scores: Vec<f64> = (first..=pos)
                 .map(|j| {
-                    let kr = rotate(style, &k[j * kw + kh * d..][..d], j, &freqs);
+                    let kr = rotate(style, &k[j * kw + kh * d..][..d], j, freqs);
                     let s = qr.iter().zip(&kr).map(|(a, b)| a * b).sum::<f64>() * scale;
                     match scoring.softcap {
                         Some(cap) => cap as f64 * (s / cap as f64).tanh(),
@@ -141,7 +153,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
         softcap: Some(2.5),
         window: Some(37),
     };
-    for (scoring, h) in [
+    for (scoring, h, freqs) in [
         (
             Scoring::standard(Rotary::Interleaved, 64),
             Heads {
@@ -149,6 +161,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
                 kv_heads: 2,
                 head_dim: 64,
             },
+            inv_freqs(64),
         ),
         (
             Scoring::standard(Rotary::Half, 20),
@@ -157,6 +170,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
                 kv_heads: 4,
                 head_dim: 20,
             },
+            inv_freqs(20),
         ),
         (
             gemma,
@@ -165,6 +179,17 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
                 kv_heads: 2,
                 head_dim: 16,
             },
+            inv_freqs(16),
+        ),
+        // Partial rotary: 24 of 32 dimensions rotate (Phi-4-mini's 3/4).
+        (
+            Scoring::standard(Rotary::Half, 32),
+            Heads {
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 32,
+            },
+            partial_freqs(24),
         ),
     ] {
         let style = scoring.rotary;
@@ -203,7 +228,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
                 v.extend_from_slice(&seqs[s].2[from * kw..(from + n) * kw]);
                 positions.extend(from..from + n);
             }
-            let table = RopeTable::new(&inv_freqs(d), positions);
+            let table = RopeTable::new(&freqs, positions);
             let mut out = vec![0f32; q.len()];
             let mut first = 0;
             let mut rows: Vec<SeqRows<'_>> = Vec::new();
@@ -224,7 +249,7 @@ fn ragged_batch_against_the_reference(kind: KvType) -> f64 {
             }
         }
         for (s, (q, k, v)) in seqs.iter().enumerate() {
-            let want = reference(&h, &scoring, q, k, v);
+            let want = reference(&h, &scoring, &freqs, q, k, v);
             let worst = want
                 .iter()
                 .zip(&got[s])

@@ -17,7 +17,7 @@ pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
 /// Every architecture vauban runs, by its GGUF `general.architecture`
 /// (HF `model_type`s map onto these: `gemma3_text` is `gemma3`).
 pub const SUPPORTED: &[&str] = &[
-    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2",
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "phi3",
 ];
 
 /// The MLP's gate activation.
@@ -65,6 +65,10 @@ pub struct BlockLayout {
     /// GGUF files `1 + w` (llama.cpp's converter adds the one), which is
     /// what the forwards hold.
     pub unit_offset_norms: bool,
+    /// The files hold Q, K and V as one matrix, and the MLP's gate and up
+    /// as one (Phi-3: `attn_qkv`, `ffn_up` of twice the width, gate
+    /// first); the loaders split them into the forwards' seven.
+    pub fused: bool,
 }
 
 impl BlockLayout {
@@ -80,6 +84,7 @@ impl BlockLayout {
             attn_softcap: None,
             final_softcap: None,
             unit_offset_norms: false,
+            fused: false,
         }
     }
 
@@ -143,6 +148,9 @@ pub struct ModelConfig {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// The dimensions of each head that rotate: `head_dim`, or fewer with
+    /// a partial rotary embedding (Phi-4-mini's three quarters).
+    pub rotary_dim: usize,
     pub ffn: usize,
     pub vocab: usize,
     pub rms_eps: f64,
@@ -194,6 +202,15 @@ impl ModelConfig {
                 format!(
                     "({}) does not divide the {} attention heads",
                     self.kv_heads, self.heads
+                ),
+            ));
+        }
+        if !(self.rotary_dim.is_multiple_of(2) && self.rotary_dim <= self.head_dim) {
+            return Err(bad(
+                "rotary_dim",
+                format!(
+                    "({}) is odd or wider than the heads ({})",
+                    self.rotary_dim, self.head_dim
                 ),
             ));
         }
@@ -252,9 +269,9 @@ impl ModelConfig {
     }
 
     fn frequencies(&self, theta: f32, scaling: Option<&RopeScaling>) -> Vec<f32> {
-        let half = self.head_dim / 2;
+        let half = self.rotary_dim / 2;
         let base: Vec<f32> = (0..half)
-            .map(|i| 1.0 / theta.powf(2.0 * i as f32 / self.head_dim as f32))
+            .map(|i| 1.0 / theta.powf(2.0 * i as f32 / self.rotary_dim as f32))
             .collect();
         match scaling {
             None => base,
@@ -369,6 +386,13 @@ impl ModelConfig {
             }
         };
         let layers = u("block_count")?;
+        if file.has_tensor("rope_factors_long") || file.has_tensor("rope_factors_short") {
+            return Err(ModelError::Metadata {
+                path: path.to_path_buf(),
+                key: "rope_factors_long".into(),
+                problem: "holds LongRoPE factors (Phi-3 128k, Phi-3.5, Phi-4-mini), a RoPE scaling vauban does not run yet; supported: none, linear, llama3 and GGUF rope_freqs".into(),
+            });
+        }
         // What llama.cpp's loader does with these files (src/models/<arch>.cpp),
         // which is what the GGUF means: the keys it reads, and its defaults
         // and fixed rules where the converter writes no key.
@@ -417,6 +441,7 @@ impl ModelConfig {
             },
             embed_scale: gemma.then(|| (hidden as f32).sqrt()),
             attn_scale: big_gemma.then(|| 1.0 / (hidden as f32 / heads as f32).sqrt()),
+            fused: file.has_tensor("blk.0.attn_qkv.weight"),
             attn_softcap: match arch.as_str() {
                 "gemma2" => Some(opt_f("attn_logit_softcapping")?.unwrap_or(50.0)),
                 _ => None,
@@ -434,6 +459,7 @@ impl ModelConfig {
             heads,
             kv_heads: opt_u("attention.head_count_kv")?.unwrap_or(heads),
             head_dim,
+            rotary_dim: opt_u("rope.dimension_count")?.unwrap_or(head_dim),
             ffn: u("feed_forward_length")?,
             vocab,
             rms_eps: opt_f("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5) as f64,
@@ -466,7 +492,9 @@ impl ModelConfig {
             problem,
         };
         let arch = match json.model_type.as_str() {
-            "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "olmo2" => json.model_type.clone(),
+            "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "olmo2" | "phi3" => {
+                json.model_type.clone()
+            }
             "gemma3_text" => "gemma3".to_owned(),
             "gemma3" => {
                 return Err(bad(
@@ -512,6 +540,13 @@ impl ModelConfig {
         };
         let heads = json.num_attention_heads;
         let layers = json.num_hidden_layers;
+        let head_dim = json.head_dim.unwrap_or(json.hidden_size / heads.max(1));
+        // Phi's partial rotary embedding: at the top level, or among the
+        // RoPE parameters (transformers 5).
+        let partial = json
+            .partial_rotary_factor
+            .or(global.and_then(|p| p.partial_rotary_factor))
+            .filter(|&f| f != 1.0);
         let gemma = arch.starts_with("gemma");
         let activation = match json.hidden_activation.as_ref().or(json.hidden_act.as_ref()) {
             None if gemma => Activation::GeluTanh,
@@ -550,6 +585,7 @@ impl ModelConfig {
             attn_softcap: json.attn_logit_softcapping.filter(|_| gemma),
             final_softcap: json.final_logit_softcapping.filter(|_| gemma),
             unit_offset_norms: gemma,
+            fused: arch == "phi3",
         };
         // Which layers slide: `layer_types` where the file lists them, else
         // each family's rule as its transformers class applies it.
@@ -583,7 +619,7 @@ impl ModelConfig {
                         let pattern = json.sliding_window_pattern.unwrap_or(6);
                         (i + 1) % pattern.max(1) != 0
                     }
-                    "mistral" => true,
+                    "mistral" | "phi3" => true,
                     "qwen2" | "qwen3" => {
                         json.use_sliding_window == Some(true)
                             && i >= json.max_window_layers.unwrap_or(0)
@@ -596,7 +632,7 @@ impl ModelConfig {
             .iter()
             .map(|&s| match (s, json.sliding_window) {
                 (true, Some(w)) => Ok(Some(w)),
-                (true, None) if arch == "mistral" => Ok(None),
+                (true, None) if matches!(arch.as_str(), "mistral" | "phi3") => Ok(None),
                 (true, None) => Err(bad(
                     "sliding_window",
                     "is missing, and the config has sliding layers".into(),
@@ -609,7 +645,11 @@ impl ModelConfig {
             layers,
             heads,
             kv_heads: json.num_key_value_heads.unwrap_or(heads),
-            head_dim: json.head_dim.unwrap_or(json.hidden_size / heads.max(1)),
+            head_dim,
+            rotary_dim: match partial {
+                Some(f) => (head_dim as f32 * f) as usize,
+                None => head_dim,
+            },
             ffn: json.intermediate_size,
             vocab: json.vocab_size,
             rms_eps: json.rms_norm_eps,
@@ -661,7 +701,13 @@ fn hf_rope_scaling(
             return Err(ModelError::Config {
                 path: path.to_path_buf(),
                 key: "rope_scaling.rope_type".into(),
-                problem: format!("`{other}` is not supported; supported: linear, llama3"),
+                problem: format!(
+                    "`{other}` is not supported{}; supported: linear, llama3",
+                    match other {
+                        "longrope" | "su" => " yet (LongRoPE: Phi-3 128k, Phi-3.5, Phi-4-mini)",
+                        _ => "",
+                    }
+                ),
             });
         }
     })
@@ -692,6 +738,9 @@ pub struct HfConfig {
     /// Gemma 3's RoPE base on sliding layers (before transformers 5).
     #[serde(default)]
     pub rope_local_base_freq: Option<f32>,
+    /// The share of each head that rotates (Phi).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f32>,
     #[serde(default)]
     pub hidden_act: Option<String>,
     /// Gemma's name for `hidden_act`.
@@ -781,6 +830,8 @@ pub struct HfRopeScaling {
     pub high_freq_factor: Option<f32>,
     #[serde(default)]
     pub original_max_position_embeddings: Option<f32>,
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f32>,
 }
 
 /// An HF folder's `config.json`: as written, and as the model's shape.
@@ -832,6 +883,7 @@ mod tests {
             heads: 2,
             kv_heads: 1,
             head_dim: 4,
+            rotary_dim: 4,
             ffn: 16,
             vocab: 10,
             rms_eps: 1e-5,

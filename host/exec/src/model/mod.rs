@@ -319,11 +319,34 @@ pub fn hf_name(gguf: &str, c: &ModelConfig) -> String {
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
         "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" if c.block.fused => "mlp.gate_up_proj",
         "ffn_up" => "mlp.up_proj",
+        "attn_qkv" => "self_attn.qkv_proj",
         "ffn_down" => "mlp.down_proj",
         _ => return gguf.to_owned(),
     };
     format!("model.layers.{layer}.{part}.{kind}")
+}
+
+/// Where the matrix GGUF calls `name` lives in a model whose files fuse
+/// matrices (Phi-3): the fused tensor's GGUF name and the rows it takes
+/// there (Q, K, V in that order; the MLP's gate before its up). `None`
+/// for a matrix stored on its own.
+pub fn fused_part(name: &str, c: &ModelConfig) -> Option<(String, usize, usize)> {
+    if !c.block.fused {
+        return None;
+    }
+    let (layer, stem) = name.strip_prefix("blk.")?.split_once('.')?;
+    let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+    let (fused, start, rows) = match stem {
+        "attn_q.weight" => ("attn_qkv", 0, q),
+        "attn_k.weight" => ("attn_qkv", q, kv),
+        "attn_v.weight" => ("attn_qkv", q + kv, kv),
+        "ffn_gate.weight" => ("ffn_up", 0, c.ffn),
+        "ffn_up.weight" => ("ffn_up", c.ffn, c.ffn),
+        _ => return None,
+    };
+    Some((format!("blk.{layer}.{fused}.weight"), start, rows))
 }
 
 /// The special tokens generation and prompting need.

@@ -560,10 +560,11 @@ impl MlxLlama {
         let split = |x: Array, hs: i32| -> Result<Array, Exception> {
             x.reshape(&[1, n, hs, d])?.transpose_axes(&[0, 2, 1, 3])
         };
+        // Dimensions past `rotary_dim` (a partial rotary embedding) stay.
         let rope = |x: Array| {
             fast::rope(
                 x,
-                d,
+                c.rotary_dim as i32,
                 c.rope_style == RopeStyle::Interleaved,
                 None,
                 1.0,

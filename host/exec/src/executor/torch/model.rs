@@ -800,6 +800,12 @@ impl LibCache for TorchCache {
 /// (`[n, d/2]`), pairing dimensions as `style` says.
 fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Tensor {
     let d = *x.size().last().expect("a head dimension");
+    // A partial rotary embedding turns the first dimensions only.
+    let rotary = 2 * *cos.size().last().expect("angles per pair");
+    if rotary < d {
+        let turned = rotate(&x.narrow(-1, 0, rotary), cos, sin, style);
+        return Tensor::cat(&[turned, x.narrow(-1, rotary, d - rotary)], -1);
+    }
     let half = d / 2;
     match style {
         RopeStyle::Interleaved => {

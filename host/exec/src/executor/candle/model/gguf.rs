@@ -14,7 +14,7 @@ use super::LoadedModel;
 use super::llama::{Llama, Weight};
 use crate::executor::candle::gguf_file::GgufFile;
 use crate::model::assets::ModelAssets;
-use crate::model::{ModelError, WeightMode};
+use crate::model::{ModelError, WeightMode, fused_part};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
 pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedModel, ModelError> {
@@ -31,7 +31,7 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
     let (content, mut file) = file.into_parts();
     // Quantized matrices stay as stored on the CPU, for vauban's kernels.
     let kernels = matches!(device, Device::Cpu) && mode == WeightMode::Native;
-    let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
+    let mut read = |name: &str| -> Result<Option<Weight>, ModelError> {
         let Some(info) = content.tensor_infos.get(name) else {
             return Ok(None);
         };
@@ -65,8 +65,18 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
                 problem: e.to_string(),
             })
     };
-    let model =
-        Llama::load(&assets.config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
+    // A matrix the file fuses with others (Phi-3): its rows of the fused one.
+    let config = &assets.config;
+    let mut load = |name: &str| -> Result<Option<Weight>, ModelError> {
+        match fused_part(name, config) {
+            Some((fused, start, rows)) => match read(&fused)? {
+                Some(w) => w.rows(start, rows, device).map(Some),
+                None => Ok(None),
+            },
+            None => read(name),
+        }
+    };
+    let model = Llama::load(config, mode, &mut load, device).map_err(|e| e.in_file(path))?;
     Ok(LoadedModel {
         assets,
         model,

@@ -12,7 +12,7 @@ use super::LoadedModel;
 use super::llama::{Llama, Weight};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{self, RopeStyle};
-use crate::model::{ModelError, Special, WeightMode, hf_name};
+use crate::model::{ModelError, Special, WeightMode, fused_part, hf_name};
 
 /// llama.cpp's row permutation of Q and K (a matrix `[out, in]` or a bias
 /// `[out]`, `heads` heads), which turns `rotate_half` pairs into adjacent
@@ -99,6 +99,18 @@ impl HfWeights {
     /// holds it (a Gemma's norm weights as `1 + w`); `None` when the folder
     /// has no such tensor.
     pub fn get(&self, name: &str, device: &Device) -> Result<Option<Tensor>, ModelError> {
+        // A matrix the folder fuses with others: its rows of the fused one.
+        if let Some((fused, start, rows)) = fused_part(name, &self.config) {
+            return match self.read(&fused, device)? {
+                Some(t) => Ok(Some(t.narrow(0, start, rows)?)),
+                None => Ok(None),
+            };
+        }
+        self.read(name, device)
+    }
+
+    /// The tensor GGUF calls `name`, stored under its own HF name.
+    fn read(&self, name: &str, device: &Device) -> Result<Option<Tensor>, ModelError> {
         let c = &self.config;
         let hf = hf_name(name, c);
         let Some(&i) = self.owner.get(&hf) else {
@@ -142,6 +154,47 @@ impl HfWeights {
             },
         ))
     }
+}
+
+/// `dense` with each block's Q, K and V joined into `attn_qkv`, and its
+/// gate and up into `ffn_up` (gate first): the layout a Phi-3 file holds.
+fn fuse(
+    c: &config::ModelConfig,
+    dense: Vec<(String, Tensor)>,
+) -> Result<Vec<(String, Tensor)>, ModelError> {
+    let mut parts: BTreeMap<String, Tensor> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (name, t) in dense {
+        match crate::model::fused_part(&name, c) {
+            Some(_) => {
+                parts.insert(name, t);
+            }
+            None => out.push((name, t)),
+        }
+    }
+    for layer in 0..c.layers {
+        for (fused, members) in [
+            ("attn_qkv", &["attn_q", "attn_k", "attn_v"][..]),
+            ("ffn_up", &["ffn_gate", "ffn_up"][..]),
+        ] {
+            let pieces: Vec<Tensor> = members
+                .iter()
+                .map(|m| {
+                    parts
+                        .remove(&format!("blk.{layer}.{m}.weight"))
+                        .ok_or_else(|| ModelError::MissingTensor {
+                            tensor: format!("blk.{layer}.{m}.weight"),
+                            path: None,
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            out.push((
+                format!("blk.{layer}.{fused}.weight"),
+                Tensor::cat(&pieces, 0)?,
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Whether the GGUF tensor `name` is an RMSNorm weight (what Gemma's
@@ -195,6 +248,11 @@ pub fn export_weights(
         .prefix(".vauban-export-")
         .tempdir_in(parent)
         .map_err(io(parent))?;
+    // A family whose checkpoints fuse matrices (Phi-3) is written fused.
+    let dense = match c.block.fused {
+        true => fuse(c, dense)?,
+        false => dense,
+    };
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
     for (name, t) in dense {
         // Q/K rows (and their biases) back from llama.cpp's order to HF's.
@@ -222,6 +280,7 @@ pub fn export_weights(
         "gemma2" => ("gemma2", "Gemma2ForCausalLM"),
         "gemma3" => ("gemma3_text", "Gemma3ForCausalLM"),
         "olmo2" => ("olmo2", "Olmo2ForCausalLM"),
+        "phi3" => ("phi3", "Phi3ForCausalLM"),
         _ => ("llama", "LlamaForCausalLM"),
     };
     let mut config = serde_json::json!({
@@ -273,6 +332,14 @@ pub fn export_weights(
     }
     if let Some(theta) = c.local_rope_theta {
         config["rope_local_base_freq"] = theta.into();
+    }
+    if c.architecture == "phi3" {
+        // Phi3Config's default padding id (32000) is past a small
+        // vocabulary's end; vauban keeps no padding id to write.
+        config["pad_token_id"] = serde_json::Value::Null;
+    }
+    if c.rotary_dim < c.head_dim {
+        config["partial_rotary_factor"] = (c.rotary_dim as f64 / c.head_dim as f64).into();
     }
     if let Some(bos) = &special.bos {
         config["bos_token_id"] = bos.0.into();

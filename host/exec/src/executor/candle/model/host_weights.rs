@@ -7,7 +7,7 @@ use candle_core::quantized::gguf_file;
 
 use super::hf::HfWeights;
 use crate::model::assets::ModelAssets;
-use crate::model::{ModelError, ModelFormat};
+use crate::model::{ModelError, ModelFormat, fused_part};
 
 /// A tensor's shape and its f32 values, row-major.
 pub type HostTensor = (Vec<usize>, Vec<f32>);
@@ -71,22 +71,29 @@ impl<'a> HostWeights<'a> {
         matches!(self.source, Source::Hf(_))
     }
 
-    /// The tensor GGUF calls `name`; `None` when the model has none.
+    /// The tensor GGUF calls `name`; `None` when the model has none. A
+    /// matrix the file fuses with others (Phi-3) is its rows of the fused one.
     pub fn get(&mut self, name: &str) -> Result<Option<HostTensor>, ModelError> {
         let cpu = candle_core::Device::Cpu;
         let t = match &mut self.source {
             Source::Gguf { file, content } => {
-                if !content.tensor_infos.contains_key(name) {
+                let part = fused_part(name, &self.assets.config);
+                let stored = part.as_ref().map_or(name, |p| p.0.as_str());
+                if !content.tensor_infos.contains_key(stored) {
                     return Ok(None);
                 }
-                content
-                    .tensor(file, name, &cpu)
+                let t = content
+                    .tensor(file, stored, &cpu)
                     .and_then(|q| q.dequantize(&cpu))
                     .map_err(|e| ModelError::Tensor {
                         path: self.assets.path.clone(),
-                        tensor: name.to_owned(),
+                        tensor: stored.to_owned(),
                         problem: e.to_string(),
-                    })?
+                    })?;
+                match part {
+                    Some((_, start, rows)) => t.narrow(0, start, rows)?,
+                    None => t,
+                }
             }
             Source::Hf(hf) => match hf.get(name, &cpu)? {
                 Some(t) => t,

@@ -47,6 +47,23 @@ impl Weight {
         }
     }
 
+    /// Rows `start..start + n` of a matrix (one part of a fused one),
+    /// kept as stored where vauban's kernels run it; candle's quantized
+    /// tensors, which cannot be sliced, are dequantized.
+    pub fn rows(self, start: usize, n: usize, device: &Device) -> Result<Weight, ModelError> {
+        Ok(match self {
+            Weight::Blocks(q) => {
+                let rows = q.rows();
+                Weight::Blocks(q.row_range(start, n).ok_or_else(|| {
+                    ModelError::Compute(
+                        format!("rows {start}..{} of a {rows}-row matrix", start + n).into(),
+                    )
+                })?)
+            }
+            w => Weight::Dense(w.dense(device)?.narrow(0, start, n)?),
+        })
+    }
+
     /// The weight as a dense f32 tensor.
     pub fn dense(self, device: &Device) -> Result<Tensor, ModelError> {
         Ok(match self {
@@ -990,9 +1007,21 @@ impl Llama {
                 let t = spans[j].1;
                 let (cos, sin) = &ropes[j][b.rope];
                 let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
-                    Ok(match c.rope_style {
-                        RopeStyle::Interleaved => rope_i(x, cos, sin)?,
-                        RopeStyle::Half => rope(x, cos, sin)?,
+                    // A partial rotary embedding turns the first dimensions only.
+                    let (turned, kept) = match c.rotary_dim < c.head_dim {
+                        true => (
+                            x.narrow(D::Minus1, 0, c.rotary_dim)?.contiguous()?,
+                            Some(x.narrow(D::Minus1, c.rotary_dim, c.head_dim - c.rotary_dim)?),
+                        ),
+                        false => (x.clone(), None),
+                    };
+                    let turned = match c.rope_style {
+                        RopeStyle::Interleaved => rope_i(&turned, cos, sin)?,
+                        RopeStyle::Half => rope(&turned, cos, sin)?,
+                    };
+                    Ok(match kept {
+                        Some(kept) => Tensor::cat(&[&turned, &kept], D::Minus1)?.contiguous()?,
+                        None => turned,
                     })
                 };
                 let split = |y: &Tensor, heads: usize| -> Result<Tensor, ModelError> {
