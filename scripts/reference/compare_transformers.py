@@ -111,7 +111,13 @@ def cases(vocab):
     }
 
 
-def build(cls, kwargs, tok, folder):
+# Each family's chat template (scripts/reference/templates/), by case.
+TEMPLATES = {"gemma2": "gemma.jinja", "gemma3": "gemma3.jinja", "qwen3": "qwen3.jinja",
+             "phi3": "phi3.jinja", "phi3_partial": "phi3.jinja", "olmo2": "olmo2.jinja"}
+SYSTEM = "Answer in one word."
+
+
+def build(cls, kwargs, tok, folder, template=None):
     torch.manual_seed(0)
     # Eager attention: the implementation every family (soft-caps included) supports.
     model = transformers.AutoModelForCausalLM.from_config(
@@ -126,9 +132,44 @@ def build(cls, kwargs, tok, folder):
     transformers.utils.logging.disable_progress_bar()
     model.save_pretrained(folder, safe_serialization=True)
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"add_bos_token": False, "bos_token": "<s>", "eos_token": "<|im_end|>"}))
+    config = {"add_bos_token": False, "bos_token": "<s>", "eos_token": "<|im_end|>", "unk_token": None,
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    if template:
+        config["chat_template"] = (pathlib.Path(__file__).parent / "templates" / template).read_text()
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return model
+
+
+def chat_ids(binary, executor, folder, system, bundle):
+    """vauban's prompt ids for TEXT through the model's chat template (with
+    a system message when given); None when the template refuses it."""
+    cmd = [binary, "trace", "--model", str(folder), "--executor", executor, "--prompt", TEXT,
+           "--max-tokens", "0", "--out", str(bundle)]
+    if system:
+        cmd += ["--system", system]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        if "refused the conversation" in done.stderr:
+            return None
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    trace = json.loads((bundle / manifest["traces"][0]["file"]).read_text())
+    return next(a["data"]["ids"] for a in trace["artifacts"]
+                if a["kind"] == "tokens" and a.get("labels", {}).get("role") == "prompt")
+
+
+def reference_chat_ids(folder, system):
+    """transformers' apply_chat_template ids; None when the template raises."""
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    messages = ([{"role": "system", "content": SYSTEM}] if system else []) + [
+        {"role": "user", "content": TEXT}]
+    try:
+        out = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    except Exception as e:  # jinja2's TemplateError from raise_exception
+        if "TemplateError" in type(e).__name__ or "not supported" in str(e):
+            return None
+        raise
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
 
 
 def run(cmd):
@@ -176,7 +217,7 @@ def main():
             if only and name not in only:
                 continue
             folder = models / name
-            model = build(cls, kwargs, tok, folder)
+            model = build(cls, kwargs, tok, folder, TEMPLATES.get(name))
             with torch.no_grad():
                 ref = model(torch.tensor([ids]), output_hidden_states=True)
                 greedy = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False,
@@ -200,19 +241,33 @@ def main():
                 back = transformers.AutoModelForCausalLM.from_pretrained(
                     exported, attn_implementation="eager").float().eval()
                 d_export = float(np.abs(back(torch.tensor([ids])).logits[0].numpy() - ref_logits).max())
+            # The family's chat template, with and without a system message:
+            # the same ids as transformers renders and tokenizes, or refused
+            # by both (Gemma 2 has no system role).
+            chat = {}
+            if name in TEMPLATES:
+                for system in (None, SYSTEM):
+                    key = "system" if system else "user"
+                    chat[key] = (chat_ids(binary, args.executor, folder, system,
+                                          pathlib.Path(tmp) / f"{name}.{key}.chat"),
+                                 reference_chat_ids(folder, system))
+            chat_same = all(ours_ids == ref_ids for ours_ids, ref_ids in chat.values())
             # An end-of-sequence token ends both; whether it is listed differs.
             theirs = [t for t in greedy[0, len(ids):].tolist() if t != 3]
             ours = [t for t in ours if t != 3]
             same = theirs == ours
-            ok = d_logit < LOGIT_TOL and d_act < ACT_TOL and same and d_export < LOGIT_TOL
+            ok = d_logit < LOGIT_TOL and d_act < ACT_TOL and same and d_export < LOGIT_TOL and chat_same
             failed |= not ok
             results[name] = {"max_abs_logit_diff": d_logit, "max_abs_activation_diff": d_act,
                              "export_max_abs_logit_diff": d_export,
+                             "chat": {k: {"vauban": a, "transformers": b} for k, (a, b) in chat.items()},
+                             "chat_same": chat_same,
                              "logit_scale": float(np.abs(ref_logits).max()), "layers": layers,
                              "transformers_greedy": theirs, "vauban_greedy": ours, "ok": ok}
             print(f"{name:18} max|Δlogit| {d_logit:.2e} (|logit| ≤ {results[name]['logit_scale']:.1f})  "
                   f"max|Δact| {d_act:.2e} over {len(layers)} blocks  greedy {'same' if same else 'DIFFERENT'}"
                   f"  export max|Δlogit| {d_export:.2e}"
+                  f"{'' if not chat else '  chat ' + ('same' if chat_same else 'DIFFERENT')}"
                   f"  {'ok' if ok else 'FAIL'}", flush=True)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "text": TEXT,
             "executor": args.executor, "tokens": len(ids),

@@ -203,7 +203,22 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
             m["export_max_abs_logit_diff"].as_f64().unwrap() < 2e-4,
             "{name}: {m}"
         );
+        // The family's chat template: transformers' ids, with and without
+        // a system message.
+        assert_eq!(m["chat_same"], true, "{name}: {}", m["chat"]);
     }
+    for family in ["qwen3", "gemma2", "gemma3", "olmo2", "phi3"] {
+        assert!(
+            models[family]["chat"]["user"]["vauban"].is_array(),
+            "{family}"
+        );
+    }
+    // Gemma 2's template has no system role: both refuse the conversation.
+    let refused = &models["gemma2"]["chat"]["system"];
+    assert!(
+        refused["vauban"].is_null() && refused["transformers"].is_null(),
+        "{refused}"
+    );
     // The GPU's attention path agrees with the CPU's fused one, windows,
     // soft-caps and the local RoPE base included, in prefill and decode.
     for family in [
