@@ -45,18 +45,21 @@ fn reference_python() -> Option<PathBuf> {
     None
 }
 
-/// Runs the comparison on `executor` for the cases `only` (all when
-/// empty), keeping the tiny models in `keep`; the per-model results.
-fn compare(executor: &str, only: &[&str], keep: &Path) -> Option<serde_json::Value> {
-    let python = reference_python()?;
+/// Runs `scripts/reference/<script>.py VAUBAN [args] OUT [more]` in the
+/// reference environment; the `models` of the JSON it writes to OUT.
+fn run_reference(
+    python: &Path,
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    more: &[&std::ffi::OsStr],
+) -> serde_json::Value {
     let out = tempfile::tempdir().unwrap();
     let done = Command::new(python)
-        .arg(root().join("scripts/reference/compare_transformers.py"))
+        .arg(root().join(format!("scripts/reference/{script}.py")))
         .arg(env!("CARGO_BIN_EXE_vauban"))
+        .args(args)
         .arg(out.path())
-        .args(["--executor", executor, "--only", &only.join(",")])
-        .arg("--keep")
-        .arg(keep)
+        .args(more)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&done.stdout);
@@ -64,12 +67,25 @@ fn compare(executor: &str, only: &[&str], keep: &Path) -> Option<serde_json::Val
     println!("{stdout}");
     assert!(
         done.status.success(),
-        "compare_transformers.py failed:\n{stdout}\n{}",
+        "{script}.py failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&done.stderr)
     );
-    let json = std::fs::read_to_string(out.path().join("compare_transformers.json")).unwrap();
+    let json = std::fs::read_to_string(out.path().join(format!("{script}.json"))).unwrap();
     let meta: serde_json::Value = serde_json::from_str(&json).unwrap();
-    Some(meta["models"].clone())
+    meta["models"].clone()
+}
+
+/// Runs the comparison with transformers on `executor` for every case,
+/// keeping the tiny models in `keep`; the per-model results.
+fn compare(executor: &str, keep: &Path) -> Option<serde_json::Value> {
+    let python = reference_python()?;
+    let more = [
+        "--executor".as_ref(),
+        executor.as_ref(),
+        "--keep".as_ref(),
+        keep.as_os_str(),
+    ];
+    Some(run_reference(&python, "compare_transformers", &[], &more))
 }
 
 /// `vauban model orthogonalize` of the tiny model `name` in `models`
@@ -106,7 +122,7 @@ fn orthogonalize(models: &Path, name: &str) -> String {
 #[cfg(any(feature = "torch", feature = "mlx"))]
 fn every_family_on(executor: &str) {
     let keep = tempfile::tempdir().unwrap();
-    let Some(models) = compare(executor, &[], keep.path()) else {
+    let Some(models) = compare(executor, keep.path()) else {
         return;
     };
     assert!(models.as_object().unwrap().len() >= 11, "{models}");
@@ -166,7 +182,7 @@ fn fused_against_tensor_attention(dir: &Path) -> f32 {
 #[test]
 fn every_family_matches_transformers_at_every_block_on_candle() {
     let keep = tempfile::tempdir().unwrap();
-    let Some(models) = compare("candle", &[], keep.path()) else {
+    let Some(models) = compare("candle", keep.path()) else {
         return;
     };
     let names: Vec<&str> = models
@@ -261,24 +277,8 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
     };
     // scripts/build-llama-server.sh's folder: bin/ and convert/.
     let llama = server.parent().and_then(Path::parent).unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let done = Command::new(python)
-        .arg(root().join("scripts/reference/compare_llama_cpp.py"))
-        .arg(env!("CARGO_BIN_EXE_vauban"))
-        .arg(llama)
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&done.stdout);
-    println!("{stdout}");
-    assert!(
-        done.status.success(),
-        "compare_llama_cpp.py failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    let json = std::fs::read_to_string(out.path().join("compare_llama_cpp.json")).unwrap();
-    let meta: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let models = meta["models"].as_object().unwrap();
+    let models = run_reference(&python, "compare_llama_cpp", &[llama.as_os_str()], &[]);
+    let models = models.as_object().unwrap();
     for family in ["llama", "qwen3", "gemma2", "gemma3", "olmo2", "phi3"] {
         for dtype in ["F32", "Q8_0"] {
             let m = &models[&format!("{family}/{dtype}")];

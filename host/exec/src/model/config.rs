@@ -88,6 +88,30 @@ impl BlockLayout {
         }
     }
 
+    /// The block of the family `arch` (a GGUF architecture name) with a
+    /// hidden size of `hidden`: what every file of that family shares. The
+    /// file then sets what varies (query scale, soft-caps, activation).
+    pub fn of_family(arch: &str, hidden: usize) -> BlockLayout {
+        let gemma = arch.starts_with("gemma");
+        BlockLayout {
+            pre_norms: arch != "olmo2",
+            post_norms: gemma || arch == "olmo2",
+            qk_norm: match arch {
+                "qwen3" | "gemma3" => Some(QkNorm::PerHead),
+                "olmo2" => Some(QkNorm::Whole),
+                _ => None,
+            },
+            activation: match gemma {
+                true => Activation::GeluTanh,
+                false => Activation::Silu,
+            },
+            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
+            unit_offset_norms: gemma,
+            fused: arch == "phi3",
+            ..BlockLayout::llama()
+        }
+    }
+
     /// Whether this is llama's block, which every backend runs.
     pub fn is_llama(&self) -> bool {
         *self == BlockLayout::llama()
@@ -396,7 +420,6 @@ impl ModelConfig {
         // What llama.cpp's loader does with these files (src/models/<arch>.cpp),
         // which is what the GGUF means: the keys it reads, and its defaults
         // and fixed rules where the converter writes no key.
-        let gemma = arch.starts_with("gemma");
         let window = opt_u("attention.sliding_window")?.filter(|&w| w > 0);
         // A scalar pattern key overrides the family's period (llama.cpp
         // ignores an array, as OLMo 3's converter writes).
@@ -428,19 +451,8 @@ impl ModelConfig {
         // 1/√head_dim; no key carries it.
         let big_gemma = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);
         let block = BlockLayout {
-            pre_norms: arch != "olmo2",
-            post_norms: gemma || arch == "olmo2",
-            qk_norm: match arch.as_str() {
-                "qwen3" | "gemma3" => Some(QkNorm::PerHead),
-                "olmo2" => Some(QkNorm::Whole),
-                _ => None,
-            },
-            activation: match gemma {
-                true => Activation::GeluTanh,
-                false => Activation::Silu,
-            },
-            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
             attn_scale: big_gemma.then(|| 1.0 / (hidden as f32 / heads as f32).sqrt()),
+            // llama.cpp also reads separate Q, K and V from a phi3 file.
             fused: file.has_tensor("blk.0.attn_qkv.weight"),
             attn_softcap: match arch.as_str() {
                 "gemma2" => Some(opt_f("attn_logit_softcapping")?.unwrap_or(50.0)),
@@ -451,7 +463,7 @@ impl ModelConfig {
                 "gemma3" => opt_f("final_logit_softcapping")?.filter(|&c| c != 0.0),
                 _ => None,
             },
-            unit_offset_norms: gemma,
+            ..BlockLayout::of_family(&arch, hidden)
         };
         Ok(ModelConfig {
             hidden,
@@ -563,15 +575,7 @@ impl ModelConfig {
             },
         };
         let block = BlockLayout {
-            pre_norms: arch != "olmo2",
-            post_norms: gemma || arch == "olmo2",
-            qk_norm: match arch.as_str() {
-                "qwen3" | "gemma3" => Some(QkNorm::PerHead),
-                "olmo2" => Some(QkNorm::Whole),
-                _ => None,
-            },
             activation,
-            embed_scale: gemma.then(|| (json.hidden_size as f32).sqrt()),
             attn_scale: match (gemma, json.query_pre_attn_scalar) {
                 (true, Some(s)) => Some(1.0 / s.sqrt()),
                 (true, None) => {
@@ -584,8 +588,7 @@ impl ModelConfig {
             },
             attn_softcap: json.attn_logit_softcapping.filter(|_| gemma),
             final_softcap: json.final_logit_softcapping.filter(|_| gemma),
-            unit_offset_norms: gemma,
-            fused: arch == "phi3",
+            ..BlockLayout::of_family(&arch, json.hidden_size)
         };
         // Which layers slide: `layer_types` where the file lists them, else
         // each family's rule as its transformers class applies it.

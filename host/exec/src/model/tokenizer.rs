@@ -233,7 +233,7 @@ fn sentencepiece_bpe(
     }
     // Highest score first; a stable sort keeps each piece's splits in the
     // parts' id order, as the converter sorts them.
-    merges.sort_by(|x, y| (x.1, x.2).cmp(&(y.1, y.2)));
+    merges.sort_by_key(|m| (m.1, m.2));
     merges.sort_by(|x, y| y.0.total_cmp(&x.0));
     let merges = merges.into_iter().map(|(_, _, _, a, b)| (a, b)).collect();
     let mut builder = BPE::builder()
@@ -259,8 +259,7 @@ fn sentencepiece_bpe(
         .map_err(|e| err(format!("cannot set the normalizer: {e}")))?;
     let unspace = tokenizers::decoders::DecoderWrapper::Replace(
         tokenizers::normalizers::Replace::new("▁", " ")
-            .map_err(|e| err(format!("cannot build the decoder: {e}")))?
-            .into(),
+            .map_err(|e| err(format!("cannot build the decoder: {e}")))?,
     );
     tokenizer.with_decoder(Some(DecoderSequence::new(vec![
         unspace,
