@@ -391,7 +391,7 @@ impl TorchLlama {
             let ids = Tensor::from_slice(&ids).to_device(self.device);
             let mut x = self.embed.index_select(0, &ids);
             if let Some(scale) = c.block.embed_scale {
-                x = x * scale as f64;
+                x *= scale as f64;
             }
             let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
             // Each RoPE base's (cos, sin) for the pass's positions.
