@@ -105,6 +105,11 @@ def cases():
                                                        **ct.gemma3_rope(10000.0, 1000000.0, 8.0)), "spm"),
         "olmo2": (transformers.Olmo2Config, dict(base, num_hidden_layers=3, head_dim=16,
                                                  tie_word_embeddings=False, **ct.rope(500000.0, None)), "bpe"),
+        # A mixture of 4 experts, 2 per token (llama.cpp renormalises the two).
+        "qwen3moe": (transformers.Qwen3MoeConfig, dict(base, num_hidden_layers=3, tie_word_embeddings=False,
+                                                       num_experts=4, num_experts_per_tok=2,
+                                                       moe_intermediate_size=32, norm_topk_prob=True,
+                                                       **ct.rope(1000000.0, None)), "bpe"),
         # Fused QKV and gate/up matrices (llama.cpp runs Phi-3 without a window).
         "phi3": (transformers.Phi3Config, dict(base, num_hidden_layers=3, head_dim=16, pad_token_id=0,
                                                sliding_window=None, original_max_position_embeddings=256,
@@ -141,6 +146,8 @@ def build(name, cls, kwargs, kind, folder):
         for pname, p in model.named_parameters():
             if "norm" in pname:
                 p.copy_((0.0 if name.startswith("gemma") else 1.0) + 0.1 * torch.randn_like(p))
+            elif pname.endswith("mlp.gate.weight") or ".experts." in pname:
+                p.copy_(0.3 * torch.randn_like(p))
         if not config.tie_word_embeddings:
             steer_to_text(model, printable)
     model.save_pretrained(folder, safe_serialization=True)
@@ -161,7 +168,10 @@ def steer_to_text(model, printable):
     model.get_input_embeddings().weight[:, half:] = 1.0
     for layer in model.model.layers:
         layer.self_attn.o_proj.weight[half:, :] = 0.0
-        layer.mlp.down_proj.weight[half:, :] = 0.0
+        if hasattr(layer.mlp, "experts"):
+            layer.mlp.experts.down_proj[:, half:, :] = 0.0  # [experts, hidden, ffn]
+        else:
+            layer.mlp.down_proj.weight[half:, :] = 0.0
     model.model.norm.weight[half:] = 1.0
     sign = torch.tensor([1.0 if p else -1.0 for p in printable]).unsqueeze(1)
     model.lm_head.weight[:, half:] = sign.expand(-1, model.config.hidden_size - half).clone()

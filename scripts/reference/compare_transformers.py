@@ -105,6 +105,13 @@ def cases(vocab):
         # Fused QKV and gate/up matrices, a window of 5 on every layer.
         "phi3": (transformers.Phi3Config, dict(base, tie_word_embeddings=False, sliding_window=5, pad_token_id=0,
                                                **rope(10000.0, None))),
+        # A mixture of 4 experts, 2 per token, with and without renormalising.
+        "qwen3_moe": (transformers.Qwen3MoeConfig, dict(wide, tie_word_embeddings=False, num_experts=4,
+                                                        num_experts_per_tok=2, moe_intermediate_size=32,
+                                                        norm_topk_prob=False, **rope(1000000.0, None))),
+        "qwen3_moe_norm": (transformers.Qwen3MoeConfig, dict(wide, tie_word_embeddings=False, num_experts=4,
+                                                             num_experts_per_tok=2, moe_intermediate_size=32,
+                                                             norm_topk_prob=True, **rope(1000000.0, None))),
         # Three quarters of each head rotate (Phi-4-mini's partial rotary).
         "phi3_partial": (transformers.Phi3Config, dict(base, tie_word_embeddings=False, sliding_window=None, pad_token_id=0,
                                                        **rope(10000.0, {"partial_rotary_factor": 0.75}))),
@@ -127,6 +134,10 @@ def build(cls, kwargs, tok, folder, template=None):
             if "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             elif name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+            elif name.endswith("mlp.gate.weight") or ".experts." in name:
+                # The router and the experts' stacks (some start at zero or
+                # uninitialised): random, so the routing is not a tie.
                 p.copy_(0.3 * torch.randn_like(p))
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -181,20 +192,23 @@ def run(cmd):
 
 
 def vauban_trace(binary, executor, folder, layers, bundle):
-    """The prompt's logits and residual streams, and 8 greedy tokens' ids."""
+    """The prompt's logits, residual streams and (a mixture of experts')
+    router probabilities by layer, and 8 greedy tokens' ids."""
     run([binary, "trace", "--model", str(folder), "--executor", executor, "--prompt", TEXT, "--raw",
-         "--logprobs", "--raw-tensors", "--layers", ",".join(map(str, layers)), "--max-tokens", "8",
-         "--out", str(bundle)])
+         "--logprobs", "--raw-tensors", "--layers", ",".join(map(str, layers)), "--block-outputs",
+         "--max-tokens", "8", "--out", str(bundle)])
     manifest = json.loads((bundle / "manifest.json").read_text())
     entry = manifest["traces"][0]
     trace = json.loads((bundle / entry["file"]).read_text())
     tensors = load_file(str(bundle / entry["tensors"]["file"]))
     arts = trace["artifacts"]
     logits = next(tensors[a["id"]] for a in arts if a["kind"] == "logits")
-    acts = {a["layer"]: tensors[a["id"]] for a in arts if a["kind"] == "activation"}
+    site = lambda a: a.get("labels", {}).get("site", "resid_post")  # noqa: E731
+    acts = {a["layer"]: tensors[a["id"]] for a in arts if a["kind"] == "activation" and site(a) == "resid_post"}
+    routers = {a["layer"]: tensors[a["id"]] for a in arts if a["kind"] == "activation" and site(a) == "router"}
     greedy = next(a["data"]["ids"] for a in arts
                   if a["kind"] == "tokens" and a.get("labels", {}).get("role") == "completion")
-    return logits, acts, greedy
+    return logits, acts, greedy, routers
 
 
 def main():
@@ -203,6 +217,7 @@ def main():
     args.add_argument("out")
     args.add_argument("--executor", default="candle")
     args.add_argument("--only", default="", help="comma-separated case names")
+    args.add_argument("--skip", default="", help="comma-separated case names not to run")
     args.add_argument("--keep", default="", help="a folder to keep the tiny models in")
     args = args.parse_args()
     binary, out = args.vauban, pathlib.Path(args.out)
@@ -210,16 +225,19 @@ def main():
     tok, vocab = tokenizer()
     ids = tok.encode(TEXT).ids
     only = [c for c in args.only.split(",") if c]
+    skip = [c for c in args.skip.split(",") if c]
     results, failed = {}, False
     with tempfile.TemporaryDirectory() as tmp:
         models = pathlib.Path(args.keep or tmp)
         for name, (cls, kwargs) in cases(vocab).items():
-            if only and name not in only:
+            if (only and name not in only) or name in skip:
                 continue
             folder = models / name
             model = build(cls, kwargs, tok, folder, TEMPLATES.get(name))
+            moe = "moe" in name
             with torch.no_grad():
-                ref = model(torch.tensor([ids]), output_hidden_states=True)
+                ref = model(torch.tensor([ids]), output_hidden_states=True,
+                            **({"output_router_logits": True} if moe else {}))
                 greedy = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False,
                                         eos_token_id=3, pad_token_id=3)
             ref_logits = ref.logits[0].numpy()
@@ -227,8 +245,17 @@ def main():
             # last entry has the final norm applied, so every block but the
             # last (whose output the logits check).
             layers = list(range(kwargs["num_hidden_layers"] - 1))
-            logits, acts, ours = vauban_trace(binary, args.executor, folder, layers,
-                                              pathlib.Path(tmp) / f"{name}.bundle")
+            logits, acts, ours, routers = vauban_trace(binary, args.executor, folder, layers,
+                                                       pathlib.Path(tmp) / f"{name}.bundle")
+            # The router's probabilities, the evidence of which experts each
+            # token used: transformers' softmax of its router logits.
+            d_router = 0.0
+            if moe:
+                if sorted(routers) != layers:
+                    sys.exit(f"{name}: router probabilities recorded at {sorted(routers)}, not {layers}")
+                for l in layers:
+                    theirs_p = torch.softmax(ref.router_logits[l].float(), -1).numpy()
+                    d_router = max(d_router, float(np.abs(theirs_p - routers[l][0]).max()))
             d_logit = float(np.abs(ref_logits - logits).max())
             d_act = max(float(np.abs(ref.hidden_states[l + 1][0].numpy() - acts[l][0]).max()) for l in layers)
             # vauban's export of the model, read back by transformers: the
@@ -256,18 +283,21 @@ def main():
             theirs = [t for t in greedy[0, len(ids):].tolist() if t != 3]
             ours = [t for t in ours if t != 3]
             same = theirs == ours
-            ok = d_logit < LOGIT_TOL and d_act < ACT_TOL and same and d_export < LOGIT_TOL and chat_same
+            ok = (d_logit < LOGIT_TOL and d_act < ACT_TOL and same and d_export < LOGIT_TOL and chat_same
+                  and d_router < ACT_TOL)
             failed |= not ok
             results[name] = {"max_abs_logit_diff": d_logit, "max_abs_activation_diff": d_act,
                              "export_max_abs_logit_diff": d_export,
                              "chat": {k: {"vauban": a, "transformers": b} for k, (a, b) in chat.items()},
                              "chat_same": chat_same,
+                             "router_max_abs_diff": d_router if moe else None,
                              "logit_scale": float(np.abs(ref_logits).max()), "layers": layers,
                              "transformers_greedy": theirs, "vauban_greedy": ours, "ok": ok}
             print(f"{name:18} max|Δlogit| {d_logit:.2e} (|logit| ≤ {results[name]['logit_scale']:.1f})  "
                   f"max|Δact| {d_act:.2e} over {len(layers)} blocks  greedy {'same' if same else 'DIFFERENT'}"
                   f"  export max|Δlogit| {d_export:.2e}"
                   f"{'' if not chat else '  chat ' + ('same' if chat_same else 'DIFFERENT')}"
+                  f"{'' if not moe else f'  router max|Δp| {d_router:.1e}'}"
                   f"  {'ok' if ok else 'FAIL'}", flush=True)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "text": TEXT,
             "executor": args.executor, "tokens": len(ids),

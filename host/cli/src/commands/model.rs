@@ -303,7 +303,8 @@ pub struct TraceRunArgs {
     /// Keep raw tensors in the bundle, not only their summaries.
     #[arg(long)]
     pub raw_tensors: bool,
-    /// Also record the attention and MLP outputs at the observed layers.
+    /// Also record the attention and MLP outputs at the observed layers (and
+    /// a mixture of experts' router probabilities: which experts each token used).
     #[arg(long)]
     pub block_outputs: bool,
     /// Record weight snapshots (attn_output, ffn_down) at the observed layers.

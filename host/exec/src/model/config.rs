@@ -17,8 +17,23 @@ pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
 /// Every architecture vauban runs, by its GGUF `general.architecture`
 /// (HF `model_type`s map onto these: `gemma3_text` is `gemma3`).
 pub const SUPPORTED: &[&str] = &[
-    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "phi3",
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "phi3", "qwen3moe",
 ];
+
+/// A mixture-of-experts MLP: a router picks `used` of `count` experts per
+/// token, each a gated MLP of width `ffn`, and their outputs are summed
+/// weighted by the router's probabilities.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experts {
+    pub count: usize,
+    /// Experts each token uses (top-k).
+    pub used: usize,
+    /// Each expert's MLP width.
+    pub ffn: usize,
+    /// The chosen experts' probabilities renormalised to sum to one
+    /// (Qwen3-MoE's `norm_topk_prob`; llama.cpp always does).
+    pub normalize: bool,
+}
 
 /// The MLP's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +112,7 @@ impl BlockLayout {
             pre_norms: arch != "olmo2",
             post_norms: gemma || arch == "olmo2",
             qk_norm: match arch {
-                "qwen3" | "gemma3" => Some(QkNorm::PerHead),
+                "qwen3" | "qwen3moe" | "gemma3" => Some(QkNorm::PerHead),
                 "olmo2" => Some(QkNorm::Whole),
                 _ => None,
             },
@@ -196,6 +211,8 @@ pub struct ModelConfig {
     /// The RoPE base of the sliding layers, where it differs from
     /// `rope_theta` (Gemma 3's local layers; they take no scaling).
     pub local_rope_theta: Option<f32>,
+    /// Every block's MLP is a mixture of experts (Qwen3-MoE).
+    pub experts: Option<Experts>,
 }
 
 impl ModelConfig {
@@ -492,6 +509,20 @@ impl ModelConfig {
                 "gemma3" => Some(opt_f("rope.freq_base_swa")?.unwrap_or(10_000.0)),
                 _ => None,
             },
+            experts: match arch.as_str() {
+                "qwen3moe" => {
+                    let used = u("expert_used_count")?;
+                    Some(Experts {
+                        count: u("expert_count")?,
+                        used,
+                        // llama.cpp's default without the key.
+                        ffn: opt_u("expert_feed_forward_length")?
+                            .unwrap_or(u("feed_forward_length")? / used.max(1)),
+                        normalize: true,
+                    })
+                }
+                _ => None,
+            },
             architecture: arch,
         })
     }
@@ -507,6 +538,7 @@ impl ModelConfig {
             "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "olmo2" | "phi3" => {
                 json.model_type.clone()
             }
+            "qwen3_moe" => "qwen3moe".to_owned(),
             "gemma3_text" => "gemma3".to_owned(),
             "gemma3" => {
                 return Err(bad(
@@ -553,6 +585,28 @@ impl ModelConfig {
         let heads = json.num_attention_heads;
         let layers = json.num_hidden_layers;
         let head_dim = json.head_dim.unwrap_or(json.hidden_size / heads.max(1));
+        let experts = match arch.as_str() {
+            "qwen3moe" => {
+                let need = |v: Option<usize>, key: &str| {
+                    v.ok_or_else(|| bad(key, "is missing (a qwen3_moe config needs it)".into()))
+                };
+                if json.decoder_sparse_step.unwrap_or(1) != 1
+                    || json.mlp_only_layers.as_ref().is_some_and(|l| !l.is_empty())
+                {
+                    return Err(bad(
+                        "mlp_only_layers",
+                        "or decoder_sparse_step makes some layers dense; vauban runs Qwen3-MoE with experts in every layer".into(),
+                    ));
+                }
+                Some(Experts {
+                    count: need(json.num_experts, "num_experts")?,
+                    used: need(json.num_experts_per_tok, "num_experts_per_tok")?,
+                    ffn: need(json.moe_intermediate_size, "moe_intermediate_size")?,
+                    normalize: json.norm_topk_prob.unwrap_or(false),
+                })
+            }
+            _ => None,
+        };
         // Phi's partial rotary embedding: at the top level, or among the
         // RoPE parameters (transformers 5).
         let partial = json
@@ -665,6 +719,7 @@ impl ModelConfig {
             block,
             windows,
             local_rope_theta: local_rope_theta.filter(|_| arch == "gemma3"),
+            experts,
             architecture: arch,
         })
     }
@@ -769,6 +824,19 @@ pub struct HfConfig {
     pub use_sliding_window: Option<bool>,
     #[serde(default)]
     pub max_window_layers: Option<usize>,
+    /// Qwen3-MoE's experts (`num_local_experts` in transformers 5's files).
+    #[serde(default, alias = "num_local_experts")]
+    pub num_experts: Option<usize>,
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub norm_topk_prob: Option<bool>,
+    #[serde(default)]
+    pub decoder_sparse_step: Option<usize>,
+    #[serde(default)]
+    pub mlp_only_layers: Option<Vec<usize>>,
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
     #[serde(default)]

@@ -322,6 +322,7 @@ pub fn hf_name(gguf: &str, c: &ModelConfig) -> String {
         "ffn_up" if c.block.fused => "mlp.gate_up_proj",
         "ffn_up" => "mlp.up_proj",
         "attn_qkv" => "self_attn.qkv_proj",
+        "ffn_gate_inp" => "mlp.gate",
         "ffn_down" => "mlp.down_proj",
         _ => return gguf.to_owned(),
     };

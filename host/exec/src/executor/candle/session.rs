@@ -24,6 +24,9 @@ pub enum Site {
     AttnOut,
     /// The MLP output the block added to the residual stream.
     MlpOut,
+    /// A mixture of experts' router probabilities over its experts (which
+    /// experts each token used: those with the highest).
+    Router,
 }
 
 impl Site {
@@ -32,6 +35,7 @@ impl Site {
             Site::ResidPost => "resid_post",
             Site::AttnOut => "attn_out",
             Site::MlpOut => "mlp_out",
+            Site::Router => "router",
         }
     }
 }
@@ -171,7 +175,9 @@ impl BlockHook for RunHook<'_> {
                 tensor,
             });
             if self.block_outputs {
-                for (site, t) in [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)] {
+                let outputs = [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)];
+                let router = v.router.map(|r| (Site::Router, r));
+                for (site, t) in outputs.into_iter().chain(router) {
                     self.kept.push(Kept {
                         layer: v.layer,
                         site,

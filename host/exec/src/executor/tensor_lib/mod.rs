@@ -241,6 +241,15 @@ impl<M: LibModel> LibExecutor<M> {
         }
         M::check_device(spec.device).map_err(ExecutorError::Device)?;
         let assets = ModelAssets::load(&spec.path)?;
+        if let Some(e) = &assets.config.experts {
+            return Err(ExecutorError::Request(format!(
+                "{}: a mixture of {} experts ({}), which the {} executor's forward does not run yet; run it on candle (`--executor candle`, executor = \"candle\" in a config)",
+                spec.path.display(),
+                e.count,
+                assets.config.architecture,
+                M::TITLE
+            )));
+        }
         let model = M::load(spec, &assets)?;
         Ok(LibExecutor {
             assets,

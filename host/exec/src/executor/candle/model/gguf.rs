@@ -42,12 +42,15 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
         };
         if kernels && let Some(format) = block_format(info.ggml_dtype) {
             let format = format.map_err(problem)?;
-            let &[rows, cols] = info.shape.dims() else {
+            // A matrix, or a stack of them (a mixture's experts, `[experts,
+            // rows, cols]`), held as its rows one after another.
+            let dims = info.shape.dims();
+            let (Some(&cols), true) = (dims.last(), dims.len() >= 2) else {
                 return Err(problem(format!(
-                    "is a {format} tensor of shape {:?}; only matrices are block-quantized",
-                    info.shape.dims()
+                    "is a {format} tensor of shape {dims:?}; only matrices and stacks of them are block-quantized"
                 )));
             };
+            let rows = dims[..dims.len() - 1].iter().product::<usize>();
             let bytes = (rows * cols).div_ceil(format.block_len()) * format.block_bytes();
             let mut data = vec![0u8; bytes];
             file.seek(SeekFrom::Start(content.tensor_data_offset + info.offset))

@@ -99,6 +99,9 @@ impl HfWeights {
     /// holds it (a Gemma's norm weights as `1 + w`); `None` when the folder
     /// has no such tensor.
     pub fn get(&self, name: &str, device: &Device) -> Result<Option<Tensor>, ModelError> {
+        if let Some(stack) = self.experts(name, device)? {
+            return Ok(Some(stack));
+        }
         // A matrix the folder fuses with others: its rows of the fused one.
         if let Some((fused, start, rows)) = fused_part(name, &self.config) {
             return match self.read(&fused, device)? {
@@ -107,6 +110,61 @@ impl HfWeights {
             };
         }
         self.read(name, device)
+    }
+
+    /// A mixture's experts' matrices as GGUF stacks them (`ffn_gate_exps`,
+    /// `ffn_up_exps`, `ffn_down_exps`: `[experts, out, in]`), from the
+    /// folder's stacks (transformers 5: `mlp.experts.gate_up_proj`, gate
+    /// first, and `mlp.experts.down_proj`) or its matrices per expert
+    /// (`mlp.experts.{e}.gate_proj.weight`, as the Hub's Qwen3-MoE files
+    /// hold them). `None` for any other name.
+    fn experts(&self, name: &str, device: &Device) -> Result<Option<Tensor>, ModelError> {
+        let Some((layer, stem)) = name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split_once('.'))
+            .filter(|(_, stem)| stem.ends_with("_exps.weight"))
+        else {
+            return Ok(None);
+        };
+        let Some(e) = &self.config.experts else {
+            return Ok(None);
+        };
+        let at = |hf: String| -> Result<Option<Tensor>, ModelError> {
+            let Some(&i) = self.owner.get(&hf) else {
+                return Ok(None);
+            };
+            Ok(Some(
+                self.files[i]
+                    .load(&hf, device)
+                    .and_then(|t| t.to_dtype(DType::F32))
+                    .map_err(|err| ModelError::Tensor {
+                        path: self.weight_files[i].clone(),
+                        tensor: hf.clone(),
+                        problem: err.to_string(),
+                    })?,
+            ))
+        };
+        let prefix = format!("model.layers.{layer}.mlp.experts");
+        let (stacked, part, each) = match stem {
+            "ffn_gate_exps.weight" => ("gate_up_proj", Some(0), "gate_proj"),
+            "ffn_up_exps.weight" => ("gate_up_proj", Some(e.ffn), "up_proj"),
+            "ffn_down_exps.weight" => ("down_proj", None, "down_proj"),
+            _ => return Ok(None),
+        };
+        if let Some(t) = at(format!("{prefix}.{stacked}"))? {
+            return Ok(Some(match part {
+                Some(start) => t.narrow(1, start, e.ffn)?,
+                None => t,
+            }));
+        }
+        let mut per = Vec::with_capacity(e.count);
+        for x in 0..e.count {
+            match at(format!("{prefix}.{x}.{each}.weight"))? {
+                Some(t) => per.push(t),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(Tensor::stack(&per, 0)?))
     }
 
     /// The tensor GGUF calls `name`, stored under its own HF name.
@@ -253,6 +311,32 @@ pub fn export_weights(
         true => fuse(c, dense)?,
         false => dense,
     };
+    // A mixture's experts as transformers 5 stores them: gate and up in
+    // one stack (gate first), down in another.
+    let mut gate_up: BTreeMap<String, Tensor> = BTreeMap::new();
+    let mut moved = Vec::new();
+    for (name, t) in dense {
+        let stem = name.strip_prefix("blk.").and_then(|r| r.split_once('.'));
+        match stem {
+            Some((layer, "ffn_gate_exps.weight")) => {
+                gate_up.insert(layer.to_owned(), t);
+            }
+            Some((layer, "ffn_up_exps.weight")) => {
+                let gate = gate_up.remove(layer).ok_or_else(|| {
+                    ModelError::Export(format!("layer {layer}'s experts have no gate stack"))
+                })?;
+                moved.push((
+                    format!("model.layers.{layer}.mlp.experts.gate_up_proj"),
+                    Tensor::cat(&[gate, t], 1)?,
+                ));
+            }
+            Some((layer, "ffn_down_exps.weight")) => {
+                moved.push((format!("model.layers.{layer}.mlp.experts.down_proj"), t));
+            }
+            _ => moved.push((name, t)),
+        }
+    }
+    let dense = moved;
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
     for (name, t) in dense {
         // Q/K rows (and their biases) back from llama.cpp's order to HF's.
@@ -269,7 +353,12 @@ pub fn export_weights(
             true => (t - 1.0)?,
             false => t,
         };
-        tensors.push((hf_name(&name, c), t.contiguous()?));
+        // (Names already in HF's form, the experts' stacks, stay.)
+        let hf = match name.starts_with("model.") {
+            true => name.clone(),
+            false => hf_name(&name, c),
+        };
+        tensors.push((hf, t.contiguous()?));
     }
     let weights = staging.path().join("model.safetensors");
     candle_core::safetensors::save(&tensors.into_iter().collect(), &weights)?;
@@ -281,6 +370,7 @@ pub fn export_weights(
         "gemma3" => ("gemma3_text", "Gemma3ForCausalLM"),
         "olmo2" => ("olmo2", "Olmo2ForCausalLM"),
         "phi3" => ("phi3", "Phi3ForCausalLM"),
+        "qwen3moe" => ("qwen3_moe", "Qwen3MoeForCausalLM"),
         _ => ("llama", "LlamaForCausalLM"),
     };
     let mut config = serde_json::json!({
@@ -332,6 +422,14 @@ pub fn export_weights(
     }
     if let Some(theta) = c.local_rope_theta {
         config["rope_local_base_freq"] = theta.into();
+    }
+    if let Some(e) = &c.experts {
+        config["num_experts"] = e.count.into();
+        config["num_experts_per_tok"] = e.used.into();
+        config["moe_intermediate_size"] = e.ffn.into();
+        config["norm_topk_prob"] = e.normalize.into();
+        config["decoder_sparse_step"] = 1.into();
+        config["mlp_only_layers"] = serde_json::json!([]);
     }
     if c.architecture == "phi3" {
         // Phi3Config's default padding id (32000) is past a small

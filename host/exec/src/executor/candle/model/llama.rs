@@ -47,6 +47,40 @@ impl Weight {
         }
     }
 
+    /// A stack of `count` experts' matrices (`[count, rows, cols]` as
+    /// GGUF holds them, or `[count · rows, cols]` as block-quantized bytes)
+    /// as one weight per expert, each checked to be `[rows, cols]`.
+    pub fn experts(
+        self,
+        name: &str,
+        count: usize,
+        [rows, cols]: [usize; 2],
+        device: &Device,
+    ) -> Result<Vec<Weight>, ModelError> {
+        let found = self.dims();
+        if found.iter().product::<usize>() != count * rows * cols || found.last() != Some(&cols) {
+            return Err(ModelError::ShapeMismatch {
+                tensor: name.to_owned(),
+                found,
+                expected: vec![count, rows, cols],
+                path: None,
+            });
+        }
+        match self {
+            Weight::Blocks(q) => (0..count)
+                .map(|e| {
+                    q.row_range(e * rows, rows)
+                        .map(Weight::Blocks)
+                        .ok_or_else(|| ModelError::Compute(format!("{name}: expert {e}").into()))
+                })
+                .collect(),
+            w => {
+                let t = w.dense(device)?.reshape((count, rows, cols))?;
+                (0..count).map(|e| Ok(Weight::Dense(t.get(e)?))).collect()
+            }
+        }
+    }
+
     /// Rows `start..start + n` of a matrix (one part of a fused one),
     /// kept as stored where vauban's kernels run it; candle's quantized
     /// tensors, which cannot be sliced, are dequantized.
@@ -245,6 +279,100 @@ impl Embedding {
     }
 }
 
+/// A gated MLP: `down(act(gate(x)) · up(x))`.
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor, act: Activation) -> Result<Tensor, ModelError> {
+        let [gate, up] = Linear::forward_group([&self.gate, &self.up], x)?;
+        let gate = match act {
+            Activation::Silu => silu(&gate)?,
+            Activation::GeluTanh => gate.gelu()?,
+        };
+        self.down.forward(&(gate * up)?)
+    }
+}
+
+/// A mixture of experts: the router scores every expert for each token,
+/// the `used` best run, and their outputs are summed weighted by the
+/// router's probabilities (softmax over all experts, then the top ones,
+/// renormalised where the model says).
+struct Moe {
+    router: Linear,
+    experts: Vec<Mlp>,
+    used: usize,
+    normalize: bool,
+}
+
+impl Moe {
+    /// The MLP's output for `x` (`[1, rows, hidden]`) and the router's
+    /// probabilities (`[1, rows, experts]`, f32: what each token's choice
+    /// was made from).
+    fn forward(&self, x: &Tensor, act: Activation) -> Result<(Tensor, Tensor), ModelError> {
+        let (_, rows, hidden) = x.dims3()?;
+        let count = self.experts.len();
+        let probs =
+            candle_nn::ops::softmax_last_dim(&self.router.forward(x)?.to_dtype(DType::F32)?)?;
+        let p = probs.flatten_all()?.to_vec1::<f32>()?;
+        // Each expert's tokens and their weights.
+        let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); count];
+        for (row, scores) in p.chunks_exact(count).enumerate() {
+            let mut order: Vec<usize> = (0..count).collect();
+            // Highest first; ties to the lower index, as torch.topk.
+            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+            let chosen = &order[..self.used];
+            let total: f32 = match self.normalize {
+                true => chosen.iter().map(|&e| scores[e]).sum(),
+                false => 1.0,
+            };
+            for &e in chosen {
+                routed[e].push((row as u32, scores[e] / total));
+            }
+        }
+        let x2 = x.reshape((rows, hidden))?;
+        let mut out = vec![0f32; rows * hidden];
+        for (expert, tokens) in self.experts.iter().zip(&routed) {
+            if tokens.is_empty() {
+                continue;
+            }
+            let ids: Vec<u32> = tokens.iter().map(|t| t.0).collect();
+            let picked = x2.index_select(&Tensor::new(ids.as_slice(), x.device())?, 0)?;
+            let y = expert.forward(&picked.unsqueeze(0)?, act)?.squeeze(0)?;
+            let y = y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            for ((row, w), values) in tokens.iter().zip(y.chunks_exact(hidden)) {
+                let dst = &mut out[*row as usize * hidden..][..hidden];
+                for (d, v) in dst.iter_mut().zip(values) {
+                    *d += w * v;
+                }
+            }
+        }
+        let out = Tensor::from_vec(out, (1, rows, hidden), x.device())?.to_dtype(x.dtype())?;
+        Ok((out, probs))
+    }
+}
+
+/// A block's MLP: one, or a mixture of experts.
+enum Ffn {
+    Dense(Mlp),
+    Experts(Moe),
+}
+
+impl Ffn {
+    /// Every matrix, the router and each expert's included.
+    fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Ffn::Dense(m) => vec![&m.gate, &m.up, &m.down],
+            Ffn::Experts(moe) => std::iter::once(&moe.router)
+                .chain(moe.experts.iter().flat_map(|m| [&m.gate, &m.up, &m.down]))
+                .collect(),
+        }
+    }
+}
+
 /// One decoder block. The norms a family does not have are `None`.
 struct Block {
     /// RMSNorm before attention (all but OLMo 2).
@@ -260,15 +388,22 @@ struct Block {
     post_attn_norm: Option<Tensor>,
     /// RMSNorm before the MLP.
     ffn_norm: Option<Tensor>,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    ffn: Ffn,
     /// RMSNorm of what the MLP writes.
     post_ffn_norm: Option<Tensor>,
     /// How the attention scores keys: scale, soft-cap, window, RoPE pairing.
     scoring: Scoring,
     /// Which of the model's RoPE tables the block takes (0: global, 1: local).
     rope: usize,
+}
+
+impl Block {
+    /// Every matrix of the block.
+    fn linears(&self) -> Vec<&Linear> {
+        let mut out = vec![&self.q, &self.k, &self.v, &self.o];
+        out.extend(self.ffn.linears());
+        out
+    }
 }
 
 /// `x` normalised by RMSNorm with weight `w` where the block has it.
@@ -293,6 +428,9 @@ pub struct BlockView<'a> {
     pub attn_out: &'a Tensor,
     /// The MLP output added to the residual stream, `[1, t, hidden]`.
     pub mlp_out: &'a Tensor,
+    /// A mixture of experts' router probabilities, `[1, t, experts]`
+    /// (each token used the experts with the highest).
+    pub router: Option<&'a Tensor>,
 }
 
 /// Reads (and may replace) the residual stream after every block.
@@ -555,12 +693,13 @@ impl Llama {
         device: &Device,
     ) -> Result<Self, ModelError> {
         let c = config;
+        // The weight `name`, of `shape` (an empty shape: the caller checks).
         let mut get = |name: &str, shape: &[usize]| -> Result<Weight, ModelError> {
             let w = load(name)?.ok_or_else(|| ModelError::MissingTensor {
                 tensor: name.to_owned(),
                 path: None,
             })?;
-            if w.dims() != shape {
+            if !shape.is_empty() && w.dims() != shape {
                 return Err(ModelError::ShapeMismatch {
                     tensor: name.to_owned(),
                     found: w.dims(),
@@ -630,9 +769,51 @@ impl Llama {
                 k: lin(Matrix::AttnK)?,
                 v: lin(Matrix::AttnV)?,
                 o: lin(Matrix::AttnOutput)?,
-                gate: lin(Matrix::FfnGate)?,
-                up: lin(Matrix::FfnUp)?,
-                down: lin(Matrix::FfnDown)?,
+                ffn: match &c.experts {
+                    None => Ffn::Dense(Mlp {
+                        gate: lin(Matrix::FfnGate)?,
+                        up: lin(Matrix::FfnUp)?,
+                        down: lin(Matrix::FfnDown)?,
+                    }),
+                    Some(e) => {
+                        let router = Linear::new(
+                            get(&n("ffn_gate_inp", "weight"), &[e.count, c.hidden])?,
+                            None,
+                            mode,
+                            device,
+                        )?;
+                        let mut stacks = Vec::new();
+                        for (stem, shape) in [
+                            ("ffn_gate_exps", [e.ffn, c.hidden]),
+                            ("ffn_up_exps", [e.ffn, c.hidden]),
+                            ("ffn_down_exps", [c.hidden, e.ffn]),
+                        ] {
+                            let name = n(stem, "weight");
+                            let stack = get(&name, &[])?;
+                            stacks.push(stack.experts(&name, e.count, shape, device)?);
+                        }
+                        let [gates, ups, downs] = <[Vec<Weight>; 3]>::try_from(stacks)
+                            .unwrap_or_else(|_| unreachable!("three stacks"));
+                        let experts = gates
+                            .into_iter()
+                            .zip(ups)
+                            .zip(downs)
+                            .map(|((g, u), d)| {
+                                Ok(Mlp {
+                                    gate: Linear::new(g, None, mode, device)?,
+                                    up: Linear::new(u, None, mode, device)?,
+                                    down: Linear::new(d, None, mode, device)?,
+                                })
+                            })
+                            .collect::<Result<_, ModelError>>()?;
+                        Ffn::Experts(Moe {
+                            router,
+                            experts,
+                            used: e.used,
+                            normalize: e.normalize,
+                        })
+                    }
+                },
                 attn_norm: None,
                 q_norm: None,
                 k_norm: None,
@@ -721,21 +902,17 @@ impl Llama {
     /// Whether any matrix runs quantized.
     pub fn is_quantized(&self) -> bool {
         self.output.is_quantized()
-            || self.blocks.iter().any(|b| {
-                [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]
-                    .iter()
-                    .any(|l| l.is_quantized())
-            })
+            || self
+                .blocks
+                .iter()
+                .any(|b| b.linears().iter().any(|l| l.is_quantized()))
     }
 
     /// What multiplies the matrices: `vauban-kernels avx512-vnni (Q4_1, Q8_0)`
     /// when any runs on vauban's kernels, else candle's matmul.
     pub fn kernel(&self) -> String {
         let mut formats: Vec<&str> = Vec::new();
-        let all = self
-            .blocks
-            .iter()
-            .flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]);
+        let all = self.blocks.iter().flat_map(Block::linears);
         for l in all.chain([&self.output]) {
             if let Some(f) = l.kernel_format()
                 && !formats.contains(&f.name())
@@ -756,12 +933,13 @@ impl Llama {
 
     /// Bytes of every matrix a decode step multiplies (each block's seven
     /// and the output projection): what one token reads from memory, near
-    /// enough, for the bandwidth bound on decode.
+    /// enough, for the bandwidth bound on decode. (A mixture of experts
+    /// counts every expert: an upper bound.)
     pub fn matrix_bytes(&self) -> u64 {
         let blocks: u64 = self
             .blocks
             .iter()
-            .flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down])
+            .flat_map(Block::linears)
             .map(Linear::bytes)
             .sum();
         blocks + self.output.bytes()
@@ -1062,23 +1240,30 @@ impl Llama {
             let attn_out = norm_opt(&b.o.forward(&join(ys)?)?, &b.post_attn_norm, c.rms_eps)?;
             x = (x + &attn_out)?;
             let h = norm_opt(&x, &b.ffn_norm, c.rms_eps)?;
-            let [gate, up] = Linear::forward_group([&b.gate, &b.up], &h)?;
-            let gate = match c.block.activation {
-                Activation::Silu => silu(&gate)?,
-                Activation::GeluTanh => gate.gelu()?,
+            let (mlp_out, router) = match &b.ffn {
+                Ffn::Dense(mlp) => (mlp.forward(&h, c.block.activation)?, None),
+                Ffn::Experts(moe) => {
+                    let (out, probs) = moe.forward(&h, c.block.activation)?;
+                    (out, Some(probs))
+                }
             };
-            let mlp_out = norm_opt(&b.down.forward(&(gate * up)?)?, &b.post_ffn_norm, c.rms_eps)?;
+            let mlp_out = norm_opt(&mlp_out, &b.post_ffn_norm, c.rms_eps)?;
             x = (x + &mlp_out)?;
             let mut parts = Vec::with_capacity(batch);
             let mut replaced_any = false;
             for (j, hook) in hooks.iter_mut().enumerate() {
                 let start = std::time::Instant::now();
                 let resid = part(&x, j)?;
+                let router = match &router {
+                    Some(r) => Some(part(r, j)?),
+                    None => None,
+                };
                 let view = BlockView {
                     layer: i,
                     offset: spans[j].2,
                     attn_out: &part(&attn_out, j)?,
                     mlp_out: &part(&mlp_out, j)?,
+                    router: router.as_ref(),
                 };
                 match hook.after_block(&view, &resid)? {
                     Some(replaced) if replaced.dims() != resid.dims() => {
@@ -1177,19 +1362,45 @@ impl Llama {
     fn matrix(&self, layer: usize, which: Matrix) -> Result<&Linear, ModelError> {
         self.check_layers(&[layer])?;
         let b = &self.blocks[layer];
-        Ok(match which {
-            Matrix::AttnQ => &b.q,
-            Matrix::AttnK => &b.k,
-            Matrix::AttnV => &b.v,
-            Matrix::AttnOutput => &b.o,
-            Matrix::FfnGate => &b.gate,
-            Matrix::FfnUp => &b.up,
-            Matrix::FfnDown => &b.down,
+        Ok(match (which, &b.ffn) {
+            (Matrix::AttnQ, _) => &b.q,
+            (Matrix::AttnK, _) => &b.k,
+            (Matrix::AttnV, _) => &b.v,
+            (Matrix::AttnOutput, _) => &b.o,
+            (Matrix::FfnGate, Ffn::Dense(m)) => &m.gate,
+            (Matrix::FfnUp, Ffn::Dense(m)) => &m.up,
+            (Matrix::FfnDown, Ffn::Dense(m)) => &m.down,
+            (m, Ffn::Experts(moe)) => {
+                return Err(ModelError::Compute(
+                    format!(
+                        "layer {layer}'s MLP is a mixture of {} experts: it has no single {} matrix",
+                        moe.experts.len(),
+                        m.gguf_stem()
+                    )
+                    .into(),
+                ));
+            }
         })
     }
 
-    /// A block's matrix, dequantized to f32, `[out, in]`.
+    /// A block's matrix, dequantized to f32, `[out, in]`; for a mixture
+    /// of experts, every expert's, stacked by rows (`[experts · out, in]`).
     pub fn weight(&self, layer: usize, which: Matrix) -> Result<Tensor, ModelError> {
+        self.check_layers(&[layer])?;
+        if let (Ffn::Experts(moe), Matrix::FfnGate | Matrix::FfnUp | Matrix::FfnDown) =
+            (&self.blocks[layer].ffn, which)
+        {
+            let per: Vec<Tensor> = moe
+                .experts
+                .iter()
+                .map(|m| match which {
+                    Matrix::FfnGate => m.gate.dense(),
+                    Matrix::FfnUp => m.up.dense(),
+                    _ => m.down.dense(),
+                })
+                .collect::<Result<_, _>>()?;
+            return Ok(Tensor::cat(&per, 0)?);
+        }
         self.matrix(layer, which)?.dense()
     }
 
@@ -1211,14 +1422,15 @@ impl Llama {
             });
         }
         let b = &mut self.blocks[layer];
-        let slot = match which {
-            Matrix::AttnQ => &mut b.q,
-            Matrix::AttnK => &mut b.k,
-            Matrix::AttnV => &mut b.v,
-            Matrix::AttnOutput => &mut b.o,
-            Matrix::FfnGate => &mut b.gate,
-            Matrix::FfnUp => &mut b.up,
-            Matrix::FfnDown => &mut b.down,
+        let slot = match (which, &mut b.ffn) {
+            (Matrix::AttnQ, _) => &mut b.q,
+            (Matrix::AttnK, _) => &mut b.k,
+            (Matrix::AttnV, _) => &mut b.v,
+            (Matrix::AttnOutput, _) => &mut b.o,
+            (Matrix::FfnGate, Ffn::Dense(m)) => &mut m.gate,
+            (Matrix::FfnUp, Ffn::Dense(m)) => &mut m.up,
+            (Matrix::FfnDown, Ffn::Dense(m)) => &mut m.down,
+            (_, Ffn::Experts(_)) => unreachable!("matrix() refused it above"),
         };
         slot.w = Proj::Candle(QMatMul::Tensor(
             w.to_dtype(DType::F32)?.to_device(&self.device)?,
@@ -1258,6 +1470,20 @@ impl Llama {
                 if !matches!(which, Matrix::AttnOutput | Matrix::FfnDown) {
                     return Err(ModelError::NotResidualWriter { matrix: which });
                 }
+                // A mixture of experts writes a weighted sum of its
+                // experts' outputs: editing every expert's down matrix
+                // removes the direction from the sum exactly.
+                if let (Ffn::Experts(moe), Matrix::FfnDown) = (&mut self.blocks[layer].ffn, which) {
+                    let mut squares = 0f32;
+                    for expert in &mut moe.experts {
+                        let w = expert.down.dense()?;
+                        let delta = r.matmul(&r.t()?.matmul(&w)?)?;
+                        squares += delta.sqr()?.sum_all()?.to_scalar::<f32>()?;
+                        expert.down.w = Proj::Candle(QMatMul::Tensor((w - delta)?));
+                    }
+                    changes.insert((layer, which), squares.sqrt());
+                    continue;
+                }
                 let w = self.weight(layer, which)?; // [hidden, in]
                 let delta = r.matmul(&r.t()?.matmul(&w)?)?;
                 let dnorm = delta.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()?;
@@ -1290,7 +1516,11 @@ impl Llama {
                     out.push((format!("blk.{i}.{stem}.weight"), w.clone()));
                 }
             }
-            for which in Matrix::ALL {
+            let own = match b.ffn {
+                Ffn::Dense(_) => &Matrix::ALL[..],
+                Ffn::Experts(_) => &Matrix::ALL[..4],
+            };
+            for &which in own {
                 let lin = self.matrix(i, which)?;
                 out.push((
                     format!("blk.{i}.{}.weight", which.gguf_stem()),
@@ -1298,6 +1528,27 @@ impl Llama {
                 ));
                 if let Some(bias) = &lin.b {
                     out.push((format!("blk.{i}.{}.bias", which.gguf_stem()), bias.clone()));
+                }
+            }
+            // The router and the experts' matrices stacked, `[experts, out, in]`,
+            // as GGUF holds them.
+            if let Ffn::Experts(moe) = &b.ffn {
+                out.push((format!("blk.{i}.ffn_gate_inp.weight"), moe.router.dense()?));
+                for (stem, which) in [
+                    ("ffn_gate_exps", Matrix::FfnGate),
+                    ("ffn_up_exps", Matrix::FfnUp),
+                    ("ffn_down_exps", Matrix::FfnDown),
+                ] {
+                    let per: Vec<Tensor> = moe
+                        .experts
+                        .iter()
+                        .map(|m| match which {
+                            Matrix::FfnGate => m.gate.dense(),
+                            Matrix::FfnUp => m.up.dense(),
+                            _ => m.down.dense(),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    out.push((format!("blk.{i}.{stem}.weight"), Tensor::stack(&per, 0)?));
                 }
             }
         }
