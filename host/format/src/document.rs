@@ -59,6 +59,10 @@ pub struct Report {
     /// Per-layer projections onto the report's direction, when both sides
     /// recorded raw activations and a direction was given.
     pub activation_findings: Option<ActivationFindings>,
+    /// How a mixture of experts' routing moved, when both sides recorded
+    /// raw router probabilities at the same layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingFindings>,
     /// What the recorded interventions and transformations were.
     pub interventions: Vec<InterventionSummary>,
     /// Prompts shown side by side, those whose metrics changed most first.
@@ -354,6 +358,28 @@ pub struct ActivationFindings {
     /// One series per (side, category).
     pub series: Vec<ProjectionSeries>,
     /// Sentences the host derived (largest separation, largest change).
+    pub findings: Vec<String>,
+}
+
+/// A mixture of experts' routing, baseline against candidate, over the
+/// prompt tokens both sides saw alike (the same prompt tokens).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingFindings {
+    /// Experts each token used.
+    pub experts_per_token: usize,
+    /// The layers compared, ascending.
+    pub layers: Vec<usize>,
+    /// Per layer: the share of prompt tokens whose chosen experts differ.
+    pub changed_choices: Vec<f64>,
+    /// Per layer: the mean total variation distance between the two
+    /// sides' router distributions, per token (0: the same, 1: disjoint).
+    pub mean_total_variation: Vec<f64>,
+    /// Prompt tokens compared at each layer.
+    pub tokens: usize,
+    /// Prompts compared (those whose prompt tokens both sides share).
+    pub prompts: usize,
+    /// Sentences the host derived.
     pub findings: Vec<String>,
 }
 

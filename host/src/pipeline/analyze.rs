@@ -17,7 +17,7 @@ use crate::report::deltas::{Pair, paired_delta};
 use crate::report::document::{
     ActivationFindings, Adjustment, DistributionShift, Example, GateOutcome, GateResult,
     KlPositions, MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, PromptRow,
-    ReportDelta, Side, first_difference,
+    ReportDelta, RoutingFindings, Side, first_difference,
 };
 use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
@@ -924,6 +924,155 @@ pub fn projections(
         })
         .collect();
     Ok(Some((layers, series)))
+}
+
+/// A mixture of experts' routing, candidate against baseline: per observed
+/// layer, the share of prompt tokens whose chosen experts differ and the
+/// mean total variation between the router distributions, over the
+/// prompts whose prompt tokens the two sides share (a token's routing is
+/// comparable only at the same token in the same context). From the raw
+/// `router` activations (`[1, tokens, experts]`, labelled with the experts
+/// each token used); `None` when a side recorded none.
+pub fn routing(sides: [&Bundle; 2]) -> anyhow::Result<Option<RoutingFindings>> {
+    // prompt id → (prompt tokens, layer → (probabilities, experts, used))
+    type Routes = BTreeMap<usize, (Vec<f32>, usize, usize)>;
+    let mut per_side: Vec<HashMap<String, (Vec<u32>, Routes)>> = Vec::new();
+    for (bundle, side) in sides.into_iter().zip(["baseline", "candidate"]) {
+        let mut prompts = HashMap::new();
+        for t in bundle.traces() {
+            let Some(id) = t.request.prompt_id.clone() else {
+                continue;
+            };
+            if prompts.contains_key(&id) {
+                continue; // another sample of the prompt: its first decides
+            }
+            let tokens = t
+                .artifacts_of(K::Tokens)
+                .find(|a| a.labels.get("role").map(String::as_str) == Some("prompt"))
+                .and_then(|a| match &a.data {
+                    ArtifactData::TokenIds { ids } => Some(ids.clone()),
+                    _ => None,
+                });
+            let mut routes = Routes::new();
+            for a in t.artifacts_of(K::Activation) {
+                if a.labels.get("site").map(String::as_str) != Some("router") {
+                    continue;
+                }
+                let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data)
+                else {
+                    continue;
+                };
+                let used: usize = match a.labels.get("experts_used").map(|u| u.parse()) {
+                    Some(Ok(u)) => u,
+                    _ => anyhow::bail!(
+                        "router activation `{}` of trace `{}` in the {side} bundle has no `experts_used` label",
+                        a.id,
+                        t.id
+                    ),
+                };
+                let (r, what) = raw_tensor(bundle, side, t, a, "router activation")?;
+                let experts = r.shape.last().copied().unwrap_or(0);
+                if experts == 0 || used == 0 || used > experts {
+                    anyhow::bail!("{what} has shape {:?} for {used} experts used", r.shape);
+                }
+                routes.insert(layer, (r.to_f32_vec(), experts, used));
+            }
+            if let (Some(tokens), false) = (tokens, routes.is_empty()) {
+                prompts.insert(id, (tokens, routes));
+            }
+        }
+        per_side.push(prompts);
+    }
+    let (base, cand) = (&per_side[0], &per_side[1]);
+    // layer → (tokens changed, total variation summed, tokens), and the shared k
+    let mut acc: BTreeMap<usize, (usize, f64, usize)> = BTreeMap::new();
+    let mut prompts = 0;
+    let mut used_k = None;
+    for (id, (tokens, routes)) in base {
+        let Some((other_tokens, other_routes)) = cand.get(id) else {
+            continue;
+        };
+        if tokens != other_tokens {
+            continue;
+        }
+        prompts += 1;
+        for (layer, (p, experts, used)) in routes {
+            let Some((q, e2, u2)) = other_routes.get(layer) else {
+                continue;
+            };
+            if (experts, used) != (e2, u2) {
+                anyhow::bail!(
+                    "layer {layer}'s routers differ between the sides ({experts} experts, {used} used against {e2}, {u2}): not the same model family"
+                );
+            }
+            used_k = Some(*used);
+            let top = |row: &[f32]| {
+                let mut order: Vec<usize> = (0..row.len()).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                let mut chosen = order[..*used].to_vec();
+                chosen.sort_unstable();
+                chosen
+            };
+            let entry = acc.entry(*layer).or_insert((0, 0.0, 0));
+            for (a, b) in p.chunks_exact(*experts).zip(q.chunks_exact(*experts)) {
+                entry.0 += usize::from(top(a) != top(b));
+                entry.1 += 0.5
+                    * a.iter()
+                        .zip(b)
+                        .map(|(x, y)| f64::from((x - y).abs()))
+                        .sum::<f64>();
+                entry.2 += 1;
+            }
+        }
+    }
+    let Some(used) = used_k else {
+        return Ok(None);
+    };
+    let layers: Vec<usize> = acc.keys().copied().collect();
+    let changed: Vec<f64> = acc.values().map(|v| v.0 as f64 / v.2 as f64).collect();
+    let tv: Vec<f64> = acc.values().map(|v| v.1 / v.2 as f64).collect();
+    let tokens = acc.values().map(|v| v.2).max().unwrap_or(0);
+    let mut findings = Vec::new();
+    if let Some((i, &most)) = changed
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+    {
+        findings.push(match most > 0.0 {
+            true => format!(
+                "Routing moved most at layer {}: the {used} experts chosen differ for {:.1}% of {tokens} prompt tokens (mean total variation of the router's distribution {:.3}).",
+                layers[i],
+                most * 100.0,
+                tv[i]
+            ),
+            false => format!(
+                "Routing did not move: every one of {tokens} prompt tokens chose the same {used} experts at every compared layer (largest mean total variation {:.3}).",
+                tv.iter().copied().fold(0.0, f64::max)
+            ),
+        });
+    }
+    let same: Vec<String> = layers
+        .iter()
+        .zip(&changed)
+        .filter(|(_, c)| **c == 0.0)
+        .map(|(l, _)| l.to_string())
+        .collect();
+    if !same.is_empty() && same.len() < layers.len() {
+        findings.push(format!(
+            "At layer{} {} every token chose the same experts on both sides.",
+            if same.len() > 1 { "s" } else { "" },
+            same.join(", ")
+        ));
+    }
+    Ok(Some(RoutingFindings {
+        experts_per_token: used,
+        layers,
+        changed_choices: changed,
+        mean_total_variation: tv,
+        tokens,
+        prompts,
+        findings,
+    }))
 }
 
 /// Sentences about the projections: where the categories separate most

@@ -291,6 +291,15 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         Ok((a, why))
     })?;
 
+    let routing = stages.run("routing", |note| {
+        let r = analyze::routing([&baseline_bundle, &candidate_bundle])?;
+        *note = match &r {
+            Some(r) => format!("{} layers", r.layers.len()),
+            None => "none".into(),
+        };
+        Ok(r)
+    })?;
+
     // claims
     let kinds_in_both = report::kinds_in_both(&access);
     let evidence = evidence::evidence_set(evidence::Findings {
@@ -376,6 +385,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         distribution,
         distribution_unavailable,
         activation_findings,
+        routing,
         activation_note,
         claims,
         scorers: scorer_records,

@@ -44,6 +44,8 @@ pub(super) struct Inputs<'a> {
     /// Why there is no KL, when logprobs were asked for.
     pub distribution_unavailable: Option<String>,
     pub activation_findings: Option<ActivationFindings>,
+    /// How a mixture of experts' routing moved.
+    pub routing: Option<document::RoutingFindings>,
     /// Why there are no activation findings, when a direction was named.
     pub activation_note: Option<String>,
     pub claims: Vec<ReportClaim>,
@@ -334,6 +336,9 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     {
         lines.push(f.clone());
     }
+    if let Some(f) = i.routing.as_ref().and_then(|r| r.findings.first()) {
+        lines.push(f.clone());
+    }
     let gates_failed = gates.iter().filter(|g| analyze::gate_fails(g)).count();
     let gates_warned = gates.iter().filter(|g| g.warns()).count();
     let headline = format!(
@@ -408,6 +413,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         distribution: i.distribution,
         distribution_unavailable: i.distribution_unavailable,
         activation_findings: i.activation_findings,
+        routing: i.routing,
         interventions,
         examples,
         prompts,

@@ -294,7 +294,8 @@ pub struct TraceRunArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub prompt: PromptArgs,
-    /// Blocks to observe the residual stream after (0-based), e.g. 0,5,10.
+    /// Blocks to observe the residual stream after (0-based), e.g. 0,5,10
+    /// (with a mixture of experts, its router's probabilities there too).
     #[arg(long, value_delimiter = ',')]
     pub layers: Vec<usize>,
     /// Record logits and log-probabilities at every prompt position.
@@ -303,8 +304,7 @@ pub struct TraceRunArgs {
     /// Keep raw tensors in the bundle, not only their summaries.
     #[arg(long)]
     pub raw_tensors: bool,
-    /// Also record the attention and MLP outputs at the observed layers (and
-    /// a mixture of experts' router probabilities: which experts each token used).
+    /// Also record the attention and MLP outputs at the observed layers.
     #[arg(long)]
     pub block_outputs: bool,
     /// Record weight snapshots (attn_output, ffn_down) at the observed layers.

@@ -504,6 +504,7 @@ pub fn sample_report() -> Report {
             by_position: vec![1.0, 0.62, 0.4, 0.33, 0.3, 0.21, 0.2, 0.18, 0.1, 0.12, 0.09, 0.07],
             by_category: [("harmful".to_string(), 1.95), ("harmless".to_string(), 0.05)].into(),
         }),
+        routing: None,
         activation_findings: Some(ActivationFindings {
             direction: "directions/refusal.safetensors:refusal".into(),
             direction_sha256: sha('e'),

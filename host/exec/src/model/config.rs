@@ -967,6 +967,7 @@ mod tests {
             block: BlockLayout::llama(),
             windows: vec![None],
             local_rope_theta: None,
+            experts: None,
         }
     }
 

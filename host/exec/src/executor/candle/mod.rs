@@ -251,10 +251,12 @@ impl CandleExecutor {
             .iter()
             .zip(logits)
             .map(|(s, logits)| {
+                // The residual streams (a mixture's routing is kept too).
                 let residuals = s
                     .hook
                     .kept
                     .iter()
+                    .filter(|k| k.site == session::Site::ResidPost)
                     .map(|k| {
                         let t = k.tensor.dim(1)?;
                         k.tensor

@@ -175,15 +175,23 @@ impl BlockHook for RunHook<'_> {
                 tensor,
             });
             if self.block_outputs {
-                let outputs = [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)];
-                let router = v.router.map(|r| (Site::Router, r));
-                for (site, t) in outputs.into_iter().chain(router) {
+                for (site, t) in [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)] {
                     self.kept.push(Kept {
                         layer: v.layer,
                         site,
                         tensor: t.clone(),
                     });
                 }
+            }
+            // A mixture of experts' routing at every observed layer: small
+            // (one probability per expert and token) and what a report
+            // needs to say a change moved it.
+            if let Some(r) = v.router {
+                self.kept.push(Kept {
+                    layer: v.layer,
+                    site: Site::Router,
+                    tensor: r.clone(),
+                });
             }
         }
         Ok(replaced)

@@ -301,8 +301,19 @@ impl Job<'_> {
         if self.observe || request.wants(K::WeightSnapshot) {
             let start = Instant::now();
             let mut pending: Vec<Observed> = Vec::new();
+            // A router's probabilities say how many experts each token used.
+            let used = exec
+                .model
+                .model
+                .config()
+                .experts
+                .as_ref()
+                .map(|e| e.used.to_string());
             for k in &kept {
-                let l = labels(&[("site", k.site.as_str())]);
+                let mut l = labels(&[("site", k.site.as_str())]);
+                if let (super::session::Site::Router, Some(u)) = (k.site, &used) {
+                    l.insert("experts_used".into(), u.clone());
+                }
                 pending.push((K::Activation, k.layer, l, host_data(&k.tensor)?));
             }
             if request.wants(K::WeightSnapshot) {

@@ -372,8 +372,49 @@ pub(super) fn distribution(r: &Report) -> Vec<Block> {
 }
 
 /// Section 8: the direction, the findings, and the per-layer projections
-/// (plotted, and tabled).
+/// (plotted, and tabled); then a mixture of experts' routing, where it was
+/// recorded.
 pub(super) fn activations(r: &Report) -> Vec<Block> {
+    let mut blocks = projections(r);
+    blocks.extend(routing(r));
+    blocks
+}
+
+/// How a mixture of experts' routing moved: the findings and a table per layer.
+fn routing(r: &Report) -> Vec<Block> {
+    let Some(g) = r.routing.as_ref() else {
+        return Vec::new();
+    };
+    let mut blocks = vec![Block::Paragraph(vec![plain(format!(
+        "Routing of the mixture of experts ({} experts per token), candidate against baseline, over {} prompt tokens of {} prompts whose tokens both sides share.",
+        g.experts_per_token, g.tokens, g.prompts
+    ))])];
+    if !g.findings.is_empty() {
+        blocks.push(Block::List(g.findings.clone()));
+    }
+    let headers = vec![
+        vec![plain("layer")],
+        vec![plain("tokens whose experts changed")],
+        vec![plain("mean total variation")],
+    ];
+    let rows = g
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| {
+            vec![
+                vec![plain(layer.to_string())],
+                vec![plain(format!("{:.1}%", g.changed_choices[i] * 100.0))],
+                vec![plain(format!("{:.3}", g.mean_total_variation[i]))],
+            ]
+        })
+        .collect();
+    blocks.push(Block::Table(Table::with_headers(headers, "rrr", rows)));
+    blocks
+}
+
+/// The direction, the findings, and the per-layer projections.
+fn projections(r: &Report) -> Vec<Block> {
     let Some(a): Option<&ActivationFindings> = r.activation_findings.as_ref() else {
         return vec![Block::Note(NO_ACTIVATIONS.into())];
     };

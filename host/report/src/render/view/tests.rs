@@ -221,6 +221,7 @@ fn report() -> Report {
             by_category: BTreeMap::from([(h("kl-category"), 0.5)]),
         }),
         distribution_unavailable: None,
+        routing: None,
         activation_findings: Some(ActivationFindings {
             direction: "refusal.safetensors".into(),
             direction_sha256: "e".repeat(64),
