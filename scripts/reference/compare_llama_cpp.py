@@ -139,7 +139,9 @@ def build(name, cls, kwargs, kind, folder):
         (folder / "tokenizer_config.json").write_text(json.dumps(
             {"add_bos_token": False, "bos_token": "<s>", "eos_token": "<|im_end|>",
              "tokenizer_class": "PreTrainedTokenizerFast"}))
-    config = cls(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, **kwargs)
+    # (A larger `vocab_size` in kwargs pads the tokenizer's vocabulary.)
+    config = cls(**{"vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos, **kwargs})
+    printable += [False] * (config.vocab_size - len(printable))
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
     with torch.no_grad():

@@ -17,7 +17,8 @@ enum Source {
         file: std::fs::File,
         content: gguf_file::Content,
     },
-    Hf(HfWeights),
+    /// Boxed: it holds the model's whole description.
+    Hf(Box<HfWeights>),
 }
 
 /// The weights of the model a [`ModelAssets`] describes.
@@ -43,7 +44,7 @@ impl<'a> HostWeights<'a> {
                     })?;
                 Source::Gguf { file, content }
             }
-            ModelFormat::HfFolder => Source::Hf(HfWeights::open(assets)?),
+            ModelFormat::HfFolder => Source::Hf(Box::new(HfWeights::open(assets)?)),
         };
         Ok(HostWeights { assets, source })
     }
