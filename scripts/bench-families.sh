@@ -26,5 +26,6 @@ for f in "$out"/*.q8_0.gguf; do
   name="$(basename "$f" .q8_0.gguf)"
   if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
   echo "== $name ($f)"
-  cargo bench -q -p vauban --bench speed -- --model "$f" --reps "$reps" --llama-bench "$llama/bin/llama-bench"
+  # (cargo runs a bench in its package's folder: the path must be absolute.)
+  cargo bench -q -p vauban --bench speed -- --model "$(pwd)/$f" --reps "$reps" --llama-bench "$llama/bin/llama-bench"
 done
