@@ -134,6 +134,26 @@ impl BlockLayout {
 }
 
 impl ModelConfig {
+    /// The width of the RMSNorm weight GGUF calls `blk.N.{stem}.weight`
+    /// in each block, or `None` where the family has no such norm: the one
+    /// place that says which norms a block has (every backend's loader asks
+    /// here): `attn_norm`, `attn_q_norm`, `attn_k_norm`,
+    /// `post_attention_norm`, `ffn_norm` or `post_ffw_norm`.
+    pub fn norm_width(&self, stem: &str) -> Option<usize> {
+        let b = &self.block;
+        let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        match stem {
+            "attn_norm" | "ffn_norm" => b.pre_norms.then_some(self.hidden),
+            "post_attention_norm" | "post_ffw_norm" => b.post_norms.then_some(self.hidden),
+            "attn_q_norm" | "attn_k_norm" => match b.qk_norm? {
+                QkNorm::PerHead => Some(self.head_dim),
+                QkNorm::Whole if stem == "attn_q_norm" => Some(q),
+                QkNorm::Whole => Some(kv),
+            },
+            _ => None,
+        }
+    }
+
     /// Why orthogonalizing this model's output matrices does not remove a
     /// direction from its residual stream exactly, where it does not: a
     /// norm after attention and the MLP (Gemma, OLMo 2) rescales each

@@ -316,34 +316,22 @@ impl MlxLlama {
         let eps = c.rms_eps as f32;
         let layout = &c.block;
         let whole = layout.qk_norm == Some(QkNorm::Whole);
-        let (qn, kn) = match whole {
-            true => (c.heads * c.head_dim, c.kv_heads * c.head_dim),
-            false => (c.head_dim, c.head_dim),
-        };
-        let qk = layout.qk_norm.is_some();
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let mut norm_if = |has: bool, part: &str, width: usize| -> Result<_, ModelError> {
-                Ok(match has {
-                    true => Some(RmsNorm {
+            // The norms the family has, as `ModelConfig::norm_width` lists them.
+            let mut norm_if = |part: &str| -> Result<_, ModelError> {
+                Ok(match c.norm_width(part) {
+                    Some(width) => Some(RmsNorm {
                         scale: r.float(&format!("blk.{i}.{part}.weight"), &[width])?,
                         eps,
                     }),
-                    false => None,
+                    None => None,
                 })
             };
-            let (attn_norm, mlp_norm) = (
-                norm_if(layout.pre_norms, "attn_norm", c.hidden)?,
-                norm_if(layout.pre_norms, "ffn_norm", c.hidden)?,
-            );
-            let (post_attn_norm, post_mlp_norm) = (
-                norm_if(layout.post_norms, "post_attention_norm", c.hidden)?,
-                norm_if(layout.post_norms, "post_ffw_norm", c.hidden)?,
-            );
-            let (q_norm, k_norm) = (
-                norm_if(qk, "attn_q_norm", qn)?,
-                norm_if(qk, "attn_k_norm", kn)?,
-            );
+            let (attn_norm, mlp_norm) = (norm_if("attn_norm")?, norm_if("ffn_norm")?);
+            let (post_attn_norm, post_mlp_norm) =
+                (norm_if("post_attention_norm")?, norm_if("post_ffw_norm")?);
+            let (q_norm, k_norm) = (norm_if("attn_q_norm")?, norm_if("attn_k_norm")?);
             blocks.push(Block {
                 attn_norm,
                 attn: Attention {

@@ -25,7 +25,7 @@ use vauban_kernels::attention::{
 };
 use vauban_kernels::{Isa, QMatrix};
 
-use crate::model::config::{Activation, ModelConfig, QkNorm, RopeStyle};
+use crate::model::config::{Activation, ModelConfig, RopeStyle};
 use crate::model::{Matrix, ModelError, WeightMode};
 
 /// A weight as its file stores it.
@@ -751,7 +751,6 @@ impl Llama {
             RopeStyle::Interleaved => Rotary::Interleaved,
             RopeStyle::Half => Rotary::Half,
         };
-        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let n = |s: &str, kind: &str| format!("blk.{i}.{s}.{kind}");
@@ -830,36 +829,19 @@ impl Llama {
                 },
                 rope: usize::from(c.local_rope(i)),
             };
-            let mut norm = |stem: &str, width: usize| -> Result<Option<Tensor>, ModelError> {
-                Ok(Some(get(&n(stem, "weight"), &[width])?.dense(device)?))
+            let mut norm = |stem: &str| -> Result<Option<Tensor>, ModelError> {
+                match c.norm_width(stem) {
+                    Some(width) => Ok(Some(get(&n(stem, "weight"), &[width])?.dense(device)?)),
+                    None => Ok(None),
+                }
             };
             let block = Block {
-                attn_norm: match layout.pre_norms {
-                    true => norm("attn_norm", c.hidden)?,
-                    false => None,
-                },
-                ffn_norm: match layout.pre_norms {
-                    true => norm("ffn_norm", c.hidden)?,
-                    false => None,
-                },
-                post_attn_norm: match layout.post_norms {
-                    true => norm("post_attention_norm", c.hidden)?,
-                    false => None,
-                },
-                post_ffn_norm: match layout.post_norms {
-                    true => norm("post_ffw_norm", c.hidden)?,
-                    false => None,
-                },
-                q_norm: match layout.qk_norm {
-                    Some(QkNorm::PerHead) => norm("attn_q_norm", c.head_dim)?,
-                    Some(QkNorm::Whole) => norm("attn_q_norm", q_width)?,
-                    None => None,
-                },
-                k_norm: match layout.qk_norm {
-                    Some(QkNorm::PerHead) => norm("attn_k_norm", c.head_dim)?,
-                    Some(QkNorm::Whole) => norm("attn_k_norm", kv_width)?,
-                    None => None,
-                },
+                attn_norm: norm("attn_norm")?,
+                q_norm: norm("attn_q_norm")?,
+                k_norm: norm("attn_k_norm")?,
+                post_attn_norm: norm("post_attention_norm")?,
+                ffn_norm: norm("ffn_norm")?,
+                post_ffn_norm: norm("post_ffw_norm")?,
                 ..block
             };
             blocks.push(block);
