@@ -1139,6 +1139,42 @@ mod tests {
     }
 
     #[test]
+    fn each_family_has_its_own_norms_at_their_own_widths() {
+        let widths = |c: &ModelConfig| -> Vec<Option<usize>> {
+            [
+                "attn_norm",
+                "attn_q_norm",
+                "attn_k_norm",
+                "post_attention_norm",
+                "ffn_norm",
+                "post_ffw_norm",
+            ]
+            .iter()
+            .map(|s| c.norm_width(s))
+            .collect()
+        };
+        // hidden 64, 4 heads of 16, 4 key/value heads (no num_key_value_heads).
+        let llama = hf(serde_json::json!({}));
+        assert_eq!(widths(&llama), [Some(64), None, None, None, Some(64), None]);
+        let qwen3 = hf(serde_json::json!({"model_type": "qwen3"}));
+        assert_eq!(
+            widths(&qwen3),
+            [Some(64), Some(16), Some(16), None, Some(64), None]
+        );
+        let olmo2 = hf(serde_json::json!({"model_type": "olmo2", "num_key_value_heads": 2}));
+        assert_eq!(
+            widths(&olmo2),
+            [None, Some(64), Some(32), Some(64), None, Some(64)]
+        );
+        let gemma2 = hf(serde_json::json!({"model_type": "gemma2",
+            "query_pre_attn_scalar": 16, "sliding_window": 8}));
+        assert_eq!(
+            widths(&gemma2),
+            [Some(64), None, None, Some(64), Some(64), Some(64)]
+        );
+    }
+
+    #[test]
     fn what_a_family_needs_and_lacks_is_named() {
         let e = try_hf(serde_json::json!({"model_type": "gemma2"}))
             .unwrap_err()
