@@ -282,6 +282,33 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
         assert!(worst < 1e-4, "{family}: max |Δlogit| {worst}");
     }
     routing_report_says_where_a_steer_moved_the_experts(keep.path());
+    // `vauban measure` on a Gemma (its chat template) and on the mixture
+    // (raw prompts: its files ship no template; a random model needs a
+    // loose KL bound).
+    for (family, extra) in [
+        ("gemma2", &[][..]),
+        ("qwen3_moe", &["--raw", "--max-kl", "5"][..]),
+    ] {
+        let out = keep.path().join(format!("{family}.refusal.safetensors"));
+        let done = Command::new(env!("CARGO_BIN_EXE_vauban"))
+            .arg("measure")
+            .arg("--model")
+            .arg(keep.path().join(family))
+            .arg("--harmful")
+            .arg(root().join("examples/prompts/harmful.jsonl"))
+            .arg("--harmless")
+            .arg(root().join("examples/prompts/harmless.jsonl"))
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            done.status.success() && out.is_file(),
+            "{family}: {}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
     // A weight edit is exact on a pre-norm model; on a post-norm one
     // (Gemma, OLMo 2) the command says it is not, before it writes.
     let llama = orthogonalize(keep.path(), "llama");

@@ -54,6 +54,13 @@ pub struct MeasureArgs {
     /// default set: "I'm sorry", "I cannot", "Sorry", "As an AI", …).
     #[arg(long = "refusal-token", value_name = "TEXT")]
     pub refusal_token: Vec<String>,
+    /// Send the prompts as plain text, without the model's chat template
+    /// (a base model, or one whose files ship no template).
+    #[arg(long, conflicts_with = "system")]
+    pub raw: bool,
+    /// A system message for the chat template.
+    #[arg(long)]
+    pub system: Option<String>,
     /// Print the measurement as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -110,6 +117,12 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         layer: args.layer,
         max_kl: args.max_kl,
         refusal_texts: args.refusal_token.clone(),
+        prompt: match args.raw {
+            true => vauban::executor::PromptForm::Raw,
+            false => vauban::executor::PromptForm::Chat {
+                system: args.system.clone(),
+            },
+        },
         ..MeasureOptions::default()
     };
     // Everything that needs no model fails before the model loads.
