@@ -123,7 +123,6 @@ pub fn run(args: &MeasureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 system: args.system.clone(),
             },
         },
-        ..MeasureOptions::default()
     };
     // Everything that needs no model fails before the model loads.
     options.check()?;
