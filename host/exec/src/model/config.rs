@@ -1188,6 +1188,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("multimodal") && e.contains("gemma3_text"), "{e}");
+        let e = try_hf(serde_json::json!({"model_type": "mixtral"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`mixtral` is not supported") && e.contains("gemma3_text, qwen3_moe"),
+            "{e}"
+        );
         let e = try_hf(serde_json::json!({"model_type": "qwen3", "hidden_act": "relu"}))
             .unwrap_err()
             .to_string();

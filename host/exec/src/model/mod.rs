@@ -162,7 +162,7 @@ pub enum ModelError {
         problem: String,
     },
     #[error(
-        "{path}: architecture `{found}` is not supported; vauban runs llama-family models (llama, mistral, qwen2: Llama 2/3, SmolLM/SmolLM2, Qwen2/2.5, Mistral)"
+        "{path}: architecture `{found}` is not supported; vauban runs llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, olmo2 and phi3 (HF model_type: the same, gemma3_text, qwen3_moe): Llama 2/3, SmolLM/SmolLM2, Mistral, Qwen2/2.5/3, Qwen3-MoE, Gemma 2/3, OLMo 2, Phi-3/4"
     )]
     UnsupportedArchitecture { path: PathBuf, found: String },
     #[error("{path}: tensor `{tensor}` {problem}")]
