@@ -307,6 +307,13 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// What multiplies `q·k`: the family's query scale, else `1/√head_dim`.
+    pub fn attn_scale(&self) -> f32 {
+        self.block
+            .attn_scale
+            .unwrap_or(1.0 / (self.head_dim as f32).sqrt())
+    }
+
     /// Whether `layer` takes the local RoPE base (a sliding layer of a
     /// model that has one).
     pub fn local_rope(&self, layer: usize) -> bool {

@@ -342,9 +342,7 @@ impl MlxLlama {
                     q_norm,
                     k_norm,
                     qk_norm_whole: whole,
-                    scale: layout
-                        .attn_scale
-                        .unwrap_or(1.0 / (c.head_dim as f32).sqrt()),
+                    scale: c.attn_scale(),
                     softcap: layout.attn_softcap,
                     window: c.windows[i],
                     rope: usize::from(c.local_rope(i)),

@@ -253,9 +253,7 @@ impl TorchLlama {
                     q_norm,
                     k_norm,
                     qk_norm_whole: layout.qk_norm == Some(QkNorm::Whole),
-                    scale: layout
-                        .attn_scale
-                        .map_or(1.0 / (c.head_dim as f64).sqrt(), f64::from),
+                    scale: f64::from(c.attn_scale()),
                     softcap: layout.attn_softcap,
                     window: c.windows[i],
                     rope: usize::from(c.local_rope(i)),

@@ -398,7 +398,7 @@ pub fn export_weights(
         config["hidden_activation"] = "gelu_pytorch_tanh".into();
     }
     if c.architecture.starts_with("gemma") {
-        let scale = b.attn_scale.unwrap_or(1.0 / (c.head_dim as f32).sqrt());
+        let scale = c.attn_scale();
         // An integer in transformers' config class.
         config["query_pre_attn_scalar"] = ((1.0 / (scale * scale)).round() as u64).into();
         config["attn_logit_softcapping"] = b.attn_softcap.into();

@@ -355,6 +355,21 @@ impl Moe {
     }
 }
 
+impl Moe {
+    /// Every expert's gate, up or down matrix (`which`), dense f32, in
+    /// expert order.
+    fn matrices(&self, which: Matrix) -> Result<Vec<Tensor>, ModelError> {
+        self.experts
+            .iter()
+            .map(|m| match which {
+                Matrix::FfnGate => m.gate.dense(),
+                Matrix::FfnUp => m.up.dense(),
+                _ => m.down.dense(),
+            })
+            .collect()
+    }
+}
+
 /// A block's MLP: one, or a mixture of experts.
 enum Ffn {
     Dense(Mlp),
@@ -746,7 +761,6 @@ impl Llama {
             )?;
             (embed, output)
         };
-        let layout = &c.block;
         let rotary = match c.rope_style {
             RopeStyle::Interleaved => Rotary::Interleaved,
             RopeStyle::Half => Rotary::Half,
@@ -763,71 +777,50 @@ impl Llama {
                 };
                 Linear::new(w, b, mode, device)
             };
-            let block = Block {
-                q: lin(Matrix::AttnQ)?,
-                k: lin(Matrix::AttnK)?,
-                v: lin(Matrix::AttnV)?,
-                o: lin(Matrix::AttnOutput)?,
-                ffn: match &c.experts {
-                    None => Ffn::Dense(Mlp {
-                        gate: lin(Matrix::FfnGate)?,
-                        up: lin(Matrix::FfnUp)?,
-                        down: lin(Matrix::FfnDown)?,
-                    }),
-                    Some(e) => {
-                        let router = Linear::new(
-                            get(&n("ffn_gate_inp", "weight"), &[e.count, c.hidden])?,
-                            None,
-                            mode,
-                            device,
-                        )?;
-                        let mut stacks = Vec::new();
-                        for (stem, shape) in [
-                            ("ffn_gate_exps", [e.ffn, c.hidden]),
-                            ("ffn_up_exps", [e.ffn, c.hidden]),
-                            ("ffn_down_exps", [c.hidden, e.ffn]),
-                        ] {
-                            let name = n(stem, "weight");
-                            let stack = get(&name, &[])?;
-                            stacks.push(stack.experts(&name, e.count, shape, device)?);
-                        }
-                        let [gates, ups, downs] = <[Vec<Weight>; 3]>::try_from(stacks)
-                            .unwrap_or_else(|_| unreachable!("three stacks"));
-                        let experts = gates
+            let (q, k, v, o) = (
+                lin(Matrix::AttnQ)?,
+                lin(Matrix::AttnK)?,
+                lin(Matrix::AttnV)?,
+                lin(Matrix::AttnOutput)?,
+            );
+            let ffn = match &c.experts {
+                None => Ffn::Dense(Mlp {
+                    gate: lin(Matrix::FfnGate)?,
+                    up: lin(Matrix::FfnUp)?,
+                    down: lin(Matrix::FfnDown)?,
+                }),
+                Some(e) => {
+                    let router = Linear::new(
+                        get(&n("ffn_gate_inp", "weight"), &[e.count, c.hidden])?,
+                        None,
+                        mode,
+                        device,
+                    )?;
+                    // Each stack `[experts, out, in]` as one weight per expert.
+                    let mut stack = |stem: &str, shape| -> Result<Vec<Linear>, ModelError> {
+                        let name = n(stem, "weight");
+                        get(&name, &[])?
+                            .experts(&name, e.count, shape, device)?
                             .into_iter()
-                            .zip(ups)
-                            .zip(downs)
-                            .map(|((g, u), d)| {
-                                Ok(Mlp {
-                                    gate: Linear::new(g, None, mode, device)?,
-                                    up: Linear::new(u, None, mode, device)?,
-                                    down: Linear::new(d, None, mode, device)?,
-                                })
-                            })
-                            .collect::<Result<_, ModelError>>()?;
-                        Ffn::Experts(Moe {
-                            router,
-                            experts,
-                            used: e.used,
-                            normalize: e.normalize,
-                        })
-                    }
-                },
-                attn_norm: None,
-                q_norm: None,
-                k_norm: None,
-                post_attn_norm: None,
-                ffn_norm: None,
-                post_ffn_norm: None,
-                scoring: Scoring {
-                    rotary,
-                    scale: layout
-                        .attn_scale
-                        .unwrap_or(1.0 / (c.head_dim as f32).sqrt()),
-                    softcap: layout.attn_softcap,
-                    window: c.windows[i],
-                },
-                rope: usize::from(c.local_rope(i)),
+                            .map(|w| Linear::new(w, None, mode, device))
+                            .collect()
+                    };
+                    let gates = stack("ffn_gate_exps", [e.ffn, c.hidden])?;
+                    let ups = stack("ffn_up_exps", [e.ffn, c.hidden])?;
+                    let downs = stack("ffn_down_exps", [c.hidden, e.ffn])?;
+                    let experts = gates
+                        .into_iter()
+                        .zip(ups)
+                        .zip(downs)
+                        .map(|((gate, up), down)| Mlp { gate, up, down })
+                        .collect();
+                    Ffn::Experts(Moe {
+                        router,
+                        experts,
+                        used: e.used,
+                        normalize: e.normalize,
+                    })
+                }
             };
             let mut norm = |stem: &str| -> Result<Option<Tensor>, ModelError> {
                 match c.norm_width(stem) {
@@ -837,12 +830,23 @@ impl Llama {
             };
             let block = Block {
                 attn_norm: norm("attn_norm")?,
+                q,
+                k,
+                v,
                 q_norm: norm("attn_q_norm")?,
                 k_norm: norm("attn_k_norm")?,
+                o,
                 post_attn_norm: norm("post_attention_norm")?,
                 ffn_norm: norm("ffn_norm")?,
+                ffn,
                 post_ffn_norm: norm("post_ffw_norm")?,
-                ..block
+                scoring: Scoring {
+                    rotary,
+                    scale: c.attn_scale(),
+                    softcap: c.block.attn_softcap,
+                    window: c.windows[i],
+                },
+                rope: usize::from(c.local_rope(i)),
             };
             blocks.push(block);
         }
@@ -1372,16 +1376,7 @@ impl Llama {
         if let (Ffn::Experts(moe), Matrix::FfnGate | Matrix::FfnUp | Matrix::FfnDown) =
             (&self.blocks[layer].ffn, which)
         {
-            let per: Vec<Tensor> = moe
-                .experts
-                .iter()
-                .map(|m| match which {
-                    Matrix::FfnGate => m.gate.dense(),
-                    Matrix::FfnUp => m.up.dense(),
-                    _ => m.down.dense(),
-                })
-                .collect::<Result<_, _>>()?;
-            return Ok(Tensor::cat(&per, 0)?);
+            return Ok(Tensor::cat(&moe.matrices(which)?, 0)?);
         }
         self.matrix(layer, which)?.dense()
     }
@@ -1521,15 +1516,7 @@ impl Llama {
                     ("ffn_up_exps", Matrix::FfnUp),
                     ("ffn_down_exps", Matrix::FfnDown),
                 ] {
-                    let per: Vec<Tensor> = moe
-                        .experts
-                        .iter()
-                        .map(|m| match which {
-                            Matrix::FfnGate => m.gate.dense(),
-                            Matrix::FfnUp => m.up.dense(),
-                            _ => m.down.dense(),
-                        })
-                        .collect::<Result<_, _>>()?;
+                    let per = moe.matrices(which)?;
                     out.push((format!("blk.{i}.{stem}.weight"), Tensor::stack(&per, 0)?));
                 }
             }
