@@ -281,7 +281,7 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
         println!("{family}: fused against tensor attention, max |Δlogit| {worst:.2e}");
         assert!(worst < 1e-4, "{family}: max |Δlogit| {worst}");
     }
-    routing_report_says_where_a_steer_moved_the_experts(keep.path());
+    routing_recipe_says_where_an_edit_moved_the_experts(keep.path());
     // `vauban measure` on a Gemma (its chat template) and on the mixture
     // (raw prompts: its files ship no template; a random model needs a
     // loose KL bound).
@@ -357,88 +357,68 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
     }
 }
 
-/// `vauban run` of the tiny Qwen3-MoE against itself steered after block 0:
-/// the report's routing findings say the experts chosen at layer 0 did not
-/// change (the router there runs before the steer) and those at layers 1
-/// and 2 did.
-fn routing_report_says_where_a_steer_moved_the_experts(models: &Path) {
-    let dir = models.join("routing-run");
-    std::fs::create_dir_all(&dir).unwrap();
-    let prompts: String = [
-        "the cat sat on the mat",
-        "a quick brown fox ran in the rain",
-        "then ran in",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, t)| format!("{{\"id\": \"p{i}\", \"text\": \"{t}\"}}\n"))
-    .collect();
-    std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
-    let ones =
-        candle_core::Tensor::ones(64, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
-    candle_core::safetensors::save(
-        &std::collections::HashMap::from([("direction".to_owned(), ones)]),
-        dir.join("direction.safetensors"),
-    )
-    .unwrap();
-    let model = models.join("qwen3_moe");
-    let config = format!(
-        r#"output = "out"
-seed = 0
-[suite]
-file = "prompts.jsonl"
-[observe]
-layers = [0, 1, 2]
-raw_tensors = true
-max_tokens = 2
-prompt_form = "raw"
-[baseline]
-model = "{model}"
-[candidate]
-model = "{model}"
-[candidate.transform]
-kind = "steer"
-direction = "direction.safetensors"
-layers = [0]
-alpha = 3.0
-[[scorers]]
-plugin = "behavior"
-"#,
-        model = model.display()
-    );
-    std::fs::write(dir.join("run.toml"), config).unwrap();
+/// The cookbook's `examples/moe-routing.toml` on the tiny Qwen3-MoE: against
+/// itself orthogonalized along a direction of ones the report says tokens
+/// were rerouted; against itself, that routing did not move at any layer.
+fn routing_recipe_says_where_an_edit_moved_the_experts(models: &Path) {
+    let dir = models.join("cookbook");
+    std::fs::create_dir_all(dir.join("examples/prompts")).unwrap();
+    for file in ["moe-routing.toml", "prompts/everyday.jsonl"] {
+        std::fs::copy(
+            root().join("examples").join(file),
+            dir.join("examples").join(file),
+        )
+        .unwrap();
+    }
+    orthogonalize(models, "qwen3_moe");
     let plugin_dir = common::plugins::wasm("vauban-plugin-behavior")
         .parent()
         .unwrap()
         .to_path_buf();
-    let out = Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args(["run", "run.toml"])
-        .current_dir(&dir)
-        .env("VAUBAN_PLUGIN_DIR", plugin_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("out/report.json")).unwrap())
+    let run = |changed: &str| -> (serde_json::Value, String) {
+        let out_dir = dir.join("out/moe-routing");
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let out = Command::new(env!("CARGO_BIN_EXE_vauban"))
+            .args(["run", "examples/moe-routing.toml"])
+            .current_dir(&dir)
+            .env("VAUBAN_PLUGIN_DIR", &plugin_dir)
+            .env("VAUBAN_MOE_BASE", models.join("qwen3_moe"))
+            .env("VAUBAN_MOE_CHANGED", models.join(changed))
+            .output()
             .unwrap();
-    let r = &report["routing"];
-    println!("routing: {r}");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+                .unwrap();
+        let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+        println!("routing against {changed}: {}", report["routing"]);
+        (report["routing"].clone(), md)
+    };
+    let changed = |r: &serde_json::Value| -> Vec<f64> {
+        r["changed_choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (r, md) = run("qwen3_moe.edited");
     assert_eq!(r["layers"], serde_json::json!([0, 1, 2]), "{r}");
-    assert_eq!(r["experts_per_token"], 2, "{r}");
-    assert_eq!(r["prompts"], 3, "{r}");
-    let changed: Vec<f64> = r["changed_choices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    assert_eq!(changed[0], 0.0, "layer 0 routes before the steer: {r}");
-    assert!(changed[1] > 0.0 || changed[2] > 0.0, "{r}");
-    let md = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
+    assert_eq!(
+        (&r["experts_per_token"], &r["prompts"]),
+        (&2.into(), &24.into()),
+        "{r}"
+    );
+    assert!(changed(&r).iter().any(|&c| c > 0.0), "{r}");
+    assert!(changed(&r).iter().all(|&c| c <= 1.0), "{r}");
     assert!(md.contains("Routing moved most at layer"), "{md}");
+    // The control: the model against itself routes every token alike.
+    let (same, md) = run("qwen3_moe");
+    assert_eq!(changed(&same), [0.0, 0.0, 0.0], "{same}");
+    assert!(md.contains("Routing did not move"), "{md}");
 }

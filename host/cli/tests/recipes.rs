@@ -15,7 +15,7 @@ use common::plugins;
 use serde_json::Value;
 
 /// The recipes, in the cookbook's order.
-const RECIPES: [&str; 7] = [
+const RECIPES: [&str; 8] = [
     "quantization",
     "system-prompt",
     "steering",
@@ -23,6 +23,8 @@ const RECIPES: [&str; 7] = [
     "endpoint",
     "cross-backend",
     "replay",
+    // Run by families.rs, on a mixture built by transformers.
+    "moe-routing",
 ];
 
 /// `examples/` copied into a temporary folder: every `.toml` and the
