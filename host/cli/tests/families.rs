@@ -94,8 +94,14 @@ fn compare(executor: &str, only: &str, skip: &str, keep: &Path) -> Option<serde_
 }
 
 /// `vauban model orthogonalize` of the tiny model `name` in `models`
-/// along a direction of ones; its output.
+/// along a direction of ones, into `{name}.edited`; its output.
 fn orthogonalize(models: &Path, name: &str) -> String {
+    orthogonalize_on(models, name, "candle")
+}
+
+/// [`orthogonalize`] on `executor`, into `{name}.edited` (candle) or
+/// `{name}.edited-{executor}`.
+fn orthogonalize_on(models: &Path, name: &str, executor: &str) -> String {
     let direction = models.join(format!("{name}.direction.safetensors"));
     let ones =
         candle_core::Tensor::ones(64, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
@@ -110,7 +116,11 @@ fn orthogonalize(models: &Path, name: &str) -> String {
         .arg("--direction")
         .arg(&direction)
         .arg("--out")
-        .arg(models.join(format!("{name}.edited")))
+        .arg(models.join(match executor {
+            "candle" => format!("{name}.edited"),
+            _ => format!("{name}.edited-{executor}"),
+        }))
+        .args(["--executor", executor])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -123,40 +133,67 @@ fn orthogonalize(models: &Path, name: &str) -> String {
 }
 
 /// Every family on a tensor-library executor against transformers: the
-/// same cases, the same tolerances, its forward instead of candle's.
+/// same cases, the same tolerances (the mixture's router included), its
+/// forward instead of candle's.
 #[cfg(any(feature = "torch", feature = "mlx"))]
 fn every_family_on(executor: &str) {
     let keep = tempfile::tempdir().unwrap();
-    // Mixtures of experts run on candle only so far; that the others
-    // refuse one is checked here.
-    let Some(models) = compare(executor, "", "qwen3_moe,qwen3_moe_norm", keep.path()) else {
+    let Some(models) = compare(executor, "", "", keep.path()) else {
         return;
     };
-    assert!(models.as_object().unwrap().len() >= 11, "{models}");
-    // The mixture, built (and checked) on candle, refused here by name.
-    compare("candle", "qwen3_moe", "", keep.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args([
-            "generate",
-            "--raw",
-            "--prompt",
-            "hi",
-            "--executor",
-            executor,
-        ])
-        .arg("--model")
-        .arg(keep.path().join("qwen3_moe"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("mixture of 4 experts") && err.contains("candle"),
-        "{err}"
-    );
+    assert!(models.as_object().unwrap().len() >= 13, "{models}");
     for (name, m) in models.as_object().unwrap() {
         assert_eq!(m["ok"], true, "{executor} {name}: {m}");
         assert_eq!(m["vauban_greedy"], m["transformers_greedy"], "{name}");
     }
+    for moe in ["qwen3_moe", "qwen3_moe_norm"] {
+        assert!(
+            models[moe]["router_max_abs_diff"].as_f64().unwrap() < 1e-4,
+            "{moe}: {}",
+            models[moe]
+        );
+    }
+    // A mixture's weight edit on this executor: every expert's down
+    // matrix no longer writes along the direction (ones), in the folder
+    // it exports.
+    orthogonalize_on(keep.path(), "qwen3_moe", executor);
+    let edited = keep.path().join(format!("qwen3_moe.edited-{executor}"));
+    let worst = experts_write_along_ones(&edited);
+    assert!(
+        worst < 1e-4,
+        "{executor}: an edited expert still writes {worst} along r"
+    );
+    assert!(experts_write_along_ones(&keep.path().join("qwen3_moe")) > 1e-2);
+}
+
+/// The largest |rᵀ W| over every expert's down matrix of the HF folder
+/// `dir` (`[experts, hidden, ffn]` stacks, transformers 5's
+/// `mlp.experts.down_proj`, or the Hub's `mlp.experts.{e}.down_proj.weight`,
+/// `[hidden, ffn]`), for the unit direction r along ones.
+#[cfg(any(feature = "torch", feature = "mlx"))]
+fn experts_write_along_ones(dir: &Path) -> f32 {
+    let (mut worst, mut seen) = (0f32, 0);
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "safetensors") {
+            continue;
+        }
+        let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+        for (name, t) in tensors {
+            if !(name.contains("mlp.experts.") && name.contains("down_proj")) {
+                continue;
+            }
+            seen += 1;
+            let axis = t.rank() - 2;
+            let hidden = t.dims()[axis];
+            // rᵀW for r = ones / √hidden: the column sums, scaled.
+            let along = (t.sum(axis).unwrap() / (hidden as f64).sqrt()).unwrap();
+            let along = along.abs().unwrap().flatten_all().unwrap();
+            worst = worst.max(along.max(0).unwrap().to_scalar::<f32>().unwrap());
+        }
+    }
+    assert!(seen > 0, "no expert's down matrix in {}", dir.display());
+    worst
 }
 
 #[cfg(feature = "torch")]

@@ -5,7 +5,9 @@
 //!
 //! - [`assets`]: a model file's tokenizer, chat template, special tokens
 //!   and shape, read the same way for every backend;
-//! - [`config`]: the shape of a llama-family model, from GGUF or config.json;
+//! - [`config`]: a model's shape and its family's block layout, from GGUF
+//!   or config.json;
+//! - [`routing`]: which experts each token of a mixture uses;
 //! - [`tokenizer`]: the tokenizer a GGUF file describes;
 //! - [`chat`]: the model's own chat template, rendered with minijinja;
 //! - [`sample`]: greedy and seeded next-token choice.
@@ -13,6 +15,7 @@
 pub mod assets;
 pub mod chat;
 pub mod config;
+pub mod routing;
 pub mod sample;
 pub mod tokenizer;
 

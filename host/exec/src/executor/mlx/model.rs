@@ -16,6 +16,7 @@ use std::time::Instant;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::TryIndexOp;
 
 use super::weights::{self, Linear, Matrix, Reader};
 use crate::executor::DeviceSpec;
@@ -23,7 +24,8 @@ pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
-use crate::model::config::{Activation, ModelConfig, QkNorm, RopeStyle};
+use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
+use crate::model::routing::Routing;
 use crate::model::{Dtype, Matrix as ModelMatrix, ModelError, WeightMode};
 use crate::trace::DeviceKind;
 
@@ -99,6 +101,51 @@ impl Mlp {
     }
 }
 
+/// A mixture of experts, as candle's: the router's softmax over every
+/// expert, the best ones per token (chosen by [`Routing`], the same for
+/// every backend), their outputs weighted and summed.
+struct Moe {
+    router: Linear,
+    experts: Vec<Mlp>,
+    routing: Experts,
+}
+
+impl Moe {
+    /// The output for `x` (`[n, hidden]`) and the router's probabilities
+    /// (`[n, experts]`, f32). The routing is decided on the host (which
+    /// evaluates the router); each expert then runs its tokens alone.
+    fn forward(&self, x: &Array) -> Result<(Array, Array), Exception> {
+        let (n, hidden) = (x.shape()[0], x.shape()[1]);
+        let probs = mlx_rs::ops::softmax_axis(self.router.forward(x)?, -1, true)?;
+        let routing = Routing::of(&super::intervene::values(&probs)?, &self.routing);
+        let index = |v: Vec<i32>| Array::from_slice(&v, &[v.len() as i32]);
+        let mut outputs = Vec::new();
+        for (expert, rows) in self.experts.iter().zip(&routing.rows) {
+            if rows.is_empty() {
+                continue;
+            }
+            let picked = x.take_axis(index(rows.iter().map(|&r| r as i32).collect()), 0)?;
+            outputs.push(expert.forward(&picked)?);
+        }
+        // Each token's picks from the experts' outputs, weighted and summed.
+        let (picks, weight) = routing.gather();
+        let used = self.routing.used as i32;
+        let weight = Array::from_slice(&weight, &[n, used, 1]);
+        let out = mlx_rs::ops::concatenate(&outputs, 0)?
+            .take_axis(index(picks.into_iter().map(|i| i as i32).collect()), 0)?
+            .reshape(&[n, used, hidden])?
+            .multiply(&weight)?
+            .sum_axis(1, false)?;
+        Ok((out, probs))
+    }
+}
+
+/// A block's MLP: one, or a mixture of experts.
+enum Ffn {
+    Dense(Mlp),
+    Experts(Moe),
+}
+
 /// One transformer block: attention and MLP, each after its norm (where
 /// the family has one) and through its post-norm (where it has one).
 struct Block {
@@ -106,7 +153,7 @@ struct Block {
     attn: Attention,
     post_attn_norm: Option<RmsNorm>,
     mlp_norm: Option<RmsNorm>,
-    mlp: Mlp,
+    ffn: Ffn,
     post_mlp_norm: Option<RmsNorm>,
 }
 
@@ -127,23 +174,50 @@ impl Block {
 }
 
 impl Block {
-    /// The block's linear maps, in [`ModelMatrix::ALL`]'s order.
-    fn linears(&self) -> [&Linear; 7] {
-        let (a, m) = (&self.attn, &self.mlp);
-        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
+    /// The block's linear maps: attention's in [`ModelMatrix::ALL`]'s
+    /// order, then the MLP's (a mixture's router, then each expert's).
+    fn linears(&self) -> Vec<&Linear> {
+        let a = &self.attn;
+        let mut out = vec![&a.q, &a.k, &a.v, &a.o];
+        match &self.ffn {
+            Ffn::Dense(m) => out.extend([&m.gate, &m.up, &m.down]),
+            Ffn::Experts(moe) => {
+                out.push(&moe.router);
+                out.extend(moe.experts.iter().flat_map(|m| [&m.gate, &m.up, &m.down]));
+            }
+        }
+        out
     }
 
-    fn linears_mut(&mut self) -> [&mut Linear; 7] {
-        let (a, m) = (&mut self.attn, &mut self.mlp);
-        [
-            &mut a.q,
-            &mut a.k,
-            &mut a.v,
-            &mut a.o,
-            &mut m.gate,
-            &mut m.up,
-            &mut m.down,
-        ]
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let a = &mut self.attn;
+        let mut out = vec![&mut a.q, &mut a.k, &mut a.v, &mut a.o];
+        match &mut self.ffn {
+            Ffn::Dense(m) => out.extend([&mut m.gate, &mut m.up, &mut m.down]),
+            Ffn::Experts(moe) => {
+                out.push(&mut moe.router);
+                for m in &mut moe.experts {
+                    out.extend([&mut m.gate, &mut m.up, &mut m.down]);
+                }
+            }
+        }
+        out
+    }
+
+    /// The MLP's matrix `m` of every expert that has one (one for a
+    /// dense MLP), in expert order.
+    fn ffn_matrices(&self, m: ModelMatrix) -> Vec<&Matrix> {
+        fn pick(f: &Mlp, m: ModelMatrix) -> &Matrix {
+            match m {
+                ModelMatrix::FfnGate => &f.gate.weight,
+                ModelMatrix::FfnUp => &f.up.weight,
+                _ => &f.down.weight,
+            }
+        }
+        match &self.ffn {
+            Ffn::Dense(f) => vec![pick(f, m)],
+            Ffn::Experts(moe) => moe.experts.iter().map(|f| pick(f, m)).collect(),
+        }
     }
 }
 
@@ -278,7 +352,7 @@ impl MlxLlama {
         let blocks = self
             .blocks
             .iter_mut()
-            .flat_map(|b| b.linears_mut().map(|l| &mut l.weight));
+            .flat_map(|b| b.linears_mut().into_iter().map(|l| &mut l.weight));
         let tied = self.config.tied_embeddings;
         let output = (!tied).then_some(&mut self.output.weight);
         for m in [&mut self.embed].into_iter().chain(output).chain(blocks) {
@@ -307,11 +381,17 @@ impl MlxLlama {
         let blocks = self
             .blocks
             .iter()
-            .flat_map(|b| b.linears().map(|l| &l.weight));
+            .flat_map(|b| b.linears().into_iter().map(|l| &l.weight));
         [&self.embed, &self.output.weight].into_iter().chain(blocks)
     }
 
     fn read(c: &ModelConfig, r: &mut Reader<'_>) -> Result<MlxLlama, ModelError> {
+        if c.experts.is_some() && r.is_packed() {
+            return Err(ModelError::Compute(
+                "an MLX-quantized mixture of experts (its experts packed in one switch stack) is not read yet; convert the model unquantized, or load its GGUF file"
+                    .into(),
+            ));
+        }
         let embed = r.matrix("token_embd.weight", c.vocab, c.hidden)?;
         let eps = c.rms_eps as f32;
         let layout = &c.block;
@@ -349,12 +429,7 @@ impl MlxLlama {
                 },
                 post_attn_norm,
                 mlp_norm,
-                mlp: Mlp {
-                    gate: r.linear(i, ModelMatrix::FfnGate, c)?,
-                    up: r.linear(i, ModelMatrix::FfnUp, c)?,
-                    down: r.linear(i, ModelMatrix::FfnDown, c)?,
-                    activation: layout.activation,
-                },
+                ffn: ffn(r, i, c)?,
                 post_mlp_norm,
             });
         }
@@ -469,7 +544,14 @@ impl MlxLlama {
             let attn_out = norm_opt(&block.post_attn_norm, attn_out)?;
             appended.push(kv);
             x = x.add(&attn_out)?;
-            let mlp_out = block.mlp.forward(&norm_opt(&block.mlp_norm, x.clone())?)?;
+            let h = norm_opt(&block.mlp_norm, x.clone())?;
+            let (mlp_out, router) = match &block.ffn {
+                Ffn::Dense(mlp) => (mlp.forward(&h)?, None),
+                Ffn::Experts(moe) => {
+                    let (out, probs) = moe.forward(&h)?;
+                    (out, Some(probs))
+                }
+            };
             let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out)?;
             x = x.add(&mlp_out)?;
             x.eval()?;
@@ -479,6 +561,7 @@ impl MlxLlama {
                 offset: past,
                 attn_out: &attn_out,
                 mlp_out: &mlp_out,
+                router: router.as_ref(),
             };
             if let Some(changed) = hook.after_block(&view, &x)? {
                 if changed.shape() != x.shape() {
@@ -519,13 +602,17 @@ impl MlxLlama {
         Ok((logits, timing))
     }
 
-    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, as it is kept.
-    fn matrix(&self, layer: usize, m: ModelMatrix) -> Result<&Matrix, ModelError> {
+    /// The matrices GGUF calls `blk.{layer}.{stem}.weight`, as they are
+    /// kept: one, or a mixture's every expert's.
+    fn matrices_of(&self, layer: usize, m: ModelMatrix) -> Result<Vec<&Matrix>, ModelError> {
         let b = self.blocks.get(layer).ok_or(ModelError::LayerOutOfRange {
             layer,
             count: self.blocks.len(),
         })?;
-        Ok(&b.linears()[m.index()].weight)
+        Ok(match m.index() {
+            i @ 0..4 => vec![&b.linears()[i].weight],
+            _ => b.ffn_matrices(m),
+        })
     }
 
     /// Self-attention of `h` (`[n, hidden]`) over the cached keys and
@@ -672,8 +759,18 @@ impl LibModel for MlxLlama {
         MlxLlama::run(self, ids, cache, hook, from)
     }
 
+    /// `[out, in]`; a mixture's experts' stacked by rows, `[experts · out,
+    /// in]` (as candle gives it).
     fn weight(&self, layer: usize, m: ModelMatrix) -> Result<Array, ModelError> {
-        Ok(self.matrix(layer, m)?.dense()?)
+        let dense: Vec<Array> = self
+            .matrices_of(layer, m)?
+            .into_iter()
+            .map(Matrix::dense)
+            .collect::<Result<_, _>>()?;
+        Ok(match <[Array; 1]>::try_from(dense) {
+            Ok([one]) => one,
+            Err(all) => mlx_rs::ops::concatenate(&all, 0)?,
+        })
     }
 
     fn named_weights(&self) -> Result<Vec<(String, Array)>, ModelError> {
@@ -688,8 +785,38 @@ impl LibModel for MlxLlama {
             for (stem, norm) in b.norms() {
                 out.push((format!("blk.{i}.{stem}.weight"), norm.scale.clone()));
             }
-            for (m, lin) in ModelMatrix::ALL.into_iter().zip(b.linears()) {
-                let stem = m.gguf_stem();
+            let mut linears: Vec<(&str, &Linear)> = ModelMatrix::ALL[..4]
+                .iter()
+                .map(|m| m.gguf_stem())
+                .zip(b.linears())
+                .collect();
+            match &b.ffn {
+                Ffn::Dense(f) => linears.extend([
+                    (ModelMatrix::FfnGate.gguf_stem(), &f.gate),
+                    (ModelMatrix::FfnUp.gguf_stem(), &f.up),
+                    (ModelMatrix::FfnDown.gguf_stem(), &f.down),
+                ]),
+                // The router, and the experts' stacks as GGUF holds them.
+                Ffn::Experts(moe) => {
+                    linears.push(("ffn_gate_inp", &moe.router));
+                    for (stem, m) in [
+                        ("ffn_gate_exps", ModelMatrix::FfnGate),
+                        ("ffn_up_exps", ModelMatrix::FfnUp),
+                        ("ffn_down_exps", ModelMatrix::FfnDown),
+                    ] {
+                        let each: Vec<Array> = b
+                            .ffn_matrices(m)
+                            .into_iter()
+                            .map(Matrix::dense)
+                            .collect::<Result<_, _>>()?;
+                        out.push((
+                            format!("blk.{i}.{stem}.weight"),
+                            mlx_rs::ops::stack(&each, 0)?,
+                        ));
+                    }
+                }
+            }
+            for (stem, lin) in linears {
                 out.push((format!("blk.{i}.{stem}.weight"), lin.weight.dense()?));
                 if let Some(bias) = &lin.bias {
                     out.push((format!("blk.{i}.{stem}.bias"), bias.clone()));
@@ -699,8 +826,9 @@ impl LibModel for MlxLlama {
         Ok(out)
     }
 
-    /// `W ← W − r(rᵀW)` in f32; the matrix is kept dense afterwards (a
-    /// packed one is dequantized first).
+    /// `W ← W − r(rᵀW)` in f32 (a mixture's every expert's down matrix,
+    /// which removes `r` from their weighted sum exactly); the matrix is
+    /// kept dense afterwards (a packed one is dequantized first).
     fn orthogonalize(
         &mut self,
         r: &[f32],
@@ -715,19 +843,25 @@ impl LibModel for MlxLlama {
             .blocks
             .get_mut(layer)
             .ok_or(ModelError::LayerOutOfRange { layer, count })?;
-        let w = &mut b.linears_mut()[m.index()].weight;
+        let targets: Vec<&mut Matrix> = match (m, &mut b.ffn) {
+            (ModelMatrix::AttnOutput, _) => vec![&mut b.attn.o.weight],
+            (_, Ffn::Dense(f)) => vec![&mut f.down.weight],
+            (_, Ffn::Experts(moe)) => moe.experts.iter_mut().map(|f| &mut f.down.weight).collect(),
+        };
         let _lock = super::evaluating();
         super::use_device(self.on_gpu);
-        let dense = w.dense()?;
         let column = Array::from_slice(r, &[r.len() as i32, 1]);
-        let change = column.matmul(column.t().matmul(&dense)?)?;
-        let norm = change.square()?.sum(None)?.sqrt()?;
-        let new_t = dense.subtract(&change)?.transpose()?;
-        new_t.eval()?;
-        *w = Matrix::DenseT(new_t);
-        let norm = super::intervene::values(&norm)?[0];
+        let mut squares = 0f32;
+        for w in targets {
+            let dense = w.dense()?;
+            let change = column.matmul(column.t().matmul(&dense)?)?;
+            squares += super::intervene::values(&change.square()?.sum(None)?)?[0];
+            let new_t = dense.subtract(&change)?.transpose()?;
+            new_t.eval()?;
+            *w = Matrix::DenseT(new_t);
+        }
         self.packed = weights::packings(self.matrices());
-        Ok(norm)
+        Ok(squares.sqrt())
     }
 
     fn kernel_note(&self) -> String {
@@ -777,4 +911,53 @@ impl LibModel for MlxLlama {
     fn device_label(&self) -> Option<String> {
         None
     }
+}
+
+/// Block `layer`'s MLP: dense, or a mixture's router and its experts
+/// (each expert's matrices cut from GGUF's stacks, `[experts, out, in]`).
+fn ffn(r: &mut Reader<'_>, layer: usize, c: &ModelConfig) -> Result<Ffn, ModelError> {
+    let activation = c.block.activation;
+    let Some(e) = &c.experts else {
+        return Ok(Ffn::Dense(Mlp {
+            gate: r.linear(layer, ModelMatrix::FfnGate, c)?,
+            up: r.linear(layer, ModelMatrix::FfnUp, c)?,
+            down: r.linear(layer, ModelMatrix::FfnDown, c)?,
+            activation,
+        }));
+    };
+    let name = |stem: &str| format!("blk.{layer}.{stem}.weight");
+    let router = Linear {
+        weight: r.matrix(&name("ffn_gate_inp"), e.count, c.hidden)?,
+        bias: None,
+    };
+    let mut stack = |stem: &str, out: usize, inp: usize| -> Result<Vec<Linear>, ModelError> {
+        let all = r.float(&name(stem), &[e.count, out, inp])?;
+        (0..e.count as i32)
+            .map(|x| {
+                Ok(Linear {
+                    weight: Matrix::DenseT(all.try_index(x)?.t()),
+                    bias: None,
+                })
+            })
+            .collect()
+    };
+    let gates = stack("ffn_gate_exps", e.ffn, c.hidden)?;
+    let ups = stack("ffn_up_exps", e.ffn, c.hidden)?;
+    let downs = stack("ffn_down_exps", c.hidden, e.ffn)?;
+    let experts = gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((gate, up), down)| Mlp {
+            gate,
+            up,
+            down,
+            activation,
+        })
+        .collect();
+    Ok(Ffn::Experts(Moe {
+        router,
+        experts,
+        routing: e.clone(),
+    }))
 }

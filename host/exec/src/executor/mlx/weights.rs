@@ -393,6 +393,11 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Whether the folder is quantized by MLX (its matrices packed).
+    pub(super) fn is_packed(&self) -> bool {
+        matches!(self.source, Source::Packed(_))
+    }
+
     /// How a GGUF file stored the weights read as f32 (`Q4_1/Q8_0`).
     pub(super) fn stored_types(&self) -> Option<String> {
         match &self.source {

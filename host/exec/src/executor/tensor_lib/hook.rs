@@ -138,6 +138,15 @@ impl<O: TensorOps> BlockHook<O::Tensor> for LibHook<'_, O> {
                     });
                 }
             }
+            // A mixture of experts' routing at every observed layer, as
+            // candle keeps it: which experts each token used.
+            if let Some(r) = v.router {
+                self.kept.push(Kept {
+                    layer: v.layer,
+                    site: Site::Router,
+                    tensor: keep(r)?,
+                });
+            }
         }
         Ok(replaced)
     }

@@ -67,6 +67,9 @@ pub struct BlockView<'a, T> {
     pub attn_out: &'a T,
     /// What the MLP added to the residual stream, `[tokens, hidden]`.
     pub mlp_out: &'a T,
+    /// A mixture of experts' router probabilities, `[tokens, experts]`
+    /// f32 (each token used the experts with the highest).
+    pub router: Option<&'a T>,
 }
 
 /// Called after every block with the residual stream (`[tokens, hidden]`);
@@ -241,15 +244,6 @@ impl<M: LibModel> LibExecutor<M> {
         }
         M::check_device(spec.device).map_err(ExecutorError::Device)?;
         let assets = ModelAssets::load(&spec.path)?;
-        if let Some(e) = &assets.config.experts {
-            return Err(ExecutorError::Request(format!(
-                "{}: a mixture of {} experts ({}), which the {} executor's forward does not run yet; run it on candle (`--executor candle`, executor = \"candle\" in a config)",
-                spec.path.display(),
-                e.count,
-                assets.config.architecture,
-                M::TITLE
-            )));
-        }
         let model = M::load(spec, &assets)?;
         Ok(LibExecutor {
             assets,

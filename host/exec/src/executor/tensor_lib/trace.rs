@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::session::{last_logits, rewind};
 use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
+use crate::executor::candle::Site;
 use crate::executor::generate::Generator;
 use crate::executor::recorder::{
     Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
@@ -109,13 +110,14 @@ pub(super) fn run<M: LibModel>(
     if observe || request.wants(K::WeightSnapshot) {
         let start = Instant::now();
         let mut pending = Vec::new();
+        // A router's probabilities say how many experts each token used.
+        let used = model.config().experts.as_ref().map(|e| e.used.to_string());
         for k in &kept {
-            pending.push((
-                K::Activation,
-                k.layer,
-                labels(&[("site", k.site.as_str())]),
-                host_data(&ops, &k.tensor, true)?,
-            ));
+            let mut l = labels(&[("site", k.site.as_str())]);
+            if let (Site::Router, Some(u)) = (k.site, &used) {
+                l.insert("experts_used".into(), u.clone());
+            }
+            pending.push((K::Activation, k.layer, l, host_data(&ops, &k.tensor, true)?));
         }
         if request.wants(K::WeightSnapshot) {
             for &layer in &request.layers {

@@ -2,8 +2,8 @@
 //! description as candle's (`crate::model::config::ModelConfig`: sizes,
 //! RoPE style, bases and scaling, QKV bias, tied embeddings, and the
 //! family's [`BlockLayout`](crate::model::config::BlockLayout): Q/K norms,
-//! post-norms, GeGLU, scaled embeddings, soft-caps, sliding windows) and
-//! the same GGUF tensor names, one small struct per part.
+//! post-norms, GeGLU, scaled embeddings, soft-caps, sliding windows,
+//! experts) and the same GGUF tensor names, one small struct per part.
 //!
 //! Weights are read from a GGUF file and dequantized to f32 at load (the
 //! Torch backend has no block kernels); the dtype on the device is a
@@ -18,7 +18,8 @@ pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
-use crate::model::config::{Activation, ModelConfig, QkNorm, RopeStyle};
+use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
+use crate::model::routing::Routing;
 use crate::model::{Dtype, Matrix, ModelError};
 use crate::trace::DeviceKind;
 
@@ -100,13 +101,79 @@ struct Mlp {
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
-        let gate = self.gate.forward(x);
-        let gate = match self.activation {
-            Activation::Silu => gate.silu(),
-            Activation::GeluTanh => gate.gelu("tanh"),
-        };
-        self.down.forward(&(gate * self.up.forward(x)))
+        let gated = activate(self.activation, self.gate.forward(x)) * self.up.forward(x);
+        self.down.forward(&gated)
     }
+}
+
+/// The gate's activation.
+fn activate(activation: Activation, gate: Tensor) -> Tensor {
+    match activation {
+        Activation::Silu => gate.silu(),
+        Activation::GeluTanh => gate.gelu("tanh"),
+    }
+}
+
+/// A mixture of experts, as candle's: the router's softmax over every
+/// expert, the best ones per token (chosen by [`Routing`], the same for
+/// every backend), their outputs weighted and summed.
+struct Moe {
+    router: Linear,
+    /// Every expert's matrices stacked, `[experts, out, in]`, as GGUF
+    /// holds them.
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+    routing: Experts,
+    activation: Activation,
+}
+
+impl Moe {
+    /// The output for `x` (`[n, hidden]`) and the router's probabilities
+    /// (`[n, experts]`, f32). The routing is decided on the host: each
+    /// expert then runs its tokens alone, as transformers runs a mixture.
+    fn forward(&self, x: &Tensor) -> Result<(Tensor, Tensor), ModelError> {
+        let (n, hidden) = (x.size()[0], x.size()[1]);
+        let probs = self.router.forward(x).softmax(-1, Kind::Float);
+        let host = Vec::<f32>::try_from(probs.to_device(Device::Cpu).flatten(0, -1))?;
+        let routing = Routing::of(&host, &self.routing);
+        let on = |v: Vec<i64>| Tensor::from_slice(&v).to_device(x.device());
+        let mut outputs = Vec::new();
+        for (e, rows) in routing.rows.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let picked = x.index_select(0, &on(rows.iter().map(|&r| r as i64).collect()));
+            let e = e as i64;
+            let gate = activate(
+                self.activation,
+                picked.linear::<Tensor>(&self.gate.get(e), None),
+            );
+            let gated = gate * picked.linear::<Tensor>(&self.up.get(e), None);
+            outputs.push(gated.linear::<Tensor>(&self.down.get(e), None));
+        }
+        // Each token's picks from the experts' outputs, weighted and
+        // summed in f32.
+        let (index, weight) = routing.gather();
+        let used = self.routing.used as i64;
+        let weight = Tensor::from_slice(&weight)
+            .to_device(x.device())
+            .view([n, used, 1]);
+        let out = (Tensor::cat(&outputs, 0)
+            .index_select(0, &on(index.into_iter().map(i64::from).collect()))
+            .to_kind(Kind::Float)
+            .view([n, used, hidden])
+            * weight)
+            .sum_dim_intlist(1, false, Kind::Float)
+            .to_kind(x.kind());
+        Ok((out, probs))
+    }
+}
+
+/// A block's MLP: one, or a mixture of experts.
+enum Ffn {
+    Dense(Mlp),
+    Experts(Moe),
 }
 
 /// One transformer block: attention and MLP, each after its norm (where
@@ -117,15 +184,33 @@ struct Block {
     attn: Attention,
     post_attn_norm: Option<RmsNorm>,
     mlp_norm: Option<RmsNorm>,
-    mlp: Mlp,
+    ffn: Ffn,
     post_mlp_norm: Option<RmsNorm>,
 }
 
 impl Block {
-    /// The block's linear maps, in [`Matrix::ALL`]'s order.
-    fn linears(&self) -> [&Linear; 7] {
-        let (a, m) = (&self.attn, &self.mlp);
-        [&a.q, &a.k, &a.v, &a.o, &m.gate, &m.up, &m.down]
+    /// The block's matrix `m`, `[out, in]`; a mixture's experts' `m`
+    /// stacked by rows, `[experts · out, in]` (as candle gives it).
+    fn matrix(&self, m: Matrix) -> Tensor {
+        let a = &self.attn;
+        let lin = match (m, &self.ffn) {
+            (Matrix::AttnQ, _) => &a.q,
+            (Matrix::AttnK, _) => &a.k,
+            (Matrix::AttnV, _) => &a.v,
+            (Matrix::AttnOutput, _) => &a.o,
+            (Matrix::FfnGate, Ffn::Dense(f)) => &f.gate,
+            (Matrix::FfnUp, Ffn::Dense(f)) => &f.up,
+            (Matrix::FfnDown, Ffn::Dense(f)) => &f.down,
+            (_, Ffn::Experts(moe)) => {
+                let stack = match m {
+                    Matrix::FfnGate => &moe.gate,
+                    Matrix::FfnUp => &moe.up,
+                    _ => &moe.down,
+                };
+                return stack.flatten(0, 1);
+            }
+        };
+        lin.weight.shallow_clone()
     }
 }
 
@@ -182,6 +267,34 @@ impl Reader<'_> {
                 false => None,
             },
         })
+    }
+}
+
+impl Reader<'_> {
+    /// Block `layer`'s MLP: dense, or the router and experts' stacks of
+    /// a mixture.
+    fn ffn(&mut self, layer: usize, c: &ModelConfig) -> Result<Ffn, ModelError> {
+        let activation = c.block.activation;
+        let Some(e) = &c.experts else {
+            return Ok(Ffn::Dense(Mlp {
+                gate: self.linear(layer, Matrix::FfnGate, c)?,
+                up: self.linear(layer, Matrix::FfnUp, c)?,
+                down: self.linear(layer, Matrix::FfnDown, c)?,
+                activation,
+            }));
+        };
+        let name = |stem: &str| format!("blk.{layer}.{stem}.weight");
+        Ok(Ffn::Experts(Moe {
+            router: Linear {
+                weight: self.need(&name("ffn_gate_inp"), &[e.count, c.hidden])?,
+                bias: None,
+            },
+            gate: self.need(&name("ffn_gate_exps"), &[e.count, e.ffn, c.hidden])?,
+            up: self.need(&name("ffn_up_exps"), &[e.count, e.ffn, c.hidden])?,
+            down: self.need(&name("ffn_down_exps"), &[e.count, c.hidden, e.ffn])?,
+            routing: e.clone(),
+            activation,
+        }))
     }
 }
 
@@ -260,12 +373,7 @@ impl TorchLlama {
                 },
                 post_attn_norm,
                 mlp_norm,
-                mlp: Mlp {
-                    gate: r.linear(i, Matrix::FfnGate, c)?,
-                    up: r.linear(i, Matrix::FfnUp, c)?,
-                    down: r.linear(i, Matrix::FfnDown, c)?,
-                    activation: layout.activation,
-                },
+                ffn: r.ffn(i, c)?,
                 post_mlp_norm,
             });
         }
@@ -415,9 +523,14 @@ impl TorchLlama {
                 );
                 let attn_out = norm_opt(&block.post_attn_norm, attn_out);
                 x = &x + &attn_out;
-                let mlp_out = block
-                    .mlp
-                    .forward(&norm_opt(&block.mlp_norm, x.shallow_clone()));
+                let h = norm_opt(&block.mlp_norm, x.shallow_clone());
+                let (mlp_out, router) = match &block.ffn {
+                    Ffn::Dense(mlp) => (mlp.forward(&h), None),
+                    Ffn::Experts(moe) => {
+                        let (out, probs) = moe.forward(&h)?;
+                        (out, Some(probs))
+                    }
+                };
                 let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out);
                 x = &x + &mlp_out;
                 let start = std::time::Instant::now();
@@ -426,6 +539,7 @@ impl TorchLlama {
                     offset: past as usize,
                     attn_out: &attn_out,
                     mlp_out: &mlp_out,
+                    router: router.as_ref(),
                 };
                 if let Some(changed) = hook.after_block(&view, &x)? {
                     if changed.size() != x.size() {
@@ -466,13 +580,14 @@ impl TorchLlama {
         })
     }
 
-    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`.
-    pub fn weight(&self, layer: usize, m: crate::model::Matrix) -> Result<&Tensor, ModelError> {
+    /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`
+    /// (a mixture's experts' stacked by rows, `[experts · out, in]`).
+    pub fn weight(&self, layer: usize, m: crate::model::Matrix) -> Result<Tensor, ModelError> {
         let b = self.blocks.get(layer).ok_or(ModelError::LayerOutOfRange {
             layer,
             count: self.blocks.len(),
         })?;
-        Ok(&b.linears()[m.index()].weight)
+        Ok(b.matrix(m))
     }
 
     /// Every weight by its GGUF name (`output.weight` only when the
@@ -498,8 +613,32 @@ impl TorchLlama {
                     out.push((format!("blk.{i}.{stem}.weight"), &n.scale));
                 }
             }
-            for (m, lin) in Matrix::ALL.into_iter().zip(b.linears()) {
-                let stem = m.gguf_stem();
+            let a = &b.attn;
+            let mut linears = vec![
+                (Matrix::AttnQ.gguf_stem(), &a.q),
+                (Matrix::AttnK.gguf_stem(), &a.k),
+                (Matrix::AttnV.gguf_stem(), &a.v),
+                (Matrix::AttnOutput.gguf_stem(), &a.o),
+            ];
+            match &b.ffn {
+                Ffn::Dense(f) => linears.extend([
+                    (Matrix::FfnGate.gguf_stem(), &f.gate),
+                    (Matrix::FfnUp.gguf_stem(), &f.up),
+                    (Matrix::FfnDown.gguf_stem(), &f.down),
+                ]),
+                // The router, and the experts' stacks as GGUF holds them.
+                Ffn::Experts(moe) => {
+                    linears.push(("ffn_gate_inp", &moe.router));
+                    for (stem, stack) in [
+                        ("ffn_gate_exps", &moe.gate),
+                        ("ffn_up_exps", &moe.up),
+                        ("ffn_down_exps", &moe.down),
+                    ] {
+                        out.push((format!("blk.{i}.{stem}.weight"), stack));
+                    }
+                }
+            }
+            for (stem, lin) in linears {
                 out.push((format!("blk.{i}.{stem}.weight"), &lin.weight));
                 if let Some(bias) = &lin.bias {
                     out.push((format!("blk.{i}.{stem}.bias"), bias));
@@ -510,8 +649,9 @@ impl TorchLlama {
     }
 
     /// Removes the unit direction `r` (`[hidden]`) from the output of
-    /// `m` at `layer` (`W ← W − r(rᵀW)`, in f32, written in place); the
-    /// Frobenius norm of the change.
+    /// `m` at `layer` (`W ← W − r(rᵀW)`, in f32, written in place; a
+    /// mixture's every expert's down matrix, which removes it from their
+    /// weighted sum exactly); the Frobenius norm of the change.
     pub fn orthogonalize(
         &mut self,
         r: &Tensor,
@@ -527,9 +667,10 @@ impl TorchLlama {
             .blocks
             .get_mut(layer)
             .ok_or(ModelError::LayerOutOfRange { layer, count })?;
-        let w = match m {
-            M::AttnOutput => &mut b.attn.o.weight,
-            _ => &mut b.mlp.down.weight,
+        let w = match (m, &mut b.ffn) {
+            (M::AttnOutput, _) => &mut b.attn.o.weight,
+            (_, Ffn::Dense(f)) => &mut f.down.weight,
+            (_, Ffn::Experts(moe)) => &mut moe.down,
         };
         tch::no_grad(|| {
             let r = r
@@ -537,6 +678,7 @@ impl TorchLlama {
                 .to_kind(Kind::Float)
                 .reshape([-1, 1]);
             let wf = w.to_kind(Kind::Float);
+            // `[hidden, in]`, or `[experts, hidden, in]` broadcast.
             let change = r.matmul(&r.transpose(0, 1).matmul(&wf));
             let norm = change.norm().double_value(&[]) as f32;
             *w = (wf - change).to_kind(w.kind());
@@ -598,7 +740,7 @@ impl LibModel for TorchLlama {
     }
 
     fn weight(&self, layer: usize, m: Matrix) -> Result<Tensor, ModelError> {
-        Ok(TorchLlama::weight(self, layer, m)?.shallow_clone())
+        TorchLlama::weight(self, layer, m)
     }
 
     fn named_weights(&self) -> Result<Vec<(String, TensorOf<Self>)>, ModelError> {

@@ -25,7 +25,8 @@ use vauban_kernels::attention::{
 };
 use vauban_kernels::{Isa, QMatrix};
 
-use crate::model::config::{Activation, ModelConfig, RopeStyle};
+use crate::model::config::{Activation, Experts, ModelConfig, RopeStyle};
+use crate::model::routing::Routing;
 use crate::model::{Matrix, ModelError, WeightMode};
 
 /// A weight as its file stores it.
@@ -304,8 +305,8 @@ impl Mlp {
 struct Moe {
     router: Linear,
     experts: Vec<Mlp>,
-    used: usize,
-    normalize: bool,
+    /// How many run per token, and whether their weights are renormalised.
+    routing: Experts,
 }
 
 impl Moe {
@@ -314,37 +315,26 @@ impl Moe {
     /// was made from).
     fn forward(&self, x: &Tensor, act: Activation) -> Result<(Tensor, Tensor), ModelError> {
         let (_, rows, hidden) = x.dims3()?;
-        let count = self.experts.len();
         let probs =
             candle_nn::ops::softmax_last_dim(&self.router.forward(x)?.to_dtype(DType::F32)?)?;
-        let p = probs.flatten_all()?.to_vec1::<f32>()?;
-        // Each expert's tokens and their weights.
-        let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); count];
-        for (row, scores) in p.chunks_exact(count).enumerate() {
-            let mut order: Vec<usize> = (0..count).collect();
-            // Highest first; ties to the lower index, as torch.topk.
-            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-            let chosen = &order[..self.used];
-            let total: f32 = match self.normalize {
-                true => chosen.iter().map(|&e| scores[e]).sum(),
-                false => 1.0,
-            };
-            for &e in chosen {
-                routed[e].push((row as u32, scores[e] / total));
-            }
-        }
+        let routing = Routing::of(&probs.flatten_all()?.to_vec1::<f32>()?, &self.routing);
         let x2 = x.reshape((rows, hidden))?;
         let mut out = vec![0f32; rows * hidden];
-        for (expert, tokens) in self.experts.iter().zip(&routed) {
+        for (e, (expert, tokens)) in self.experts.iter().zip(&routing.rows).enumerate() {
             if tokens.is_empty() {
                 continue;
             }
-            let ids: Vec<u32> = tokens.iter().map(|t| t.0).collect();
-            let picked = x2.index_select(&Tensor::new(ids.as_slice(), x.device())?, 0)?;
+            let picked = x2.index_select(&Tensor::new(tokens.as_slice(), x.device())?, 0)?;
             let y = expert.forward(&picked.unsqueeze(0)?, act)?.squeeze(0)?;
             let y = y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-            for ((row, w), values) in tokens.iter().zip(y.chunks_exact(hidden)) {
-                let dst = &mut out[*row as usize * hidden..][..hidden];
+            for (&row, values) in tokens.iter().zip(y.chunks_exact(hidden)) {
+                let row = row as usize;
+                let w = routing.picks[row]
+                    .iter()
+                    .find(|p| p.0 == e)
+                    .expect("the token picked this expert")
+                    .1;
+                let dst = &mut out[row * hidden..][..hidden];
                 for (d, v) in dst.iter_mut().zip(values) {
                     *d += w * v;
                 }
@@ -817,8 +807,7 @@ impl Llama {
                     Ffn::Experts(Moe {
                         router,
                         experts,
-                        used: e.used,
-                        normalize: e.normalize,
+                        routing: e.clone(),
                     })
                 }
             };
