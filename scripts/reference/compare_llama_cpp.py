@@ -114,6 +114,16 @@ def cases():
         "phi3": (transformers.Phi3Config, dict(base, num_hidden_layers=3, head_dim=16, pad_token_id=0,
                                                sliding_window=None, original_max_position_embeddings=256,
                                                tie_word_embeddings=False, **ct.rope(10000.0, None)), "spm"),
+        # LongRoPE (Phi-3 128k): the converter writes both factor sets as
+        # tensors and the attention factor as metadata. A context of 16
+        # first and 256 now: llama.cpp (its context of 256), vauban (the
+        # file's) and transformers (a sequence past 16) all run the long set.
+        "phi3_longrope": (transformers.Phi3Config, dict(
+            base, num_hidden_layers=3, head_dim=16, pad_token_id=0, sliding_window=None,
+            original_max_position_embeddings=16, tie_word_embeddings=False,
+            **ct.rope(10000.0, {"rope_type": "longrope", "original_max_position_embeddings": 16,
+                                "short_factor": [1.0, 1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0],
+                                "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 32.0, 64.0]})), "spm"),
     }
 
 

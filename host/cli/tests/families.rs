@@ -141,7 +141,7 @@ fn every_family_on(executor: &str) {
     let Some(models) = compare(executor, "", "", keep.path()) else {
         return;
     };
-    assert!(models.as_object().unwrap().len() >= 13, "{models}");
+    assert!(models.as_object().unwrap().len() >= 15, "{models}");
     for (name, m) in models.as_object().unwrap() {
         assert_eq!(m["ok"], true, "{executor} {name}: {m}");
         assert_eq!(m["vauban_greedy"], m["transformers_greedy"], "{name}");
@@ -265,6 +265,8 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
         "olmo2",
         "phi3",
         "phi3_partial",
+        "phi3_longrope",
+        "phi3_longrope_switch",
         "qwen3_moe",
         "qwen3_moe_norm",
     ] {
@@ -377,7 +379,14 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
     let models = run_reference(&python, "compare_llama_cpp", &[llama.as_os_str()], &[]);
     let models = models.as_object().unwrap();
     for family in [
-        "llama", "qwen3", "gemma2", "gemma3", "olmo2", "phi3", "qwen3moe",
+        "llama",
+        "qwen3",
+        "gemma2",
+        "gemma3",
+        "olmo2",
+        "phi3",
+        "phi3_longrope",
+        "qwen3moe",
     ] {
         for dtype in ["F32", "Q8_0"] {
             let m = &models[&format!("{family}/{dtype}")];

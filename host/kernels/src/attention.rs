@@ -135,18 +135,36 @@ pub struct RopeTable {
 impl RopeTable {
     /// Angles `position · inv_freqs[i]` for each row's position.
     pub fn new(inv_freqs: &[f32], positions: impl IntoIterator<Item = usize>) -> Self {
-        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        let mut table = RopeTable::empty(inv_freqs.len());
+        table.extend(inv_freqs, positions, 1.0);
+        table
+    }
+
+    /// A table of no rows, for rotating `2 · half` dimensions.
+    pub fn empty(half: usize) -> Self {
+        RopeTable {
+            cos: Vec::new(),
+            sin: Vec::new(),
+            half,
+        }
+    }
+
+    /// Appends rows at `positions` with their own frequencies (each
+    /// sequence of a batch can run its own: LongRoPE), cos and sin scaled
+    /// by `magnitude` (LongRoPE's attention factor; 1 otherwise).
+    pub fn extend(
+        &mut self,
+        inv_freqs: &[f32],
+        positions: impl IntoIterator<Item = usize>,
+        magnitude: f32,
+    ) {
+        assert_eq!(inv_freqs.len(), self.half, "one frequency per rotated pair");
         for p in positions {
             for &f in inv_freqs {
                 let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                self.cos.push(angle.cos() * magnitude);
+                self.sin.push(angle.sin() * magnitude);
             }
-        }
-        RopeTable {
-            cos,
-            sin,
-            half: inv_freqs.len(),
         }
     }
 

@@ -609,6 +609,12 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
     {
         writeln!(out, "limitation: {why}")?;
     }
+    if let Some(note) = (args.model.model.as_deref())
+        .and_then(|p| vauban::model::read_config(p).ok())
+        .and_then(|c| c.export_note())
+    {
+        writeln!(out, "note: {note}")?;
+    }
     // Each layer's direction: `--tensor`, the file's one tensor,
     // `direction.L` for layer L (a control vector), or `direction` (the
     // file `vauban measure` writes).
@@ -656,6 +662,12 @@ pub fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     let exec = args.model.load()?;
+    if let Some(note) = (args.model.model.as_deref())
+        .and_then(|p| vauban::model::read_config(p).ok())
+        .and_then(|c| c.export_note())
+    {
+        writeln!(out, "note: {note}")?;
+    }
     exec.export_hf(&args.out)
         .with_context(|| format!("cannot export to {}", args.out.display()))?;
     writeln!(

@@ -67,6 +67,9 @@ impl ModelAssets {
                     })?;
             config.rope_scaling = Some(RopeScaling::FreqFactors { factors });
         }
+        if config.rope_scaling.is_none() {
+            config.rope_scaling = config::gguf_long_rope(path, file, &config)?;
+        }
         config.check(path)?;
         let tokenizer = tokenizer::from_gguf(&*file)?;
         let md_u32 = |key: &str| file.meta(key).and_then(|v| v.to_u32().ok());

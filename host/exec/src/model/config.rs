@@ -160,6 +160,30 @@ impl ModelConfig {
     /// coordinate of what the edited matrix writes by its own weight, which
     /// turns a written vector back toward the direction. `None` for
     /// pre-norm models, where the edit is exact.
+    /// What an HF folder exported from this model runs differently, said
+    /// before the folder is written: a GGUF's LongRoPE set, chosen once by
+    /// llama.cpp's rule, becomes a `config.json` that transformers reads
+    /// with its own rule (the short set until a sequence passes the
+    /// original context).
+    pub fn export_note(&self) -> Option<String> {
+        let Some(RopeScaling::LongRope {
+            original_max_position_embeddings: original,
+            choice,
+            ..
+        }) = &self.rope_scaling
+        else {
+            return None;
+        };
+        let runs = match choice {
+            LongRopeChoice::ByReach => return None,
+            LongRopeChoice::Long => "the long",
+            LongRopeChoice::Short => "the short",
+        };
+        Some(format!(
+            "this GGUF file runs {runs} LongRoPE factors at every length, as llama.cpp chooses them from the context; the exported config.json says `longrope`, which transformers (and vauban, reading the folder) runs with the short factors up to {original} positions and the long ones past them"
+        ))
+    }
+
     pub fn weight_edit_limitation(&self) -> Option<String> {
         self.block.post_norms.then(|| format!(
             "a {} normalises what each block writes (norms after attention and the MLP), so orthogonalizing the output matrices removes the direction from what they compute, not exactly from what reaches the residual stream; the activation-level intervention (ablate at the same layers) is exact",
@@ -195,6 +219,47 @@ pub enum RopeScaling {
     },
     /// Per-frequency divisors stored in the GGUF file (`rope_freqs.weight`).
     FreqFactors { factors: Vec<f32> },
+    /// LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): per-frequency divisors,
+    /// one set for sequences within the context the model was first
+    /// trained for and one past it, and a magnitude on cos and sin (so
+    /// the rotated dimensions of queries and keys are scaled by it).
+    LongRope {
+        short_factor: Vec<f32>,
+        long_factor: Vec<f32>,
+        original_max_position_embeddings: usize,
+        /// What multiplies cos and sin, whichever set runs.
+        attention_factor: f32,
+        /// When the long set runs.
+        choice: LongRopeChoice,
+    },
+}
+
+/// When a LongRoPE model runs its long factors. transformers and
+/// llama.cpp disagree, and vauban reads each format as its reference
+/// runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LongRopeChoice {
+    /// transformers (an HF folder): a sequence runs the long set once it
+    /// is longer than the original context; the pass that crosses that
+    /// point runs the whole sequence again with it
+    /// ([`ModelConfig::reruns`]), so every cached key has one rotation.
+    ByReach,
+    /// llama.cpp (a GGUF file), chosen once from the context it runs with:
+    /// the model's own, longer than the original.
+    Long,
+    /// llama.cpp, with a context within the original.
+    Short,
+}
+
+/// The rotary embedding a pass gives a layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    /// Inverse frequency of each rotated pair.
+    pub inv_freqs: Vec<f32>,
+    /// What multiplies cos and sin (LongRoPE's attention factor; 1
+    /// otherwise).
+    pub magnitude: f32,
 }
 
 /// The shape of a llama-family model.
@@ -275,6 +340,25 @@ impl ModelConfig {
                 ),
             ));
         }
+        if let Some(RopeScaling::LongRope {
+            short_factor,
+            long_factor,
+            ..
+        }) = &self.rope_scaling
+        {
+            let pairs = self.rotary_dim / 2;
+            for (key, factors) in [("short_factor", short_factor), ("long_factor", long_factor)] {
+                if factors.len() != pairs || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+                    return Err(bad(
+                        &format!("rope_scaling.{key}"),
+                        format!(
+                            "holds {} factors; LongRoPE needs one positive factor per rotated pair ({pairs})",
+                            factors.len()
+                        ),
+                    ));
+                }
+            }
+        }
         if !self.head_dim.is_multiple_of(2) {
             return Err(bad(
                 "head_dim",
@@ -321,18 +405,74 @@ impl ModelConfig {
     }
 
     /// The inverse rotary frequencies of one head of the global layers,
-    /// scaling applied.
+    /// scaling applied (LongRoPE's short set, or the set its file chose).
     pub fn inv_freqs(&self) -> Vec<f32> {
-        self.frequencies(self.rope_theta, self.rope_scaling.as_ref())
+        self.rope(false, 0).inv_freqs
     }
 
-    /// The inverse rotary frequencies of `layer`: the local base, unscaled,
-    /// on a sliding layer of a model that has one (Gemma 3), else the
-    /// global ones.
+    /// The inverse rotary frequencies of `layer` in a pass reaching no
+    /// further than the original context: the local base, unscaled, on a
+    /// sliding layer of a model that has one (Gemma 3), else the global
+    /// ones.
     pub fn layer_inv_freqs(&self, layer: usize) -> Vec<f32> {
-        match (self.local_rope(layer), self.local_rope_theta) {
-            (true, Some(theta)) => self.frequencies(theta, None),
-            _ => self.inv_freqs(),
+        self.rope(self.local_rope(layer), 0).inv_freqs
+    }
+
+    /// Whether a pass of `n` tokens after `past` cached ones runs the whole
+    /// sequence again, from position 0: a LongRoPE model read as
+    /// transformers reads it runs its long factors once a pass reaches past
+    /// the original context, and the positions cached before, rotated with
+    /// the short ones, are computed again with them (what transformers'
+    /// Phi-3 does when generation crosses that point: it drops its cache).
+    pub fn reruns(&self, past: usize, n: usize) -> bool {
+        match &self.rope_scaling {
+            Some(RopeScaling::LongRope {
+                original_max_position_embeddings: original,
+                choice: LongRopeChoice::ByReach,
+                ..
+            }) => past > 0 && past <= *original && past + n > *original,
+            _ => false,
+        }
+    }
+
+    /// The rotary embedding of the sliding layers with a base of their own
+    /// (`local`: Gemma 3's, unscaled) or of the others, in a pass whose
+    /// last position is `reach - 1` (LongRoPE's set can depend on it).
+    pub fn rope(&self, local: bool, reach: usize) -> Rope {
+        if let (true, Some(theta)) = (local, self.local_rope_theta) {
+            return Rope {
+                inv_freqs: self.frequencies(theta, None),
+                magnitude: 1.0,
+            };
+        }
+        let Some(RopeScaling::LongRope {
+            short_factor,
+            long_factor,
+            original_max_position_embeddings: original,
+            attention_factor,
+            choice,
+        }) = &self.rope_scaling
+        else {
+            return Rope {
+                inv_freqs: self.frequencies(self.rope_theta, self.rope_scaling.as_ref()),
+                magnitude: 1.0,
+            };
+        };
+        let long = match choice {
+            LongRopeChoice::ByReach => reach > *original,
+            LongRopeChoice::Long => true,
+            LongRopeChoice::Short => false,
+        };
+        let factors = if long { long_factor } else { short_factor };
+        // `1 / (factor · θ^(2i/d))`, in transformers' order of operations.
+        let d = self.rotary_dim as f32;
+        Rope {
+            inv_freqs: factors
+                .iter()
+                .enumerate()
+                .map(|(i, s)| 1.0 / (s * self.rope_theta.powf(2.0 * i as f32 / d)))
+                .collect(),
+            magnitude: *attention_factor,
         }
     }
 
@@ -342,7 +482,8 @@ impl ModelConfig {
             .map(|i| 1.0 / theta.powf(2.0 * i as f32 / self.rotary_dim as f32))
             .collect();
         match scaling {
-            None => base,
+            // LongRoPE's divisors depend on the pass: `rope` applies them.
+            None | Some(RopeScaling::LongRope { .. }) => base,
             Some(RopeScaling::Linear { factor }) => base.iter().map(|f| f / factor).collect(),
             Some(RopeScaling::FreqFactors { factors }) => base
                 .iter()
@@ -454,13 +595,6 @@ impl ModelConfig {
             }
         };
         let layers = u("block_count")?;
-        if file.has_tensor("rope_factors_long") || file.has_tensor("rope_factors_short") {
-            return Err(ModelError::Metadata {
-                path: path.to_path_buf(),
-                key: "rope_factors_long".into(),
-                problem: "holds LongRoPE factors (Phi-3 128k, Phi-3.5, Phi-4-mini), a RoPE scaling vauban does not run yet; supported: none, linear, llama3 and GGUF rope_freqs".into(),
-            });
-        }
         // What llama.cpp's loader does with these files (src/models/<arch>.cpp),
         // which is what the GGUF means: the keys it reads, and its defaults
         // and fixed rules where the converter writes no key.
@@ -595,10 +729,10 @@ impl ModelConfig {
             .and_then(|p| p.rope_theta)
             .or(json.rope_theta)
             .unwrap_or(10_000.0);
-        let scaling = hf_rope_scaling(path, global)?;
+        let scaling = hf_rope_scaling(path, global, json)?;
         let local_rope_theta = match local {
             Some(p) => {
-                if hf_rope_scaling(path, Some(p))?.is_some() {
+                if hf_rope_scaling(path, Some(p), json)?.is_some() {
                     return Err(bad(
                         "rope_parameters.sliding_attention",
                         "scales the sliding layers' RoPE; vauban scales the global layers' only"
@@ -752,10 +886,12 @@ impl ModelConfig {
     }
 }
 
-/// RoPE scaling from a `rope_scaling` or `rope_parameters` object.
+/// RoPE scaling from a `rope_scaling` or `rope_parameters` object (and,
+/// for LongRoPE, the context lengths at the top of `json`).
 fn hf_rope_scaling(
     path: &Path,
     params: Option<&HfRopeScaling>,
+    json: &HfConfig,
 ) -> Result<Option<RopeScaling>, ModelError> {
     let Some(s) = params else {
         return Ok(None);
@@ -782,17 +918,48 @@ fn hf_rope_scaling(
                 "original_max_position_embeddings",
             )?,
         }),
+        // As transformers computes it (`_compute_longrope_parameters`):
+        // the attention factor from the file, else from the ratio of the
+        // context lengths.
+        "longrope" | "su" => {
+            let original = s
+                .original_max_position_embeddings
+                .map(|v| v as usize)
+                .or(json.original_max_position_embeddings)
+                .ok_or_else(|| ModelError::Config {
+                    path: path.to_path_buf(),
+                    key: "original_max_position_embeddings".into(),
+                    problem: format!("is missing (needed by rope_type `{kind}`)"),
+                })?;
+            let factor = match (s.factor, json.max_position_embeddings) {
+                (Some(f), _) => f,
+                (None, Some(max)) => max as f32 / original as f32,
+                (None, None) => 1.0,
+            };
+            let attention_factor = s.attention_factor.unwrap_or(match factor <= 1.0 {
+                true => 1.0,
+                false => (1.0 + factor.ln() / (original as f32).ln()).sqrt(),
+            });
+            let factors = |v: &Option<Vec<f32>>, key: &str| {
+                v.clone().ok_or_else(|| ModelError::Config {
+                    path: path.to_path_buf(),
+                    key: format!("rope_scaling.{key}"),
+                    problem: format!("is missing (needed by rope_type `{kind}`)"),
+                })
+            };
+            Some(RopeScaling::LongRope {
+                short_factor: factors(&s.short_factor, "short_factor")?,
+                long_factor: factors(&s.long_factor, "long_factor")?,
+                original_max_position_embeddings: original,
+                attention_factor,
+                choice: LongRopeChoice::ByReach,
+            })
+        }
         other => {
             return Err(ModelError::Config {
                 path: path.to_path_buf(),
                 key: "rope_scaling.rope_type".into(),
-                problem: format!(
-                    "`{other}` is not supported{}; supported: linear, llama3",
-                    match other {
-                        "longrope" | "su" => " yet (LongRoPE: Phi-3 128k, Phi-3.5, Phi-4-mini)",
-                        _ => "",
-                    }
-                ),
+                problem: format!("`{other}` is not supported; supported: linear, llama3, longrope"),
             });
         }
     })
@@ -870,6 +1037,9 @@ pub struct HfConfig {
     pub attention_bias: Option<bool>,
     #[serde(default)]
     pub max_position_embeddings: Option<usize>,
+    /// The context a LongRoPE model was first trained for (Phi-3).
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
     #[serde(default)]
     pub bos_token_id: Option<u32>,
     #[serde(default)]
@@ -930,6 +1100,14 @@ pub struct HfRopeScaling {
     pub original_max_position_embeddings: Option<f32>,
     #[serde(default)]
     pub partial_rotary_factor: Option<f32>,
+    /// LongRoPE's divisors per rotated pair, within and past the
+    /// original context, and its magnitude on cos and sin.
+    #[serde(default)]
+    pub short_factor: Option<Vec<f32>>,
+    #[serde(default)]
+    pub long_factor: Option<Vec<f32>>,
+    #[serde(default)]
+    pub attention_factor: Option<f32>,
 }
 
 /// An HF folder's `config.json`: as written, and as the model's shape.
@@ -954,7 +1132,59 @@ pub fn read_hf_config(dir: &Path) -> Result<(HfConfig, ModelConfig), ModelError>
     Ok((hf, config))
 }
 
-/// The model's shape from a GGUF header (no tensor data is read).
+/// LongRoPE as llama.cpp reads it from a GGUF file (Phi-3 128k, Phi-3.5,
+/// Phi-4-mini): the `rope_factors_long` and `rope_factors_short` tensors,
+/// the original context and the attention factor from the metadata, and
+/// the long set chosen once when the context the model runs with (its
+/// own, `context_length`) exceeds the original, as llama.cpp chooses it
+/// from its context size.
+pub(crate) fn gguf_long_rope<R: std::io::Read + std::io::Seek>(
+    path: &Path,
+    file: &mut GgufFile<R>,
+    config: &ModelConfig,
+) -> Result<Option<RopeScaling>, ModelError> {
+    let (long, short) = ("rope_factors_long.weight", "rope_factors_short.weight");
+    if !(file.has_tensor(long) || file.has_tensor(short)) {
+        return Ok(None);
+    }
+    let mut read = |name: &str| {
+        file.read_f32(name).map_err(|problem| ModelError::Tensor {
+            path: path.to_path_buf(),
+            tensor: name.into(),
+            problem,
+        })
+    };
+    let (long_factor, short_factor) = (read(long)?, read(short)?);
+    let arch = &config.architecture;
+    let key = format!("{arch}.rope.scaling.original_context_length");
+    let original = file
+        .meta(&key)
+        .and_then(|v| v.to_u32().ok())
+        .ok_or_else(|| ModelError::Metadata {
+            path: path.to_path_buf(),
+            key: key.clone(),
+            problem: "is missing (needed with the LongRoPE factors the file holds)".into(),
+        })? as usize;
+    // llama.cpp's default where the converter wrote none.
+    let attention_factor = file
+        .meta(&format!("{arch}.rope.scaling.attn_factor"))
+        .and_then(|v| v.to_f32().ok())
+        .unwrap_or(1.0);
+    let choice = match config.context_length {
+        Some(c) if c > original => LongRopeChoice::Long,
+        _ => LongRopeChoice::Short,
+    };
+    Ok(Some(RopeScaling::LongRope {
+        short_factor,
+        long_factor,
+        original_max_position_embeddings: original,
+        attention_factor,
+        choice,
+    }))
+}
+
+/// The model's shape from a GGUF header (no tensor data is read but
+/// LongRoPE's two factor sets, which say how positions are encoded).
 pub fn read_gguf_config(path: &Path) -> Result<ModelConfig, ModelError> {
     let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
@@ -964,7 +1194,11 @@ pub fn read_gguf_config(path: &Path) -> Result<ModelConfig, ModelError> {
         path: path.to_path_buf(),
         message,
     })?;
-    let config = ModelConfig::from_gguf(path, &file)?;
+    let mut file = file;
+    let mut config = ModelConfig::from_gguf(path, &file)?;
+    if config.rope_scaling.is_none() {
+        config.rope_scaling = gguf_long_rope(path, &mut file, &config)?;
+    }
     config.check(path)?;
     Ok(config)
 }
@@ -1237,5 +1471,97 @@ mod tests {
         assert_eq!((plain.rope_theta, plain.rope_scaling), (1e6, None));
         assert_eq!(hf(serde_json::json!({})).rope_theta, 10_000.0);
         assert_eq!(plain.kv_heads, 4, "no num_key_value_heads: one per head");
+    }
+
+    /// Phi-3 128k's form (the old `rope_scaling` and a top-level original
+    /// context), read as transformers computes it.
+    #[test]
+    fn longrope_switches_by_reach_and_reruns_the_crossing_pass() {
+        // Heads of 16: 8 rotated pairs.
+        let short = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0];
+        let long = [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0, 8.0];
+        let c = hf(
+            serde_json::json!({"model_type": "phi3", "max_position_embeddings": 128,
+            "original_max_position_embeddings": 16,
+            "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long}}),
+        );
+        c.check(Path::new("config.json")).unwrap();
+        // sqrt(1 + ln(128 / 16) / ln 16).
+        let af = (1.0f32 + 8f32.ln() / 16f32.ln()).sqrt();
+        let within = c.rope(false, 16);
+        let past = c.rope(false, 17);
+        assert!((within.magnitude - af).abs() < 1e-6 && past.magnitude == within.magnitude);
+        let plain = 1.0 / 10_000f32.powf(14.0 / 16.0);
+        assert!(
+            (within.inv_freqs[7] - plain / 2.0).abs() < 1e-9,
+            "{within:?}"
+        );
+        assert!((past.inv_freqs[7] - plain / 8.0).abs() < 1e-9, "{past:?}");
+        assert_eq!(within.inv_freqs[0], 1.0);
+        // The pass that crosses 16 with positions cached runs again; one
+        // that starts past it, or from nothing, does not.
+        assert!(c.reruns(16, 1) && c.reruns(10, 7));
+        assert!(!c.reruns(15, 1) && !c.reruns(17, 1) && !c.reruns(0, 40));
+        // An attention factor the file gives is taken as it is.
+        let given = hf(
+            serde_json::json!({"model_type": "phi3", "max_position_embeddings": 128,
+            "rope_scaling": {"rope_type": "longrope", "original_max_position_embeddings": 16,
+                "attention_factor": 1.5, "short_factor": short, "long_factor": long}}),
+        );
+        assert_eq!(given.rope(false, 1).magnitude, 1.5);
+        // Read from a folder, the rule is transformers' own: nothing to say
+        // on export. A GGUF's set, chosen once, is said to change.
+        assert_eq!(c.export_note(), None);
+        let mut gguf = c.clone();
+        if let Some(RopeScaling::LongRope { choice, .. }) = &mut gguf.rope_scaling {
+            *choice = LongRopeChoice::Long;
+        }
+        assert!(!gguf.reruns(16, 1) && gguf.rope(false, 1) == past);
+        let note = gguf.export_note().unwrap();
+        assert!(
+            note.contains("the long LongRoPE factors at every length")
+                && note.contains("up to 16 positions"),
+            "{note}"
+        );
+        // Other models neither scale cos and sin nor run again.
+        let llama = hf(serde_json::json!({}));
+        assert_eq!(llama.rope(false, 1000).magnitude, 1.0);
+        assert!(!llama.reruns(16, 1));
+    }
+
+    #[test]
+    fn longrope_without_what_it_needs_is_named() {
+        let e = try_hf(serde_json::json!({"model_type": "phi3",
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("original_max_position_embeddings"), "{e}");
+        let e = try_hf(
+            serde_json::json!({"model_type": "phi3", "original_max_position_embeddings": 16,
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0]}}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("long_factor") && e.contains("missing"), "{e}");
+        // One factor per rotated pair (8 here), each positive.
+        let c = hf(
+            serde_json::json!({"model_type": "phi3", "original_max_position_embeddings": 16,
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0, 2.0],
+                "long_factor": [1.0, 2.0]}}),
+        );
+        let e = c.check(Path::new("config.json")).unwrap_err().to_string();
+        assert!(
+            e.contains("rope_scaling.short_factor")
+                && e.contains("holds 2 factors")
+                && e.contains("(8)"),
+            "{e}"
+        );
+        let e = try_hf(serde_json::json!({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`yarn` is not supported") && e.contains("longrope"),
+            "{e}"
+        );
     }
 }

@@ -21,7 +21,7 @@ use mlx_rs::ops::indexing::TryIndexOp;
 use super::weights::{self, Linear, Matrix, Reader};
 use crate::executor::DeviceSpec;
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass};
+use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass, pass_after};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -229,10 +229,11 @@ pub struct MlxLlama {
     blocks: Vec<Block>,
     norm: RmsNorm,
     output: Linear,
-    /// The rotary frequencies as MLX takes them, `1 / inv_freq` per pair:
-    /// the global layers', then the sliding layers' where their base
-    /// differs.
-    rope_freqs: Vec<Array>,
+    /// The kinds of rotary embedding the layers take: the global one,
+    /// then the sliding layers' own base where they have one (Gemma 3).
+    /// Each pass asks the config for their frequencies (LongRoPE chooses
+    /// by the pass's reach).
+    rope_kinds: usize,
     /// How the file stored the weights read as f32 (a GGUF's `Q4_1/Q8_0`).
     dequantized: Option<String>,
     /// How the matrices kept packed are quantized (`4-bit, groups of 64`).
@@ -246,6 +247,8 @@ pub struct MlxLlama {
 pub struct MlxCache {
     layers: Vec<Option<(Array, Array)>>,
     len: usize,
+    /// The token ids of the positions held.
+    ids: Vec<u32>,
 }
 
 /// The indices `from..to`, as an index array.
@@ -271,6 +274,11 @@ impl LibCache for MlxCache {
             };
         }
         self.len = to;
+        self.ids.truncate(to);
+    }
+
+    fn ids(&self) -> &[u32] {
+        &self.ids
     }
 
     /// MLX arrays are values: growing one cache makes new arrays and
@@ -279,6 +287,7 @@ impl LibCache for MlxCache {
         MlxCache {
             layers: self.layers.clone(),
             len: self.len,
+            ids: self.ids.clone(),
         }
     }
 
@@ -368,7 +377,6 @@ impl MlxLlama {
     fn arrays(&self) -> Vec<&Array> {
         let mut out: Vec<&Array> = self.matrices().flat_map(Matrix::arrays).collect();
         out.push(&self.norm.scale);
-        out.extend(&self.rope_freqs);
         for b in &self.blocks {
             out.extend(b.norms().map(|(_, n)| &n.scale));
             out.extend(b.linears().into_iter().filter_map(|l| l.bias.as_ref()));
@@ -444,21 +452,13 @@ impl MlxLlama {
             },
             bias: None,
         };
-        let as_mlx = |inv: Vec<f32>| {
-            let freqs: Vec<f32> = inv.iter().map(|f| 1.0 / f).collect();
-            Array::from_slice(&freqs, &[freqs.len() as i32])
-        };
-        let mut rope_freqs = vec![as_mlx(c.inv_freqs())];
-        if let Some(local) = (0..c.layers).find(|&i| c.local_rope(i)) {
-            rope_freqs.push(as_mlx(c.layer_inv_freqs(local)));
-        }
         Ok(MlxLlama {
             config: c.clone(),
             embed,
             blocks,
             norm,
             output,
-            rope_freqs,
+            rope_kinds: 1 + usize::from((0..c.layers).any(|i| c.local_rope(i))),
             dequantized: None,
             packed: None,
             on_gpu: false,
@@ -474,6 +474,7 @@ impl MlxLlama {
         MlxCache {
             layers: (0..self.config.layers).map(|_| None).collect(),
             len: 0,
+            ids: Vec::new(),
         }
     }
 
@@ -502,12 +503,16 @@ impl MlxLlama {
         from: usize,
     ) -> Result<(Array, PassTiming), ModelError> {
         check_pass(&self.config, ids, cache.len, from)?;
+        // Where LongRoPE switches, the whole sequence again: the cache is
+        // emptied first, so a failed pass leaves it empty.
+        let (ids, from) = pass_after(&self.config, cache, ids, from);
+        let ids = ids.as_ref();
         let _lock = super::evaluating();
         super::use_device(self.on_gpu);
         let mut timing = PassTiming::default();
         let (n, past) = (ids.len(), cache.len);
-        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let mut x = self.embed.rows(&Array::from_slice(&ids, &[n as i32]))?;
+        let rows: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let mut x = self.embed.rows(&Array::from_slice(&rows, &[n as i32]))?;
         if let Some(scale) = self.config.block.embed_scale {
             x = x.multiply(Array::from_f32(scale))?;
         }
@@ -536,11 +541,34 @@ impl MlxLlama {
         for w in &self.config.windows {
             masks.entry(*w).or_insert_with(|| mask(*w));
         }
+        // Each RoPE kind's frequencies as MLX takes them (`1 / inv_freq`
+        // per pair) and, where LongRoPE scales cos and sin, what multiplies
+        // each dimension of a head once rotated.
+        let ropes: Vec<(Array, Option<Array>)> = (0..self.rope_kinds)
+            .map(|r| {
+                let rope = self.config.rope(r == 1, total);
+                let freqs: Vec<f32> = rope.inv_freqs.iter().map(|f| 1.0 / f).collect();
+                let freqs = Array::from_slice(&freqs, &[freqs.len() as i32]);
+                let c = &self.config;
+                let scale = (rope.magnitude != 1.0).then(|| {
+                    let per_dim: Vec<f32> = (0..c.head_dim)
+                        .map(|i| match i < c.rotary_dim {
+                            true => rope.magnitude,
+                            false => 1.0,
+                        })
+                        .collect();
+                    Array::from_slice(&per_dim, &[c.head_dim as i32])
+                });
+                (freqs, scale)
+            })
+            .collect();
         let mut appended = Vec::with_capacity(self.blocks.len());
         for (layer, (block, slot)) in self.blocks.iter().zip(&cache.layers).enumerate() {
             let h = norm_opt(&block.attn_norm, x.clone())?;
             let mask = masks[&block.attn.window].as_ref();
-            let (attn_out, kv) = self.attention(&block.attn, &h, slot.as_ref(), past, mask)?;
+            let rope = &ropes[block.attn.rope];
+            let (attn_out, kv) =
+                self.attention(&block.attn, &h, slot.as_ref(), past, rope, mask)?;
             let attn_out = norm_opt(&block.post_attn_norm, attn_out)?;
             appended.push(kv);
             x = x.add(&attn_out)?;
@@ -599,6 +627,7 @@ impl MlxLlama {
             *slot = Some(kv);
         }
         cache.len += n;
+        cache.ids.extend_from_slice(ids);
         Ok((logits, timing))
     }
 
@@ -624,6 +653,7 @@ impl MlxLlama {
         h: &Array,
         cached: Option<&(Array, Array)>,
         past: usize,
+        (freqs, scale): &(Array, Option<Array>),
         mask: Option<&Array>,
     ) -> Result<(Array, (Array, Array)), ModelError> {
         let c = &self.config;
@@ -635,15 +665,19 @@ impl MlxLlama {
         };
         // Dimensions past `rotary_dim` (a partial rotary embedding) stay.
         let rope = |x: Array| {
-            fast::rope(
+            let turned = fast::rope(
                 x,
                 c.rotary_dim as i32,
                 c.rope_style == RopeStyle::Interleaved,
                 None,
                 1.0,
                 past as i32,
-                &self.rope_freqs[a.rope],
-            )
+                freqs,
+            )?;
+            match scale {
+                Some(s) => turned.multiply(s),
+                None => Ok(turned),
+            }
         };
         // Q/K norms over the whole projection (before the split into
         // heads), or per head (after it).

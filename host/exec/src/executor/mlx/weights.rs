@@ -307,8 +307,9 @@ impl PackedFolder {
 enum Source<'a> {
     /// f32 values on the host (a GGUF file, a float HF folder).
     Host(HostWeights<'a>),
-    /// An HF folder quantized by MLX, read by MLX.
-    Packed(PackedFolder),
+    /// An HF folder quantized by MLX, read by MLX (boxed: it holds the
+    /// model's whole description).
+    Packed(Box<PackedFolder>),
 }
 
 /// Reads the weights a model's config implies, shapes checked, as MLX
@@ -372,11 +373,11 @@ impl<'a> Reader<'a> {
                         arrays.insert(name, array);
                     }
                 }
-                Source::Packed(PackedFolder {
+                Source::Packed(Box::new(PackedFolder {
                     arrays,
                     path: assets.path.clone(),
                     config: assets.config.clone(),
-                })
+                }))
             }
         };
         Ok(Reader {

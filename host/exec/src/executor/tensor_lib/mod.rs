@@ -123,6 +123,27 @@ pub fn check_pass(
     }
 }
 
+/// The pass a model runs for `ids` (logits from this pass's position
+/// `from` on) after the positions `cache` holds: as asked, or, where the
+/// pass crosses LongRoPE's switch ([`ModelConfig::reruns`]), the whole
+/// sequence from position 0 with the cache emptied and `from` moved to
+/// this pass's first token, so the logits are still this pass's.
+pub fn pass_after<'i, C: LibCache>(
+    c: &ModelConfig,
+    cache: &mut C,
+    ids: &'i [u32],
+    from: usize,
+) -> (std::borrow::Cow<'i, [u32]>, usize) {
+    if !c.reruns(cache.len(), ids.len()) {
+        return (ids.into(), from);
+    }
+    let past = cache.len();
+    let mut all = cache.ids().to_vec();
+    all.extend_from_slice(ids);
+    cache.cut(0);
+    (all.into(), past + from)
+}
+
 /// A model's KV cache: keys and values of every block for the positions
 /// run so far.
 pub trait LibCache {
@@ -133,6 +154,8 @@ pub trait LibCache {
     }
     /// Forgets every position from `to` on (`to` ≤ [`LibCache::len`]).
     fn cut(&mut self, to: usize);
+    /// The token ids of the positions held.
+    fn ids(&self) -> &[u32];
     /// A cache holding the same positions that grows on its own.
     fn fork(&self) -> Self;
     /// Bytes held by the keys and values.

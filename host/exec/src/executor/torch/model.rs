@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::executor::candle::model::host_weights::HostWeights;
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass};
+use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass, pass_after};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -221,9 +221,11 @@ pub struct TorchLlama {
     blocks: Vec<Block>,
     norm: RmsNorm,
     output: Linear,
-    /// Inverse RoPE frequencies: the global layers', then the sliding
-    /// layers' where their base differs.
-    inv_freqs: Vec<Tensor>,
+    /// The kinds of rotary embedding the layers take: the global one,
+    /// then the sliding layers' own base where they have one (Gemma 3).
+    /// Each pass asks the config for their frequencies (LongRoPE chooses
+    /// by the pass's reach).
+    rope_kinds: usize,
     device: Device,
     /// The weights' and activations' dtype.
     kind: Kind,
@@ -385,17 +387,14 @@ impl TorchLlama {
             },
             bias: None,
         };
-        let mut inv_freqs = vec![Tensor::from_slice(&c.inv_freqs()).to_device(device)];
-        if let Some(local) = (0..c.layers).find(|&i| c.local_rope(i)) {
-            inv_freqs.push(Tensor::from_slice(&c.layer_inv_freqs(local)).to_device(device));
-        }
+        let rope_kinds = 1 + usize::from((0..c.layers).any(|i| c.local_rope(i)));
         Ok(TorchLlama {
             config,
             embed,
             blocks,
             norm: final_norm,
             output,
-            inv_freqs,
+            rope_kinds,
             device,
             kind,
             dequantized: None,
@@ -425,6 +424,7 @@ impl TorchLlama {
         TorchCache {
             layers: (0..self.config.layers).map(|_| None).collect(),
             len: 0,
+            ids: Vec::new(),
         }
     }
 
@@ -457,6 +457,8 @@ impl TorchLlama {
         from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
         check_pass(&self.config, ids, cache.len, from)?;
+        let (ids, from) = pass_after(&self.config, cache, ids, from);
+        let ids = ids.as_ref();
         let past = cache.len;
         let run = self.run_blocks(ids, cache, hook, from);
         if run.is_err() {
@@ -480,22 +482,24 @@ impl TorchLlama {
         tch::no_grad(|| {
             let (n, past) = (ids.len() as i64, cache.len as i64);
             let total = past + n;
-            let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
-            let ids = Tensor::from_slice(&ids).to_device(self.device);
-            let mut x = self.embed.index_select(0, &ids);
+            let rows: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+            let rows = Tensor::from_slice(&rows).to_device(self.device);
+            let mut x = self.embed.index_select(0, &rows);
             if let Some(scale) = c.block.embed_scale {
                 x *= scale as f64;
             }
             let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
-            // Each RoPE base's (cos, sin) for the pass's positions.
-            let ropes: Vec<(Tensor, Tensor)> = self
-                .inv_freqs
-                .iter()
-                .map(|f| {
+            // Each RoPE kind's (cos, sin) for the pass's positions, scaled
+            // by LongRoPE's magnitude where it has one.
+            let ropes: Vec<(Tensor, Tensor)> = (0..self.rope_kinds)
+                .map(|r| {
+                    let rope = c.rope(r == 1, total as usize);
+                    let f = Tensor::from_slice(&rope.inv_freqs).to_device(self.device);
                     let angles = positions.unsqueeze(1) * f.unsqueeze(0);
+                    let m = f64::from(rope.magnitude);
                     (
-                        angles.cos().to_kind(self.kind),
-                        angles.sin().to_kind(self.kind),
+                        (angles.cos() * m).to_kind(self.kind),
+                        (angles.sin() * m).to_kind(self.kind),
                     )
                 })
                 .collect();
@@ -561,6 +565,7 @@ impl TorchLlama {
                 timing.hook_ns += start.elapsed().as_nanos() as u64;
             }
             cache.len += n as usize;
+            cache.ids.extend_from_slice(ids);
             let start = std::time::Instant::now();
             let from = from as i64;
             let x = match from {
@@ -876,6 +881,8 @@ impl Attention {
 pub struct TorchCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+    /// The token ids of the positions held.
+    ids: Vec<u32>,
 }
 
 impl LibCache for TorchCache {
@@ -893,6 +900,11 @@ impl LibCache for TorchCache {
             };
         }
         self.len = to;
+        self.ids.truncate(to);
+    }
+
+    fn ids(&self) -> &[u32] {
+        &self.ids
     }
 
     /// The tensors are shared until either cache grows: growing makes
@@ -908,6 +920,7 @@ impl LibCache for TorchCache {
                 })
                 .collect(),
             len: self.len,
+            ids: self.ids.clone(),
         }
     }
 

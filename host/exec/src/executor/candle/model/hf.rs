@@ -460,6 +460,21 @@ pub fn export_weights(
                 "low_freq_factor": low_freq_factor, "high_freq_factor": high_freq_factor,
                 "original_max_position_embeddings": original_max_position_embeddings});
         }
+        // transformers chooses the set by each pass's reach, whichever
+        // way the source file chose it.
+        Some(config::RopeScaling::LongRope {
+            short_factor,
+            long_factor,
+            original_max_position_embeddings,
+            attention_factor,
+            ..
+        }) => {
+            config["rope_scaling"] = serde_json::json!({"rope_type": "longrope",
+                "short_factor": short_factor, "long_factor": long_factor,
+                "attention_factor": attention_factor,
+                "original_max_position_embeddings": original_max_position_embeddings});
+            config["original_max_position_embeddings"] = (*original_max_position_embeddings).into();
+        }
         Some(config::RopeScaling::FreqFactors { .. }) => {
             return Err(ModelError::Export(
                 "this model's RoPE frequency factors (GGUF rope_freqs) have no config.json form; export is not supported for it".into(),

@@ -486,6 +486,9 @@ pub struct KvCache {
     /// How keys and values are stored (f32: as computed).
     kind: KvType,
     len: usize,
+    /// The token ids of the positions held, for a pass that must run the
+    /// sequence again ([`ModelConfig::reruns`]).
+    ids: Vec<u32>,
 }
 
 /// Where a cache keeps its keys and values.
@@ -559,6 +562,7 @@ impl KvCache {
             store,
             kind: self.kind,
             len: self.len,
+            ids: self.ids.clone(),
         })
     }
 
@@ -572,6 +576,7 @@ impl KvCache {
             ));
         }
         self.len = to;
+        self.ids.truncate(to);
         Ok(())
     }
 
@@ -671,11 +676,11 @@ pub struct Llama {
     blocks: Vec<Block>,
     norm: Tensor,
     output: Linear,
-    /// Inverse RoPE frequencies: the global layers', then the sliding
-    /// layers' where their base differs (a block's `rope` indexes these).
-    inv_freqs: Vec<Tensor>,
-    /// The same, on the host, for the CPU attention's rotary tables.
-    inv_freqs_host: Vec<Vec<f32>>,
+    /// The kinds of rotary embedding the layers take (a block's `rope`
+    /// indexes them): the global one, then the sliding layers' own base
+    /// where they have one (Gemma 3). Each pass asks the config for each
+    /// kind's frequencies, which LongRoPE chooses by the pass's reach.
+    rope_kinds: usize,
     /// Attention as one fused host call per block (the CPU's), or as
     /// tensor operations per sequence (a GPU's).
     fused_attention: bool,
@@ -840,22 +845,13 @@ impl Llama {
             blocks.push(block);
         }
         let norm = get("output_norm.weight", &[c.hidden])?.dense(device)?;
-        let mut inv_freqs_host = vec![c.inv_freqs()];
-        if let Some(local) = (0..c.layers).find(|&i| c.local_rope(i)) {
-            inv_freqs_host.push(c.layer_inv_freqs(local));
-        }
-        let inv_freqs = inv_freqs_host
-            .iter()
-            .map(|f| Tensor::new(f.as_slice(), device))
-            .collect::<Result<_, _>>()?;
         Ok(Llama {
             config: config.clone(),
             embed,
             blocks,
             norm,
             output,
-            inv_freqs,
-            inv_freqs_host,
+            rope_kinds: 1 + usize::from((0..c.layers).any(|i| c.local_rope(i))),
             fused_attention: device.is_cpu(),
             kv_type: KvType::F32,
             device: device.clone(),
@@ -947,6 +943,7 @@ impl Llama {
             },
             kind: self.kv_type,
             len: 0,
+            ids: Vec::new(),
         }
     }
 
@@ -1005,18 +1002,45 @@ impl Llama {
     /// and the whole pass's final norm and output projection.
     pub fn run_batch(&self, seqs: &mut [Seq<'_>]) -> Result<Vec<(Tensor, PassTiming)>, ModelError> {
         let c = &self.config;
+        // A sequence whose pass crosses LongRoPE's switch runs from position
+        // 0 again: its cached ids before this pass's, its cache emptied, and
+        // the logits asked for still this pass's rows.
+        let mut rerun: Vec<Option<Vec<u32>>> = Vec::with_capacity(seqs.len());
+        for s in seqs.iter_mut() {
+            let again = match s.cache.as_deref_mut() {
+                Some(cache) if c.reruns(cache.len, s.ids.len()) => {
+                    let past = cache.len;
+                    let mut ids = std::mem::take(&mut cache.ids);
+                    ids.extend_from_slice(s.ids);
+                    cache.len = 0;
+                    s.at = match s.at {
+                        LogitsAt::All => LogitsAt::From(past),
+                        LogitsAt::Last => LogitsAt::Last,
+                        LogitsAt::From(p) => LogitsAt::From(past + p),
+                    };
+                    Some(ids)
+                }
+                _ => None,
+            };
+            rerun.push(again);
+        }
+        let passes: Vec<Vec<u32>> = seqs
+            .iter()
+            .zip(rerun)
+            .map(|(s, again)| again.unwrap_or_else(|| s.ids.to_vec()))
+            .collect();
         // (first row in the batch, tokens, absolute position of the first)
         let mut spans = Vec::with_capacity(seqs.len());
         let mut all_ids = Vec::new();
-        for s in seqs.iter() {
-            if s.ids.is_empty() {
+        for (s, ids) in seqs.iter().zip(&passes) {
+            if ids.is_empty() {
                 return Err(ModelError::EmptyInput);
             }
-            if let Some(&id) = s.ids.iter().find(|&&id| id as usize >= c.vocab) {
+            if let Some(&id) = ids.iter().find(|&&id| id as usize >= c.vocab) {
                 return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
             }
             let offset = s.cache.as_ref().map_or(0, |c| c.len);
-            let t = s.ids.len();
+            let t = ids.len();
             if let Some(limit) = c.context_length
                 && offset + t > limit
             {
@@ -1033,7 +1057,7 @@ impl Llama {
                 ));
             }
             spans.push((all_ids.len(), t, offset));
-            all_ids.extend_from_slice(s.ids);
+            all_ids.extend_from_slice(ids);
         }
         if seqs.is_empty() {
             return Ok(Vec::new());
@@ -1086,16 +1110,17 @@ impl Llama {
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
-        // One rotary table per RoPE base (a Gemma 3 has two).
+        // One rotary table per kind (a Gemma 3 has two), each sequence's
+        // rows with the frequencies its reach gives them.
         let tables: Vec<RopeTable> = match host {
-            true => self
-                .inv_freqs_host
-                .iter()
-                .map(|f| {
-                    RopeTable::new(
-                        f,
-                        spans.iter().flat_map(|&(_, t, offset)| offset..offset + t),
-                    )
+            true => (0..self.rope_kinds)
+                .map(|r| {
+                    let mut table = RopeTable::empty(c.rotary_dim / 2);
+                    for &(_, t, offset) in &spans {
+                        let rope = c.rope(r == 1, offset + t);
+                        table.extend(&rope.inv_freqs, offset..offset + t, rope.magnitude);
+                    }
+                    table
                 })
                 .collect(),
             false => Vec::new(),
@@ -1107,7 +1132,7 @@ impl Llama {
         if !host {
             for &(_, t, offset) in &spans {
                 ropes.push(
-                    (0..self.inv_freqs.len())
+                    (0..self.rope_kinds)
                         .map(|r| self.rope(r, offset, t))
                         .collect::<Result<_, _>>()?,
                 );
@@ -1260,8 +1285,9 @@ impl Llama {
                 x = join(parts)?;
             }
         }
-        for (cache, &(_, t, _)) in caches.iter_mut().zip(&spans) {
+        for ((cache, &(_, t, _)), ids) in caches.iter_mut().zip(&spans).zip(&passes) {
             cache.len += t;
+            cache.ids.extend_from_slice(ids);
         }
         // The final norm and output projection, on the rows asked for only
         // (the output matrix is the largest: a decode step needs one row).
@@ -1323,15 +1349,23 @@ impl Llama {
         })
     }
 
-    /// Rotary tables of RoPE base `r` for positions `offset..offset + t`,
-    /// `[t, head_dim / 2]` each.
+    /// Rotary tables of RoPE kind `r` for positions `offset..offset + t`,
+    /// `[t, rotary_dim / 2]` each (cos and sin scaled by the magnitude
+    /// where LongRoPE has one).
     fn rope(&self, r: usize, offset: usize, t: usize) -> Result<(Tensor, Tensor), ModelError> {
+        let rope = self.config.rope(r == 1, offset + t);
+        let inv = Tensor::new(rope.inv_freqs.as_slice(), &self.device)?;
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, &self.device)?
             .to_dtype(DType::F32)?;
-        let freqs = pos
-            .unsqueeze(1)?
-            .broadcast_mul(&self.inv_freqs[r].unsqueeze(0)?)?;
-        Ok((freqs.cos()?.contiguous()?, freqs.sin()?.contiguous()?))
+        let freqs = pos.unsqueeze(1)?.broadcast_mul(&inv.unsqueeze(0)?)?;
+        let (cos, sin) = (freqs.cos()?, freqs.sin()?);
+        Ok(match rope.magnitude {
+            1.0 => (cos.contiguous()?, sin.contiguous()?),
+            m => (
+                (cos * m as f64)?.contiguous()?,
+                (sin * m as f64)?.contiguous()?,
+            ),
+        })
     }
 
     fn matrix(&self, layer: usize, which: Matrix) -> Result<&Linear, ModelError> {
