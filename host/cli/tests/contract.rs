@@ -5,7 +5,9 @@
 //! loopback serving SmolLM2, where both are present) and, in a build with
 //! `--features torch`, torch (libtorch on the CPU, and on a GPU when
 //! `VAUBAN_TEST_DEVICE=cuda` names one) on the same two GGUFs and, in a
-//! build with `--features mlx`, mlx (MLX on the CPU) on them too.
+//! build with `--features mlx`, mlx (MLX on the CPU) on them too. Every
+//! model backend also runs a tiny model of each other family (Qwen3, Gemma
+//! 2 and 3, OLMo 2, Phi-3 and the mixture Qwen3-MoE, `tiny::FAMILIES`).
 //!
 //! What the contract asks:
 //! - capabilities list every artifact kind and the backend's own name and
@@ -155,6 +157,21 @@ fn subjects(dir: &Path) -> Subjects {
     list.extend([("torch", torch(&q8)), ("torch", torch(&f32))]);
     #[cfg(feature = "mlx")]
     list.extend([("mlx", mlx(&q8)), ("mlx", mlx(&f32))]);
+    // One tiny model of each other family, Q8_0 (candle runs it with its
+    // kernels; torch and MLX dequantize it).
+    for family in tiny::FAMILIES {
+        let path = tiny::write_family_gguf(
+            &dir.join(format!("{family}-q8.gguf")),
+            family,
+            7,
+            GgmlDType::Q8_0,
+        );
+        list.push(("candle", candle(&path)));
+        #[cfg(feature = "torch")]
+        list.push(("torch", torch(&path)));
+        #[cfg(feature = "mlx")]
+        list.push(("mlx", mlx(&path)));
+    }
     // An OpenAI-compatible endpoint: llama-server serving SmolLM2.
     let server = match (llama_server::binary(), common::smollm2_path()) {
         (Some(bin), Some(model)) => {
@@ -177,10 +194,26 @@ fn trace(b: &Backend, id: &str, text: &str) -> TraceOutput {
         .unwrap_or_else(|e| panic!("tracing {id}: {e}"))
 }
 
+/// The prompt's artifacts of `kind` (a mixture's router probabilities
+/// apart: [`routers`]).
 fn shape(out: &TraceOutput, kind: K) -> Vec<Vec<usize>> {
+    shapes_where(out, kind, |site| site != Some("router"))
+}
+
+/// The shapes of a mixture of experts' router probabilities.
+fn routers(out: &TraceOutput) -> Vec<Vec<usize>> {
+    shapes_where(out, K::Activation, |site| site == Some("router"))
+}
+
+fn shapes_where(
+    out: &TraceOutput,
+    kind: K,
+    site: impl Fn(Option<&str>) -> bool,
+) -> Vec<Vec<usize>> {
     out.trace
         .artifacts_of(kind)
         .filter(|a| a.labels.get("role").is_none_or(|r| r == "prompt"))
+        .filter(|a| site(a.labels.get("site").map(String::as_str)))
         .filter_map(|a| match &a.data {
             ArtifactData::Tensor { summary, .. } => Some(summary.shape.clone()),
             _ => None,
@@ -281,6 +314,31 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
                     assert_eq!(s[s.len() - 1], dims.hidden, "{name} {id}: activation width");
                 }
             }
+            // A mixture of experts' routing at the same layers: one row of
+            // probabilities per token, summing to one.
+            let routing = routers(&out);
+            assert!(
+                routing.is_empty() || routing.len() == layers_asked,
+                "{name} {id}: router probabilities at {} layers",
+                routing.len()
+            );
+            for s in &routing {
+                assert_eq!(s[s.len() - 2], tokens, "{name} {id}: router rows");
+            }
+            for a in out.trace.artifacts_of(K::Activation) {
+                if a.labels.get("site").map(String::as_str) != Some("router") {
+                    continue;
+                }
+                let data = &out.tensors[&a.id];
+                let width = *data.shape.last().unwrap();
+                for row in data.as_ref().to_f32_vec().chunks(width) {
+                    let total: f32 = row.iter().sum();
+                    assert!(
+                        (total - 1.0).abs() < 1e-4,
+                        "{name} {id}: router row sums to {total}"
+                    );
+                }
+            }
         }
     }
 }
@@ -365,7 +423,9 @@ fn residual(out: &TraceOutput, layer: usize) -> Vec<Vec<f32>> {
     let a = out
         .trace
         .artifacts_of(K::Activation)
-        .find(|a| a.layer == Some(layer))
+        .find(|a| {
+            a.layer == Some(layer) && a.labels.get("site").map(String::as_str) != Some("router")
+        })
         .expect("the activation");
     let data = &out.tensors[&a.id];
     let width = *data.shape.last().unwrap();
@@ -446,7 +506,8 @@ fn generation_stops_within_its_budget() {
                 .unwrap_or_else(|| panic!("{name} {id}: no completion tokens"));
             assert!(
                 (1..=options(id).generate.max_tokens).contains(&completion),
-                "{name} {id}: {completion} tokens for a budget of 4"
+                "{name} {id} on {}: {completion} tokens for a budget of 4",
+                b.model_ref().name
             );
         }
     }

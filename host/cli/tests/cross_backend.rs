@@ -7,7 +7,9 @@
 //! the same policy decisions, measurement states, orthogonalized and
 //! exported weights, and a report of one against the other that finds no
 //! change. The tiny model runs as f32 and Q8_0 GGUFs and an HF folder, and
-//! with biases on Q, K and V as a GGUF and an HF folder. Never bit
+//! with biases on Q, K and V as a GGUF and an HF folder; a tiny model of
+//! each other family (`tiny::FAMILIES`: Qwen3, Gemma 2 and 3, OLMo 2, Phi-3
+//! and the mixture Qwen3-MoE) as f32 and Q8_0 GGUFs. Never bit
 //! identity: the two sum in different orders. Needs `--features torch`
 //! (libtorch) or `--features mlx` (MLX), or both.
 #![cfg(any(feature = "torch", feature = "mlx"))]
@@ -251,7 +253,16 @@ fn the_tiny_model_gives_the_same_evidence_on_every_backend() {
     // Biases on Q, K and V (Qwen2's; some llama variants'), in both forms.
     let biased = tiny::write_gguf_biased(&dir.path().join("biased.gguf"), 7, GgmlDType::F32);
     let biased_hf = tiny::write_hf_biased(&dir.path().join("biased-hf"), 7);
-    for path in [&gguf, &q8, &hf, &biased, &biased_hf] {
+    let mut paths = vec![gguf, q8, hf, biased, biased_hf];
+    // A tiny model of each other family (Qwen3, Gemma 2 and 3, OLMo 2,
+    // Phi-3, the mixture Qwen3-MoE), f32 and Q8_0.
+    for family in tiny::FAMILIES {
+        for (dtype, suffix) in [(GgmlDType::F32, "f32"), (GgmlDType::Q8_0, "q8")] {
+            let path = dir.path().join(format!("{family}-{suffix}.gguf"));
+            paths.push(tiny::write_family_gguf(&path, family, 7, dtype));
+        }
+    }
+    for path in &paths {
         let candle = Backend::load(&spec(path)).unwrap();
         for (name, other) in others(path) {
             for (id, text, form) in [
@@ -431,10 +442,20 @@ fn policy_record(out: &TraceOutput) -> serde_json::Value {
 fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
-    for (name, other) in others(&gguf) {
-        // Each comparison orthogonalizes candle's copy: a fresh one each.
-        let candle = Backend::load(&spec(&gguf)).unwrap();
-        agree_across_backends(dir.path(), candle, (name, other));
+    let mut paths = vec![gguf];
+    for family in tiny::FAMILIES {
+        let path = dir.path().join(format!("{family}.gguf"));
+        paths.push(tiny::write_family_gguf(&path, family, 7, GgmlDType::F32));
+    }
+    for (i, path) in paths.iter().enumerate() {
+        // Each model's exports in a folder of its own.
+        let out = dir.path().join(format!("model-{i}"));
+        std::fs::create_dir(&out).unwrap();
+        for (name, other) in others(path) {
+            // Each comparison orthogonalizes candle's copy: a fresh one each.
+            let candle = Backend::load(&spec(path)).unwrap();
+            agree_across_backends(&out, candle, (name, other));
+        }
     }
 }
 

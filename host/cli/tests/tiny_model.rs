@@ -538,6 +538,46 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
     );
 }
 
+/// A Phi-3 GGUF that keeps Q, K, V and gate, up apart (llama.cpp reads
+/// both forms) exports in transformers' form, fused, and reloads as the
+/// model it was.
+#[test]
+fn a_phi3_stored_unfused_exports_fused() {
+    use vauban::executor::{Backend, Executor};
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny::write_phi3_unfused_gguf(&dir.path().join("phi3.gguf"), 7, GgmlDType::F32);
+    assert!(!vauban::model::read_config(&gguf).unwrap().block.fused);
+    let b = <Backend as Executor>::load(&ModelSpec::new(gguf)).unwrap();
+    let out = dir.path().join("hf");
+    b.export_hf(&out).unwrap();
+    let names: Vec<String> =
+        candle_core::safetensors::load(out.join("model.safetensors"), &Device::Cpu)
+            .unwrap()
+            .into_keys()
+            .collect();
+    for fused in ["self_attn.qkv_proj", "mlp.gate_up_proj"] {
+        assert!(
+            names.iter().any(|n| n.contains(fused)),
+            "{fused} not in {names:?}"
+        );
+    }
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("q_proj.") || n.contains("mlp.gate_proj."))
+    );
+    let back = <Backend as Executor>::load(&ModelSpec::new(out)).unwrap();
+    let ids = b.tokenize(TEXT, &PromptForm::Raw).unwrap();
+    let a = b.session(&[]).prefill(&ids).unwrap().logits;
+    let c = back.session(&[]).prefill(&ids).unwrap().logits;
+    let worst = a
+        .iter()
+        .zip(&c)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-4, "max |Δlogit| {worst}");
+}
+
 #[test]
 fn the_backend_enum_dispatches_to_candle() {
     use vauban::executor::{Backend, Executor};

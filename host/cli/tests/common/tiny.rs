@@ -256,11 +256,7 @@ fn write_gguf_as(path: &Path, seed: u64, dtype: GgmlDType, qkv_bias: bool) -> Pa
         .collect();
     let s = |v: &str| Value::String(v.to_owned());
     let u = |v: usize| Value::U32(v as u32);
-    let types: Vec<Value> = vocab()
-        .iter()
-        .map(|t| Value::I32(if SPECIAL.contains(&t.as_str()) { 3 } else { 1 }))
-        .collect();
-    let metadata: Vec<(&str, Value)> = vec![
+    let mut metadata: Vec<(&str, Value)> = vec![
         ("general.architecture", s("llama")),
         ("general.name", s("tiny-test-llama")),
         ("llama.block_count", u(LAYERS)),
@@ -272,6 +268,19 @@ fn write_gguf_as(path: &Path, seed: u64, dtype: GgmlDType, qkv_bias: bool) -> Pa
         ("llama.rope.freq_base", Value::F32(THETA)),
         ("llama.attention.layer_norm_rms_epsilon", Value::F32(EPS)),
         ("llama.vocab_size", u(vocab_size())),
+    ];
+    metadata.extend(tokenizer_metadata());
+    write_file(path, &metadata, &tensors)
+}
+
+/// The tokenizer and chat template as GGUF metadata (byte-level BPE).
+fn tokenizer_metadata() -> Vec<(&'static str, Value)> {
+    let s = |v: &str| Value::String(v.to_owned());
+    let types: Vec<Value> = vocab()
+        .iter()
+        .map(|t| Value::I32(if SPECIAL.contains(&t.as_str()) { 3 } else { 1 }))
+        .collect();
+    vec![
         ("tokenizer.ggml.model", s("gpt2")),
         ("tokenizer.ggml.pre", s("gpt2")),
         (
@@ -288,10 +297,225 @@ fn write_gguf_as(path: &Path, seed: u64, dtype: GgmlDType, qkv_bias: bool) -> Pa
         ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
         ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
         ("tokenizer.chat_template", s(CHAT_TEMPLATE)),
-    ];
+    ]
+}
+
+fn write_file(path: &Path, metadata: &[(&str, Value)], tensors: &[(String, QTensor)]) -> PathBuf {
     let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
     let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
     gguf_file::write(&mut f, &md, &ts).unwrap();
     path.to_path_buf()
+}
+
+/// The GGUF architectures beside llama that the family tests run, one
+/// tiny model each ([`write_family_gguf`]).
+pub const FAMILIES: [&str; 6] = ["qwen3", "gemma2", "gemma3", "olmo2", "phi3", "qwen3moe"];
+
+/// A tiny model of `family` (a GGUF architecture vauban runs) with the
+/// tiny llama's sizes and tokenizer: the family's own metadata (windows of
+/// 5, soft-caps, a partial rotary embedding, 4 experts of which 2 run),
+/// and every tensor its layout has, random, as vauban's description of
+/// the family names them (`ModelConfig::norm_width`, fused matrices,
+/// expert stacks). These are for the executor contract and the
+/// cross-backend checks; whether vauban reads each family as its
+/// references do is `families.rs`'s work, against transformers and
+/// llama.cpp.
+pub fn write_family_gguf(
+    path: &Path,
+    family: &'static str,
+    seed: u64,
+    dtype: GgmlDType,
+) -> PathBuf {
+    // Phi-3's Q, K, V and gate, up fused, as llama.cpp's converter writes them.
+    write_family_gguf_as(path, family, seed, dtype, family == "phi3")
+}
+
+/// A tiny Phi-3 whose GGUF keeps Q, K, V and gate, up apart (llama.cpp
+/// reads that form too).
+pub fn write_phi3_unfused_gguf(path: &Path, seed: u64, dtype: GgmlDType) -> PathBuf {
+    write_family_gguf_as(path, "phi3", seed, dtype, false)
+}
+
+fn write_family_gguf_as(
+    path: &Path,
+    family: &'static str,
+    seed: u64,
+    dtype: GgmlDType,
+    fused: bool,
+) -> PathBuf {
+    let s = |v: &str| Value::String(v.to_owned());
+    let u = |v: usize| Value::U32(v as u32);
+    let key = |k: &str| -> &'static str { format!("{family}.{k}").leak() };
+    let mut metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", s(family)),
+        ("general.name", s(&format!("tiny-test-{family}"))),
+        (key("block_count"), u(LAYERS)),
+        (key("embedding_length"), u(HIDDEN)),
+        (key("feed_forward_length"), u(FFN)),
+        (key("attention.head_count"), u(HEADS)),
+        (key("attention.head_count_kv"), u(KV_HEADS)),
+        (key("rope.freq_base"), Value::F32(THETA)),
+        (key("attention.layer_norm_rms_epsilon"), Value::F32(EPS)),
+        (key("context_length"), u(CONTEXT)),
+    ];
+    match family {
+        "gemma2" => metadata.extend([
+            (key("attention.sliding_window"), u(5)),
+            (key("attn_logit_softcapping"), Value::F32(3.0)),
+            (key("final_logit_softcapping"), Value::F32(2.0)),
+        ]),
+        "gemma3" => metadata.extend([
+            (key("attention.sliding_window"), u(5)),
+            (key("rope.freq_base_swa"), Value::F32(1_000.0)),
+        ]),
+        "phi3" => metadata.push((key("rope.dimension_count"), u(HEAD_DIM * 3 / 4))),
+        "qwen3moe" => metadata.extend([
+            (key("expert_count"), u(4)),
+            (key("expert_used_count"), u(2)),
+            (key("expert_feed_forward_length"), u(32)),
+        ]),
+        _ => {}
+    }
+    metadata.extend(tokenizer_metadata());
+    // What vauban makes of the header (an output matrix, or tied
+    // embeddings as Gemma's), then the tensors that description needs.
+    let tied = family.starts_with("gemma");
+    let placeholder = Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).unwrap();
+    let mut header: Vec<(String, QTensor)> = Vec::new();
+    for (name, wanted) in [("output.weight", !tied), ("blk.0.attn_qkv.weight", fused)] {
+        if wanted {
+            let t = QTensor::quantize(&placeholder, GgmlDType::F32).unwrap();
+            header.push((name.into(), t));
+        }
+    }
+    write_file(path, &metadata, &header);
+    let c = vauban::model::read_config(path).unwrap();
+    let mut tensors: Vec<(String, Tensor)> = Vec::new();
+    let mut n = 0u64;
+    let mut t = |name: String, shape: &[usize], scale: f32, offset: f32| {
+        n += 1;
+        let len = shape.iter().product();
+        let vals: Vec<f32> = values(seed * 1000 + n, len, scale)
+            .into_iter()
+            .map(|x| x + offset)
+            .collect();
+        tensors.push((name, Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()));
+    };
+    let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+    let sc = 0.5 / (HIDDEN as f32).sqrt();
+    t("token_embd.weight".into(), &[c.vocab, HIDDEN], 1.0, 0.0);
+    for i in 0..LAYERS {
+        for stem in [
+            "attn_norm",
+            "attn_q_norm",
+            "attn_k_norm",
+            "post_attention_norm",
+            "ffn_norm",
+            "post_ffw_norm",
+        ] {
+            if let Some(width) = c.norm_width(stem) {
+                t(format!("blk.{i}.{stem}.weight"), &[width], 0.1, 1.0);
+            }
+        }
+        match c.block.fused {
+            true => t(
+                format!("blk.{i}.attn_qkv.weight"),
+                &[q + 2 * kv, HIDDEN],
+                sc * 3.0,
+                0.0,
+            ),
+            false => {
+                t(
+                    format!("blk.{i}.attn_q.weight"),
+                    &[q, HIDDEN],
+                    sc * 3.0,
+                    0.0,
+                );
+                t(
+                    format!("blk.{i}.attn_k.weight"),
+                    &[kv, HIDDEN],
+                    sc * 3.0,
+                    0.0,
+                );
+                t(format!("blk.{i}.attn_v.weight"), &[kv, HIDDEN], sc, 0.0);
+            }
+        }
+        t(format!("blk.{i}.attn_output.weight"), &[HIDDEN, q], sc, 0.0);
+        let down = 0.5 / (FFN as f32).sqrt();
+        match (&c.experts, c.block.fused) {
+            (Some(e), _) => {
+                t(
+                    format!("blk.{i}.ffn_gate_inp.weight"),
+                    &[e.count, HIDDEN],
+                    sc * 4.0,
+                    0.0,
+                );
+                t(
+                    format!("blk.{i}.ffn_gate_exps.weight"),
+                    &[e.count, e.ffn, HIDDEN],
+                    sc,
+                    0.0,
+                );
+                t(
+                    format!("blk.{i}.ffn_up_exps.weight"),
+                    &[e.count, e.ffn, HIDDEN],
+                    sc,
+                    0.0,
+                );
+                t(
+                    format!("blk.{i}.ffn_down_exps.weight"),
+                    &[e.count, HIDDEN, e.ffn],
+                    down,
+                    0.0,
+                );
+            }
+            // Gate and up in one matrix, gate first.
+            (None, true) => t(
+                format!("blk.{i}.ffn_up.weight"),
+                &[2 * FFN, HIDDEN],
+                sc,
+                0.0,
+            ),
+            (None, false) => {
+                t(format!("blk.{i}.ffn_gate.weight"), &[FFN, HIDDEN], sc, 0.0);
+                t(format!("blk.{i}.ffn_up.weight"), &[FFN, HIDDEN], sc, 0.0);
+            }
+        }
+        if c.experts.is_none() {
+            t(
+                format!("blk.{i}.ffn_down.weight"),
+                &[HIDDEN, FFN],
+                down,
+                0.0,
+            );
+        }
+    }
+    t("output_norm.weight".into(), &[HIDDEN], 0.1, 1.0);
+    if !tied {
+        t("output.weight".into(), &[c.vocab, HIDDEN], sc * 4.0, 0.0);
+    }
+    // The end-of-sequence token's output row is zero (its logit 0, below
+    // the largest of the other random logits), so a random model of every
+    // family generates before it ends.
+    let output = if tied {
+        "token_embd.weight"
+    } else {
+        "output.weight"
+    };
+    for (name, t) in &mut tensors {
+        if name == output {
+            let mut rows = t.to_vec2::<f32>().unwrap();
+            rows[3].iter_mut().for_each(|x| *x = 0.0);
+            *t = Tensor::new(rows, &Device::Cpu).unwrap();
+        }
+    }
+    let tensors: Vec<(String, QTensor)> = tensors
+        .into_iter()
+        .map(|(name, t)| {
+            let dt = if t.rank() == 1 { GgmlDType::F32 } else { dtype };
+            (name, QTensor::quantize(&t, dt).unwrap())
+        })
+        .collect();
+    write_file(path, &metadata, &tensors)
 }

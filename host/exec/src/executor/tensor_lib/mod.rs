@@ -354,6 +354,8 @@ impl<M: LibModel> LibExecutor<M> {
                     .hook
                     .kept
                     .iter()
+                    // A mixture's router probabilities are kept beside.
+                    .filter(|k| k.site == crate::executor::candle::Site::ResidPost)
                     .map(|k| Ok(ops.host(&k.tensor)?.1))
                     .collect::<Result<Vec<_>, ExecutorError>>()?;
                 debug_assert_eq!(residuals.len(), layers, "every block observed, in order");

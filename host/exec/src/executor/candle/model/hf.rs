@@ -285,6 +285,17 @@ pub fn export_weights(
     (tokenizer, chat_template, special): (&tokenizers::Tokenizer, Option<&str>, &Special),
     dir: &Path,
 ) -> Result<(), ModelError> {
+    // The family's HF form, whatever the source stored: transformers' Phi-3
+    // has fused matrices even where a GGUF file kept Q, K and V apart
+    // (which llama.cpp also reads).
+    let hf_form = config::ModelConfig {
+        block: config::BlockLayout {
+            fused: config::BlockLayout::of_family(&c.architecture, c.hidden).fused,
+            ..c.block.clone()
+        },
+        ..c.clone()
+    };
+    let c = &hf_form;
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ModelError::Io { path, source }
