@@ -13,17 +13,26 @@ GGUF means (norm weights stored as 1 + w, sliding-window patterns, the
 query scale, soft-caps, RoPE bases) is llama.cpp's reading of it, so this
 checks vauban's reading of the metadata as well as its forward.
 
-    python compare_llama_cpp.py VAUBAN LLAMA_CPP_DIR OUT_DIR [--only a,b]
+    python compare_llama_cpp.py VAUBAN LLAMA_CPP_DIR OUT_DIR [--only a,b] [--no-cache]
 
 LLAMA_CPP_DIR is scripts/build-llama-server.sh's cache folder (bin/ and
 convert/). Run it with scripts/setup-reference.sh's python. Prints one line
 per model and file, writes OUT_DIR/compare_llama_cpp.json, exits 1 when a
 comparison fails.
+
+The tiny models and their converted and quantized files are kept in
+${VAUBAN_CACHE:-~/.cache/vauban}/reference-models/, each under a key of
+everything that makes it (the case, these scripts, the versions of
+transformers, torch, sentencepiece and llama.cpp), so a run reuses what an
+earlier one built and a change to any of those builds afresh.
 """
 
 import argparse
+import hashlib
 import json
+import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -206,6 +215,40 @@ def convert(llama, folder, out):
         sys.exit(f"convert_hf_to_gguf.py failed on {folder}:\n{done.stderr[-3000:]}")
 
 
+def prepared(name, cls, kwargs, kind, llama, use_cache):
+    """The case's tiny model built, converted to f32 and quantized to Q8_0
+    (from the cache where an earlier run left them): the reference's ids
+    of the texts, the transformers model, and the two GGUF files."""
+    h = hashlib.sha256()
+    here = pathlib.Path(__file__).parent
+    for part in [name, cls.__name__, repr(sorted(kwargs.items(), key=str)), kind,
+                 transformers.__version__, torch.__version__, spm.__version__, llama.name,
+                 (here / "compare_llama_cpp.py").read_text(), (here / "compare_transformers.py").read_text()]:
+        h.update(part.encode() + b"\0")
+    root = pathlib.Path(os.environ.get("VAUBAN_CACHE") or pathlib.Path.home() / ".cache/vauban")
+    cached = root / "reference-models" / f"{name}-{h.hexdigest()[:16]}"
+    # (llama.cpp expects Phi-3's own special tokens of a model whose name
+    # says phi3; the folder's name becomes the GGUF's.)
+    model_dir = name.replace("phi3", "fused")
+    if not use_cache or not (cached / "done").is_file():
+        # Built aside and moved into place whole: an interrupted run leaves
+        # nothing a later one would take for done.
+        staging = cached.with_name(f"{cached.name}.building-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        ids, _ = build(name, cls, kwargs, kind, staging / model_dir)
+        convert(llama, staging / model_dir, staging / "f32.gguf")
+        quantize(llama, staging / "f32.gguf", staging / "q8_0.gguf", "Q8_0")
+        (staging / "ids.json").write_text(json.dumps(ids))
+        (staging / "done").write_text("")
+        shutil.rmtree(cached, ignore_errors=True)
+        staging.rename(cached)
+    ids = json.loads((cached / "ids.json").read_text())
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        cached / model_dir, attn_implementation="eager").float().eval()
+    return ids, model, {"F32": cached / "f32.gguf", "Q8_0": cached / "q8_0.gguf"}
+
+
 def quantize(llama, src, dst, kind):
     done = subprocess.run([str(llama / "bin/llama-quantize"), str(src), str(dst), kind],
                           capture_output=True, text=True)
@@ -296,6 +339,7 @@ def main():
     args.add_argument("llama_cpp")
     args.add_argument("out")
     args.add_argument("--only", default="")
+    args.add_argument("--no-cache", action="store_true", help="build every model afresh")
     args = args.parse_args()
     binary, llama, out = args.vauban, pathlib.Path(args.llama_cpp), pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -307,15 +351,7 @@ def main():
         for name, (cls, kwargs, kind) in cases().items():
             if only and name not in only:
                 continue
-            # (llama.cpp expects Phi-3's own special tokens of a model whose
-            # name says phi3; the folder's name becomes the GGUF's.)
-            folder = tmp / name.replace("phi3", "fused")
-            reference_ids, model = build(name, cls, kwargs, kind, folder)
-            f32 = tmp / f"{name}.f32.gguf"
-            convert(llama, folder, f32)
-            files = {"F32": f32}
-            files["Q8_0"] = tmp / f"{name}.q8_0.gguf"
-            quantize(llama, f32, files["Q8_0"], "Q8_0")
+            reference_ids, model, files = prepared(name, cls, kwargs, kind, llama, not args.no_cache)
             for dtype, gguf in files.items():
                 theirs = llama_server(llama, gguf)
                 ours = vauban(binary, gguf, tmp / f"{name}.{dtype}.bundle")

@@ -129,8 +129,8 @@ def cases(vocab):
                              "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
                              "long_factor": [1.5, 2.0, 3.0, 4.0, 6.0, 8.0]}))),
         # A context of 36 first: the prompt runs the short factors, and the
-        # greedy tokens after the 36th position the long ones (transformers
-        # switches per pass; the keys cached before keep their rotation).
+        # greedy tokens past the 36th position the long ones (the step that
+        # crosses runs the whole sequence again, as Phi-3's generate does).
         "phi3_longrope_switch": (transformers.Phi3Config, dict(
             base, tie_word_embeddings=False, sliding_window=None, pad_token_id=0,
             max_position_embeddings=144, original_max_position_embeddings=36,
@@ -321,7 +321,7 @@ def main():
                              "logit_scale": float(np.abs(ref_logits).max()), "layers": layers,
                              "max_rel_activation_diff": d_act_rel, "activation_scale": act_scale,
                              "transformers_greedy": theirs, "vauban_greedy": ours, "ok": ok}
-            print(f"{name:18} max|Δlogit| {d_logit:.2e} (|logit| ≤ {results[name]['logit_scale']:.1f})  "
+            print(f"{name:20} max|Δlogit| {d_logit:.2e} (|logit| ≤ {results[name]['logit_scale']:.1f})  "
                   f"max|Δact| {d_act:.2e} (|act| ≤ {act_scale:.0f}) over {len(layers)} blocks  greedy {'same' if same else 'DIFFERENT'}"
                   f"  export max|Δlogit| {d_export:.2e}"
                   f"{'' if not chat else '  chat ' + ('same' if chat_same else 'DIFFERENT')}"
