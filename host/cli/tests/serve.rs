@@ -319,3 +319,20 @@ fn an_endpoint_that_echoes_is_scored_along_the_whole_baseline_continuation() {
     assert_eq!(d["positions"], "teacher_forced", "{d}");
     assert!(d["mean_kl"].as_f64().unwrap() > 0.05, "{d}");
 }
+
+/// `vauban serve` on a tiny model of each other family the tests write
+/// (Qwen3, Gemma 2 and 3, OLMo 2, Phi-3, the mixture Qwen3-MoE): the served
+/// tokens equal in-process generation. Needs no downloaded model.
+#[test]
+fn every_family_serves_what_it_generates_in_process() {
+    use candle_core::quantized::GgmlDType;
+    let dir = tempfile::tempdir().unwrap();
+    for family in common::tiny::FAMILIES {
+        let path = dir.path().join(format!("{family}.gguf"));
+        let model = common::tiny::write_family_gguf(&path, family, 7, GgmlDType::F32);
+        let server = serve(&model, &[]);
+        let (ids, _, _) = served(&server, &model);
+        assert!(!ids.is_empty(), "{family}: nothing generated");
+        assert_eq!(ids, in_process(&model, None), "{family}");
+    }
+}

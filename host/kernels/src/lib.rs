@@ -20,6 +20,7 @@ mod aarch64;
 pub mod act;
 pub mod attention;
 pub mod blocks;
+pub mod gate;
 pub mod pool;
 mod portable;
 pub mod softmax;

@@ -290,12 +290,45 @@ struct Mlp {
 impl Mlp {
     fn forward(&self, x: &Tensor, act: Activation) -> Result<Tensor, ModelError> {
         let [gate, up] = Linear::forward_group([&self.gate, &self.up], x)?;
+        self.down.forward(&gated(&gate, &up, act)?)
+    }
+}
+
+/// `act(gate) · up`: on the CPU, vauban's kernel (one pass over both,
+/// across the threads; candle's `gelu` calls libm's tanh for every value:
+/// 1.6 ms for a 128 × 1536 gate on this machine's 2 cores, a sixth of a
+/// Gemma prompt's time); candle's operations on a GPU.
+fn gated(gate: &Tensor, up: &Tensor, act: Activation) -> Result<Tensor, ModelError> {
+    let on_host = gate.device().is_cpu() && gate.dtype() == DType::F32 && up.dtype() == DType::F32;
+    if !on_host || gate.dims() != up.dims() {
         let gate = match act {
-            Activation::Silu => silu(&gate)?,
+            Activation::Silu => silu(gate)?,
             Activation::GeluTanh => gate.gelu()?,
         };
-        self.down.forward(&(gate * up)?)
+        return Ok((gate * up)?);
     }
+    let (g, u) = (gate.contiguous()?, up.contiguous()?);
+    let mut out = vec![0f32; g.elem_count()];
+    {
+        let (gs, gl) = g.storage_and_layout();
+        let (us, ul) = u.storage_and_layout();
+        let (candle_core::Storage::Cpu(gc), candle_core::Storage::Cpu(uc)) = (&*gs, &*us) else {
+            unreachable!("checked: both on the CPU");
+        };
+        let (a, b) = gl.contiguous_offsets().expect("made contiguous above");
+        let (c, d) = ul.contiguous_offsets().expect("made contiguous above");
+        let kind = match act {
+            Activation::Silu => vauban_kernels::gate::Gate::Silu,
+            Activation::GeluTanh => vauban_kernels::gate::Gate::GeluTanh,
+        };
+        vauban_kernels::gate::gated(
+            kind,
+            &gc.as_slice::<f32>()?[a..b],
+            &uc.as_slice::<f32>()?[c..d],
+            &mut out,
+        );
+    }
+    Ok(Tensor::from_vec(out, gate.shape(), gate.device())?)
 }
 
 /// A mixture of experts: the router scores every expert for each token,
