@@ -87,6 +87,30 @@ fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Seeded random tensors, each from its own stream: the `n`-th drawn of
+/// seed `s` is the same whatever was drawn before it.
+struct Draws {
+    seed: u64,
+    n: u64,
+}
+
+impl Draws {
+    fn new(seed: u64) -> Draws {
+        Draws { seed, n: 0 }
+    }
+
+    /// Values uniform in `offset ± scale`.
+    fn next(&mut self, shape: &[usize], scale: f32, offset: f32) -> Tensor {
+        self.n += 1;
+        let len = shape.iter().product();
+        let vals: Vec<f32> = values(self.seed * 1000 + self.n, len, scale)
+            .into_iter()
+            .map(|x| x + offset)
+            .collect();
+        Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()
+    }
+}
+
 /// Every weight by GGUF name, in HF layout (Q and K not permuted); with
 /// `qkv_bias`, biases on the query, key and value projections too (as
 /// Qwen2 and some llama variants have), drawn after every other tensor so
@@ -94,15 +118,9 @@ fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
 pub fn weights(seed: u64, qkv_bias: bool) -> Vec<(String, Tensor)> {
     let v = vocab_size();
     let mut out = Vec::new();
-    let mut n = 0u64;
+    let mut draw = Draws::new(seed);
     let mut t = |name: String, shape: &[usize], scale: f32, offset: f32| {
-        n += 1;
-        let len = shape.iter().product();
-        let vals: Vec<f32> = values(seed * 1000 + n, len, scale)
-            .into_iter()
-            .map(|x| x + offset)
-            .collect();
-        out.push((name, Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()));
+        out.push((name, draw.next(shape, scale, offset)));
     };
     t("token_embd.weight".into(), &[v, HIDDEN], 1.0, 0.0);
     for i in 0..LAYERS {
@@ -392,28 +410,15 @@ fn write_family_gguf_as(
     write_file(path, &metadata, &header);
     let c = vauban::model::read_config(path).unwrap();
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
-    let mut n = 0u64;
+    let mut draw = Draws::new(seed);
     let mut t = |name: String, shape: &[usize], scale: f32, offset: f32| {
-        n += 1;
-        let len = shape.iter().product();
-        let vals: Vec<f32> = values(seed * 1000 + n, len, scale)
-            .into_iter()
-            .map(|x| x + offset)
-            .collect();
-        tensors.push((name, Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()));
+        tensors.push((name, draw.next(shape, scale, offset)));
     };
     let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
     let sc = 0.5 / (HIDDEN as f32).sqrt();
     t("token_embd.weight".into(), &[c.vocab, HIDDEN], 1.0, 0.0);
     for i in 0..LAYERS {
-        for stem in [
-            "attn_norm",
-            "attn_q_norm",
-            "attn_k_norm",
-            "post_attention_norm",
-            "ffn_norm",
-            "post_ffw_norm",
-        ] {
+        for stem in vauban::model::config::BLOCK_NORMS {
             if let Some(width) = c.norm_width(stem) {
                 t(format!("blk.{i}.{stem}.weight"), &[width], 0.1, 1.0);
             }

@@ -133,12 +133,22 @@ impl BlockLayout {
     }
 }
 
+/// Every RMSNorm a block of some family has, by GGUF stem, in the order a
+/// block applies them.
+pub const BLOCK_NORMS: [&str; 6] = [
+    "attn_norm",
+    "attn_q_norm",
+    "attn_k_norm",
+    "post_attention_norm",
+    "ffn_norm",
+    "post_ffw_norm",
+];
+
 impl ModelConfig {
     /// The width of the RMSNorm weight GGUF calls `blk.N.{stem}.weight`
     /// in each block, or `None` where the family has no such norm: the one
     /// place that says which norms a block has (every backend's loader asks
-    /// here): `attn_norm`, `attn_q_norm`, `attn_k_norm`,
-    /// `post_attention_norm`, `ffn_norm` or `post_ffw_norm`.
+    /// here), for a stem of [`BLOCK_NORMS`].
     pub fn norm_width(&self, stem: &str) -> Option<usize> {
         let b = &self.block;
         let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
@@ -1382,17 +1392,7 @@ mod tests {
     #[test]
     fn each_family_has_its_own_norms_at_their_own_widths() {
         let widths = |c: &ModelConfig| -> Vec<Option<usize>> {
-            [
-                "attn_norm",
-                "attn_q_norm",
-                "attn_k_norm",
-                "post_attention_norm",
-                "ffn_norm",
-                "post_ffw_norm",
-            ]
-            .iter()
-            .map(|s| c.norm_width(s))
-            .collect()
+            BLOCK_NORMS.iter().map(|s| c.norm_width(s)).collect()
         };
         // hidden 64, 4 heads of 16, 4 key/value heads (no num_key_value_heads).
         let llama = hf(serde_json::json!({}));
