@@ -63,6 +63,16 @@ F32_TOLERANCE = 1e-4
 # against the f32 model (transformers) must stay within this multiple of
 # llama.cpp's own, plus a floor for files where both are near exact.
 QUANT_ERROR_RATIO, QUANT_FLOOR = 2.0, 5e-3
+# The types each f32 file is quantized to by llama-quantize, each run by
+# vauban's kernels as stored: Q8_0 for every case, and the 5-bit types for
+# the dense cases whose random outputs stay comparable at 5 bits. (The
+# kernels do not depend on the family. On the mixture, 5-bit rounding of
+# random weights flips routing, so greedy tokens part for both vauban and
+# llama.cpp, each as far from the f32 model; Phi-3's random output at 5
+# bits is no longer text llama-server will return.)
+QUANT_TYPES = ["Q8_0"]
+FIVE_BIT = ["Q5_0", "Q5_1"]
+FIVE_BIT_CASES = {"llama", "qwen3", "gemma2", "gemma3", "olmo2"}
 CORPUS = " ".join([
     "the cat in the hat sat on a mat and the dog ran in the rain",
     "a quick brown fox jumps over the lazy dog then ran away",
@@ -216,9 +226,10 @@ def convert(llama, folder, out):
 
 
 def prepared(name, cls, kwargs, kind, llama, use_cache):
-    """The case's tiny model built, converted to f32 and quantized to Q8_0
-    (from the cache where an earlier run left them): the reference's ids
-    of the texts, the transformers model, and the two GGUF files."""
+    """The case's tiny model built, converted to f32 and quantized to each
+    of its types (from the cache where an earlier run left them): the
+    reference's ids of the texts, the transformers model, and the GGUF
+    files by type."""
     h = hashlib.sha256()
     here = pathlib.Path(__file__).parent
     for part in [name, cls.__name__, repr(sorted(kwargs.items(), key=str)), kind,
@@ -238,7 +249,8 @@ def prepared(name, cls, kwargs, kind, llama, use_cache):
         staging.mkdir(parents=True)
         ids, _ = build(name, cls, kwargs, kind, staging / model_dir)
         convert(llama, staging / model_dir, staging / "f32.gguf")
-        quantize(llama, staging / "f32.gguf", staging / "q8_0.gguf", "Q8_0")
+        for kind_ in quant_types(name):
+            quantize(llama, staging / "f32.gguf", staging / f"{kind_.lower()}.gguf", kind_)
         (staging / "ids.json").write_text(json.dumps(ids))
         (staging / "done").write_text("")
         shutil.rmtree(cached, ignore_errors=True)
@@ -246,7 +258,13 @@ def prepared(name, cls, kwargs, kind, llama, use_cache):
     ids = json.loads((cached / "ids.json").read_text())
     model = transformers.AutoModelForCausalLM.from_pretrained(
         cached / model_dir, attn_implementation="eager").float().eval()
-    return ids, model, {"F32": cached / "f32.gguf", "Q8_0": cached / "q8_0.gguf"}
+    files = {"F32": cached / "f32.gguf"}
+    files.update({t: cached / f"{t.lower()}.gguf" for t in quant_types(name)})
+    return ids, model, files
+
+
+def quant_types(name):
+    return QUANT_TYPES + (FIVE_BIT if name in FIVE_BIT_CASES else [])
 
 
 def quantize(llama, src, dst, kind):

@@ -18,32 +18,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The reference environment's python; `None`, after a message, when it
-/// is not installed (and not required).
-fn reference_python() -> Option<PathBuf> {
-    let out = Command::new("bash")
-        .arg(root().join("scripts/setup-reference.sh"))
-        .arg("--cached")
-        .output()
-        .unwrap();
-    if out.status.success() {
-        let path = String::from_utf8(out.stdout).unwrap();
-        return Some(PathBuf::from(path.trim()));
-    }
-    let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-    if std::env::var_os("VAUBAN_REQUIRE_REFERENCE").is_some_and(|v| v == "1") {
-        panic!("{why}");
-    }
-    eprintln!("skipping: {why}");
-    None
-}
+use common::reference::{python as reference_python, root};
 
 /// Runs `scripts/reference/<script>.py VAUBAN [args] OUT [more]` in the
 /// reference environment; the `models` of the JSON it writes to OUT.
@@ -388,7 +366,14 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
         "phi3_longrope",
         "qwen3moe",
     ] {
-        for dtype in ["F32", "Q8_0"] {
+        // The 5-bit types on the dense families the script quantizes to
+        // them (their kernels do not depend on the family).
+        let five_bit = ["llama", "qwen3", "gemma2", "gemma3", "olmo2"].contains(&family);
+        let dtypes: &[&str] = match five_bit {
+            true => &["F32", "Q8_0", "Q5_0", "Q5_1"],
+            false => &["F32", "Q8_0"],
+        };
+        for dtype in dtypes {
             let m = &models[&format!("{family}/{dtype}")];
             assert_eq!(m["ok"], true, "{family} {dtype}: {m}");
             assert_eq!(

@@ -11,7 +11,9 @@
 use std::arch::aarch64::*;
 
 use crate::act::{Q8x32, Q8x256};
-use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min};
+use crate::blocks::{
+    Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min, q5_offsets,
+};
 
 /// `Σ w·a` over 16 signed bytes, in four `i32` lanes.
 #[inline(always)]
@@ -83,9 +85,40 @@ pub(crate) unsafe fn neon_dot32<const N: usize>(
                     }
                 }
             }
+            Format::Q5_0 | Format::Q5_1 => {
+                let q5_1 = format == Format::Q5_1;
+                let (high, off) = q5_offsets(format);
+                for (i, b) in w.chunks_exact(format.block_bytes()).enumerate() {
+                    let d = f16_at(b, 0);
+                    let m = if q5_1 { f16_at(b, 2) } else { -16.0 * d };
+                    let q = load_u8(&b[off..]);
+                    let bits = u32::from_le_bytes([b[high], b[high + 1], b[high + 2], b[high + 3]]);
+                    let lo = vorrq_s8(low_nibbles(q), fifth_bits(bits as u16));
+                    let hi = vorrq_s8(high_nibbles(q), fifth_bits((bits >> 16) as u16));
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let s =
+                            vaddq_s32(dot16(lo, load_i8(&a.qs)), dot16(hi, load_i8(&a.qs[16..])));
+                        acc[n] += d * a.d * vaddvq_s32(s) as f32 + m * a.ds;
+                    }
+                }
+            }
             Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
         }
         acc
+    }
+}
+
+/// 16 bits as 16 bytes, byte `k` 16 where bit `k` is set, else 0: half a
+/// 5-bit block's fifth bits, in the nibbles' order.
+#[inline(always)]
+unsafe fn fifth_bits(bits: u16) -> int8x16_t {
+    unsafe {
+        let [b0, b1] = bits.to_le_bytes();
+        let spread = vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1));
+        let mask = vld1q_u8([1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128].as_ptr());
+        let set = vtstq_u8(spread, mask);
+        vreinterpretq_s8_u8(vandq_u8(set, vdupq_n_u8(16)))
     }
 }
 

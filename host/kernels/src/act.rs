@@ -6,7 +6,8 @@
 //! block's largest magnitude.
 
 /// 32 activations: `x ≈ d·q`, with `ds = d·Σq` for the formats whose
-/// quants carry an offset (`Q4_0`'s −8, `Q4_1`'s `m`).
+/// quants carry an offset (`Q4_0`'s −8, `Q5_0`'s −16, `Q4_1`'s and
+/// `Q5_1`'s `m`).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub struct Q8x32 {

@@ -16,6 +16,13 @@ pub enum Format {
     Q4_0,
     /// 32 values: `d`, `m` (f16), 16 bytes of 4-bit quants; `x = d·q + m`.
     Q4_1,
+    /// 32 values: `d` (f16), 4 bytes of high bits (bit `j` of the
+    /// little-endian `u32` is value `j`'s fifth bit), 16 bytes of low
+    /// nibbles; `x = d·(q − 16)`.
+    Q5_0,
+    /// 32 values: `d`, `m` (f16), 4 bytes of high bits, 16 bytes of low
+    /// nibbles; `x = d·q + m`.
+    Q5_1,
     /// 32 values: `d` (f16), 32 signed bytes; `x = d·q`.
     Q8_0,
     /// 256 values in 8 sub-blocks of 32 with 6-bit scales and mins:
@@ -27,9 +34,11 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 7] = [
         Format::Q4_0,
         Format::Q4_1,
+        Format::Q5_0,
+        Format::Q5_1,
         Format::Q8_0,
         Format::Q4_K,
         Format::Q6_K,
@@ -41,6 +50,8 @@ impl Format {
         Some(match id {
             2 => Format::Q4_0,
             3 => Format::Q4_1,
+            6 => Format::Q5_0,
+            7 => Format::Q5_1,
             8 => Format::Q8_0,
             12 => Format::Q4_K,
             14 => Format::Q6_K,
@@ -53,6 +64,8 @@ impl Format {
         match self {
             Format::Q4_0 => "Q4_0",
             Format::Q4_1 => "Q4_1",
+            Format::Q5_0 => "Q5_0",
+            Format::Q5_1 => "Q5_1",
             Format::Q8_0 => "Q8_0",
             Format::Q4_K => "Q4_K",
             Format::Q6_K => "Q6_K",
@@ -62,7 +75,7 @@ impl Format {
     /// Values per block.
     pub fn block_len(self) -> usize {
         match self {
-            Format::Q4_0 | Format::Q4_1 | Format::Q8_0 => 32,
+            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => 32,
             Format::Q4_K | Format::Q6_K => 256,
         }
     }
@@ -72,6 +85,8 @@ impl Format {
         match self {
             Format::Q4_0 => 18,
             Format::Q4_1 => 20,
+            Format::Q5_0 => 22,
+            Format::Q5_1 => 24,
             Format::Q8_0 => 34,
             Format::Q4_K => 144,
             Format::Q6_K => 210,
@@ -109,6 +124,28 @@ pub(crate) fn q4k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// A 5-bit block's layout: where its high bits and its nibbles start
+/// (`Q5_0`: after `d`; `Q5_1`: after `d` and `m`).
+#[inline(always)]
+pub(crate) fn q5_offsets(format: Format) -> (usize, usize) {
+    match format {
+        Format::Q5_0 => (2, 6),
+        _ => (4, 8),
+    }
+}
+
+/// Value `j`'s quant (0..32) of a 5-bit block: its nibble and, as the
+/// fifth bit, bit `j` of the high bits.
+#[inline(always)]
+pub(crate) fn q5_quant(b: &[u8], (qh, qs): (usize, usize), j: usize) -> u8 {
+    let high = u32::from_le_bytes([b[qh], b[qh + 1], b[qh + 2], b[qh + 3]]);
+    let nibble = match j < 16 {
+        true => b[qs + j] & 0xF,
+        false => b[qs + j - 16] >> 4,
+    };
+    nibble | ((((high >> j) & 1) as u8) << 4)
+}
+
 /// Offsets inside a `Q6_K` block: low 4 bits, high 2 bits, scales, `d`.
 pub(crate) const Q6K_QL: usize = 0;
 pub(crate) const Q6K_QH: usize = 128;
@@ -136,6 +173,18 @@ pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
             for j in 0..16 {
                 out[j] = d * (b[4 + j] & 0xF) as f32 + m;
                 out[j + 16] = d * (b[4 + j] >> 4) as f32 + m;
+            }
+        }
+        Format::Q5_0 => {
+            let d = f16_at(b, 0);
+            for (j, y) in out.iter_mut().enumerate().take(32) {
+                *y = d * (q5_quant(b, (2, 6), j) as f32 - 16.0);
+            }
+        }
+        Format::Q5_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            for (j, y) in out.iter_mut().enumerate().take(32) {
+                *y = d * q5_quant(b, (4, 8), j) as f32 + m;
             }
         }
         Format::Q8_0 => {

@@ -4,7 +4,10 @@
 //! differ only in the order of the f32 additions).
 
 use crate::act::{Q8x32, Q8x256};
-use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min};
+use crate::blocks::{
+    Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min, q5_offsets,
+    q5_quant,
+};
 
 pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
     let bytes = format.block_bytes();
@@ -27,6 +30,19 @@ pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
                         + (b[4 + j] >> 4) as i32 * a.qs[j + 16] as i32;
                 }
                 f16_at(b, 0) * a.d * i as f32 + f16_at(b, 2) * a.ds
+            }
+            Format::Q5_0 | Format::Q5_1 => {
+                let at = q5_offsets(format);
+                let mut i = 0i32;
+                for j in 0..32 {
+                    i += q5_quant(b, at, j) as i32 * a.qs[j] as i32;
+                }
+                let d = f16_at(b, 0);
+                let m = match format {
+                    Format::Q5_0 => -16.0 * d,
+                    _ => f16_at(b, 2),
+                };
+                d * a.d * i as f32 + m * a.ds
             }
             Format::Q8_0 => {
                 let mut i = 0i32;

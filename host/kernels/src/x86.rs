@@ -94,6 +94,30 @@ unsafe fn nibbles16(p: &[u8]) -> __m256i {
     }
 }
 
+/// The 32 bits of the little-endian `u32` at the start of `p` as 32
+/// bytes, byte `k` 16 where bit `k` is set, else 0: a 5-bit block's fifth
+/// bits, in the nibbles' order.
+#[inline(always)]
+unsafe fn fifth_bits(p: &[u8]) -> __m256i {
+    unsafe {
+        let bits = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+        // Byte k holds byte k / 8 of the bits (each 128-bit lane holds all
+        // four), then is tested against bit k % 8.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            ),
+        );
+        let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
+    }
+}
+
 /// The four f16 at the start of `p` (eight bytes, which `p` holds) as f32.
 ///
 /// Written as one `vcvtph2ps` from memory: from intrinsics the compiler
@@ -138,23 +162,38 @@ unsafe fn f16x1(p: &[u8]) -> f32 {
 unsafe fn dot32<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
     unsafe {
         match format {
-            Format::Q4_0 => dot_q4::<M, N, false>(w, a),
-            Format::Q4_1 => dot_q4::<M, N, true>(w, a),
+            Format::Q4_0 => dot_q4::<M, N, false, false>(w, a),
+            Format::Q4_1 => dot_q4::<M, N, true, false>(w, a),
+            Format::Q5_0 => dot_q4::<M, N, false, true>(w, a),
+            Format::Q5_1 => dot_q4::<M, N, true, true>(w, a),
             Format::Q8_0 => dot_q8::<M, N>(w, a),
             Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
         }
     }
 }
 
-/// `Q4_0` (`Q4_1` false: `x = d·(q − 8)`) or `Q4_1` (`x = d·q + m`).
-/// The quants go in unsigned; the offset comes back through the
-/// activations' precomputed `d·Σq`. Blocks go two at a time into two sets
-/// of accumulators: with one, each block waited for the previous one's
-/// multiply-add (4 cycles), which bounded a single row's rate.
+/// `Q4_0` (`Q4_1` false: `x = d·(q − 8)`) or `Q4_1` (`x = d·q + m`);
+/// with `Q5`, their 5-bit kin `Q5_0` (`x = d·(q − 16)`) and `Q5_1`, whose
+/// fifth bits are ORed onto the nibbles. The quants go in unsigned (at
+/// most 31: AVX2's 16-bit pair sums cannot saturate); the offset comes
+/// back through the activations' precomputed `d·Σq`. Blocks go two at a
+/// time into two sets of accumulators: with one, each block waited for
+/// the previous one's multiply-add (4 cycles), which bounded a single
+/// row's rate.
 #[inline(always)]
-unsafe fn dot_q4<M: Mac, const N: usize, const Q4_1: bool>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
+unsafe fn dot_q4<M: Mac, const N: usize, const Q4_1: bool, const Q5: bool>(
+    w: &[u8],
+    a: [&[Q8x32]; N],
+) -> [f32; N] {
     unsafe {
-        let (bytes, quants) = if Q4_1 { (20, 4) } else { (18, 2) };
+        // (block bytes, where the nibbles start, where the fifth bits do)
+        let (bytes, quants, high) = match (Q4_1, Q5) {
+            (false, false) => (18, 2, 0),
+            (true, false) => (20, 4, 0),
+            (false, true) => (22, 6, 2),
+            (true, true) => (24, 8, 4),
+        };
+        let offset = if Q5 { -16.0 } else { -8.0 };
         let mut acc = [[_mm256_setzero_ps(); N]; 2];
         let mut extra = [[0f32; N]; 2];
         let blocks = w.len() / bytes;
@@ -168,9 +207,12 @@ unsafe fn dot_q4<M: Mac, const N: usize, const Q4_1: bool>(w: &[u8], a: [&[Q8x32
                     f16x2(b)
                 } else {
                     let d = f16x1(b);
-                    (d, -8.0 * d)
+                    (d, offset * d)
                 };
-                let u = nibbles16(&b[quants..]);
+                let u = match Q5 {
+                    true => _mm256_or_si256(nibbles16(&b[quants..]), fifth_bits(&b[high..])),
+                    false => nibbles16(&b[quants..]),
+                };
                 for n in 0..N {
                     let a = a[n].get_unchecked(i);
                     let p = M::dot(u, load_i8(&a.qs));

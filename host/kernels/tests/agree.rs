@@ -36,8 +36,9 @@ fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
     if rng.random_bool(0.1) {
         let fill = if rng.random_bool(0.5) { 0x00 } else { 0xFF };
         let start = match format {
-            Format::Q4_0 | Format::Q8_0 => 2,
-            Format::Q4_1 | Format::Q4_K => 4,
+            // (A 5-bit block's high bits and nibbles, all quant bits.)
+            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => 2,
+            Format::Q4_1 | Format::Q5_1 | Format::Q4_K => 4,
             Format::Q6_K => 0,
         };
         let end = if format == Format::Q6_K { 192 } else { b.len() };
@@ -48,8 +49,8 @@ fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
         b[2..34].fill(0x80); // −128, which ggml never writes but a file may hold
     }
     match format {
-        Format::Q4_0 | Format::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
-        Format::Q4_1 | Format::Q4_K => {
+        Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
+        Format::Q4_1 | Format::Q5_1 | Format::Q4_K => {
             b[0..2].copy_from_slice(&scale(rng));
             b[2..4].copy_from_slice(&scale(rng));
         }
@@ -184,6 +185,25 @@ fn dequantize_matches_ggml_on_known_blocks() {
     b.extend([0x7Fu8; 16]);
     dequantize_row(Format::Q8_0, &b, &mut out);
     assert_eq!((out[0], out[31]), (-32.0, 31.75));
+    // Q5_0: d = 1; the fifth bits of values 0 and 16 set (bits 0 and 16 of
+    // the little-endian u32); nibbles 15 and 3 in byte 0, 0 elsewhere.
+    let mut b = f16::from_f32(1.0).to_le_bytes().to_vec();
+    b.extend(0x0001_0001u32.to_le_bytes());
+    b.push(0x3F);
+    b.extend([0u8; 15]);
+    dequantize_row(Format::Q5_0, &b, &mut out);
+    assert_eq!(
+        (out[0], out[16], out[1], out[17]),
+        (15.0, 3.0, -16.0, -16.0)
+    );
+    // Q5_1: d = 0.5, m = 1, the same quants: 0.5q + 1.
+    let mut b = f16::from_f32(0.5).to_le_bytes().to_vec();
+    b.extend(f16::from_f32(1.0).to_le_bytes());
+    b.extend(0x0001_0001u32.to_le_bytes());
+    b.push(0x3F);
+    b.extend([0u8; 15]);
+    dequantize_row(Format::Q5_1, &b, &mut out);
+    assert_eq!((out[0], out[16], out[1]), (16.5, 10.5, 1.0));
 }
 
 #[test]

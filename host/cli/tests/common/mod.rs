@@ -89,6 +89,7 @@ pub mod llama_server;
 #[allow(unused_imports)] // not every test binary posts
 pub use llama_server::post_json;
 pub mod plugins;
+pub mod reference;
 pub mod report_fixture;
 pub mod tiny;
 

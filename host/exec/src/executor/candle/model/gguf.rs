@@ -96,15 +96,43 @@ fn block_format(dtype: GgmlDType) -> Option<Result<Format, String>> {
         G::F32 | G::F16 | G::BF16 => return None,
         G::Q4_0 => Format::Q4_0,
         G::Q4_1 => Format::Q4_1,
+        G::Q5_0 => Format::Q5_0,
+        G::Q5_1 => Format::Q5_1,
         G::Q8_0 => Format::Q8_0,
         G::Q4K => Format::Q4_K,
         G::Q6K => Format::Q6_K,
         other => {
             let runs: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
-            return Some(Err(format!(
-                "is stored as {other:?}, which vauban has no CPU kernel for (it runs {} as stored); load the model dequantized with `--weights f32` (`weights = \"f32\"` in a config), or use a GGUF quantized to one of those",
-                runs.join(", ")
-            )));
+            let runs = runs.join(", ");
+            // Advice only where it works: candle's reader dequantizes the
+            // K-quants, not Q8_1 (a type ggml keeps for activations).
+            return Some(Err(match other {
+                G::Q2K | G::Q3K | G::Q5K => format!(
+                    "is stored as {other:?}, which vauban has no CPU kernel for (it runs {runs} as stored); load the model dequantized with `--weights f32` (`weights = \"f32\"` in a config), or use a GGUF quantized to one of those"
+                ),
+                _ => format!(
+                    "is stored as {other:?}, which vauban can neither run as stored (it runs {runs}) nor dequantize; use a GGUF quantized to one of those"
+                ),
+            }));
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_type_without_a_kernel_is_refused_with_advice_that_works() {
+        let e = block_format(GgmlDType::Q5K).unwrap().unwrap_err();
+        assert!(e.contains("Q5K") && e.contains("--weights f32"), "{e}");
+        assert!(
+            e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K"),
+            "{e}"
+        );
+        let e = block_format(GgmlDType::Q8_1).unwrap().unwrap_err();
+        assert!(e.contains("Q8_1") && !e.contains("--weights f32"), "{e}");
+        assert!(block_format(GgmlDType::F16).is_none());
+        assert_eq!(block_format(GgmlDType::Q5_1), Some(Ok(Format::Q5_1)));
+    }
 }
