@@ -28,7 +28,7 @@ fn blocks(format: Format, n: usize, seed: &mut u64) -> Vec<u8> {
         .collect();
     let scales: &[usize] = match format {
         Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K => &[0, 2],
+        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
         Format::Q6_K => &[208],
     };
     for b in bytes.chunks_exact_mut(format.block_bytes()) {

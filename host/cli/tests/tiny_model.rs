@@ -709,7 +709,7 @@ fn a_quantized_type_vauban_cannot_run_is_refused_naming_the_tensor_and_the_type(
         "{e}"
     );
     assert!(
-        e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K"),
+        e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"),
         "{e}"
     );
     // No advice that would not work: candle's reader cannot dequantize it

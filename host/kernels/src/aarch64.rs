@@ -12,7 +12,8 @@ use std::arch::aarch64::*;
 
 use crate::act::{Q8x32, Q8x256};
 use crate::blocks::{
-    Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min, q5_offsets,
+    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min,
+    q5_offsets,
 };
 
 /// `Σ w·a` over 16 signed bytes, in four `i32` lanes.
@@ -103,7 +104,9 @@ pub(crate) unsafe fn neon_dot32<const N: usize>(
                     }
                 }
             }
-            Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => {
+                unreachable!("K-quants pair with 256-value blocks")
+            }
         }
         acc
     }
@@ -134,15 +137,34 @@ pub(crate) unsafe fn neon_dot256<const N: usize>(
         for (i, b) in w.chunks_exact(bytes).enumerate() {
             let mut isum = [0i32; N];
             match format {
-                Format::Q4_K => {
+                // Q5_K: Q4_K's with a fifth bit per value, from bit 2g
+                // (first half of group g) or 2g + 1 of its high-bit byte.
+                Format::Q4_K | Format::Q5_K => {
+                    let five = format == Format::Q5_K;
                     let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
                     let sm: [(u8, u8); 8] =
                         std::array::from_fn(|j| q4k_scale_min(j, &b[Q4K_SC..Q4K_SC + 12]));
+                    let qs = if five { Q5K_QS } else { Q4K_QS };
+                    let (h0, h1) = match five {
+                        true => (load_u8(&b[Q5K_QH..]), load_u8(&b[Q5K_QH + 16..])),
+                        false => (vdupq_n_u8(0), vdupq_n_u8(0)),
+                    };
+                    // Bit `k` of each high-bit byte as 16 (or 0).
+                    let fifth = |h: uint8x16_t, k: usize| {
+                        let bit = vandq_u8(vshlq_u8(h, vdupq_n_s8(-(k as i8))), vdupq_n_u8(1));
+                        vreinterpretq_s8_u8(vshlq_n_u8::<4>(bit))
+                    };
                     for g in 0..4 {
-                        let q0 = load_u8(&b[Q4K_QS + 32 * g..]);
-                        let q1 = load_u8(&b[Q4K_QS + 32 * g + 16..]);
-                        let (lo0, lo1) = (low_nibbles(q0), low_nibbles(q1));
-                        let (hi0, hi1) = (high_nibbles(q0), high_nibbles(q1));
+                        let q0 = load_u8(&b[qs + 32 * g..]);
+                        let q1 = load_u8(&b[qs + 32 * g + 16..]);
+                        let (mut lo0, mut lo1) = (low_nibbles(q0), low_nibbles(q1));
+                        let (mut hi0, mut hi1) = (high_nibbles(q0), high_nibbles(q1));
+                        if five {
+                            lo0 = vorrq_s8(lo0, fifth(h0, 2 * g));
+                            lo1 = vorrq_s8(lo1, fifth(h1, 2 * g));
+                            hi0 = vorrq_s8(hi0, fifth(h0, 2 * g + 1));
+                            hi1 = vorrq_s8(hi1, fifth(h1, 2 * g + 1));
+                        }
                         for n in 0..N {
                             let qa = &a[n][i].qs[64 * g..];
                             let lo =

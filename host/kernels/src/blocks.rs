@@ -28,19 +28,25 @@ pub enum Format {
     /// 256 values in 8 sub-blocks of 32 with 6-bit scales and mins:
     /// `x = d·sc·q − dmin·m`.
     Q4_K,
+    /// `Q4_K`'s layout with a fifth bit per value: `d`, `dmin`, 12 bytes of
+    /// scales and mins, 32 bytes of high bits (value `l` of group `g`'s
+    /// first half takes bit `2g` of byte `l`, of its second half bit
+    /// `2g + 1`), 128 bytes of nibbles: `x = d·sc·q − dmin·m`.
+    Q5_K,
     /// 256 values in 16 sub-blocks of 16 with 8-bit scales, 6-bit quants:
     /// `x = d·sc·(q − 32)`.
     Q6_K,
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
         Format::Q4_0,
         Format::Q4_1,
         Format::Q5_0,
         Format::Q5_1,
         Format::Q8_0,
         Format::Q4_K,
+        Format::Q5_K,
         Format::Q6_K,
     ];
 
@@ -54,6 +60,7 @@ impl Format {
             7 => Format::Q5_1,
             8 => Format::Q8_0,
             12 => Format::Q4_K,
+            13 => Format::Q5_K,
             14 => Format::Q6_K,
             _ => return None,
         })
@@ -68,6 +75,7 @@ impl Format {
             Format::Q5_1 => "Q5_1",
             Format::Q8_0 => "Q8_0",
             Format::Q4_K => "Q4_K",
+            Format::Q5_K => "Q5_K",
             Format::Q6_K => "Q6_K",
         }
     }
@@ -76,7 +84,7 @@ impl Format {
     pub fn block_len(self) -> usize {
         match self {
             Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => 32,
-            Format::Q4_K | Format::Q6_K => 256,
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => 256,
         }
     }
 
@@ -89,6 +97,7 @@ impl Format {
             Format::Q5_1 => 24,
             Format::Q8_0 => 34,
             Format::Q4_K => 144,
+            Format::Q5_K => 176,
             Format::Q6_K => 210,
         }
     }
@@ -156,6 +165,10 @@ pub(crate) const Q6K_D: usize = 208;
 pub(crate) const Q4K_SC: usize = 4;
 pub(crate) const Q4K_QS: usize = 16;
 
+/// Offsets inside a `Q5_K` block (scales as `Q4_K`'s): high bits, nibbles.
+pub(crate) const Q5K_QH: usize = 16;
+pub(crate) const Q5K_QS: usize = 48;
+
 /// Dequantizes one block of `format` into `out` (`format.block_len()`
 /// values): the plain formula, no tricks.
 pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
@@ -204,6 +217,23 @@ pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
                 for l in 0..32 {
                     y[l] = d * s1 as f32 * (q[l] & 0xF) as f32 - dmin * m1 as f32;
                     y[l + 32] = d * s2 as f32 * (q[l] >> 4) as f32 - dmin * m2 as f32;
+                }
+            }
+        }
+        Format::Q5_K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let sc = &b[Q4K_SC..Q4K_SC + 12];
+            let qh = &b[Q5K_QH..Q5K_QH + 32];
+            for g in 0..4 {
+                let q = &b[Q5K_QS + 32 * g..Q5K_QS + 32 * g + 32];
+                let (s1, m1) = q4k_scale_min(2 * g, sc);
+                let (s2, m2) = q4k_scale_min(2 * g + 1, sc);
+                let y = &mut out[64 * g..64 * g + 64];
+                for l in 0..32 {
+                    let lo = (q[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4);
+                    let hi = (q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4);
+                    y[l] = d * s1 as f32 * lo as f32 - dmin * m1 as f32;
+                    y[l + 32] = d * s2 as f32 * hi as f32 - dmin * m2 as f32;
                 }
             }
         }

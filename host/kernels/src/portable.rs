@@ -5,8 +5,8 @@
 
 use crate::act::{Q8x32, Q8x256};
 use crate::blocks::{
-    Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min, q5_offsets,
-    q5_quant,
+    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min,
+    q5_offsets, q5_quant,
 };
 
 pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
@@ -51,7 +51,9 @@ pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
                 }
                 f16_at(b, 0) * a.d * i as f32
             }
-            Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => {
+                unreachable!("K-quants pair with 256-value blocks")
+            }
         };
     }
     s
@@ -62,18 +64,27 @@ pub(crate) fn dot256(format: Format, w: &[u8], a: &[Q8x256]) -> f32 {
     let mut s = 0f32;
     for (b, a) in w.chunks_exact(bytes).zip(a) {
         s += match format {
-            Format::Q4_K => {
+            // Q5_K: Q4_K's with a fifth bit per value from its high bits.
+            Format::Q4_K | Format::Q5_K => {
                 let sc = &b[Q4K_SC..Q4K_SC + 12];
+                let (qs, qh) = match format {
+                    Format::Q4_K => (Q4K_QS, None),
+                    _ => (Q5K_QS, Some(&b[Q5K_QH..Q5K_QH + 32])),
+                };
                 let (mut dots, mut mins) = (0i32, 0i32);
                 for g in 0..4 {
-                    let q = &b[Q4K_QS + 32 * g..Q4K_QS + 32 * g + 32];
+                    let q = &b[qs + 32 * g..qs + 32 * g + 32];
                     let (s1, m1) = q4k_scale_min(2 * g, sc);
                     let (s2, m2) = q4k_scale_min(2 * g + 1, sc);
                     let (mut lo, mut hi) = (0i32, 0i32);
                     let (alo, ahi) = a.qs[64 * g..64 * g + 64].split_at(32);
-                    for ((&q, &x), &y) in q.iter().zip(alo).zip(ahi) {
-                        lo += (q & 0xF) as i32 * x as i32;
-                        hi += (q >> 4) as i32 * y as i32;
+                    for (l, ((&q, &x), &y)) in q.iter().zip(alo).zip(ahi).enumerate() {
+                        let (fifth_lo, fifth_hi) = match qh {
+                            Some(h) => ((h[l] >> (2 * g)) & 1, (h[l] >> (2 * g + 1)) & 1),
+                            None => (0, 0),
+                        };
+                        lo += ((q & 0xF) | (fifth_lo << 4)) as i32 * x as i32;
+                        hi += ((q >> 4) | (fifth_hi << 4)) as i32 * y as i32;
                     }
                     dots += s1 as i32 * lo + s2 as i32 * hi;
                     let bs = |j: usize| a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32;

@@ -10,7 +10,9 @@
 use std::arch::x86_64::*;
 
 use crate::act::{Q8x32, Q8x256};
-use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, q4k_scale_min};
+use crate::blocks::{
+    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, q4k_scale_min,
+};
 
 /// Unsigned × signed byte products summed into 8 i32 lanes, lane `k`
 /// holding bytes `4k..4k+4`.
@@ -167,7 +169,9 @@ unsafe fn dot32<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x32]; 
             Format::Q5_0 => dot_q4::<M, N, false, true>(w, a),
             Format::Q5_1 => dot_q4::<M, N, true, true>(w, a),
             Format::Q8_0 => dot_q8::<M, N>(w, a),
-            Format::Q4_K | Format::Q6_K => unreachable!("K-quants pair with 256-value blocks"),
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => {
+                unreachable!("K-quants pair with 256-value blocks")
+            }
         }
     }
 }
@@ -283,14 +287,35 @@ unsafe fn dot256<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x256]
         for (i, b) in w.chunks_exact(bytes).enumerate() {
             let mut isum = [_mm256_setzero_si256(); N];
             match format {
-                Format::Q4_K => {
+                // Q5_K: Q4_K's with a fifth bit per value, from bit 2g
+                // (first half of group g) or 2g + 1 of its high-bit byte.
+                Format::Q4_K | Format::Q5_K => {
+                    let five = format == Format::Q5_K;
                     let (d, dmin) = f16x2(b);
                     let sc = &b[Q4K_SC..Q4K_SC + 12];
                     let sm: [(u8, u8); 8] = std::array::from_fn(|j| q4k_scale_min(j, sc));
+                    let qs = if five { Q5K_QS } else { Q4K_QS };
+                    let qh = if five {
+                        load(&b[Q5K_QH..])
+                    } else {
+                        _mm256_setzero_si256()
+                    };
+                    let one = _mm256_set1_epi8(1);
                     for g in 0..4 {
-                        let q = load(&b[Q4K_QS + 32 * g..]);
-                        let lo = _mm256_and_si256(q, m4);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                        let q = load(&b[qs + 32 * g..]);
+                        let mut lo = _mm256_and_si256(q, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                        if five {
+                            // Bit 2g (2g + 1) of each byte to bit 4; the
+                            // 16-bit shift's spill from the next byte is
+                            // masked off.
+                            let shift = _mm_cvtsi32_si128(2 * g as i32);
+                            let b_lo = _mm256_and_si256(_mm256_srl_epi16(qh, shift), one);
+                            let shift = _mm_cvtsi32_si128(2 * g as i32 + 1);
+                            let b_hi = _mm256_and_si256(_mm256_srl_epi16(qh, shift), one);
+                            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b_lo, 4));
+                            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b_hi, 4));
+                        }
                         let (s1, s2) = (sm[2 * g].0 as i32, sm[2 * g + 1].0 as i32);
                         for n in 0..N {
                             let qa = &a[n][i].qs;

@@ -38,11 +38,15 @@ fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
         let start = match format {
             // (A 5-bit block's high bits and nibbles, all quant bits.)
             Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => 2,
-            Format::Q4_1 | Format::Q5_1 | Format::Q4_K => 4,
+            Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => 4,
             Format::Q6_K => 0,
         };
         let end = if format == Format::Q6_K { 192 } else { b.len() };
-        let start = if format == Format::Q4_K { 16 } else { start };
+        let start = if matches!(format, Format::Q4_K | Format::Q5_K) {
+            16
+        } else {
+            start
+        };
         b[start..end].fill(fill);
     }
     if format == Format::Q8_0 && rng.random_bool(0.2) {
@@ -50,7 +54,7 @@ fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
     }
     match format {
         Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K => {
+        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => {
             b[0..2].copy_from_slice(&scale(rng));
             b[2..4].copy_from_slice(&scale(rng));
         }

@@ -100,6 +100,7 @@ fn block_format(dtype: GgmlDType) -> Option<Result<Format, String>> {
         G::Q5_1 => Format::Q5_1,
         G::Q8_0 => Format::Q8_0,
         G::Q4K => Format::Q4_K,
+        G::Q5K => Format::Q5_K,
         G::Q6K => Format::Q6_K,
         other => {
             let runs: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
@@ -107,7 +108,7 @@ fn block_format(dtype: GgmlDType) -> Option<Result<Format, String>> {
             // Advice only where it works: candle's reader dequantizes the
             // K-quants, not Q8_1 (a type ggml keeps for activations).
             return Some(Err(match other {
-                G::Q2K | G::Q3K | G::Q5K => format!(
+                G::Q2K | G::Q3K => format!(
                     "is stored as {other:?}, which vauban has no CPU kernel for (it runs {runs} as stored); load the model dequantized with `--weights f32` (`weights = \"f32\"` in a config), or use a GGUF quantized to one of those"
                 ),
                 _ => format!(
@@ -124,10 +125,10 @@ mod tests {
 
     #[test]
     fn a_type_without_a_kernel_is_refused_with_advice_that_works() {
-        let e = block_format(GgmlDType::Q5K).unwrap().unwrap_err();
-        assert!(e.contains("Q5K") && e.contains("--weights f32"), "{e}");
+        let e = block_format(GgmlDType::Q3K).unwrap().unwrap_err();
+        assert!(e.contains("Q3K") && e.contains("--weights f32"), "{e}");
         assert!(
-            e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K"),
+            e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"),
             "{e}"
         );
         let e = block_format(GgmlDType::Q8_1).unwrap().unwrap_err();
