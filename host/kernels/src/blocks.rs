@@ -206,32 +206,25 @@ pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
                 out[j] = d * b[2 + j] as i8 as f32;
             }
         }
-        Format::Q4_K => {
+        // Q5_K: Q4_K's with a fifth bit per value from its high bits.
+        Format::Q4_K | Format::Q5_K => {
             let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
             let sc = &b[Q4K_SC..Q4K_SC + 12];
+            let (qs, qh) = match format {
+                Format::Q4_K => (Q4K_QS, None),
+                _ => (Q5K_QS, Some(&b[Q5K_QH..Q5K_QH + 32])),
+            };
             for g in 0..4 {
-                let q = &b[Q4K_QS + 32 * g..Q4K_QS + 32 * g + 32];
+                let q = &b[qs + 32 * g..qs + 32 * g + 32];
                 let (s1, m1) = q4k_scale_min(2 * g, sc);
                 let (s2, m2) = q4k_scale_min(2 * g + 1, sc);
                 let y = &mut out[64 * g..64 * g + 64];
                 for l in 0..32 {
-                    y[l] = d * s1 as f32 * (q[l] & 0xF) as f32 - dmin * m1 as f32;
-                    y[l + 32] = d * s2 as f32 * (q[l] >> 4) as f32 - dmin * m2 as f32;
-                }
-            }
-        }
-        Format::Q5_K => {
-            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-            let sc = &b[Q4K_SC..Q4K_SC + 12];
-            let qh = &b[Q5K_QH..Q5K_QH + 32];
-            for g in 0..4 {
-                let q = &b[Q5K_QS + 32 * g..Q5K_QS + 32 * g + 32];
-                let (s1, m1) = q4k_scale_min(2 * g, sc);
-                let (s2, m2) = q4k_scale_min(2 * g + 1, sc);
-                let y = &mut out[64 * g..64 * g + 64];
-                for l in 0..32 {
-                    let lo = (q[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4);
-                    let hi = (q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4);
+                    let (f1, f2) = match qh {
+                        Some(h) => ((h[l] >> (2 * g)) & 1, (h[l] >> (2 * g + 1)) & 1),
+                        None => (0, 0),
+                    };
+                    let (lo, hi) = ((q[l] & 0xF) | (f1 << 4), (q[l] >> 4) | (f2 << 4));
                     y[l] = d * s1 as f32 * lo as f32 - dmin * m1 as f32;
                     y[l + 32] = d * s2 as f32 * hi as f32 - dmin * m2 as f32;
                 }
