@@ -72,6 +72,7 @@ impl Isa {
                     v.push(Isa::Avx2);
                     if is_x86_feature_detected!("avx512vnni")
                         && is_x86_feature_detected!("avx512vl")
+                        && is_x86_feature_detected!("avx512bw")
                     {
                         v.push(Isa::Avx512Vnni);
                     }

@@ -23,6 +23,10 @@ pub(crate) trait Mac {
     /// The unsigned bytes are at most 63 here (6-bit quants), so AVX2's
     /// 16-bit pair sums cannot saturate.
     unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i;
+    /// The 32 bits of the little-endian `u32` at the start of `p` as 32
+    /// bytes, byte `k` 16 where bit `k` is set, else 0: a 5-bit block's
+    /// fifth bits, in the nibbles' order.
+    unsafe fn fifth_bits(p: &[u8]) -> __m256i;
 }
 
 pub(crate) struct Avx2;
@@ -40,6 +44,10 @@ impl Mac for Avx2 {
             _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc)
         }
     }
+    #[inline(always)]
+    unsafe fn fifth_bits(p: &[u8]) -> __m256i {
+        unsafe { spread_bits(p) }
+    }
 }
 
 impl Mac for Vnni {
@@ -52,6 +60,15 @@ impl Mac for Vnni {
         unsafe {
             let sc = _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo));
             _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), sc)
+        }
+    }
+    /// One `vpmovm2b` from the mask (AVX-512 BW), where AVX2 takes a
+    /// shuffle and a compare.
+    #[inline(always)]
+    unsafe fn fifth_bits(p: &[u8]) -> __m256i {
+        unsafe {
+            let bits = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+            _mm256_and_si256(_mm256_movm_epi8(bits), _mm256_set1_epi8(16))
         }
     }
 }
@@ -96,11 +113,9 @@ unsafe fn nibbles16(p: &[u8]) -> __m256i {
     }
 }
 
-/// The 32 bits of the little-endian `u32` at the start of `p` as 32
-/// bytes, byte `k` 16 where bit `k` is set, else 0: a 5-bit block's fifth
-/// bits, in the nibbles' order.
+/// [`Mac::fifth_bits`] on AVX2.
 #[inline(always)]
-unsafe fn fifth_bits(p: &[u8]) -> __m256i {
+unsafe fn spread_bits(p: &[u8]) -> __m256i {
     unsafe {
         let bits = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
         // Byte k holds byte k / 8 of the bits (each 128-bit lane holds all
@@ -214,7 +229,7 @@ unsafe fn dot_q4<M: Mac, const N: usize, const Q4_1: bool, const Q5: bool>(
                     (d, offset * d)
                 };
                 let u = match Q5 {
-                    true => _mm256_or_si256(nibbles16(&b[quants..]), fifth_bits(&b[high..])),
+                    true => _mm256_or_si256(nibbles16(&b[quants..]), M::fifth_bits(&b[high..])),
                     false => nibbles16(&b[quants..]),
                 };
                 for n in 0..N {
@@ -427,5 +442,5 @@ entry!(
     vnni_dot32,
     vnni_dot256,
     Vnni,
-    "avx2,fma,avx512vnni,avx512vl"
+    "avx2,fma,avx512vnni,avx512vl,avx512bw"
 );
