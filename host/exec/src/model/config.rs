@@ -445,6 +445,31 @@ impl ModelConfig {
         }
     }
 
+    /// Each of `kinds` rotary embeddings (the global layers', then the
+    /// sliding layers' own base where they have one) in LongRoPE's two
+    /// sets, short then long (the same twice for any other model): what a
+    /// backend builds once at load; [`ModelConfig::rope_set`] picks one for
+    /// a pass.
+    pub fn rope_sets(&self, kinds: usize) -> Vec<[Rope; 2]> {
+        (0..kinds)
+            .map(|r| [self.rope(r == 1, 0), self.rope(r == 1, usize::MAX)])
+            .collect()
+    }
+
+    /// Which of [`ModelConfig::rope_sets`]' two a pass whose last position
+    /// is `reach - 1` runs: the long one once LongRoPE (read as
+    /// transformers reads it) reaches past the original context.
+    pub fn rope_set(&self, reach: usize) -> usize {
+        match &self.rope_scaling {
+            Some(RopeScaling::LongRope {
+                original_max_position_embeddings: original,
+                choice: LongRopeChoice::ByReach,
+                ..
+            }) => usize::from(reach > *original),
+            _ => 0,
+        }
+    }
+
     /// The rotary embedding of the sliding layers with a base of their own
     /// (`local`: Gemma 3's, unscaled) or of the others, in a pass whose
     /// last position is `reach - 1` (LongRoPE's set can depend on it).
@@ -1517,6 +1542,16 @@ mod tests {
             *choice = LongRopeChoice::Long;
         }
         assert!(!gguf.reruns(16, 1) && gguf.rope(false, 1) == past);
+        // The sets a backend builds once, and the one each pass picks.
+        let sets = c.rope_sets(1);
+        assert_eq!(
+            (sets[0][0].clone(), sets[0][1].clone()),
+            (within.clone(), past.clone())
+        );
+        assert_eq!(
+            (c.rope_set(16), c.rope_set(17), gguf.rope_set(17)),
+            (0, 1, 0)
+        );
         let note = gguf.export_note().unwrap();
         assert!(
             note.contains("the long LongRoPE factors at every length")

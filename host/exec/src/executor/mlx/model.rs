@@ -229,11 +229,13 @@ pub struct MlxLlama {
     blocks: Vec<Block>,
     norm: RmsNorm,
     output: Linear,
-    /// The kinds of rotary embedding the layers take: the global one,
-    /// then the sliding layers' own base where they have one (Gemma 3).
-    /// Each pass asks the config for their frequencies (LongRoPE chooses
-    /// by the pass's reach).
-    rope_kinds: usize,
+    /// Each kind of rotary embedding the layers take (the global one, then
+    /// the sliding layers' own base where they have one: Gemma 3), in
+    /// LongRoPE's short and long sets (`ModelConfig::rope_set` picks one a
+    /// pass): its frequencies as MLX takes them (`1 / inv_freq` per pair)
+    /// and, where LongRoPE scales cos and sin, what multiplies each
+    /// dimension of a head once rotated.
+    ropes: Vec<[(Array, Option<Array>); 2]>,
     /// How the file stored the weights read as f32 (a GGUF's `Q4_1/Q8_0`).
     dequantized: Option<String>,
     /// How the matrices kept packed are quantized (`4-bit, groups of 64`).
@@ -377,6 +379,10 @@ impl MlxLlama {
     fn arrays(&self) -> Vec<&Array> {
         let mut out: Vec<&Array> = self.matrices().flat_map(Matrix::arrays).collect();
         out.push(&self.norm.scale);
+        for (freqs, scale) in self.ropes.iter().flatten() {
+            out.push(freqs);
+            out.extend(scale);
+        }
         for b in &self.blocks {
             out.extend(b.norms().map(|(_, n)| &n.scale));
             out.extend(b.linears().into_iter().filter_map(|l| l.bias.as_ref()));
@@ -458,7 +464,7 @@ impl MlxLlama {
             blocks,
             norm,
             output,
-            rope_kinds: 1 + usize::from((0..c.layers).any(|i| c.local_rope(i))),
+            ropes: mlx_ropes(c),
             dequantized: None,
             packed: None,
             on_gpu: false,
@@ -541,32 +547,12 @@ impl MlxLlama {
         for w in &self.config.windows {
             masks.entry(*w).or_insert_with(|| mask(*w));
         }
-        // Each RoPE kind's frequencies as MLX takes them (`1 / inv_freq`
-        // per pair) and, where LongRoPE scales cos and sin, what multiplies
-        // each dimension of a head once rotated.
-        let ropes: Vec<(Array, Option<Array>)> = (0..self.rope_kinds)
-            .map(|r| {
-                let rope = self.config.rope(r == 1, total);
-                let freqs: Vec<f32> = rope.inv_freqs.iter().map(|f| 1.0 / f).collect();
-                let freqs = Array::from_slice(&freqs, &[freqs.len() as i32]);
-                let c = &self.config;
-                let scale = (rope.magnitude != 1.0).then(|| {
-                    let per_dim: Vec<f32> = (0..c.head_dim)
-                        .map(|i| match i < c.rotary_dim {
-                            true => rope.magnitude,
-                            false => 1.0,
-                        })
-                        .collect();
-                    Array::from_slice(&per_dim, &[c.head_dim as i32])
-                });
-                (freqs, scale)
-            })
-            .collect();
+        let set = self.config.rope_set(total);
         let mut appended = Vec::with_capacity(self.blocks.len());
         for (layer, (block, slot)) in self.blocks.iter().zip(&cache.layers).enumerate() {
             let h = norm_opt(&block.attn_norm, x.clone())?;
             let mask = masks[&block.attn.window].as_ref();
-            let rope = &ropes[block.attn.rope];
+            let rope = &self.ropes[block.attn.rope][set];
             let (attn_out, kv) =
                 self.attention(&block.attn, &h, slot.as_ref(), past, rope, mask)?;
             let attn_out = norm_opt(&block.post_attn_norm, attn_out)?;
@@ -994,4 +980,29 @@ fn ffn(r: &mut Reader<'_>, layer: usize, c: &ModelConfig) -> Result<Ffn, ModelEr
         experts,
         routing: e.clone(),
     }))
+}
+
+/// Each rotary kind's two LongRoPE sets as MLX takes them (see
+/// `MlxLlama::ropes`).
+fn mlx_ropes(c: &ModelConfig) -> Vec<[(Array, Option<Array>); 2]> {
+    let kinds = 1 + usize::from((0..c.layers).any(|i| c.local_rope(i)));
+    c.rope_sets(kinds)
+        .into_iter()
+        .map(|sets| {
+            sets.map(|rope| {
+                let freqs: Vec<f32> = rope.inv_freqs.iter().map(|f| 1.0 / f).collect();
+                let freqs = Array::from_slice(&freqs, &[freqs.len() as i32]);
+                let scale = (rope.magnitude != 1.0).then(|| {
+                    let per_dim: Vec<f32> = (0..c.head_dim)
+                        .map(|i| match i < c.rotary_dim {
+                            true => rope.magnitude,
+                            false => 1.0,
+                        })
+                        .collect();
+                    Array::from_slice(&per_dim, &[c.head_dim as i32])
+                });
+                (freqs, scale)
+            })
+        })
+        .collect()
 }

@@ -221,11 +221,11 @@ pub struct TorchLlama {
     blocks: Vec<Block>,
     norm: RmsNorm,
     output: Linear,
-    /// The kinds of rotary embedding the layers take: the global one,
-    /// then the sliding layers' own base where they have one (Gemma 3).
-    /// Each pass asks the config for their frequencies (LongRoPE chooses
-    /// by the pass's reach).
-    rope_kinds: usize,
+    /// Each kind of rotary embedding the layers take (the global one, then
+    /// the sliding layers' own base where they have one: Gemma 3) as its
+    /// inverse frequencies on the device and its magnitude, in LongRoPE's
+    /// short and long sets (`ModelConfig::rope_set` picks one a pass).
+    ropes: Vec<[(Tensor, f64); 2]>,
     device: Device,
     /// The weights' and activations' dtype.
     kind: Kind,
@@ -387,14 +387,24 @@ impl TorchLlama {
             },
             bias: None,
         };
-        let rope_kinds = 1 + usize::from((0..c.layers).any(|i| c.local_rope(i)));
+        let kinds = 1 + usize::from((0..c.layers).any(|i| c.local_rope(i)));
+        let ropes = c
+            .rope_sets(kinds)
+            .into_iter()
+            .map(|sets| {
+                sets.map(|r| {
+                    let f = Tensor::from_slice(&r.inv_freqs).to_device(device);
+                    (f, f64::from(r.magnitude))
+                })
+            })
+            .collect();
         Ok(TorchLlama {
             config,
             embed,
             blocks,
             norm: final_norm,
             output,
-            rope_kinds,
+            ropes,
             device,
             kind,
             dequantized: None,
@@ -491,15 +501,16 @@ impl TorchLlama {
             let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
             // Each RoPE kind's (cos, sin) for the pass's positions, scaled
             // by LongRoPE's magnitude where it has one.
-            let ropes: Vec<(Tensor, Tensor)> = (0..self.rope_kinds)
-                .map(|r| {
-                    let rope = c.rope(r == 1, total as usize);
-                    let f = Tensor::from_slice(&rope.inv_freqs).to_device(self.device);
+            let set = c.rope_set(total as usize);
+            let ropes: Vec<(Tensor, Tensor)> = self
+                .ropes
+                .iter()
+                .map(|sets| {
+                    let (f, m) = &sets[set];
                     let angles = positions.unsqueeze(1) * f.unsqueeze(0);
-                    let m = f64::from(rope.magnitude);
                     (
-                        (angles.cos() * m).to_kind(self.kind),
-                        (angles.sin() * m).to_kind(self.kind),
+                        (angles.cos() * *m).to_kind(self.kind),
+                        (angles.sin() * *m).to_kind(self.kind),
                     )
                 })
                 .collect();

@@ -25,7 +25,7 @@ use vauban_kernels::attention::{
 };
 use vauban_kernels::{Isa, QMatrix};
 
-use crate::model::config::{Activation, Experts, ModelConfig, RopeStyle};
+use crate::model::config::{Activation, Experts, ModelConfig, Rope, RopeStyle};
 use crate::model::routing::Routing;
 use crate::model::{Matrix, ModelError, WeightMode};
 
@@ -709,11 +709,13 @@ pub struct Llama {
     blocks: Vec<Block>,
     norm: Tensor,
     output: Linear,
-    /// The kinds of rotary embedding the layers take (a block's `rope`
-    /// indexes them): the global one, then the sliding layers' own base
-    /// where they have one (Gemma 3). Each pass asks the config for each
-    /// kind's frequencies, which LongRoPE chooses by the pass's reach.
-    rope_kinds: usize,
+    /// Each kind of rotary embedding the layers take (a block's `rope`
+    /// indexes them: the global one, then the sliding layers' own base
+    /// where they have one, Gemma 3), in LongRoPE's short and long sets
+    /// (`ModelConfig::rope_set` picks one for each sequence of a pass):
+    /// the frequencies on the host, for the CPU attention's tables, and on
+    /// the device, for the tensor path's.
+    ropes: Vec<[(Rope, Tensor); 2]>,
     /// Attention as one fused host call per block (the CPU's), or as
     /// tensor operations per sequence (a GPU's).
     fused_attention: bool,
@@ -884,7 +886,17 @@ impl Llama {
             blocks,
             norm,
             output,
-            rope_kinds: 1 + usize::from((0..c.layers).any(|i| c.local_rope(i))),
+            ropes: {
+                let kinds = 1 + usize::from((0..c.layers).any(|i| c.local_rope(i)));
+                let on_device = |r: Rope| -> Result<(Rope, Tensor), ModelError> {
+                    let t = Tensor::new(r.inv_freqs.as_slice(), device)?;
+                    Ok((r, t))
+                };
+                c.rope_sets(kinds)
+                    .into_iter()
+                    .map(|[short, long]| Ok([on_device(short)?, on_device(long)?]))
+                    .collect::<Result<_, ModelError>>()?
+            },
             fused_attention: device.is_cpu(),
             kv_type: KvType::F32,
             device: device.clone(),
@@ -1146,11 +1158,13 @@ impl Llama {
         // One rotary table per kind (a Gemma 3 has two), each sequence's
         // rows with the frequencies its reach gives them.
         let tables: Vec<RopeTable> = match host {
-            true => (0..self.rope_kinds)
-                .map(|r| {
+            true => self
+                .ropes
+                .iter()
+                .map(|sets| {
                     let mut table = RopeTable::empty(c.rotary_dim / 2);
                     for &(_, t, offset) in &spans {
-                        let rope = c.rope(r == 1, offset + t);
+                        let (rope, _) = &sets[c.rope_set(offset + t)];
                         table.extend(&rope.inv_freqs, offset..offset + t, rope.magnitude);
                     }
                     table
@@ -1165,7 +1179,7 @@ impl Llama {
         if !host {
             for &(_, t, offset) in &spans {
                 ropes.push(
-                    (0..self.rope_kinds)
+                    (0..self.ropes.len())
                         .map(|r| self.rope(r, offset, t))
                         .collect::<Result<_, _>>()?,
                 );
@@ -1386,8 +1400,7 @@ impl Llama {
     /// `[t, rotary_dim / 2]` each (cos and sin scaled by the magnitude
     /// where LongRoPE has one).
     fn rope(&self, r: usize, offset: usize, t: usize) -> Result<(Tensor, Tensor), ModelError> {
-        let rope = self.config.rope(r == 1, offset + t);
-        let inv = Tensor::new(rope.inv_freqs.as_slice(), &self.device)?;
+        let (rope, inv) = &self.ropes[r][self.config.rope_set(offset + t)];
         let pos = Tensor::arange(offset as u32, (offset + t) as u32, &self.device)?
             .to_dtype(DType::F32)?;
         let freqs = pos.unsqueeze(1)?.broadcast_mul(&inv.unsqueeze(0)?)?;
