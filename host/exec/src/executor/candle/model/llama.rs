@@ -1069,10 +1069,13 @@ impl Llama {
             };
             rerun.push(again);
         }
-        let passes: Vec<Vec<u32>> = seqs
+        let passes: Vec<std::borrow::Cow<'_, [u32]>> = seqs
             .iter()
             .zip(rerun)
-            .map(|(s, again)| again.unwrap_or_else(|| s.ids.to_vec()))
+            .map(|(s, again)| match again {
+                Some(ids) => ids.into(),
+                None => s.ids.into(),
+            })
             .collect();
         // (first row in the batch, tokens, absolute position of the first)
         let mut spans = Vec::with_capacity(seqs.len());
