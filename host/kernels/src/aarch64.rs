@@ -12,8 +12,9 @@ use std::arch::aarch64::*;
 
 use crate::act::{Q8x32, Q8x256};
 use crate::blocks::{
-    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min,
-    q5_offsets,
+    Format, IQ4_VALUES, IQ4XS_QS, Q2K_D, Q2K_QS, Q2K_SC, Q3K_D, Q3K_HM, Q3K_QS, Q3K_SC, Q4K_QS,
+    Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, iq4xs_scale, q3k_scales,
+    q4k_scale_min, q5_offsets,
 };
 
 /// `Σ w·a` over 16 signed bytes, in four `i32` lanes.
@@ -104,12 +105,39 @@ pub(crate) unsafe fn neon_dot32<const N: usize>(
                     }
                 }
             }
-            Format::Q4_K | Format::Q5_K | Format::Q6_K => {
-                unreachable!("K-quants pair with 256-value blocks")
+            Format::IQ4_NL => {
+                let table = vld1q_s8(IQ4_VALUES.as_ptr());
+                for (i, b) in w.chunks_exact(18).enumerate() {
+                    let d = f16_at(b, 0);
+                    let (lo, hi) = iq4_values(table, load_u8(&b[2..]));
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let s =
+                            vaddq_s32(dot16(lo, load_i8(&a.qs)), dot16(hi, load_i8(&a.qs[16..])));
+                        acc[n] += d * a.d * vaddvq_s32(s) as f32;
+                    }
+                }
             }
+            _ => unreachable!("256-value formats pair with 256-value blocks"),
         }
         acc
     }
+}
+
+/// 16 bytes of `IQ4` nibbles as the 32 values they stand for (one table
+/// lookup each half): low nibbles' values, high nibbles' values.
+#[inline(always)]
+unsafe fn iq4_values(table: int8x16_t, q: uint8x16_t) -> (int8x16_t, int8x16_t) {
+    unsafe {
+        let lo = vandq_u8(q, vdupq_n_u8(0xF));
+        (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, vshrq_n_u8::<4>(q)))
+    }
+}
+
+/// Bits `k, k + 1` of every byte: one group of 2-bit quants.
+#[inline(always)]
+unsafe fn crumbs(q: uint8x16_t, k: usize) -> uint8x16_t {
+    unsafe { vandq_u8(vshlq_u8(q, vdupq_n_s8(-(k as i8))), vdupq_n_u8(3)) }
 }
 
 /// 16 bits as 16 bytes, byte `k` 16 where bit `k` is set, else 0: half a
@@ -228,6 +256,82 @@ pub(crate) unsafe fn neon_dot256<const N: usize>(
                         // The quants are stored +32; take 32·Σ sc·(Σ a) back out.
                         let offset: i32 = (0..16).map(|s| sc[s] * a.bsums[s] as i32).sum();
                         acc[n] += d * a.d * (isum[n] - 32 * offset) as f32;
+                    }
+                }
+                // Value 32j + l of half h: bits 2j of byte 32h + l, scale
+                // (v / 16) = 8h + 2j for l < 16, one more after.
+                Format::Q2_K => {
+                    let (d, dmin) = (f16_at(b, Q2K_D), f16_at(b, Q2K_D + 2));
+                    let sm = &b[Q2K_SC..Q2K_SC + 16];
+                    for h in 0..2 {
+                        let q0 = load_u8(&b[Q2K_QS + 32 * h..]);
+                        let q1 = load_u8(&b[Q2K_QS + 32 * h + 16..]);
+                        for j in 0..4 {
+                            let u0 = vreinterpretq_s8_u8(crumbs(q0, 2 * j));
+                            let u1 = vreinterpretq_s8_u8(crumbs(q1, 2 * j));
+                            let s = 8 * h + 2 * j;
+                            for n in 0..N {
+                                let qa = &a[n][i].qs[128 * h + 32 * j..];
+                                isum[n] += (sm[s] & 0xF) as i32
+                                    * vaddvq_s32(dot16(u0, load_i8(qa)))
+                                    + (sm[s + 1] & 0xF) as i32
+                                        * vaddvq_s32(dot16(u1, load_i8(&qa[16..])));
+                            }
+                        }
+                    }
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let mins: i32 = (0..16)
+                            .map(|s| (sm[s] >> 4) as i32 * a.bsums[s] as i32)
+                            .sum();
+                        acc[n] += d * a.d * isum[n] as f32 - dmin * a.d * mins as f32;
+                    }
+                }
+                // As Q2_K's, with the high bit (bit 4h + j of byte l)
+                // clear taking 4 off: the values go in signed, −4..4.
+                Format::Q3_K => {
+                    let d = f16_at(b, Q3K_D);
+                    let sc = q3k_scales(&b[Q3K_SC..Q3K_SC + 12]);
+                    let hm = [load_u8(&b[Q3K_HM..]), load_u8(&b[Q3K_HM + 16..])];
+                    for h in 0..2 {
+                        let q = [
+                            load_u8(&b[Q3K_QS + 32 * h..]),
+                            load_u8(&b[Q3K_QS + 32 * h + 16..]),
+                        ];
+                        for j in 0..4 {
+                            let v: [int8x16_t; 2] = std::array::from_fn(|half| {
+                                let bit = vshlq_u8(hm[half], vdupq_n_s8(-((4 * h + j) as i8)));
+                                let low = vshlq_n_u8::<2>(vandq_u8(bit, vdupq_n_u8(1)));
+                                let u = vorrq_u8(crumbs(q[half], 2 * j), low);
+                                vsubq_s8(vreinterpretq_s8_u8(u), vdupq_n_s8(4))
+                            });
+                            let s = 8 * h + 2 * j;
+                            for n in 0..N {
+                                let qa = &a[n][i].qs[128 * h + 32 * j..];
+                                isum[n] += sc[s] * vaddvq_s32(dot16(v[0], load_i8(qa)))
+                                    + sc[s + 1] * vaddvq_s32(dot16(v[1], load_i8(&qa[16..])));
+                            }
+                        }
+                    }
+                    for n in 0..N {
+                        acc[n] += d * a[n][i].d * isum[n] as f32;
+                    }
+                }
+                Format::IQ4_XS => {
+                    let table = vld1q_s8(IQ4_VALUES.as_ptr());
+                    let d = f16_at(b, 0);
+                    for j in 0..8 {
+                        let (lo, hi) = iq4_values(table, load_u8(&b[IQ4XS_QS + 16 * j..]));
+                        let s = iq4xs_scale(b, j);
+                        for n in 0..N {
+                            let qa = &a[n][i].qs[32 * j..];
+                            let p =
+                                vaddq_s32(dot16(lo, load_i8(qa)), dot16(hi, load_i8(&qa[16..])));
+                            isum[n] += s * vaddvq_s32(p);
+                        }
+                    }
+                    for n in 0..N {
+                        acc[n] += d * a[n][i].d * isum[n] as f32;
                     }
                 }
                 _ => unreachable!("32-value formats pair with 32-value blocks"),

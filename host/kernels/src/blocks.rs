@@ -2,9 +2,11 @@
 //! as ggml lays them out, and their plain dequantization: the reference
 //! every fast kernel is checked against.
 //!
-//! Formats with 32-value blocks (`Q4_0`, `Q4_1`, `Q8_0`) hold one or two
-//! f16 factors and the quants; the K-quants (`Q4_K`, `Q6_K`) hold 256 values
-//! in sub-blocks with their own 6- or 8-bit scales.
+//! Formats with 32-value blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
+//! `IQ4_NL`) hold one or two f16 factors and the quants; the K-quants
+//! (`Q2_K` to `Q6_K`) and `IQ4_XS` hold 256 values in sub-blocks with their
+//! own 4-, 6- or 8-bit scales. The `IQ4` formats' nibbles index a fixed
+//! table of 16 signed values ([`IQ4_VALUES`]) rather than counting steps.
 
 use half::f16;
 
@@ -25,6 +27,19 @@ pub enum Format {
     Q5_1,
     /// 32 values: `d` (f16), 32 signed bytes; `x = d·q`.
     Q8_0,
+    /// 32 values: `d` (f16), 16 bytes of nibbles as `Q4_0`'s, each an index
+    /// into [`IQ4_VALUES`]: `x = d·IQ4_VALUES[q]`.
+    IQ4_NL,
+    /// 256 values in 16 sub-blocks of 16: 16 bytes of scales (low nibble)
+    /// and mins (high nibble), 64 bytes of 2-bit quants (value `32j + l` of
+    /// half `h` takes bits `2j, 2j + 1` of byte `32h + l`), `d`, `dmin`:
+    /// `x = d·sc·q − dmin·m`.
+    Q2_K,
+    /// 256 values in 16 sub-blocks of 16: 32 bytes of high bits (value
+    /// `32j + l` of half `h` takes bit `4h + j` of byte `l`), 64 bytes of
+    /// 2-bit quants laid out as `Q2_K`'s, 12 bytes of 6-bit scales, `d`:
+    /// `x = d·(sc − 32)·(q − 4)`, where the high bit set adds the 4 back.
+    Q3_K,
     /// 256 values in 8 sub-blocks of 32 with 6-bit scales and mins:
     /// `x = d·sc·q − dmin·m`.
     Q4_K,
@@ -36,18 +51,33 @@ pub enum Format {
     /// 256 values in 16 sub-blocks of 16 with 8-bit scales, 6-bit quants:
     /// `x = d·sc·(q − 32)`.
     Q6_K,
+    /// 256 values in 8 sub-blocks of 32: `d`, 2 bytes of the scales' high
+    /// bits, 4 bytes of their low nibbles, then each sub-block's 16 bytes
+    /// of nibbles as `IQ4_NL`'s: `x = d·(sc − 32)·IQ4_VALUES[q]`.
+    IQ4_XS,
 }
 
+/// The 16 values an `IQ4_NL` or `IQ4_XS` nibble stands for (ggml's
+/// `kvalues_iq4nl`): spaced for the bell-shaped weights of a trained
+/// matrix, not evenly.
+pub const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
 impl Format {
-    pub const ALL: [Format; 8] = [
+    pub const ALL: [Format; 12] = [
         Format::Q4_0,
         Format::Q4_1,
         Format::Q5_0,
         Format::Q5_1,
         Format::Q8_0,
+        Format::IQ4_NL,
+        Format::Q2_K,
+        Format::Q3_K,
         Format::Q4_K,
         Format::Q5_K,
         Format::Q6_K,
+        Format::IQ4_XS,
     ];
 
     /// The format of ggml type id `id` (the number a GGUF tensor header
@@ -59,9 +89,13 @@ impl Format {
             6 => Format::Q5_0,
             7 => Format::Q5_1,
             8 => Format::Q8_0,
+            10 => Format::Q2_K,
+            11 => Format::Q3_K,
             12 => Format::Q4_K,
             13 => Format::Q5_K,
             14 => Format::Q6_K,
+            20 => Format::IQ4_NL,
+            23 => Format::IQ4_XS,
             _ => return None,
         })
     }
@@ -74,17 +108,31 @@ impl Format {
             Format::Q5_0 => "Q5_0",
             Format::Q5_1 => "Q5_1",
             Format::Q8_0 => "Q8_0",
+            Format::IQ4_NL => "IQ4_NL",
+            Format::Q2_K => "Q2_K",
+            Format::Q3_K => "Q3_K",
             Format::Q4_K => "Q4_K",
             Format::Q5_K => "Q5_K",
             Format::Q6_K => "Q6_K",
+            Format::IQ4_XS => "IQ4_XS",
         }
     }
 
     /// Values per block.
     pub fn block_len(self) -> usize {
         match self {
-            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => 32,
-            Format::Q4_K | Format::Q5_K | Format::Q6_K => 256,
+            Format::Q4_0
+            | Format::Q4_1
+            | Format::Q5_0
+            | Format::Q5_1
+            | Format::Q8_0
+            | Format::IQ4_NL => 32,
+            Format::Q2_K
+            | Format::Q3_K
+            | Format::Q4_K
+            | Format::Q5_K
+            | Format::Q6_K
+            | Format::IQ4_XS => 256,
         }
     }
 
@@ -96,9 +144,13 @@ impl Format {
             Format::Q5_0 => 22,
             Format::Q5_1 => 24,
             Format::Q8_0 => 34,
+            Format::IQ4_NL => 18,
+            Format::Q2_K => 84,
+            Format::Q3_K => 110,
             Format::Q4_K => 144,
             Format::Q5_K => 176,
             Format::Q6_K => 210,
+            Format::IQ4_XS => 136,
         }
     }
 
@@ -153,6 +205,46 @@ pub(crate) fn q5_quant(b: &[u8], (qh, qs): (usize, usize), j: usize) -> u8 {
         false => b[qs + j - 16] >> 4,
     };
     nibble | ((((high >> j) & 1) as u8) << 4)
+}
+
+/// Offsets inside a `Q2_K` block: scales and mins, quants, `d` (`dmin`
+/// follows it).
+pub(crate) const Q2K_SC: usize = 0;
+pub(crate) const Q2K_QS: usize = 16;
+pub(crate) const Q2K_D: usize = 80;
+
+/// Offsets inside a `Q3_K` block: high bits, quants, scales, `d`.
+pub(crate) const Q3K_HM: usize = 0;
+pub(crate) const Q3K_QS: usize = 32;
+pub(crate) const Q3K_SC: usize = 96;
+pub(crate) const Q3K_D: usize = 108;
+
+/// Offsets inside an `IQ4_XS` block: the scales' high bits (a `u16`),
+/// their low nibbles, the quants.
+pub(crate) const IQ4XS_SH: usize = 2;
+pub(crate) const IQ4XS_SL: usize = 4;
+pub(crate) const IQ4XS_QS: usize = 8;
+
+/// The 16 scales of a `Q3_K` block's 12 scale bytes, less their 32: bytes
+/// 0..8 hold the low nibbles (scale `s` in byte `s % 8`, high nibble from
+/// `s = 8` on), bytes 8..12 the high two bits (scale `s` at bits
+/// `2·(s / 4)` of byte `8 + s % 4`).
+#[inline(always)]
+pub(crate) fn q3k_scales(s: &[u8]) -> [i32; 16] {
+    std::array::from_fn(|i| {
+        let lo = (s[i % 8] >> (4 * (i / 8))) & 0xF;
+        let hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        (lo | (hi << 4)) as i32 - 32
+    })
+}
+
+/// Sub-block `j`'s scale of an `IQ4_XS` block, less its 32.
+#[inline(always)]
+pub(crate) fn iq4xs_scale(b: &[u8], j: usize) -> i32 {
+    let high = u16::from_le_bytes([b[IQ4XS_SH], b[IQ4XS_SH + 1]]);
+    let lo = (b[IQ4XS_SL + j / 2] >> (4 * (j % 2))) & 0xF;
+    let hi = ((high >> (2 * j)) & 3) as u8;
+    (lo | (hi << 4)) as i32 - 32
 }
 
 /// Offsets inside a `Q6_K` block: low 4 bits, high 2 bits, scales, `d`.
@@ -227,6 +319,45 @@ pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
                     let (lo, hi) = ((q[l] & 0xF) | (f1 << 4), (q[l] >> 4) | (f2 << 4));
                     y[l] = d * s1 as f32 * lo as f32 - dmin * m1 as f32;
                     y[l + 32] = d * s2 as f32 * hi as f32 - dmin * m2 as f32;
+                }
+            }
+        }
+        Format::IQ4_NL => {
+            let d = f16_at(b, 0);
+            for j in 0..16 {
+                out[j] = d * IQ4_VALUES[(b[2 + j] & 0xF) as usize] as f32;
+                out[j + 16] = d * IQ4_VALUES[(b[2 + j] >> 4) as usize] as f32;
+            }
+        }
+        Format::Q2_K => {
+            let (d, dmin) = (f16_at(b, Q2K_D), f16_at(b, Q2K_D + 2));
+            for (v, y) in out.iter_mut().enumerate().take(256) {
+                let (h, j, l) = (v / 128, v % 128 / 32, v % 32);
+                let q = (b[Q2K_QS + 32 * h + l] >> (2 * j)) & 3;
+                let sm = b[Q2K_SC + v / 16];
+                *y = d * (sm & 0xF) as f32 * q as f32 - dmin * (sm >> 4) as f32;
+            }
+        }
+        Format::Q3_K => {
+            let d = f16_at(b, Q3K_D);
+            let sc = q3k_scales(&b[Q3K_SC..Q3K_SC + 12]);
+            for (v, y) in out.iter_mut().enumerate().take(256) {
+                let (h, j, l) = (v / 128, v % 128 / 32, v % 32);
+                let q = (b[Q3K_QS + 32 * h + l] >> (2 * j)) & 3;
+                let high = (b[Q3K_HM + l] >> (4 * h + j)) & 1;
+                let q = q as i32 - if high == 1 { 0 } else { 4 };
+                *y = d * sc[v / 16] as f32 * q as f32;
+            }
+        }
+        Format::IQ4_XS => {
+            let d = f16_at(b, 0);
+            for j in 0..8 {
+                let dl = d * iq4xs_scale(b, j) as f32;
+                let q = &b[IQ4XS_QS + 16 * j..IQ4XS_QS + 16 * j + 16];
+                let y = &mut out[32 * j..32 * j + 32];
+                for l in 0..16 {
+                    y[l] = dl * IQ4_VALUES[(q[l] & 0xF) as usize] as f32;
+                    y[l + 16] = dl * IQ4_VALUES[(q[l] >> 4) as usize] as f32;
                 }
             }
         }

@@ -5,9 +5,28 @@
 
 use crate::act::{Q8x32, Q8x256};
 use crate::blocks::{
-    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, q4k_scale_min,
-    q5_offsets, q5_quant,
+    Format, IQ4_VALUES, IQ4XS_QS, Q2K_D, Q2K_QS, Q2K_SC, Q3K_D, Q3K_HM, Q3K_QS, Q3K_SC, Q4K_QS,
+    Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, iq4xs_scale, q3k_scales,
+    q4k_scale_min, q5_offsets, q5_quant,
 };
+
+/// Value `v`'s 2-bit quant in `Q2_K`'s and `Q3_K`'s 64 quant bytes: value
+/// `32j + l` of half `h` is bits `2j, 2j + 1` of byte `32h + l`.
+fn q2k_quant(qs: &[u8], v: usize) -> i32 {
+    let (h, j, l) = (v / 128, v % 128 / 32, v % 32);
+    ((qs[32 * h + l] >> (2 * j)) & 3) as i32
+}
+
+/// `Σ IQ4_VALUES[q]·a` over one 16-byte run of `IQ4` nibbles (low nibbles
+/// against `a[..16]`, high against `a[16..32]`).
+fn iq4_dot(q: &[u8], a: &[i8]) -> i32 {
+    let mut i = 0i32;
+    for j in 0..16 {
+        i += IQ4_VALUES[(q[j] & 0xF) as usize] as i32 * a[j] as i32
+            + IQ4_VALUES[(q[j] >> 4) as usize] as i32 * a[j + 16] as i32;
+    }
+    i
+}
 
 pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
     let bytes = format.block_bytes();
@@ -51,9 +70,8 @@ pub(crate) fn dot32(format: Format, w: &[u8], a: &[Q8x32]) -> f32 {
                 }
                 f16_at(b, 0) * a.d * i as f32
             }
-            Format::Q4_K | Format::Q5_K | Format::Q6_K => {
-                unreachable!("K-quants pair with 256-value blocks")
-            }
+            Format::IQ4_NL => f16_at(b, 0) * a.d * iq4_dot(&b[2..18], &a.qs) as f32,
+            _ => unreachable!("256-value formats pair with 256-value blocks"),
         };
     }
     s
@@ -114,6 +132,37 @@ pub(crate) fn dot256(format: Format, w: &[u8], a: &[Q8x256]) -> f32 {
                     }
                 }
                 f16_at(b, Q6K_D) * a.d * dots as f32
+            }
+            Format::Q2_K => {
+                let (mut dots, mut mins) = (0i32, 0i32);
+                for (v, &x) in a.qs.iter().enumerate() {
+                    let sm = b[Q2K_SC + v / 16];
+                    dots += (sm & 0xF) as i32 * q2k_quant(&b[Q2K_QS..], v) * x as i32;
+                }
+                for (s, &sum) in a.bsums.iter().enumerate() {
+                    mins += (b[Q2K_SC + s] >> 4) as i32 * sum as i32;
+                }
+                let (d, dmin) = (f16_at(b, Q2K_D), f16_at(b, Q2K_D + 2));
+                d * a.d * dots as f32 - dmin * a.d * mins as f32
+            }
+            Format::Q3_K => {
+                let sc = q3k_scales(&b[Q3K_SC..Q3K_SC + 12]);
+                let mut dots = 0i32;
+                for (v, &x) in a.qs.iter().enumerate() {
+                    let (h, j, l) = (v / 128, v % 128 / 32, v % 32);
+                    let high = (b[Q3K_HM + l] >> (4 * h + j)) & 1;
+                    let q = q2k_quant(&b[Q3K_QS..], v) - if high == 1 { 0 } else { 4 };
+                    dots += sc[v / 16] * q * x as i32;
+                }
+                f16_at(b, Q3K_D) * a.d * dots as f32
+            }
+            Format::IQ4_XS => {
+                let mut dots = 0i32;
+                for j in 0..8 {
+                    let q = &b[IQ4XS_QS + 16 * j..];
+                    dots += iq4xs_scale(b, j) * iq4_dot(q, &a.qs[32 * j..]);
+                }
+                f16_at(b, 0) * a.d * dots as f32
             }
             _ => unreachable!("32-value formats pair with 32-value blocks"),
         };

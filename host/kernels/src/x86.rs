@@ -11,7 +11,8 @@ use std::arch::x86_64::*;
 
 use crate::act::{Q8x32, Q8x256};
 use crate::blocks::{
-    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, q4k_scale_min,
+    Format, IQ4_VALUES, IQ4XS_QS, Q2K_D, Q2K_QS, Q2K_SC, Q3K_D, Q3K_HM, Q3K_QS, Q3K_SC, Q4K_QS,
+    Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, iq4xs_scale, q3k_scales, q4k_scale_min,
 };
 
 /// Unsigned × signed byte products summed into 8 i32 lanes, lane `k`
@@ -20,8 +21,9 @@ pub(crate) trait Mac {
     /// `Σ u·s` per lane.
     unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
     /// `Σ u·s` per lane, bytes 0..16 times `lo`, bytes 16..32 times `hi`.
-    /// The unsigned bytes are at most 63 here (6-bit quants), so AVX2's
-    /// 16-bit pair sums cannot saturate.
+    /// The unsigned bytes are at most 127 and the signed ones at least
+    /// −127 (activations are quantized to ±127), so AVX2's 16-bit pair sums
+    /// (at most 2·127·127 = 32258) cannot saturate.
     unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i;
     /// The 32 bits of the little-endian `u32` at the start of `p` as 32
     /// bytes, byte `k` 16 where bit `k` is set, else 0: a 5-bit block's
@@ -184,9 +186,8 @@ unsafe fn dot32<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x32]; 
             Format::Q5_0 => dot_q4::<M, N, false, true>(w, a),
             Format::Q5_1 => dot_q4::<M, N, true, true>(w, a),
             Format::Q8_0 => dot_q8::<M, N>(w, a),
-            Format::Q4_K | Format::Q5_K | Format::Q6_K => {
-                unreachable!("K-quants pair with 256-value blocks")
-            }
+            Format::IQ4_NL => dot_iq4nl::<M, N>(w, a),
+            _ => unreachable!("256-value formats pair with 256-value blocks"),
         }
     }
 }
@@ -288,6 +289,65 @@ unsafe fn dot_q8<M: Mac, const N: usize>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N]
             step!(i, 0);
         }
         std::array::from_fn(|n| hsum(_mm256_add_ps(acc[0][n], acc[1][n])))
+    }
+}
+
+/// [`IQ4_VALUES`] in both 128-bit lanes, for `vpshufb` to look nibbles up.
+#[inline(always)]
+unsafe fn iq4_table() -> __m256i {
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast())) }
+}
+
+/// 16 bytes of `IQ4` nibbles as the 32 signed values they stand for, in
+/// the nibbles' order (low nibbles, then high).
+#[inline(always)]
+unsafe fn iq4_values(table: __m256i, p: &[u8]) -> __m256i {
+    unsafe { _mm256_shuffle_epi8(table, nibbles16(p)) }
+}
+
+/// `IQ4_NL`: each block's nibbles looked up in [`IQ4_VALUES`] (one
+/// `vpshufb`), then multiplied as `Q8_0`'s signed bytes are.
+#[inline(always)]
+unsafe fn dot_iq4nl<M: Mac, const N: usize>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
+    unsafe {
+        let table = iq4_table();
+        let mut acc = [[_mm256_setzero_ps(); N]; 2];
+        let blocks = w.len() / 18;
+        macro_rules! step {
+            ($i:expr, $k:expr) => {{
+                let (i, k) = ($i, $k);
+                let b = w.get_unchecked(i * 18..(i + 1) * 18);
+                let dw = f16x1(b);
+                let q = iq4_values(table, &b[2..]);
+                let u = _mm256_sign_epi8(q, q);
+                for n in 0..N {
+                    let a = a[n].get_unchecked(i);
+                    let p = M::dot(u, _mm256_sign_epi8(load_i8(&a.qs), q));
+                    acc[k][n] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(p), acc[k][n]);
+                }
+            }};
+        }
+        let mut i = 0;
+        while i + 2 <= blocks {
+            step!(i, 0);
+            step!(i + 1, 1);
+            i += 2;
+        }
+        if i < blocks {
+            step!(i, 0);
+        }
+        std::array::from_fn(|n| hsum(_mm256_add_ps(acc[0][n], acc[1][n])))
+    }
+}
+
+/// Bits `2j, 2j + 1` of every byte of `q`: group `j` of a `Q2_K` or
+/// `Q3_K` half-block's 2-bit quants.
+#[inline(always)]
+unsafe fn crumbs(q: __m256i, j: usize) -> __m256i {
+    unsafe {
+        let shifted = _mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j as i32));
+        _mm256_and_si256(shifted, _mm256_set1_epi8(3))
     }
 }
 
@@ -407,6 +467,94 @@ unsafe fn dot256<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x256]
                             acc[n],
                         );
                         extra[n] -= d * a.d * (32 * offset) as f32;
+                    }
+                }
+                Format::Q2_K => {
+                    // `d` and `dmin` are the block's last four bytes: read
+                    // the eight ending there.
+                    let v = f16x4(&b[Q2K_D - 4..]);
+                    let d = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 0xAA));
+                    let dmin = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 0xFF));
+                    let sm = &b[Q2K_SC..Q2K_SC + 16];
+                    for h in 0..2 {
+                        let q = load(&b[Q2K_QS + 32 * h..]);
+                        for j in 0..4 {
+                            let u = crumbs(q, j);
+                            let s = 8 * h + 2 * j;
+                            let (lo, hi) = ((sm[s] & 0xF) as i32, (sm[s + 1] & 0xF) as i32);
+                            for n in 0..N {
+                                let qa = load_i8(&a[n][i].qs[128 * h + 32 * j..]);
+                                isum[n] = _mm256_add_epi32(isum[n], M::dot_scaled(u, qa, lo, hi));
+                            }
+                        }
+                    }
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        let mins: i32 = (0..16)
+                            .map(|s| (sm[s] >> 4) as i32 * a.bsums[s] as i32)
+                            .sum();
+                        acc[n] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(d * a.d),
+                            _mm256_cvtepi32_ps(isum[n]),
+                            acc[n],
+                        );
+                        extra[n] -= dmin * a.d * mins as f32;
+                    }
+                }
+                Format::Q3_K => {
+                    let v = f16x4(&b[Q3K_D - 6..]);
+                    let d = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 0xFF));
+                    let sc = q3k_scales(&b[Q3K_SC..Q3K_SC + 12]);
+                    let hm = load(&b[Q3K_HM..]);
+                    for h in 0..2 {
+                        let q = load(&b[Q3K_QS + 32 * h..]);
+                        for j in 0..4 {
+                            // The quant with its high bit (bit 4h + j of
+                            // each byte; the 16-bit shift's spill from the
+                            // next byte is masked off) as bit 2: 0..8, the
+                            // value plus 4.
+                            let shift = _mm_cvtsi32_si128((4 * h + j) as i32);
+                            let high =
+                                _mm256_and_si256(_mm256_srl_epi16(hm, shift), _mm256_set1_epi8(1));
+                            let u = _mm256_or_si256(crumbs(q, j), _mm256_slli_epi16(high, 2));
+                            let s = 8 * h + 2 * j;
+                            for n in 0..N {
+                                let qa = load_i8(&a[n][i].qs[128 * h + 32 * j..]);
+                                let p = M::dot_scaled(u, qa, sc[s], sc[s + 1]);
+                                isum[n] = _mm256_add_epi32(isum[n], p);
+                            }
+                        }
+                    }
+                    for n in 0..N {
+                        let a = &a[n][i];
+                        // Take 4·Σ sc·(Σ a) back out.
+                        let offset: i32 = (0..16).map(|s| sc[s] * a.bsums[s] as i32).sum();
+                        acc[n] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(d * a.d),
+                            _mm256_cvtepi32_ps(isum[n]),
+                            acc[n],
+                        );
+                        extra[n] -= d * a.d * (4 * offset) as f32;
+                    }
+                }
+                Format::IQ4_XS => {
+                    let table = iq4_table();
+                    let d = f16x1(b);
+                    for j in 0..8 {
+                        let q = iq4_values(table, &b[IQ4XS_QS + 16 * j..]);
+                        let u = _mm256_sign_epi8(q, q);
+                        let s = iq4xs_scale(b, j);
+                        for n in 0..N {
+                            let qa = _mm256_sign_epi8(load_i8(&a[n][i].qs[32 * j..]), q);
+                            isum[n] = _mm256_add_epi32(isum[n], M::dot_scaled(u, qa, s, s));
+                        }
+                    }
+                    for n in 0..N {
+                        acc[n] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(d * a[n][i].d),
+                            _mm256_cvtepi32_ps(isum[n]),
+                            acc[n],
+                        );
                     }
                 }
                 _ => unreachable!("32-value formats pair with 32-value blocks"),

@@ -32,33 +32,34 @@ fn scale(rng: &mut ChaCha8Rng) -> [u8; 2] {
 fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
     let mut b = vec![0u8; format.block_bytes()];
     rng.fill_bytes(&mut b);
-    // Some blocks hold only the extreme quants.
+    // Some blocks hold only the extreme quants: every byte from where the
+    // quant bits start (high bits included) to where they end.
     if rng.random_bool(0.1) {
         let fill = if rng.random_bool(0.5) { 0x00 } else { 0xFF };
-        let start = match format {
-            // (A 5-bit block's high bits and nibbles, all quant bits.)
-            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => 2,
-            Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => 4,
-            Format::Q6_K => 0,
-        };
-        let end = if format == Format::Q6_K { 192 } else { b.len() };
-        let start = if matches!(format, Format::Q4_K | Format::Q5_K) {
-            16
-        } else {
-            start
+        let (start, end) = match format {
+            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 | Format::IQ4_NL => (2, b.len()),
+            Format::Q4_1 | Format::Q5_1 => (4, b.len()),
+            Format::Q4_K | Format::Q5_K => (16, b.len()),
+            Format::Q2_K => (16, 80),
+            Format::Q3_K => (0, 96),
+            Format::Q6_K => (0, 192),
+            Format::IQ4_XS => (8, b.len()),
         };
         b[start..end].fill(fill);
     }
     if format == Format::Q8_0 && rng.random_bool(0.2) {
         b[2..34].fill(0x80); // −128, which ggml never writes but a file may hold
     }
-    match format {
-        Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => {
-            b[0..2].copy_from_slice(&scale(rng));
-            b[2..4].copy_from_slice(&scale(rng));
-        }
-        Format::Q6_K => b[208..210].copy_from_slice(&scale(rng)),
+    // The f16 factors, where each format keeps them.
+    let factors: &[usize] = match format {
+        Format::Q4_0 | Format::Q5_0 | Format::Q8_0 | Format::IQ4_NL | Format::IQ4_XS => &[0],
+        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
+        Format::Q2_K => &[80, 82],
+        Format::Q3_K => &[108],
+        Format::Q6_K => &[208],
+    };
+    for &at in factors {
+        b[at..at + 2].copy_from_slice(&scale(rng));
     }
     b
 }
