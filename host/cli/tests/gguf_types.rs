@@ -26,15 +26,8 @@ fn blocks(format: Format, n: usize, seed: &mut u64) -> Vec<u8> {
             (seed.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
         })
         .collect();
-    let scales: &[usize] = match format {
-        Format::Q4_0 | Format::Q5_0 | Format::Q8_0 | Format::IQ4_NL | Format::IQ4_XS => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
-        Format::Q2_K => &[80, 82],
-        Format::Q3_K => &[108],
-        Format::Q6_K => &[208],
-    };
     for b in bytes.chunks_exact_mut(format.block_bytes()) {
-        for &at in scales {
+        for &at in format.factor_offsets() {
             // Exponent bits below all-ones: finite.
             b[at + 1] &= 0b1011_1111;
         }

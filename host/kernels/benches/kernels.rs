@@ -37,8 +37,9 @@ fn main() {
             let mut data: Vec<u8> = (0..blocks * format.block_bytes()).map(|_| byte()).collect();
             // Sane f16 scales (random bits can be NaN).
             for b in data.chunks_exact_mut(format.block_bytes()) {
-                let at = if format == Format::Q6_K { 208 } else { 0 };
-                b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                for &at in format.factor_offsets() {
+                    b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                }
             }
             let w = QMatrix::new(format, rows, cols, data).unwrap();
             let x: Vec<f32> = (0..128 * cols)

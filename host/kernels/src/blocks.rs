@@ -154,6 +154,19 @@ impl Format {
         }
     }
 
+    /// Where a block keeps its f16 factors (`d`, and `m` or `dmin` where
+    /// the format has one), as byte offsets: what a test or a benchmark
+    /// filling blocks with random bytes must keep finite.
+    pub fn factor_offsets(self) -> &'static [usize] {
+        match self {
+            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 | Format::IQ4_NL | Format::IQ4_XS => &[0],
+            Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
+            Format::Q2_K => &[Q2K_D, Q2K_D + 2],
+            Format::Q3_K => &[Q3K_D],
+            Format::Q6_K => &[Q6K_D],
+        }
+    }
+
     /// Whether activations pair with it as 256-value blocks (the K-quants).
     pub(crate) fn is_k(self) -> bool {
         self.block_len() == 256

@@ -50,15 +50,7 @@ fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
     if format == Format::Q8_0 && rng.random_bool(0.2) {
         b[2..34].fill(0x80); // −128, which ggml never writes but a file may hold
     }
-    // The f16 factors, where each format keeps them.
-    let factors: &[usize] = match format {
-        Format::Q4_0 | Format::Q5_0 | Format::Q8_0 | Format::IQ4_NL | Format::IQ4_XS => &[0],
-        Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K => &[0, 2],
-        Format::Q2_K => &[80, 82],
-        Format::Q3_K => &[108],
-        Format::Q6_K => &[208],
-    };
-    for &at in factors {
+    for &at in format.factor_offsets() {
         b[at..at + 2].copy_from_slice(&scale(rng));
     }
     b
