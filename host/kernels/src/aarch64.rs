@@ -340,3 +340,56 @@ pub(crate) unsafe fn neon_dot256<const N: usize>(
         acc
     }
 }
+
+/// A float format's row against `N` rows of f32 activations: `BF16`
+/// widened by a 16-bit shift, `F16` converted 64 values at a time by the
+/// `half` crate (which uses the CPU's conversion instructions where it has
+/// them), then four-lane multiply-adds.
+pub(crate) unsafe fn neon_dot_float<const N: usize>(
+    format: Format,
+    w: &[u8],
+    a: [&[f32]; N],
+) -> [f32; N] {
+    use half::slice::HalfFloatSliceExt;
+    unsafe {
+        let k = w.len() / 2;
+        let mut acc = [vdupq_n_f32(0.0); N];
+        let mut wide = [0f32; 64];
+        let mut halves = [half::f16::ZERO; 64];
+        let mut j = 0;
+        while j < k {
+            let len = (k - j).min(64);
+            let bytes = &w[2 * j..2 * (j + len)];
+            match format {
+                Format::F16 => {
+                    for (h, b) in halves.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *h = half::f16::from_le_bytes([b[0], b[1]]);
+                    }
+                    halves[..len].convert_to_f32_slice(&mut wide[..len]);
+                }
+                Format::BF16 => {
+                    for (v, b) in wide.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *v = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+                    }
+                }
+                _ => unreachable!("block formats take quantized activations"),
+            }
+            let full = len / 4 * 4;
+            for c in (0..full).step_by(4) {
+                let wv = vld1q_f32(wide.as_ptr().add(c));
+                for n in 0..N {
+                    acc[n] = vfmaq_f32(acc[n], wv, vld1q_f32(a[n].as_ptr().add(j + c)));
+                }
+            }
+            for c in full..len {
+                let wv = vsetq_lane_f32::<0>(wide[c], vdupq_n_f32(0.0));
+                for n in 0..N {
+                    let x = vsetq_lane_f32::<0>(a[n][j + c], vdupq_n_f32(0.0));
+                    acc[n] = vfmaq_f32(acc[n], wv, x);
+                }
+            }
+            j += len;
+        }
+        acc.map(|v| vaddvq_f32(v))
+    }
+}

@@ -3,7 +3,10 @@
 //! the formats with 32-value blocks, 256-value blocks with sums per 16 for
 //! the K-quants. The scale is kept in f32 (ggml keeps f16 for `Q8_0`), so
 //! the only loss is the rounding of each activation to 1/127 of its
-//! block's largest magnitude.
+//! block's largest magnitude. The float formats take the f32 values as
+//! they are.
+
+use crate::blocks::Pairing;
 
 /// 32 activations: `x ≈ d·q`, with `ds = d·Σq` for the formats whose
 /// quants carry an offset (`Q4_0`'s −8, `Q5_0`'s −16, `Q4_1`'s and
@@ -25,11 +28,12 @@ pub struct Q8x256 {
     pub bsums: [i16; 16],
 }
 
-/// One row of `m` activation rows, quantized.
+/// One row of `m` activation rows, in a kernel's form.
 #[derive(Clone, Copy)]
 pub(crate) enum ActRow<'a> {
     B32(&'a [Q8x32]),
     B256(&'a [Q8x256]),
+    F32(&'a [f32]),
 }
 
 /// `m` rows of `k` activations, quantized for one weight format's kernels.
@@ -41,6 +45,7 @@ pub struct Activations {
 enum Blocks {
     B32(Vec<Q8x32>),
     B256(Vec<Q8x256>),
+    F32(Vec<f32>),
 }
 
 /// The largest magnitude and the scale that maps it to 127.
@@ -102,16 +107,18 @@ fn quantize256_avx2(x: &[f32], out: &mut [Q8x256]) {
 }
 
 impl Activations {
-    /// Quantizes `x`, `rows × k` row-major, into 256-value blocks when
-    /// `k_blocks` (for the K-quants), 32-value ones otherwise. `k` must be a
-    /// multiple of the block length (the weight's row length is).
-    pub fn quantize(x: &[f32], rows: usize, k: usize, k_blocks: bool, simd: bool) -> Self {
+    /// `x`, `rows × k` row-major, in the form `pairing` names: quantized
+    /// into 256- or 32-value blocks, or kept as f32. `k` must be a multiple
+    /// of the block length (the weight's row length is).
+    pub fn quantize(x: &[f32], rows: usize, k: usize, pairing: Pairing, simd: bool) -> Self {
         assert_eq!(x.len(), rows * k, "activations are not rows × k");
         #[cfg(not(target_arch = "x86_64"))]
         let _ = simd;
         // SAFETY (both calls): the caller passes `simd` only where AVX2 and
         // FMA were detected.
-        let blocks = if k_blocks {
+        let blocks = if pairing == Pairing::F32 {
+            Blocks::F32(x.to_vec())
+        } else if pairing == Pairing::Q8x256 {
             assert_eq!(k % 256, 0);
             let zero = Q8x256 {
                 d: 0.0,
@@ -156,6 +163,10 @@ impl Activations {
             Blocks::B256(v) => {
                 let n = v.len() / self.rows;
                 ActRow::B256(&v[i * n..(i + 1) * n])
+            }
+            Blocks::F32(v) => {
+                let n = v.len() / self.rows;
+                ActRow::F32(&v[i * n..(i + 1) * n])
             }
         }
     }

@@ -7,6 +7,8 @@
 //! (`Q2_K` to `Q6_K`) and `IQ4_XS` hold 256 values in sub-blocks with their
 //! own 4-, 6- or 8-bit scales. The `IQ4` formats' nibbles index a fixed
 //! table of 16 signed values ([`IQ4_VALUES`]) rather than counting steps.
+//! The float formats `F16` and `BF16` are kept as stored too (half the
+//! bytes of f32), each value a "block" of its own.
 
 use half::f16;
 
@@ -55,6 +57,22 @@ pub enum Format {
     /// bits, 4 bytes of their low nibbles, then each sub-block's 16 bytes
     /// of nibbles as `IQ4_NL`'s: `x = d·(sc − 32)·IQ4_VALUES[q]`.
     IQ4_XS,
+    /// IEEE half precision, one value per "block" of 2 bytes.
+    F16,
+    /// bfloat16 (an f32's top 16 bits), one value per "block" of 2 bytes.
+    BF16,
+}
+
+/// The form a format's kernels take the activations in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pairing {
+    /// 8-bit blocks of 32 values (`Q8x32`).
+    Q8x32,
+    /// 8-bit blocks of 256 values with sums per 16 (`Q8x256`).
+    Q8x256,
+    /// The f32 values themselves: a float format's products are exact to
+    /// f32 rounding.
+    F32,
 }
 
 /// The 16 values an `IQ4_NL` or `IQ4_XS` nibble stands for (ggml's
@@ -65,7 +83,7 @@ pub const IQ4_VALUES: [i8; 16] = [
 ];
 
 impl Format {
-    pub const ALL: [Format; 12] = [
+    pub const ALL: [Format; 14] = [
         Format::Q4_0,
         Format::Q4_1,
         Format::Q5_0,
@@ -78,12 +96,15 @@ impl Format {
         Format::Q5_K,
         Format::Q6_K,
         Format::IQ4_XS,
+        Format::F16,
+        Format::BF16,
     ];
 
     /// The format of ggml type id `id` (the number a GGUF tensor header
     /// stores), if vauban has kernels for it.
     pub fn from_ggml(id: u32) -> Option<Format> {
         Some(match id {
+            1 => Format::F16,
             2 => Format::Q4_0,
             3 => Format::Q4_1,
             6 => Format::Q5_0,
@@ -96,6 +117,7 @@ impl Format {
             14 => Format::Q6_K,
             20 => Format::IQ4_NL,
             23 => Format::IQ4_XS,
+            30 => Format::BF16,
             _ => return None,
         })
     }
@@ -115,6 +137,8 @@ impl Format {
             Format::Q5_K => "Q5_K",
             Format::Q6_K => "Q6_K",
             Format::IQ4_XS => "IQ4_XS",
+            Format::F16 => "F16",
+            Format::BF16 => "BF16",
         }
     }
 
@@ -133,6 +157,7 @@ impl Format {
             | Format::Q5_K
             | Format::Q6_K
             | Format::IQ4_XS => 256,
+            Format::F16 | Format::BF16 => 1,
         }
     }
 
@@ -151,6 +176,7 @@ impl Format {
             Format::Q5_K => 176,
             Format::Q6_K => 210,
             Format::IQ4_XS => 136,
+            Format::F16 | Format::BF16 => 2,
         }
     }
 
@@ -164,12 +190,19 @@ impl Format {
             Format::Q2_K => &[Q2K_D, Q2K_D + 2],
             Format::Q3_K => &[Q3K_D],
             Format::Q6_K => &[Q6K_D],
+            // Every value is a float: none may be NaN for a comparison.
+            Format::F16 | Format::BF16 => &[0],
         }
     }
 
-    /// Whether activations pair with it as 256-value blocks (the K-quants).
-    pub(crate) fn is_k(self) -> bool {
-        self.block_len() == 256
+    /// The activations its kernels take: 8-bit blocks of its own block
+    /// length for the quantized formats, f32 for the float ones.
+    pub fn pairing(self) -> Pairing {
+        match self.block_len() {
+            256 => Pairing::Q8x256,
+            32 => Pairing::Q8x32,
+            _ => Pairing::F32,
+        }
     }
 }
 
@@ -183,6 +216,12 @@ impl std::fmt::Display for Format {
 #[inline(always)]
 pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The bf16 at byte `at` of `b`.
+#[inline(always)]
+pub(crate) fn bf16_at(b: &[u8], at: usize) -> f32 {
+    f32::from_bits((u16::from_le_bytes([b[at], b[at + 1]]) as u32) << 16)
 }
 
 /// Sub-block `j`'s 6-bit scale and min of a `Q4_K` block's 12 scale bytes.
@@ -374,6 +413,8 @@ pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
                 }
             }
         }
+        Format::F16 => out[0] = f16_at(b, 0),
+        Format::BF16 => out[0] = bf16_at(b, 0),
         Format::Q6_K => {
             let d = f16_at(b, Q6K_D);
             for h in 0..2 {
@@ -400,6 +441,22 @@ pub fn dequantize_block(format: Format, b: &[u8], out: &mut [f32]) {
 
 /// Dequantizes a whole row of blocks into `out`.
 pub fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
+    // The float formats: one conversion per value, without a block's match.
+    match format {
+        Format::F16 => {
+            for (b, y) in row.chunks_exact(2).zip(out) {
+                *y = f16_at(b, 0);
+            }
+            return;
+        }
+        Format::BF16 => {
+            for (b, y) in row.chunks_exact(2).zip(out) {
+                *y = bf16_at(b, 0);
+            }
+            return;
+        }
+        _ => {}
+    }
     let (n, bytes) = (format.block_len(), format.block_bytes());
     for (b, y) in row.chunks_exact(bytes).zip(out.chunks_exact_mut(n)) {
         dequantize_block(format, b, y);

@@ -1,12 +1,13 @@
 //! CPU kernels for GGUF block-quantized weights.
 //!
 //! A [`QMatrix`] holds a weight matrix as the GGUF file stores it
-//! ([`Format`]: `Q4_0`, `Q4_1`, `Q8_0`, `Q4_K`, `Q6_K`); [`QMatrix::matmul`]
-//! computes `y = x·Wᵀ` for `m` activation rows. The activations are
-//! quantized once per product to 8-bit blocks ([`act`]), so the inner
-//! loops are integer dot products; each weight row is unpacked once per
-//! tile of four activation rows; the weight rows are split across the
-//! threads of [`pool::Pool`].
+//! ([`Format`]: every block format llama.cpp's presets write, and `F16`,
+//! `BF16`); [`QMatrix::matmul`] computes `y = x·Wᵀ` for `m` activation
+//! rows. For a block format the activations are quantized once per product
+//! to 8-bit blocks ([`act`]), so the inner loops are integer dot products;
+//! a float format's are f32 products. Each weight row is unpacked once per
+//! tile of activation rows; the weight rows are split across the threads
+//! of [`pool::Pool`].
 //!
 //! The instruction set is chosen at run time ([`Isa::detect`]): AVX-512
 //! VNNI, AVX2, or the portable kernels on x86-64, so one binary runs
@@ -32,7 +33,7 @@ use std::sync::OnceLock;
 
 use act::ActRow;
 pub use act::Activations;
-pub use blocks::Format;
+pub use blocks::{Format, Pairing};
 use pool::Pool;
 
 /// The kernels a product runs.
@@ -310,15 +311,13 @@ pub fn matmul_group_on(isa: Isa, ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut 
         assert_eq!(w.cols, k, "the matrices of a group have one width");
         assert_eq!(y.len(), m * w.rows, "y is not m × rows");
     }
+    // The activations in each form the group's formats take, once each.
     let simd = isa.avx2();
-    let b32 = ws
-        .iter()
-        .any(|w| !w.format.is_k())
-        .then(|| Activations::quantize(x, m, k, false, simd));
-    let b256 = ws
-        .iter()
-        .any(|w| w.format.is_k())
-        .then(|| Activations::quantize(x, m, k, true, simd));
+    let forms = [Pairing::Q8x32, Pairing::Q8x256, Pairing::F32].map(|p| {
+        ws.iter()
+            .any(|w| w.format.pairing() == p)
+            .then(|| Activations::quantize(x, m, k, p, simd))
+    });
     // Decode (one row): enough tasks to keep every thread busy with some
     // left to take. A prompt: 16 weight rows per task, which stay in L1
     // while every tile of activation rows passes over them.
@@ -341,9 +340,10 @@ pub fn matmul_group_on(isa: Isa, ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut 
     pool.run(tasks.len(), &|t| {
         let (j, rows) = tasks[t].clone();
         let w = ws[j];
-        let acts = match w.format.is_k() {
-            true => b256.as_ref(),
-            false => b32.as_ref(),
+        let acts = match w.format.pairing() {
+            Pairing::Q8x32 => forms[0].as_ref(),
+            Pairing::Q8x256 => forms[1].as_ref(),
+            Pairing::F32 => forms[2].as_ref(),
         };
         w.product_rows(isa, acts.expect("quantized above"), rows, &outs[j], w.rows);
     });
@@ -368,39 +368,59 @@ impl SharedOut {
 /// One weight row against `N` activation rows, on `isa`'s kernels.
 #[inline]
 fn dot_rows<const N: usize>(isa: Isa, format: Format, w: &[u8], a: [ActRow<'_>; N]) -> [f32; N] {
-    if format.is_k() {
-        let a = a.map(|r| match r {
-            ActRow::B256(v) => v,
-            ActRow::B32(_) => unreachable!("a K-quant gets 256-value activation blocks"),
-        });
-        match isa {
-            Isa::Portable => a.map(|a| portable::dot256(format, w, a)),
-            // SAFETY: `matmul_on` checked that the CPU has these features.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86::avx2_dot256(format, w, a) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => unsafe { x86::vnni_dot256(format, w, a) },
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon => unsafe { aarch64::neon_dot256(format, w, a) },
-            #[allow(unreachable_patterns)]
-            _ => unreachable!("{} kernels on another target", isa.name()),
+    match a[0] {
+        ActRow::B256(_) => {
+            let a = a.map(|r| match r {
+                ActRow::B256(v) => v,
+                _ => unreachable!("a row of a tile has its tile's form"),
+            });
+            match isa {
+                Isa::Portable => a.map(|a| portable::dot256(format, w, a)),
+                // SAFETY: `matmul_on` checked that the CPU has these features.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { x86::avx2_dot256(format, w, a) },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512Vnni => unsafe { x86::vnni_dot256(format, w, a) },
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => unsafe { aarch64::neon_dot256(format, w, a) },
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("{} kernels on another target", isa.name()),
+            }
         }
-    } else {
-        let a = a.map(|r| match r {
-            ActRow::B32(v) => v,
-            ActRow::B256(_) => unreachable!("a 32-value format gets 32-value activation blocks"),
-        });
-        match isa {
-            Isa::Portable => a.map(|a| portable::dot32(format, w, a)),
-            // SAFETY: as above.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86::avx2_dot32(format, w, a) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => unsafe { x86::vnni_dot32(format, w, a) },
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon => unsafe { aarch64::neon_dot32(format, w, a) },
-            #[allow(unreachable_patterns)]
-            _ => unreachable!("{} kernels on another target", isa.name()),
+        ActRow::B32(_) => {
+            let a = a.map(|r| match r {
+                ActRow::B32(v) => v,
+                _ => unreachable!("a row of a tile has its tile's form"),
+            });
+            match isa {
+                Isa::Portable => a.map(|a| portable::dot32(format, w, a)),
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { x86::avx2_dot32(format, w, a) },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512Vnni => unsafe { x86::vnni_dot32(format, w, a) },
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => unsafe { aarch64::neon_dot32(format, w, a) },
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("{} kernels on another target", isa.name()),
+            }
+        }
+        ActRow::F32(_) => {
+            let a = a.map(|r| match r {
+                ActRow::F32(v) => v,
+                _ => unreachable!("a row of a tile has its tile's form"),
+            });
+            match isa {
+                Isa::Portable => a.map(|a| portable::dot_float(format, w, a)),
+                // SAFETY: as above. (The float products have no integer
+                // multiply-adds: the VNNI build is AVX2's.)
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 | Isa::Avx512Vnni => unsafe { x86::avx2_dot_float(format, w, a) },
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => unsafe { aarch64::neon_dot_float(format, w, a) },
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("{} kernels on another target", isa.name()),
+            }
         }
     }
 }

@@ -6,8 +6,8 @@
 use crate::act::{Q8x32, Q8x256};
 use crate::blocks::{
     Format, IQ4_VALUES, IQ4XS_QS, Q2K_D, Q2K_QS, Q2K_SC, Q3K_D, Q3K_HM, Q3K_QS, Q3K_SC, Q4K_QS,
-    Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, f16_at, iq4xs_scale, q3k_scales,
-    q4k_scale_min, q5_offsets, q5_quant,
+    Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, bf16_at, f16_at, iq4xs_scale,
+    q3k_scales, q4k_scale_min, q5_offsets, q5_quant,
 };
 
 /// Value `v`'s 2-bit quant in `Q2_K`'s and `Q3_K`'s 64 quant bytes: value
@@ -168,4 +168,25 @@ pub(crate) fn dot256(format: Format, w: &[u8], a: &[Q8x256]) -> f32 {
         };
     }
     s
+}
+
+/// A float format's row against f32 activations, in eight running sums
+/// (the SIMD kernels' order, near enough, and a loop the compiler can
+/// vectorise).
+pub(crate) fn dot_float(format: Format, w: &[u8], a: &[f32]) -> f32 {
+    let at = match format {
+        Format::F16 => f16_at,
+        Format::BF16 => bf16_at,
+        _ => unreachable!("block formats take quantized activations"),
+    };
+    let mut s = [0f32; 8];
+    let (wc, ac) = (w.chunks_exact(16), a.chunks_exact(8));
+    let (wt, at_) = (wc.remainder(), ac.remainder());
+    for (w, x) in wc.zip(ac) {
+        for i in 0..8 {
+            s[i] += at(w, 2 * i) * x[i];
+        }
+    }
+    let tail: f32 = (0..at_.len()).map(|i| at(wt, 2 * i) * at_[i]).sum();
+    s.iter().sum::<f32>() + tail
 }

@@ -564,6 +564,75 @@ unsafe fn dot256<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x256]
     }
 }
 
+/// Eight values of a float format at `p` (16 bytes) as f32: `vcvtph2ps`
+/// for `F16`, a 16-bit shift for `BF16` (an f32's top half).
+#[inline(always)]
+unsafe fn widen<const BF16: bool>(p: *const u8) -> __m256 {
+    unsafe {
+        let h = _mm_loadu_si128(p.cast());
+        match BF16 {
+            true => _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)),
+            false => _mm256_cvtph_ps(h),
+        }
+    }
+}
+
+/// A float format's row against `N` rows of f32 activations: each eight
+/// weights widened once and multiplied into every row's sums, sixteen at a
+/// time into two sets of sums (a decode step's one row would otherwise
+/// wait on each multiply-add's latency).
+#[inline(always)]
+unsafe fn dot_float<const N: usize, const BF16: bool>(w: &[u8], a: [&[f32]; N]) -> [f32; N] {
+    unsafe {
+        let k = w.len() / 2;
+        let mut acc = [[_mm256_setzero_ps(); N]; 2];
+        let (wp, ap) = (w.as_ptr(), a.map(|a| a.as_ptr()));
+        let mut j = 0;
+        while j + 16 <= k {
+            let (w0, w1) = (
+                widen::<BF16>(wp.add(2 * j)),
+                widen::<BF16>(wp.add(2 * j + 16)),
+            );
+            for n in 0..N {
+                acc[0][n] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(ap[n].add(j)), acc[0][n]);
+                acc[1][n] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(ap[n].add(j + 8)), acc[1][n]);
+            }
+            j += 16;
+        }
+        let rest = j;
+        std::array::from_fn(|n| {
+            let tail: f32 = (rest..k)
+                .map(|j| {
+                    let b = [w[2 * j], w[2 * j + 1]];
+                    let v = match BF16 {
+                        true => f32::from_bits((u16::from_le_bytes(b) as u32) << 16),
+                        false => half::f16::from_le_bytes(b).to_f32(),
+                    };
+                    v * a[n][j]
+                })
+                .sum();
+            hsum(_mm256_add_ps(acc[0][n], acc[1][n])) + tail
+        })
+    }
+}
+
+/// [`dot_float`] for `format`, built with AVX2, FMA and F16C (the VNNI
+/// kernels' CPUs take it too: it has no integer products).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn avx2_dot_float<const N: usize>(
+    format: Format,
+    w: &[u8],
+    a: [&[f32]; N],
+) -> [f32; N] {
+    unsafe {
+        match format {
+            Format::BF16 => dot_float::<N, true>(w, a),
+            Format::F16 => dot_float::<N, false>(w, a),
+            _ => unreachable!("block formats take quantized activations"),
+        }
+    }
+}
+
 macro_rules! entry {
     ($name32:ident, $name256:ident, $mac:ty, $features:literal) => {
         #[target_feature(enable = $features)]

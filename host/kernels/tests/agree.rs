@@ -12,7 +12,7 @@ use half::f16;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use vauban_kernels::blocks::dequantize_row;
-use vauban_kernels::{Format, Isa, QMatrix};
+use vauban_kernels::{Format, Isa, Pairing, QMatrix};
 
 /// A random finite f16 scale: zero, subnormal, tiny, ordinary or large.
 fn scale(rng: &mut ChaCha8Rng) -> [u8; 2] {
@@ -44,6 +44,8 @@ fn block(format: Format, rng: &mut ChaCha8Rng) -> Vec<u8> {
             Format::Q3_K => (0, 96),
             Format::Q6_K => (0, 192),
             Format::IQ4_XS => (8, b.len()),
+            // A float is its own factor, set below.
+            Format::F16 | Format::BF16 => (0, 0),
         };
         b[start..end].fill(fill);
     }
@@ -74,16 +76,20 @@ fn activations(m: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 
 /// The reference product and, for each output, the bound on what rounding
 /// the activations to 8-bit blocks of `block` values can change.
-fn reference(w: &QMatrix, x: &[f32], m: usize, block: usize) -> (Vec<f32>, Vec<f32>) {
+/// `block` is `None` for a float format, whose activations are not rounded.
+fn reference(w: &QMatrix, x: &[f32], m: usize, block: Option<usize>) -> (Vec<f32>, Vec<f32>) {
     let (n, k) = (w.rows(), w.cols());
     let dense = w.dequantize();
-    let steps: Vec<f32> = x
-        .chunks(block)
-        .flat_map(|b| {
-            let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
-            std::iter::repeat_n(amax / 127.0, b.len())
-        })
-        .collect();
+    let steps: Vec<f32> = match block {
+        Some(block) => x
+            .chunks(block)
+            .flat_map(|b| {
+                let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+                std::iter::repeat_n(amax / 127.0, b.len())
+            })
+            .collect(),
+        None => vec![0.0; x.len()],
+    };
     let (mut y, mut bound) = (vec![0f32; m * n], vec![0f32; m * n]);
     for i in 0..m {
         for r in 0..n {
@@ -102,11 +108,26 @@ fn reference(w: &QMatrix, x: &[f32], m: usize, block: usize) -> (Vec<f32>, Vec<f
     (y, bound)
 }
 
+/// A row width for `format`'s tests: two 256-value blocks, three 32-value
+/// ones, or (a float format) a width with a tail past the SIMD loops'
+/// sixteen.
+fn width(format: Format) -> usize {
+    match format.pairing() {
+        Pairing::Q8x256 => 512,
+        Pairing::Q8x32 => 96,
+        Pairing::F32 => 100,
+    }
+}
+
 fn check(format: Format, isa: Isa, m: usize, rows: usize, cols: usize, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let w = matrix(format, rows, cols, &mut rng);
     let x = activations(m, cols, &mut rng);
-    let act_block = if format.block_len() == 256 { 256 } else { 32 };
+    let act_block = match format.pairing() {
+        Pairing::Q8x256 => Some(256),
+        Pairing::Q8x32 => Some(32),
+        Pairing::F32 => None,
+    };
     let (want, bound) = reference(&w, &x, m, act_block);
     let mut got = vec![f32::NAN; m * rows];
     w.matmul_on(isa, &x, m, &mut got);
@@ -124,7 +145,7 @@ fn check(format: Format, isa: Isa, m: usize, rows: usize, cols: usize, seed: u64
 #[test]
 fn every_kernel_agrees_with_the_dequantized_product() {
     for format in Format::ALL {
-        let cols = if format.block_len() == 256 { 512 } else { 96 };
+        let cols = width(format);
         for &isa in Isa::available() {
             // One row (decode), a tile of four plus a remainder, and a
             // prompt-sized block.
@@ -222,6 +243,7 @@ fn a_group_computes_what_each_matrix_computes_alone() {
         matrix(Format::Q4_1, 40, 512, &mut rng),
         matrix(Format::Q6_K, 24, 512, &mut rng),
         matrix(Format::Q8_0, 8, 512, &mut rng),
+        matrix(Format::BF16, 16, 512, &mut rng),
     ];
     for m in [1, 6] {
         let x = activations(m, 512, &mut rng);
@@ -243,7 +265,7 @@ fn a_group_computes_what_each_matrix_computes_alone() {
 fn a_row_comes_out_the_same_whatever_the_rows_around_it() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     for format in Format::ALL {
-        let cols = if format.block_len() == 256 { 512 } else { 96 };
+        let cols = width(format);
         let w = matrix(format, 40, cols, &mut rng);
         let x = activations(45, cols, &mut rng);
         for &isa in Isa::available() {
