@@ -7,6 +7,9 @@
 //!   and shape, read the same way for every backend;
 //! - [`config`]: a model's shape and its family's block layout, from GGUF
 //!   or config.json;
+//! - [`gguf_reader`]: vauban's own GGUF reader (header, tensor bytes, f32
+//!   values of every type vauban dequantizes), which every GGUF read goes
+//!   through;
 //! - [`routing`]: which experts each token of a mixture uses;
 //! - [`tokenizer`]: the tokenizer a GGUF file describes;
 //! - [`chat`]: the model's own chat template, rendered with minijinja;
@@ -15,6 +18,7 @@
 pub mod assets;
 pub mod chat;
 pub mod config;
+pub mod gguf_reader;
 pub mod routing;
 pub mod sample;
 pub mod tokenizer;
