@@ -708,12 +708,13 @@ fn a_quantized_type_vauban_cannot_run_is_refused_naming_the_tensor_and_the_type(
         e.contains("tensor `token_embd.weight` is stored as Q8_1"),
         "{e}"
     );
-    assert!(
-        e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"),
-        "{e}"
-    );
-    // No advice that would not work: candle's reader cannot dequantize it
-    // either (the K-quants' advice, `--weights f32`, is gguf.rs's test).
+    // The types vauban runs, every kernel format among them.
+    assert!(e.contains("it runs F32, F16, BF16, Q4_0, Q4_1"), "{e}");
+    for format in vauban_kernels::Format::ALL {
+        assert!(e.contains(format.name()), "{format}: {e}");
+    }
+    // No advice that would not work: vauban cannot dequantize it either,
+    // so `--weights f32` would fail the same way.
     assert!(!e.contains("--weights f32"), "{e}");
     let e = LoadedModel::load(&path, WeightMode::F32, &Device::Cpu)
         .err()
@@ -750,6 +751,104 @@ fn five_bit_models_run_as_stored() {
             "{dtype:?}: max |Δlogit| {worst} of {scale}"
         );
     }
+}
+
+/// What torch and MLX load a GGUF through (`HostWeights`, vauban's own
+/// reader) gives every tensor as candle's reader dequantizes it, in the
+/// same row-major shape, and names the stored types as ggml does.
+#[test]
+fn host_weights_read_every_type_as_candles_reader_does() {
+    use candle_core::quantized::gguf_file::Content;
+    use vauban::executor::candle::model::host_weights::HostWeights;
+    use vauban::model::assets::ModelAssets;
+    let dir = tempfile::tempdir().unwrap();
+    for (dtype, name) in [
+        (GgmlDType::F16, "F16"),
+        (GgmlDType::BF16, "BF16"),
+        (GgmlDType::Q4_0, "Q4_0"),
+        (GgmlDType::Q4_1, "Q4_1"),
+        (GgmlDType::Q5_0, "Q5_0"),
+        (GgmlDType::Q5_1, "Q5_1"),
+        (GgmlDType::Q8_0, "Q8_0"),
+    ] {
+        let path = tiny::write_gguf(&dir.path().join(format!("{name}.gguf")), 7, dtype);
+        let assets = ModelAssets::load(&path).unwrap();
+        let mut ours = HostWeights::open(&assets).unwrap();
+        assert_eq!(ours.stored_types().as_deref(), Some(name));
+        let mut file = std::fs::File::open(&path).unwrap();
+        let candle = Content::read(&mut file).unwrap();
+        assert!(candle.tensor_infos.len() > 10);
+        for (tensor, info) in &candle.tensor_infos {
+            let want = candle
+                .tensor(&mut file, tensor, &Device::Cpu)
+                .and_then(|q| q.dequantize(&Device::Cpu))
+                .unwrap();
+            let (shape, values) = ours.get(tensor).unwrap().unwrap();
+            assert_eq!(shape, info.shape.dims(), "{name} {tensor}");
+            let want = want.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(values, want, "{name} {tensor}");
+        }
+    }
+}
+
+/// A file may hold a tensor of a type vauban does not know (candle's
+/// reader refuses the whole file for one): the model still loads and runs
+/// when the tensor is never read, and reading it is refused naming it.
+#[test]
+fn a_tensor_of_an_unknown_type_does_not_stop_a_model_loading() {
+    use candle_core::quantized::QTensor;
+    use candle_core::quantized::gguf_file::{self, Content};
+    let dir = tempfile::tempdir().unwrap();
+    let q8 = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::Q8_0);
+    // The same file with one more tensor, its type id then set to 99.
+    let mut file = std::fs::File::open(&q8).unwrap();
+    let content = Content::read(&mut file).unwrap();
+    let mut tensors: Vec<(String, QTensor)> = content
+        .tensor_infos
+        .keys()
+        .map(|n| {
+            (
+                n.clone(),
+                content.tensor(&mut file, n, &Device::Cpu).unwrap(),
+            )
+        })
+        .collect();
+    let extra = Tensor::zeros(8, candle_core::DType::F32, &Device::Cpu).unwrap();
+    tensors.push((
+        "rogue.weight".into(),
+        QTensor::quantize(&extra, GgmlDType::F32).unwrap(),
+    ));
+    let meta: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (n.as_str(), q)).collect();
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    gguf_file::write(&mut bytes, &meta, &refs).unwrap();
+    let mut bytes = bytes.into_inner();
+    // After the name: the rank (u32 1), one dimension (u64 8), the type.
+    let name = b"rogue.weight";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len() + 4 + 8;
+    assert_eq!(bytes[at..at + 4], 0u32.to_le_bytes());
+    bytes[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
+    let path = dir.path().join("rogue.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Content::read(&mut std::fs::File::open(&path).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("unknown dtype"), "{e}");
+
+    for mode in [WeightMode::Native, WeightMode::F32] {
+        let model = LoadedModel::load(&path, mode, &Device::Cpu).unwrap();
+        let want = LoadedModel::load(&q8, mode, &Device::Cpu).unwrap();
+        let ids = [1, 2, 3];
+        let a = model.model.forward(&ids, &[]).unwrap().logits;
+        let b = want.model.forward(&ids, &[]).unwrap().logits;
+        assert_eq!(max_abs_diff(&a, &b), 0.0, "{mode:?}");
+    }
+    let mut file = vauban::gguf::GgufFile::read(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(file.tensor_shape("rogue.weight"), Some(vec![8]));
+    let e = file.read_f32("rogue.weight").unwrap_err();
+    assert!(e.contains("unknown type 99"), "{e}");
 }
 
 /// A prompt run as a shared prefix, then (after another prompt's rest and

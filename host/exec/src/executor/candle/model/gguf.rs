@@ -1,19 +1,20 @@
 //! GGUF files: the assets from the metadata ([`ModelAssets::from_gguf`]),
 //! and the weights (quantized ones kept
-//! quantized unless [`WeightMode::F32`] asks otherwise).
+//! quantized unless [`WeightMode::F32`] asks otherwise), read through
+//! vauban's own reader ([`crate::model::gguf_reader`]).
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use candle_core::Device;
-use candle_core::quantized::GgmlDType;
-use vauban_kernels::{Format, QMatrix};
+use candle_core::quantized::{GgmlDType, ggml_file};
+use candle_core::{Device, Tensor};
+use vauban_kernels::QMatrix;
 
 use super::LoadedModel;
 use super::llama::{Llama, Weight};
 use crate::executor::candle::gguf_file::GgufFile;
 use crate::model::assets::ModelAssets;
+use crate::model::gguf_reader::{GgmlType, TensorInfo, supported_types};
 use crate::model::{ModelError, WeightMode, fused_part};
 
 /// Reads the metadata, builds the tokenizer, loads every weight.
@@ -28,11 +29,9 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
             message,
         })?;
     let assets = ModelAssets::from_gguf(path, &mut file)?;
-    let (content, mut file) = file.into_parts();
-    // Quantized matrices stay as stored on the CPU, for vauban's kernels.
-    let kernels = matches!(device, Device::Cpu) && mode == WeightMode::Native;
+    let mut gguf = file.into_reader();
     let mut read = |name: &str| -> Result<Option<Weight>, ModelError> {
-        let Some(info) = content.tensor_infos.get(name) else {
+        let Some(info) = gguf.tensor(name).cloned() else {
             return Ok(None);
         };
         let problem = |problem: String| ModelError::Tensor {
@@ -40,33 +39,38 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
             tensor: name.to_owned(),
             problem,
         };
-        if kernels && let Some(format) = block_format(info.ggml_dtype) {
-            let format = format.map_err(problem)?;
-            // A matrix, or a stack of them (a mixture's experts, `[experts,
-            // rows, cols]`), held as its rows one after another.
-            let dims = info.shape.dims();
-            let (Some(&cols), true) = (dims.last(), dims.len() >= 2) else {
-                return Err(problem(format!(
-                    "is a {format} tensor of shape {dims:?}; only matrices and stacks of them are block-quantized"
-                )));
-            };
-            let rows = dims[..dims.len() - 1].iter().product::<usize>();
-            let bytes = (rows * cols).div_ceil(format.block_len()) * format.block_bytes();
-            let mut data = vec![0u8; bytes];
-            file.seek(SeekFrom::Start(content.tensor_data_offset + info.offset))
-                .and_then(|_| file.read_exact(&mut data))
-                .map_err(|e| problem(format!("could not be read: {e}")))?;
-            let q = QMatrix::new(format, rows, cols, data).map_err(|e| problem(e.to_string()))?;
-            return Ok(Some(Weight::Blocks(q)));
-        }
-        content
-            .tensor(&mut file, name, device)
-            .map(|q| Some(Weight::Quant(q)))
-            .map_err(|e| ModelError::Tensor {
-                path: path.to_path_buf(),
-                tensor: name.to_owned(),
-                problem: e.to_string(),
-            })
+        let mut bytes = || -> Result<Vec<u8>, ModelError> {
+            let bytes = gguf.read_bytes(name).map_err(|e| e.in_file(path))?;
+            Ok(bytes.expect("the tensor is in the table"))
+        };
+        Ok(Some(
+            match how_to_load(&info, mode, device).map_err(problem)? {
+                Load::Blocks(format) => {
+                    // A matrix, or a stack of them (a mixture's experts,
+                    // `[experts, rows, cols]`), held as its rows one after
+                    // another.
+                    let dims = &info.shape;
+                    let (Some(&cols), true) = (dims.last(), dims.len() >= 2) else {
+                        return Err(problem(format!(
+                            "is a {format} tensor of shape {dims:?}; only matrices and stacks of them are block-quantized"
+                        )));
+                    };
+                    let rows = dims[..dims.len() - 1].iter().product::<usize>();
+                    let q = QMatrix::new(format, rows, cols, bytes()?)
+                        .map_err(|e| problem(e.to_string()))?;
+                    Weight::Blocks(q)
+                }
+                Load::Candle(dtype) => Weight::Quant(
+                    ggml_file::qtensor_from_ggml(dtype, &bytes()?, info.shape.clone(), device)
+                        .map_err(|e| problem(e.to_string()))?,
+                ),
+                Load::Dequantized => {
+                    let values = gguf.read_f32(name).map_err(|e| e.in_file(path))?;
+                    let values = values.expect("the tensor is in the table");
+                    Weight::Dense(Tensor::from_vec(values, info.shape.clone(), device)?)
+                }
+            },
+        ))
     };
     // A matrix the file fuses with others (Phi-3): its rows of the fused one.
     let config = &assets.config;
@@ -87,53 +91,121 @@ pub fn load(path: &Path, mode: WeightMode, device: &Device) -> Result<LoadedMode
     })
 }
 
-/// The kernel format of a ggml tensor type: `None` for the float types
-/// (loaded dense), an error naming the choices for a quantized type vauban
-/// has no kernel for (never a silent slow path).
-fn block_format(dtype: GgmlDType) -> Option<Result<Format, String>> {
-    use GgmlDType as G;
-    Some(Ok(match dtype {
-        G::F32 | G::F16 | G::BF16 => return None,
-        G::Q4_0 => Format::Q4_0,
-        G::Q4_1 => Format::Q4_1,
-        G::Q5_0 => Format::Q5_0,
-        G::Q5_1 => Format::Q5_1,
-        G::Q8_0 => Format::Q8_0,
-        G::Q4K => Format::Q4_K,
-        G::Q5K => Format::Q5_K,
-        G::Q6K => Format::Q6_K,
-        other => {
-            let runs: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
-            let runs = runs.join(", ");
-            // Advice only where it works: candle's reader dequantizes the
-            // K-quants, not Q8_1 (a type ggml keeps for activations).
-            return Some(Err(match other {
-                G::Q2K | G::Q3K => format!(
-                    "is stored as {other:?}, which vauban has no CPU kernel for (it runs {runs} as stored); load the model dequantized with `--weights f32` (`weights = \"f32\"` in a config), or use a GGUF quantized to one of those"
-                ),
-                _ => format!(
-                    "is stored as {other:?}, which vauban can neither run as stored (it runs {runs}) nor dequantize; use a GGUF quantized to one of those"
-                ),
-            }));
+/// How one tensor becomes a [`Weight`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// As stored, for vauban's CPU kernels ([`Weight::Blocks`]).
+    Blocks(vauban_kernels::Format),
+    /// As stored in a candle quantized tensor ([`Weight::Quant`]): the
+    /// float types everywhere, and on a GPU the block types candle
+    /// multiplies there.
+    Candle(GgmlDType),
+    /// Dequantized by vauban to a dense f32 tensor ([`Weight::Dense`]).
+    Dequantized,
+}
+
+/// How a tensor of its type loads in `mode` on `device`; a type vauban can
+/// neither run nor dequantize is an error naming the type and the types
+/// vauban runs (never a silent slow path, never advice that would not
+/// work: `--weights f32` dequantizes exactly what the kernels run).
+fn how_to_load(info: &TensorInfo, mode: WeightMode, device: &Device) -> Result<Load, String> {
+    let ty = info.ggml_type;
+    let candle = candle_dtype(ty);
+    // The float types stay candle tensors whatever the kernels hold: norms
+    // and biases among them are vectors, which a `QMatrix` is not.
+    if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Ok(Load::Candle(candle.expect("candle holds the float types")));
+    }
+    match (ty.format(), mode, device.is_cpu()) {
+        (Some(format), WeightMode::Native, true) => Ok(Load::Blocks(format)),
+        // On a GPU, a type candle knows keeps candle's quantized matmul; a
+        // type it does not (the IQ formats) is dequantized to f32 there.
+        (_, WeightMode::Native, false) if candle.is_some() => {
+            Ok(Load::Candle(candle.expect("checked")))
         }
-    }))
+        (Some(_), _, _) => Ok(Load::Dequantized),
+        (None, _, _) => Err(format!(
+            "is stored as {ty}, which vauban can neither run as stored nor dequantize (it runs {}); use a GGUF quantized to one of those",
+            supported_types()
+        )),
+    }
+}
+
+/// candle's dtype for a type its `qtensor_from_ggml` builds tensors of.
+fn candle_dtype(ty: GgmlType) -> Option<GgmlDType> {
+    use GgmlDType as G;
+    Some(match ty.id() {
+        0 => G::F32,
+        1 => G::F16,
+        30 => G::BF16,
+        2 => G::Q4_0,
+        3 => G::Q4_1,
+        6 => G::Q5_0,
+        7 => G::Q5_1,
+        8 => G::Q8_0,
+        10 => G::Q2K,
+        11 => G::Q3K,
+        12 => G::Q4K,
+        13 => G::Q5K,
+        14 => G::Q6K,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn info(id: u32) -> TensorInfo {
+        TensorInfo {
+            name: "w".into(),
+            shape: vec![2, 256],
+            ggml_type: GgmlType::from_id(id),
+            offset: 0,
+        }
+    }
+
     #[test]
     fn a_type_without_a_kernel_is_refused_with_advice_that_works() {
-        let e = block_format(GgmlDType::Q3K).unwrap().unwrap_err();
-        assert!(e.contains("Q3K") && e.contains("--weights f32"), "{e}");
-        assert!(
-            e.contains("Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"),
-            "{e}"
-        );
-        let e = block_format(GgmlDType::Q8_1).unwrap().unwrap_err();
-        assert!(e.contains("Q8_1") && !e.contains("--weights f32"), "{e}");
-        assert!(block_format(GgmlDType::F16).is_none());
-        assert_eq!(block_format(GgmlDType::Q5_1), Some(Ok(Format::Q5_1)));
+        let cpu = &Device::Cpu;
+        // Q8_1 (a type ggml keeps for activations), IQ2_XXS and an id
+        // vauban does not know: no kernel, no dequantization, in either
+        // mode, so no `--weights f32` advice.
+        for (id, name) in [(9, "Q8_1"), (16, "IQ2_XXS"), (99, "unknown type 99")] {
+            for mode in [WeightMode::Native, WeightMode::F32] {
+                let e = how_to_load(&info(id), mode, cpu).unwrap_err();
+                assert!(e.contains(&format!("stored as {name},")), "{e}");
+                assert!(e.contains(&supported_types()), "{e}");
+                assert!(!e.contains("--weights f32"), "{e}");
+            }
+        }
+        for format in vauban_kernels::Format::ALL {
+            assert!(supported_types().contains(format.name()), "{format}");
+        }
+        // Every block format runs as stored on the CPU, dequantized by
+        // vauban with `--weights f32`.
+        for format in vauban_kernels::Format::ALL {
+            let id = (0..64)
+                .find(|&id| vauban_kernels::Format::from_ggml(id) == Some(format))
+                .unwrap();
+            let t = info(id);
+            if matches!(t.ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+                continue; // below
+            }
+            let native = how_to_load(&t, WeightMode::Native, cpu);
+            assert_eq!(native, Ok(Load::Blocks(format)));
+            assert_eq!(how_to_load(&t, WeightMode::F32, cpu), Ok(Load::Dequantized));
+        }
+        // The float types stay candle's quantized tensors, as before (even
+        // where vauban's kernels have them).
+        for (id, dtype) in [
+            (0, GgmlDType::F32),
+            (1, GgmlDType::F16),
+            (30, GgmlDType::BF16),
+        ] {
+            for mode in [WeightMode::Native, WeightMode::F32] {
+                assert_eq!(how_to_load(&info(id), mode, cpu), Ok(Load::Candle(dtype)));
+            }
+        }
     }
 }

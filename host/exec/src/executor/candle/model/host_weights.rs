@@ -1,22 +1,19 @@
 //! A model file's weights as f32 on the host, by GGUF name and in GGUF's
 //! layout, with their shapes checked: what a backend without its own file
-//! readers (torch, mlx) loads from. A GGUF file is dequantized through
-//! candle's reader; an HF folder is read through [`HfWeights`].
-
-use candle_core::quantized::gguf_file;
+//! readers (torch, mlx) loads from. A GGUF file is dequantized by vauban's
+//! own reader ([`GgufReader::read_f32`]); an HF folder is read through
+//! [`HfWeights`].
 
 use super::hf::HfWeights;
 use crate::model::assets::ModelAssets;
+use crate::model::gguf_reader::{GgmlType, GgufReader};
 use crate::model::{ModelError, ModelFormat, fused_part};
 
 /// A tensor's shape and its f32 values, row-major.
 pub type HostTensor = (Vec<usize>, Vec<f32>);
 
 enum Source {
-    Gguf {
-        file: std::fs::File,
-        content: gguf_file::Content,
-    },
+    Gguf(GgufReader<std::fs::File>),
     /// Boxed: it holds the model's whole description.
     Hf(Box<HfWeights>),
 }
@@ -33,34 +30,29 @@ impl<'a> HostWeights<'a> {
         let path = &assets.path;
         let source = match assets.format {
             ModelFormat::Gguf => {
-                let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+                let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
                     path: path.clone(),
                     source,
                 })?;
-                let content =
-                    gguf_file::Content::read(&mut file).map_err(|e| ModelError::Gguf {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
-                Source::Gguf { file, content }
+                Source::Gguf(GgufReader::open(file).map_err(|e| e.in_file(path))?)
             }
             ModelFormat::HfFolder => Source::Hf(Box::new(HfWeights::open(assets)?)),
         };
         Ok(HostWeights { assets, source })
     }
 
-    /// How a GGUF file stores its tensors when any is not f32 (`Q4_1/Q8_0`):
-    /// what reading them as f32 dequantizes. `None` for an HF folder, whose
-    /// float tensors are only widened.
+    /// How a GGUF file stores its tensors when any is not f32 (`Q4_1/Q8_0`,
+    /// ggml's names): what reading them as f32 dequantizes. `None` for an
+    /// HF folder, whose float tensors are only widened.
     pub fn stored_types(&self) -> Option<String> {
-        let Source::Gguf { content, .. } = &self.source else {
+        let Source::Gguf(gguf) = &self.source else {
             return None;
         };
-        let mut kinds: Vec<String> = content
-            .tensor_infos
-            .values()
-            .filter(|t| t.ggml_dtype != candle_core::quantized::GgmlDType::F32)
-            .map(|t| format!("{:?}", t.ggml_dtype))
+        let mut kinds: Vec<String> = gguf
+            .tensors()
+            .iter()
+            .filter(|t| t.ggml_type != GgmlType::F32)
+            .map(|t| t.ggml_type.to_string())
             .collect();
         kinds.sort();
         kinds.dedup();
@@ -77,20 +69,17 @@ impl<'a> HostWeights<'a> {
     pub fn get(&mut self, name: &str) -> Result<Option<HostTensor>, ModelError> {
         let cpu = candle_core::Device::Cpu;
         let t = match &mut self.source {
-            Source::Gguf { file, content } => {
+            Source::Gguf(gguf) => {
                 let part = fused_part(name, &self.assets.config);
                 let stored = part.as_ref().map_or(name, |p| p.0.as_str());
-                if !content.tensor_infos.contains_key(stored) {
+                let Some(shape) = gguf.tensor(stored).map(|t| t.shape.clone()) else {
                     return Ok(None);
-                }
-                let t = content
-                    .tensor(file, stored, &cpu)
-                    .and_then(|q| q.dequantize(&cpu))
-                    .map_err(|e| ModelError::Tensor {
-                        path: self.assets.path.clone(),
-                        tensor: stored.to_owned(),
-                        problem: e.to_string(),
-                    })?;
+                };
+                let values = gguf
+                    .read_f32(stored)
+                    .map_err(|e| e.in_file(&self.assets.path))?
+                    .expect("the tensor is in the table");
+                let t = candle_core::Tensor::from_vec(values, shape, &cpu)?;
                 match part {
                     Some((_, start, rows)) => t.narrow(0, start, rows)?,
                     None => t,
