@@ -111,9 +111,12 @@ enum Load {
 fn how_to_load(info: &TensorInfo, mode: WeightMode, device: &Device) -> Result<Load, String> {
     let ty = info.ggml_type;
     let candle = candle_dtype(ty);
-    // The float types stay candle tensors whatever the kernels hold: norms
-    // and biases among them are vectors, which a `QMatrix` is not.
-    if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+    // F32 tensors, and the norms and biases of any float type (vectors,
+    // which a `QMatrix` is not), stay candle tensors; F16 and BF16
+    // matrices run as stored on vauban's float kernels like the blocks.
+    let float = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    if ty == GgmlType::F32 || (float && info.shape.len() < 2) || (float && mode == WeightMode::F32)
+    {
         return Ok(Load::Candle(candle.expect("candle holds the float types")));
     }
     match (ty.format(), mode, device.is_cpu()) {
@@ -182,30 +185,38 @@ mod tests {
         for format in vauban_kernels::Format::ALL {
             assert!(supported_types().contains(format.name()), "{format}");
         }
-        // Every block format runs as stored on the CPU, dequantized by
-        // vauban with `--weights f32`.
+        // Every block format (F16 and BF16 matrices among them) runs as
+        // stored on the CPU; with `--weights f32` a block format is
+        // dequantized by vauban, a float one widened by candle.
         for format in vauban_kernels::Format::ALL {
             let id = (0..64)
                 .find(|&id| vauban_kernels::Format::from_ggml(id) == Some(format))
                 .unwrap();
             let t = info(id);
-            if matches!(t.ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-                continue; // below
-            }
             let native = how_to_load(&t, WeightMode::Native, cpu);
             assert_eq!(native, Ok(Load::Blocks(format)));
-            assert_eq!(how_to_load(&t, WeightMode::F32, cpu), Ok(Load::Dequantized));
+            let f32 = how_to_load(&t, WeightMode::F32, cpu).unwrap();
+            match format.pairing() {
+                vauban_kernels::Pairing::F32 => assert!(matches!(f32, Load::Candle(_))),
+                _ => assert_eq!(f32, Load::Dequantized),
+            }
         }
-        // The float types stay candle's quantized tensors, as before (even
-        // where vauban's kernels have them).
+        // F32 tensors, and float vectors (norms), stay candle's tensors.
         for (id, dtype) in [
             (0, GgmlDType::F32),
             (1, GgmlDType::F16),
             (30, GgmlDType::BF16),
         ] {
-            for mode in [WeightMode::Native, WeightMode::F32] {
-                assert_eq!(how_to_load(&info(id), mode, cpu), Ok(Load::Candle(dtype)));
-            }
+            let vector = TensorInfo {
+                shape: vec![256],
+                ..info(id)
+            };
+            assert_eq!(
+                how_to_load(&vector, WeightMode::Native, cpu),
+                Ok(Load::Candle(dtype))
+            );
         }
+        let f32 = how_to_load(&info(0), WeightMode::Native, cpu);
+        assert_eq!(f32, Ok(Load::Candle(GgmlDType::F32)));
     }
 }
