@@ -15,9 +15,14 @@
 //! bandwidth (a STREAM-like sum over 1 GiB on every thread) and the bound
 //! it puts on decode: every matrix is read once per token.
 //!
+//! With `--models A,B,...` (one file per quantization preset,
+//! `scripts/bench-presets.sh`), one row per file instead: the types its
+//! matrices hold, and vauban's `pp128`, `pp512` and `tg128` against
+//! llama-bench's better of flash attention off and on.
+//!
 //! Prints figures; asserts nothing.
 //!
-//! Run: `cargo bench -p vauban --bench speed -- [--model GGUF]
+//! Run: `cargo bench -p vauban --bench speed -- [--model GGUF | --models A,B]
 //! [--llama-bench PATH | --no-llama-bench] [--reps N]`. `--llama-bench` defaults to the binary
 //! `scripts/build-llama-server.sh --bench` caches; without one, only
 //! vauban's figures print. `VAUBAN_MODELS` overrides where the default
@@ -64,8 +69,8 @@ fn read_bandwidth(threads: usize) -> f64 {
     best
 }
 
-/// vauban's pp and tg on `exec`, medians over `reps`.
-fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 5]> {
+/// vauban's `pp128`, `pp512` and `tg128` on `exec`, medians over `reps`.
+fn core_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<Vec<(String, f64)>> {
     let m = &exec.model.model;
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(256);
     let all = exec.model.encode(&text)?;
@@ -93,6 +98,16 @@ fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String
         v.push(128.0 / t.elapsed().as_secs_f64());
     }
     out.push(("tg128".into(), median(v)));
+    Ok(out)
+}
+
+/// [`core_figures`], then decode after a long context and batched decode.
+fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String, f64); 5]> {
+    let m = &exec.model.model;
+    let all = exec
+        .model
+        .encode(&"The quick brown fox jumps over the lazy dog. ".repeat(256))?;
+    let mut out = core_figures(exec, reps)?;
     // Decode after a long context, where the KV cache is read as much as
     // the weights: 64 steps after 2048 positions (llama-bench's
     // `-n 64 -d 2048`).
@@ -138,12 +153,14 @@ fn vauban_figures(exec: &CandleExecutor, reps: usize) -> anyhow::Result<[(String
 /// The context `tg64@d2048` decodes after.
 const DEPTH: usize = 2048;
 
-/// llama-bench's average tok/s by (test, flash attention), from its JSON.
+/// llama-bench's average tok/s by (test, flash attention), from its JSON;
+/// `depth` adds decode after a long context.
 fn llama_figures(
     bin: &Path,
     model: &Path,
     threads: usize,
     reps: usize,
+    depth: bool,
 ) -> anyhow::Result<Vec<(String, bool, f64)>> {
     let run = |tests: &[&str]| -> anyhow::Result<Vec<(String, bool, f64)>> {
         let out = Command::new(bin)
@@ -179,9 +196,64 @@ fn llama_figures(
             .collect())
     };
     let mut figures = run(&["-p", "128,512", "-n", "128"])?;
-    let depth = DEPTH.to_string();
-    figures.extend(run(&["-p", "0", "-n", "64", "-d", &depth])?);
+    if depth {
+        let depth = DEPTH.to_string();
+        figures.extend(run(&["-p", "0", "-n", "64", "-d", &depth])?);
+    }
     Ok(figures)
+}
+
+/// One row per preset file: its matrices' types, vauban's figures and
+/// llama-bench's better of flash attention off and on, with the ratio.
+fn preset_rows(
+    files: &[PathBuf],
+    llama_bench: Option<&Path>,
+    threads: usize,
+    reps: usize,
+) -> anyhow::Result<()> {
+    println!(
+        "{:<28} {:<34} {:>21} {:>21} {:>21}",
+        "file", "kernels", "pp128 ours/llama", "pp512 ours/llama", "tg128 ours/llama"
+    );
+    for file in files {
+        let exec = CandleExecutor::load(&ModelSpec {
+            path: file.clone(),
+            device: DeviceSpec::Cpu,
+            weights: WeightMode::Native,
+            kv_cache: KvType::F32,
+            dtype: Default::default(),
+        })?;
+        let ours = core_figures(&exec, reps)?;
+        let kernel = exec.model.model.kernel();
+        drop(exec);
+        let theirs = match llama_bench {
+            Some(bin) => llama_figures(bin, file, threads, reps, false)?,
+            None => Vec::new(),
+        };
+        let cells: Vec<String> = ours
+            .iter()
+            .map(|(test, v)| {
+                let best = theirs
+                    .iter()
+                    .filter(|(t, _, _)| t == test)
+                    .map(|x| x.2)
+                    .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+                match best {
+                    Some(l) => format!("{v:.1}/{l:.1} {:.2}x", v / l),
+                    None => format!("{v:.1}/-"),
+                }
+            })
+            .collect();
+        let name = file
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into());
+        let kernel = kernel.strip_prefix("vauban-kernels ").unwrap_or(&kernel);
+        println!(
+            "{name:<28} {kernel:<34} {:>21} {:>21} {:>21}",
+            cells[0], cells[1], cells[2]
+        );
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -198,9 +270,19 @@ fn main() -> anyhow::Result<()> {
     )))
     .filter(|p| p.exists());
     let mut reps = 5;
+    let mut presets: Vec<PathBuf> = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--model" => model = args.next().map(PathBuf::from).unwrap_or(model),
+            "--models" => {
+                presets = args
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            }
             "--llama-bench" => llama_bench = args.next().map(PathBuf::from),
             "--no-llama-bench" => llama_bench = None,
             "--reps" => reps = args.next().and_then(|r| r.parse().ok()).unwrap_or(reps),
@@ -213,7 +295,7 @@ fn main() -> anyhow::Result<()> {
             bin.display()
         );
     }
-    if !model.exists() {
+    if presets.is_empty() && !model.exists() {
         eprintln!(
             "{} is absent; run `bash scripts/fetch-model.sh`",
             model.display()
@@ -221,6 +303,10 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let threads = std::env::var("RAYON_NUM_THREADS")?.parse::<usize>()?;
+    if !presets.is_empty() {
+        println!("{threads} threads, median of {reps}");
+        return preset_rows(&presets, llama_bench.as_deref(), threads, reps);
+    }
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -266,7 +352,7 @@ fn main() -> anyhow::Result<()> {
     let f16_kv = vauban_figures(&load_kv(WeightMode::Native, KvType::F16)?, reps)?;
     let f32s = vauban_figures(&load(WeightMode::F32)?, reps)?;
     let theirs = match &llama_bench {
-        Some(bin) => llama_figures(bin, &model, threads, reps)?,
+        Some(bin) => llama_figures(bin, &model, threads, reps, true)?,
         None => {
             println!(
                 "(no llama-bench: build one with `bash scripts/build-llama-server.sh --bench`)"

@@ -9,6 +9,14 @@ quality.
     python bench_models.py LLAMA_CPP_DIR OUT_DIR [--only a,b]
 
 Writes OUT_DIR/<family>.q8_0.gguf (skipping files already there).
+
+    python bench_models.py LLAMA_CPP_DIR OUT_DIR --presets [Q4_K_M,IQ4_XS]
+
+Writes instead one random llama model of Llama 3.2 1B's layout (hidden
+2048, 16 layers, 32 query and 8 key/value heads of 64, an MLP of 8192; a
+vocabulary of 49,152), whose widths are all multiples of 256 so that
+llama-quantize applies the K-quants and IQ4 types rather than falling back,
+quantized into each of llama.cpp's presets: OUT_DIR/llama1b.<preset>.gguf.
 """
 
 import argparse
@@ -52,16 +60,51 @@ def families():
     }
 
 
+# llama-quantize presets, one per tensor type vauban runs as stored (the
+# mixes the presets write: Q4_K_M holds Q4_K, Q6_K; Q3_K_M holds Q3_K, Q4_K,
+# Q5_K, Q6_K; Q2_K also Q4_K; IQ4_XS and IQ4_NL also Q6_K or Q5_K).
+PRESETS = ["Q2_K", "Q3_K_M", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K_M", "Q5_K_M",
+           "Q6_K", "Q8_0", "IQ4_XS", "F16", "BF16"]
+
+LAYOUT_1B = dict(SHAPE, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                 num_attention_heads=32, num_key_value_heads=8, **ct.rope(500000.0, None))
+
+
+def presets(llama, out, only):
+    """The 1B-layout model in each preset (skipping files already there)."""
+    chosen = [p for p in PRESETS if not only or p in only]
+    targets = {p: out / f"llama1b.{p}.gguf" for p in chosen}
+    if all(t.exists() for t in targets.values()):
+        return
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        tmp = pathlib.Path(tmp)
+        folder = tmp / "llama"
+        cl.build("llama", transformers.LlamaConfig, LAYOUT_1B, "bpe", folder)
+        f32 = tmp / "f32.gguf"
+        cl.convert(llama, folder, f32)
+        for preset, target in targets.items():
+            if target.exists():
+                continue
+            partial = target.with_suffix(".partial")
+            cl.quantize(llama, f32, partial, preset)
+            partial.rename(target)
+            print(f"{preset}: {target} ({target.stat().st_size / 1e6:.0f} MB)", flush=True)
+
+
 def main():
     args = argparse.ArgumentParser()
     args.add_argument("llama_cpp")
     args.add_argument("out")
     args.add_argument("--only", default="")
+    args.add_argument("--presets", nargs="?", const="", default=None)
     args = args.parse_args()
     llama, out = pathlib.Path(args.llama_cpp), pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     transformers.logging.set_verbosity_error()
     only = [c for c in args.only.split(",") if c]
+    if args.presets is not None:
+        presets(llama, out, [p for p in args.presets.split(",") if p])
+        return
     for name, (cls, kwargs, kind) in families().items():
         target = out / f"{name}.q8_0.gguf"
         if (only and name not in only) or target.exists():
