@@ -20,7 +20,7 @@ fn main() {
         seed as u8
     };
     println!(
-        "threads {}; {:<6} {:<12} {:>12} {:>12} {:>14}",
+        "threads {}; {:<6} {:<19} {:>12} {:>12} {:>14}",
         vauban_kernels::pool::Pool::global().threads(),
         "format",
         "kernels",
@@ -41,11 +41,16 @@ fn main() {
                     b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
                 }
             }
-            let w = QMatrix::new(format, rows, cols, data).unwrap();
+            let w = QMatrix::new(format, rows, cols, data.clone()).unwrap();
+            // The same matrix repacked for the 512-bit kernels, where they
+            // take its format.
+            let p = QMatrix::new(format, rows, cols, data).unwrap().packed();
             let x: Vec<f32> = (0..128 * cols)
                 .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
                 .collect();
-            for &isa in Isa::available() {
+            let packed = p.is_packed().then_some((&p, Isa::Avx512Vnni));
+            let runs = Isa::available().iter().map(|&isa| (&w, isa)).chain(packed);
+            for (w, isa) in runs {
                 let mut y = vec![0f32; 128 * rows];
                 let time = |m: usize, y: &mut [f32], reps: usize| {
                     w.matmul_on(isa, &x[..m * cols], m, &mut y[..m * rows]);
@@ -58,9 +63,13 @@ fn main() {
                 let one = time(1, &mut y, 200);
                 let many = time(128, &mut y, 5);
                 println!(
-                    "           {:<6} {:<12} {:>12} {:>12.1} {:>14.1}",
+                    "           {:<6} {:<19} {:>12} {:>12.1} {:>14.1}",
                     format.name(),
-                    isa.name(),
+                    format!(
+                        "{}{}",
+                        isa.name(),
+                        if w.is_packed() { " packed" } else { "" }
+                    ),
                     format!("{rows}x{cols}"),
                     w.bytes() as f64 / one / 1e9,
                     (128 * rows * cols) as f64 / many / 1e9

@@ -22,12 +22,14 @@ pub mod act;
 pub mod attention;
 pub mod blocks;
 pub mod gate;
+mod packed;
 pub mod pool;
 mod portable;
 pub mod softmax;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -118,12 +120,15 @@ pub enum KernelError {
     },
 }
 
-/// A block-quantized weight matrix, `[rows, cols]`, each row a run of blocks.
+/// A block-quantized weight matrix, `[rows, cols]`, each row a run of
+/// blocks, or those rows repacked for the 512-bit kernels ([`QMatrix::packed`]).
 pub struct QMatrix {
     format: Format,
     rows: usize,
     cols: usize,
     data: Vec<u8>,
+    /// Whether `data` holds the packed layout (`packed.rs`) rather than rows.
+    packed: bool,
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -163,7 +168,33 @@ impl QMatrix {
             rows,
             cols,
             data,
+            packed: false,
         })
+    }
+
+    /// The matrix in the layout the fastest kernels of this CPU take:
+    /// repacked, 16 rows interleaved, where they are the 512-bit kernels
+    /// and have a packed kernel for the format; as it was otherwise.
+    pub fn packed(self) -> QMatrix {
+        self.packed_for(Isa::detect())
+    }
+
+    /// [`QMatrix::packed`] for `isa`'s kernels.
+    pub fn packed_for(self, isa: Isa) -> QMatrix {
+        if self.packed || !packed::packs(self.format, isa) {
+            return self;
+        }
+        let data = packed::pack(self.format, self.rows, self.cols, &self.data);
+        QMatrix {
+            data,
+            packed: true,
+            ..self
+        }
+    }
+
+    /// Whether the rows are held repacked ([`QMatrix::packed`]).
+    pub fn is_packed(&self) -> bool {
+        self.packed
     }
 
     pub fn format(&self) -> Format {
@@ -178,7 +209,7 @@ impl QMatrix {
         self.cols
     }
 
-    /// The bytes held.
+    /// The bytes held (a packed matrix's include its padding rows).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
@@ -187,28 +218,47 @@ impl QMatrix {
         self.cols / self.format.block_len() * self.format.block_bytes()
     }
 
-    /// Row `r`'s stored bytes.
-    pub fn row(&self, r: usize) -> &[u8] {
-        let n = self.row_bytes();
-        &self.data[r * n..(r + 1) * n]
+    /// Row `r`'s bytes as the file stores them (gathered from the packed
+    /// layout where the matrix is packed).
+    pub fn row(&self, r: usize) -> Cow<'_, [u8]> {
+        assert!(r < self.rows, "row {r} of {} rows", self.rows);
+        match self.packed {
+            true => Cow::Owned(packed::unpack_row(self.format, self.cols, &self.data, r)),
+            false => {
+                let n = self.row_bytes();
+                Cow::Borrowed(&self.data[r * n..(r + 1) * n])
+            }
+        }
     }
 
     /// Rows `start..start + n` as a matrix of their own, bytes as stored
-    /// (a fused QKV matrix split into Q, K and V); `None` past the end.
+    /// (a fused QKV matrix split into Q, K and V), in the row layout;
+    /// `None` past the end.
     pub fn row_range(&self, start: usize, n: usize) -> Option<QMatrix> {
-        let b = self.row_bytes();
-        let data = self.data.get(start * b..(start + n) * b)?.to_vec();
+        if start + n > self.rows {
+            return None;
+        }
+        let data = match self.packed {
+            true => (start..start + n)
+                .flat_map(|r| self.row(r).into_owned())
+                .collect(),
+            false => {
+                let b = self.row_bytes();
+                self.data[start * b..(start + n) * b].to_vec()
+            }
+        };
         Some(QMatrix {
             format: self.format,
             rows: n,
             cols: self.cols,
             data,
+            packed: false,
         })
     }
 
     /// Row `r` dequantized into `out` (`cols` values): an embedding lookup.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        blocks::dequantize_row(self.format, self.row(r), out)
+        blocks::dequantize_row(self.format, &self.row(r), out)
     }
 
     /// The whole matrix dequantized, row-major.
@@ -246,9 +296,47 @@ impl QMatrix {
         y: &SharedOut,
         n: usize,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.packed && packed::packs(self.format, isa) {
+            return self.product_groups(acts, rows, y, n);
+        }
         match isa {
             Isa::Avx512Vnni => self.product_tiles::<8>(isa, acts, rows, y, n),
             _ => self.product_tiles::<4>(isa, acts, rows, y, n),
+        }
+    }
+
+    /// [`QMatrix::product_rows`] of a packed matrix on the 512-bit
+    /// kernels: each group of 16 rows against tiles of 8 activation rows.
+    /// `rows` starts at a group's first row.
+    #[cfg(target_arch = "x86_64")]
+    fn product_groups(&self, acts: &Activations, rows: Range<usize>, y: &SharedOut, n: usize) {
+        const TILE: usize = 8;
+        let lanes = packed::LANES;
+        debug_assert_eq!(rows.start % lanes, 0);
+        let gb = packed::group_bytes(self.format, self.cols);
+        let m = acts.rows();
+        let row = |i: usize| match acts.row(i) {
+            ActRow::B32(v) => v,
+            _ => unreachable!("a packed 32-value format takes 32-value blocks"),
+        };
+        for g in rows.start / lanes..rows.end.div_ceil(lanes) {
+            let group = &self.data[g * gb..(g + 1) * gb];
+            let valid = (rows.end - g * lanes).min(lanes);
+            // SAFETY (all three): `packs` held, so the CPU has AVX-512 F,
+            // BW and VNNI; the outputs (i, g·16 .. g·16 + valid) are inside
+            // y, written by this task alone.
+            let out = |i: usize| unsafe { y.0.add(i * n + g * lanes) };
+            let mut i = 0;
+            while i + TILE <= m {
+                let a: [_; TILE] = std::array::from_fn(|k| row(i + k));
+                let o = std::array::from_fn(|k| out(i + k));
+                unsafe { packed::product_group(self.format, group, a, o, valid) };
+                i += TILE;
+            }
+            for i in i..m {
+                unsafe { packed::product_group(self.format, group, [row(i)], [out(i)], valid) };
+            }
         }
     }
 
@@ -265,7 +353,7 @@ impl QMatrix {
         while i + TILE <= m {
             let tile: [ActRow<'_>; TILE] = std::array::from_fn(|k| acts.row(i + k));
             for r in rows.clone() {
-                let v = dot_rows(isa, self.format, self.row(r), tile);
+                let v = dot_rows(isa, self.format, &self.row(r), tile);
                 for (k, v) in v.into_iter().enumerate() {
                     // SAFETY: (i + k, r) is inside y, and no other task writes column r.
                     unsafe { y.write((i + k) * n + r, v) };
@@ -275,7 +363,7 @@ impl QMatrix {
         }
         for i in i..m {
             for r in rows.clone() {
-                let [v] = dot_rows(isa, self.format, self.row(r), [acts.row(i)]);
+                let [v] = dot_rows(isa, self.format, &self.row(r), [acts.row(i)]);
                 // SAFETY: as above.
                 unsafe { y.write(i * n + r, v) };
             }
@@ -323,8 +411,12 @@ pub fn matmul_group_on(isa: Isa, ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut 
     // while every tile of activation rows passes over them.
     let pool = Pool::global();
     let total: usize = ws.iter().map(|w| w.rows).sum();
+    // (A multiple of 16: a packed matrix's tasks take whole groups.)
     let chunk = if m == 1 {
-        total.div_ceil(pool.threads() * 4).max(16)
+        total
+            .div_ceil(pool.threads() * 4)
+            .max(16)
+            .next_multiple_of(16)
     } else {
         16
     };

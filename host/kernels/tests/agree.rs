@@ -119,6 +119,22 @@ fn width(format: Format) -> usize {
     }
 }
 
+/// `w` repacked for the 512-bit kernels, where this CPU has them and they
+/// take its format.
+fn packed(w: &QMatrix) -> Option<QMatrix> {
+    let bytes = (0..w.rows()).flat_map(|r| w.row(r).into_owned()).collect();
+    let p = QMatrix::new(w.format(), w.rows(), w.cols(), bytes)
+        .unwrap()
+        .packed();
+    p.is_packed().then_some(p)
+}
+
+/// `w` in each layout this CPU's kernels take.
+fn layouts(w: QMatrix) -> Vec<QMatrix> {
+    let p = packed(&w);
+    std::iter::once(w).chain(p).collect()
+}
+
 fn check(format: Format, isa: Isa, m: usize, rows: usize, cols: usize, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let w = matrix(format, rows, cols, &mut rng);
@@ -129,16 +145,43 @@ fn check(format: Format, isa: Isa, m: usize, rows: usize, cols: usize, seed: u64
         Pairing::F32 => None,
     };
     let (want, bound) = reference(&w, &x, m, act_block);
-    let mut got = vec![f32::NAN; m * rows];
-    w.matmul_on(isa, &x, m, &mut got);
-    for (at, ((g, w), b)) in got.iter().zip(&want).zip(&bound).enumerate() {
-        assert!(
-            (g - w).abs() <= *b,
-            "{format} on {}: y[{}, {}] = {g}, reference {w}, allowed ±{b} (m {m}, {rows}×{cols}, seed {seed})",
-            isa.name(),
-            at / rows,
-            at % rows
-        );
+    for w in layouts(w) {
+        let mut got = vec![f32::NAN; m * rows];
+        w.matmul_on(isa, &x, m, &mut got);
+        let packed = if w.is_packed() { " packed" } else { "" };
+        for (at, ((g, w), b)) in got.iter().zip(&want).zip(&bound).enumerate() {
+            assert!(
+                (g - w).abs() <= *b,
+                "{format}{packed} on {}: y[{}, {}] = {g}, reference {w}, allowed ±{b} (m {m}, {rows}×{cols}, seed {seed})",
+                isa.name(),
+                at / rows,
+                at % rows
+            );
+        }
+    }
+}
+
+/// A packed matrix gives back the rows it was made of, whole or in part.
+#[test]
+fn packing_keeps_every_row() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let mut packs = 0;
+    for format in Format::ALL {
+        let w = matrix(format, 37, width(format), &mut rng);
+        let Some(p) = packed(&w) else { continue };
+        packs += 1;
+        for r in 0..w.rows() {
+            assert_eq!(w.row(r), p.row(r), "{format} row {r}");
+        }
+        assert_eq!(w.dequantize(), p.dequantize(), "{format}");
+        let part = p.row_range(17, 19).unwrap();
+        assert!(!part.is_packed());
+        assert_eq!(part.row(0), w.row(17), "{format}");
+        assert!(p.row_range(30, 8).is_none());
+    }
+    // (Q4_0, IQ4_NL and Q8_0 pack for the 512-bit kernels.)
+    if Isa::available().contains(&Isa::Avx512Vnni) {
+        assert_eq!(packs, 3);
     }
 }
 
@@ -266,9 +309,11 @@ fn a_row_comes_out_the_same_whatever_the_rows_around_it() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     for format in Format::ALL {
         let cols = width(format);
-        let w = matrix(format, 40, cols, &mut rng);
         let x = activations(45, cols, &mut rng);
-        for &isa in Isa::available() {
+        for (w, &isa) in layouts(matrix(format, 40, cols, &mut rng))
+            .iter()
+            .flat_map(|w| Isa::available().iter().map(move |isa| (w, isa)))
+        {
             let alone: Vec<Vec<f32>> = (0..45)
                 .map(|i| {
                     let mut y = vec![0f32; 40];

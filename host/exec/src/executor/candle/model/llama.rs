@@ -139,7 +139,8 @@ impl Linear {
         device: &Device,
     ) -> Result<Self, ModelError> {
         let w = match (w, mode) {
-            (Weight::Blocks(q), WeightMode::Native) => Proj::Kernel(Arc::new(q)),
+            // Repacked for this CPU's fastest kernels where they take it.
+            (Weight::Blocks(q), WeightMode::Native) => Proj::Kernel(Arc::new(q.packed())),
             (Weight::Quant(q), WeightMode::Native) => Proj::Candle(QMatMul::from_arc(Arc::new(q))?),
             (w, _) => Proj::Candle(QMatMul::Tensor(w.dense(device)?)),
         };
@@ -759,7 +760,7 @@ impl Llama {
             match (embed_w, mode) {
                 // One quantized copy for both the lookup and the output matmul.
                 (Weight::Blocks(q), WeightMode::Native) => {
-                    let q = Arc::new(q);
+                    let q = Arc::new(q.packed());
                     let output = Linear {
                         w: Proj::Kernel(q.clone()),
                         b: None,
