@@ -71,6 +71,7 @@ pub(crate) fn unpack_row(format: Format, cols: usize, packed: &[u8], r: usize) -
 }
 
 /// Bytes of one group's rows (all blocks) in the packed layout.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn group_bytes(format: Format, cols: usize) -> usize {
     cols / format.block_len() * LANES * format.block_bytes()
 }
