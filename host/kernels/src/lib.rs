@@ -316,27 +316,57 @@ impl QMatrix {
         debug_assert_eq!(rows.start % lanes, 0);
         let gb = packed::group_bytes(self.format, self.cols);
         let m = acts.rows();
-        let row = |i: usize| match acts.row(i) {
-            ActRow::B32(v) => v,
-            _ => unreachable!("a packed 32-value format takes 32-value blocks"),
-        };
         for g in rows.start / lanes..rows.end.div_ceil(lanes) {
             let group = &self.data[g * gb..(g + 1) * gb];
             let valid = (rows.end - g * lanes).min(lanes);
-            // SAFETY (all three): `packs` held, so the CPU has AVX-512 F,
-            // BW and VNNI; the outputs (i, g·16 .. g·16 + valid) are inside
-            // y, written by this task alone.
+            // SAFETY (all): `packs` held, so the CPU has AVX-512 F, BW and
+            // VNNI; the outputs (i, g·16 .. g·16 + valid) are inside y,
+            // written by this task alone.
             let out = |i: usize| unsafe { y.0.add(i * n + g * lanes) };
+            // One group against `k` activation rows from row `i`.
+            let tile = |i: usize, k: usize| match k {
+                TILE => self.group_tile::<TILE>(acts, i, group, out, valid),
+                _ => self.group_tile::<1>(acts, i, group, out, valid),
+            };
             let mut i = 0;
             while i + TILE <= m {
-                let a: [_; TILE] = std::array::from_fn(|k| row(i + k));
-                let o = std::array::from_fn(|k| out(i + k));
-                unsafe { packed::product_group(self.format, group, a, o, valid) };
+                tile(i, TILE);
                 i += TILE;
             }
             for i in i..m {
-                unsafe { packed::product_group(self.format, group, [row(i)], [out(i)], valid) };
+                tile(i, 1);
             }
+        }
+    }
+
+    /// One packed group of rows against activation rows `i..i + K`.
+    #[cfg(target_arch = "x86_64")]
+    fn group_tile<const K: usize>(
+        &self,
+        acts: &Activations,
+        i: usize,
+        group: &[u8],
+        out: impl Fn(usize) -> *mut f32,
+        valid: usize,
+    ) {
+        let o: [*mut f32; K] = std::array::from_fn(|k| out(i + k));
+        // SAFETY: as in `product_groups`, whose `out` these are.
+        match acts.row(i) {
+            ActRow::B32(_) => {
+                let a = std::array::from_fn(|k| match acts.row(i + k) {
+                    ActRow::B32(v) => v,
+                    _ => unreachable!("one form of activations per product"),
+                });
+                unsafe { packed::product_group(self.format, group, a, o, valid) }
+            }
+            ActRow::B256(_) => {
+                let a = std::array::from_fn(|k| match acts.row(i + k) {
+                    ActRow::B256(v) => v,
+                    _ => unreachable!("one form of activations per product"),
+                });
+                unsafe { packed::product_group_k(self.format, group, a, o, valid) }
+            }
+            ActRow::F32(_) => unreachable!("float formats are not packed"),
         }
     }
 

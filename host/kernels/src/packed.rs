@@ -13,59 +13,171 @@
 //! unit `u` holds bytes `4u..4u + 4` of each of the 16 rows' quants, row
 //! after row (64 bytes: one 512-bit load). A group's block takes 16 times
 //! the row layout's bytes, so the packed matrix is no larger than the
-//! file's, padding aside.
+//! file's, padding aside. The K-quants' layout is below ([`K_D`] and the
+//! offsets after it).
 //!
 //! Which formats are packed, and on which CPUs: [`packs`].
 
 use crate::Isa;
-use crate::blocks::Format;
+use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, q4k_scale_min};
 
 /// Rows per group: one 32-bit lane each of a 512-bit register.
 pub(crate) const LANES: usize = 16;
 
 /// Whether matrices of `format` are packed for `isa`'s kernels.
 pub(crate) fn packs(format: Format, isa: Isa) -> bool {
-    isa == Isa::Avx512Vnni && matches!(format, Format::Q4_0 | Format::IQ4_NL | Format::Q8_0)
+    isa == Isa::Avx512Vnni
+        && matches!(
+            format,
+            Format::Q4_0 | Format::IQ4_NL | Format::Q8_0 | Format::Q4_K | Format::Q5_K
+        )
 }
 
-/// Bytes of a block's scale in the formats [`packs`] accepts (`d`, f16).
+/// Bytes of a 32-value block's scale in the formats packed (`d`, f16).
 const FACTOR: usize = 2;
+
+/// Offsets inside a packed `Q4_K` or `Q5_K` block of 16 rows: the rows'
+/// `d`, `dmin` (f16), their 6-bit scales and mins decoded to a byte each
+/// (sub-block `s`'s 16 rows at `16·s`: one 128-bit load widens to a
+/// vector), the nibbles (pair of sub-blocks `g`, unit `u` at `512·g +
+/// 64·u`), and `Q5_K`'s high bits (unit `u` at `64·u`).
+pub(crate) const K_D: usize = 0;
+pub(crate) const K_DMIN: usize = 32;
+pub(crate) const K_SC: usize = 64;
+pub(crate) const K_MIN: usize = 192;
+pub(crate) const K_QS: usize = 320;
+pub(crate) const K_QH: usize = K_QS + 2048;
+
+/// Bytes of one packed block of 16 rows: 16 row blocks, and for `Q4_K`
+/// and `Q5_K` 64 more (their scales decoded: 256 bytes for 192).
+pub(crate) fn block_bytes(format: Format) -> usize {
+    LANES * format.block_bytes()
+        + match format {
+            Format::Q4_K | Format::Q5_K => 64,
+            _ => 0,
+        }
+}
+
+/// Copies one row's block `src` into lane `lane` of a packed block.
+fn scatter(format: Format, src: &[u8], dst: &mut [u8], lane: usize) {
+    let unit = |u: usize| 64 * u + 4 * lane;
+    match format {
+        Format::Q4_K | Format::Q5_K => {
+            dst[K_D + 2 * lane..][..2].copy_from_slice(&src[..2]);
+            dst[K_DMIN + 2 * lane..][..2].copy_from_slice(&src[2..4]);
+            for sb in 0..8 {
+                let (sc, m) = q4k_scale_min(sb, &src[Q4K_SC..Q4K_SC + 12]);
+                dst[K_SC + 16 * sb + lane] = sc;
+                dst[K_MIN + 16 * sb + lane] = m;
+            }
+            let qs = if format == Format::Q5_K {
+                Q5K_QS
+            } else {
+                Q4K_QS
+            };
+            for g in 0..4 {
+                for u in 0..8 {
+                    let at = K_QS + 512 * g + unit(u);
+                    dst[at..at + 4].copy_from_slice(&src[qs + 32 * g + 4 * u..][..4]);
+                }
+            }
+            if format == Format::Q5_K {
+                for u in 0..8 {
+                    let at = K_QH + unit(u);
+                    dst[at..at + 4].copy_from_slice(&src[Q5K_QH + 4 * u..][..4]);
+                }
+            }
+        }
+        _ => {
+            dst[FACTOR * lane..][..FACTOR].copy_from_slice(&src[..FACTOR]);
+            for u in 0..(format.block_bytes() - FACTOR) / 4 {
+                let at = LANES * FACTOR + unit(u);
+                dst[at..at + 4].copy_from_slice(&src[FACTOR + 4 * u..][..4]);
+            }
+        }
+    }
+}
+
+/// [`scatter`]'s inverse: lane `lane` of a packed block as the row's block.
+fn gather(format: Format, src: &[u8], lane: usize, dst: &mut [u8]) {
+    let unit = |u: usize| 64 * u + 4 * lane;
+    match format {
+        Format::Q4_K | Format::Q5_K => {
+            dst[..2].copy_from_slice(&src[K_D + 2 * lane..][..2]);
+            dst[2..4].copy_from_slice(&src[K_DMIN + 2 * lane..][..2]);
+            let sc: [u8; 8] = std::array::from_fn(|sb| src[K_SC + 16 * sb + lane]);
+            let m: [u8; 8] = std::array::from_fn(|sb| src[K_MIN + 16 * sb + lane]);
+            dst[Q4K_SC..Q4K_SC + 12].copy_from_slice(&q4k_encode_scales(sc, m));
+            let qs = if format == Format::Q5_K {
+                Q5K_QS
+            } else {
+                Q4K_QS
+            };
+            for g in 0..4 {
+                for u in 0..8 {
+                    let at = K_QS + 512 * g + unit(u);
+                    dst[qs + 32 * g + 4 * u..][..4].copy_from_slice(&src[at..at + 4]);
+                }
+            }
+            if format == Format::Q5_K {
+                for u in 0..8 {
+                    let at = K_QH + unit(u);
+                    dst[Q5K_QH + 4 * u..][..4].copy_from_slice(&src[at..at + 4]);
+                }
+            }
+        }
+        _ => {
+            dst[..FACTOR].copy_from_slice(&src[FACTOR * lane..][..FACTOR]);
+            for u in 0..(format.block_bytes() - FACTOR) / 4 {
+                let at = LANES * FACTOR + unit(u);
+                dst[FACTOR + 4 * u..][..4].copy_from_slice(&src[at..at + 4]);
+            }
+        }
+    }
+}
+
+/// Eight 6-bit scales and mins in `Q4_K`'s 12 bytes: [`q4k_scale_min`]'s
+/// inverse (every one of the 96 bits is a scale's or a min's, so the bytes
+/// come back exactly).
+fn q4k_encode_scales(sc: [u8; 8], m: [u8; 8]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for j in 0..4 {
+        s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        s[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+        s[j + 8] = (sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4);
+    }
+    s
+}
 
 /// `rows × cols` of `format` in the row layout, repacked.
 pub(crate) fn pack(format: Format, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
     let (bytes, blocks) = (format.block_bytes(), cols / format.block_len());
-    let units = (bytes - FACTOR) / 4;
-    let groups = rows.div_ceil(LANES);
-    let mut out = vec![0u8; groups * blocks * LANES * bytes];
+    let packed = block_bytes(format);
+    let mut out = vec![0u8; rows.div_ceil(LANES) * blocks * packed];
     for r in 0..rows {
         let (g, lane) = (r / LANES, r % LANES);
         for i in 0..blocks {
             let src = &data[(r * blocks + i) * bytes..][..bytes];
-            let dst = &mut out[(g * blocks + i) * LANES * bytes..][..LANES * bytes];
-            dst[FACTOR * lane..][..FACTOR].copy_from_slice(&src[..FACTOR]);
-            for u in 0..units {
-                let at = LANES * FACTOR + u * 4 * LANES + 4 * lane;
-                dst[at..at + 4].copy_from_slice(&src[FACTOR + 4 * u..][..4]);
-            }
+            scatter(
+                format,
+                src,
+                &mut out[(g * blocks + i) * packed..][..packed],
+                lane,
+            );
         }
     }
     out
 }
 
 /// Row `r` of a packed matrix in the row layout: what [`pack`] took.
-pub(crate) fn unpack_row(format: Format, cols: usize, packed: &[u8], r: usize) -> Vec<u8> {
+pub(crate) fn unpack_row(format: Format, cols: usize, data: &[u8], r: usize) -> Vec<u8> {
     let (bytes, blocks) = (format.block_bytes(), cols / format.block_len());
-    let units = (bytes - FACTOR) / 4;
+    let packed = block_bytes(format);
     let (g, lane) = (r / LANES, r % LANES);
     let mut out = vec![0u8; blocks * bytes];
     for i in 0..blocks {
-        let src = &packed[(g * blocks + i) * LANES * bytes..][..LANES * bytes];
-        let dst = &mut out[i * bytes..][..bytes];
-        dst[..FACTOR].copy_from_slice(&src[FACTOR * lane..][..FACTOR]);
-        for u in 0..units {
-            let at = LANES * FACTOR + u * 4 * LANES + 4 * lane;
-            dst[FACTOR + 4 * u..][..4].copy_from_slice(&src[at..at + 4]);
-        }
+        let src = &data[(g * blocks + i) * packed..][..packed];
+        gather(format, src, lane, &mut out[i * bytes..][..bytes]);
     }
     out
 }
@@ -73,18 +185,18 @@ pub(crate) fn unpack_row(format: Format, cols: usize, packed: &[u8], r: usize) -
 /// Bytes of one group's rows (all blocks) in the packed layout.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn group_bytes(format: Format, cols: usize) -> usize {
-    cols / format.block_len() * LANES * format.block_bytes()
+    cols / format.block_len() * block_bytes(format)
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx512::product_group;
+pub(crate) use avx512::{product_group, product_group_k};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{FACTOR, LANES};
-    use crate::act::Q8x32;
+    use super::{FACTOR, K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES};
+    use crate::act::{Q8x32, Q8x256};
     use crate::blocks::{Format, IQ4_VALUES};
 
     /// One group's 16 rows against `N` activation rows: `out[n]` receives
@@ -107,8 +219,7 @@ mod avx512 {
         valid: usize,
     ) {
         unsafe {
-            let bytes = format.block_bytes();
-            let stride = LANES * bytes;
+            let stride = super::block_bytes(format);
             let blocks = group.len() / stride;
             let offset = match format {
                 Format::Q4_0 => -8.0,
@@ -163,6 +274,96 @@ mod avx512 {
                         _mm512_set1_ps(offset * a.ds),
                     );
                     acc[n] = _mm512_fmadd_ps(d, v, acc[n]);
+                }
+            }
+            let mask: __mmask16 = if valid >= LANES {
+                !0
+            } else {
+                (1u16 << valid) - 1
+            };
+            for n in 0..N {
+                _mm512_mask_storeu_ps(out[n], mask, acc[n]);
+            }
+        }
+    }
+
+    /// [`product_group`] for `Q4_K` and `Q5_K` (256-value blocks, 8
+    /// sub-blocks of 32 with their own scales and mins): per sub-block, the
+    /// 16 rows' integer dot products times the rows' scales (a vector of
+    /// 16, widened from bytes), summed over the block; the mins' part from
+    /// the activations' sums per 16. `Q5_K`'s fifth bits (bit `s` of a
+    /// high-bit byte for sub-block `s`) are shifted onto the nibbles.
+    ///
+    /// # Safety
+    /// As [`product_group`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    pub(crate) unsafe fn product_group_k<const N: usize>(
+        format: Format,
+        group: &[u8],
+        a: [&[Q8x256]; N],
+        out: [*mut f32; N],
+        valid: usize,
+    ) {
+        unsafe {
+            let stride = super::block_bytes(format);
+            let blocks = group.len() / stride;
+            let five = format == Format::Q5_K;
+            let m4 = _mm512_set1_epi8(0x0F);
+            let one = _mm512_set1_epi8(1);
+            let mut acc = [_mm512_setzero_ps(); N];
+            for i in 0..blocks {
+                let b = group.as_ptr().add(i * stride);
+                // A macro, not a closure: a closure does not take the
+                // function's target features, and its intrinsics become calls.
+                macro_rules! widen {
+                    ($at:expr) => {
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128(b.add($at).cast()))
+                    };
+                }
+                let mut itot = [_mm512_setzero_si512(); N];
+                for sb in 0..8 {
+                    let (g, high) = (sb / 2, sb % 2 == 1);
+                    let mut w = [_mm512_setzero_si512(); 8];
+                    for (c, w) in w.iter_mut().enumerate() {
+                        let v = _mm512_loadu_si512(b.add(K_QS + 512 * g + 64 * c).cast());
+                        let v = if high { _mm512_srli_epi16(v, 4) } else { v };
+                        *w = _mm512_and_si512(v, m4);
+                        if five {
+                            // Bit sb of each high-bit byte, to bit 4 (the
+                            // 16-bit shift's spill from the next byte is
+                            // masked off).
+                            let h = _mm512_loadu_si512(b.add(K_QH + 64 * c).cast());
+                            let shift = _mm_cvtsi32_si128(sb as i32);
+                            let bit = _mm512_and_si512(_mm512_srl_epi16(h, shift), one);
+                            *w = _mm512_or_si512(*w, _mm512_slli_epi16(bit, 4));
+                        }
+                    }
+                    let sc = widen!(K_SC + 16 * sb);
+                    for n in 0..N {
+                        let qa = a[n].get_unchecked(i).qs.as_ptr().add(32 * sb);
+                        let mut isum = _mm512_setzero_si512();
+                        for (c, &w) in w.iter().enumerate() {
+                            let x = _mm512_set1_epi32(qa.add(4 * c).cast::<i32>().read_unaligned());
+                            isum = _mm512_dpbusd_epi32(isum, w, x);
+                        }
+                        itot[n] = _mm512_add_epi32(itot[n], _mm512_mullo_epi32(isum, sc));
+                    }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(K_D).cast()));
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(K_DMIN).cast()));
+                for n in 0..N {
+                    let a = a[n].get_unchecked(i);
+                    let mut msum = _mm512_setzero_si512();
+                    for sb in 0..8 {
+                        let bs = a.bsums[2 * sb] as i32 + a.bsums[2 * sb + 1] as i32;
+                        let p = _mm512_mullo_epi32(widen!(K_MIN + 16 * sb), _mm512_set1_epi32(bs));
+                        msum = _mm512_add_epi32(msum, p);
+                    }
+                    let ad = _mm512_set1_ps(a.d);
+                    acc[n] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
+                    acc[n] =
+                        _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum), acc[n]);
                 }
             }
             let mask: __mmask16 = if valid >= LANES {
