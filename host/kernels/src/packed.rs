@@ -19,7 +19,9 @@
 //! Which formats are packed, and on which CPUs: [`packs`].
 
 use crate::Isa;
-use crate::blocks::{Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, q4k_scale_min};
+use crate::blocks::{
+    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, q4k_scale_min,
+};
 
 /// Rows per group: one 32-bit lane each of a 512-bit register.
 pub(crate) const LANES: usize = 16;
@@ -29,7 +31,12 @@ pub(crate) fn packs(format: Format, isa: Isa) -> bool {
     isa == Isa::Avx512Vnni
         && matches!(
             format,
-            Format::Q4_0 | Format::IQ4_NL | Format::Q8_0 | Format::Q4_K | Format::Q5_K
+            Format::Q4_0
+                | Format::IQ4_NL
+                | Format::Q8_0
+                | Format::Q4_K
+                | Format::Q5_K
+                | Format::Q6_K
         )
 }
 
@@ -48,6 +55,16 @@ pub(crate) const K_MIN: usize = 192;
 pub(crate) const K_QS: usize = 320;
 pub(crate) const K_QH: usize = K_QS + 2048;
 
+/// Offsets inside a packed `Q6_K` block of 16 rows: the rows' `d`, their
+/// 16 signed scales (sub-block `s`'s 16 rows at `16·s`), the low 4 bits
+/// (half `h`, run `j` of 32 bytes, unit `u` at `1024·h + 512·j + 64·u`) and
+/// the high 2 bits (half `h`, unit `u` at `512·h + 64·u`). Exactly the row
+/// layout's bytes, rearranged.
+pub(crate) const Q6_D: usize = 0;
+pub(crate) const Q6_SC: usize = 32;
+pub(crate) const Q6_QL: usize = 288;
+pub(crate) const Q6_QH: usize = Q6_QL + 2048;
+
 /// Bytes of one packed block of 16 rows: 16 row blocks, and for `Q4_K`
 /// and `Q5_K` 64 more (their scales decoded: 256 bytes for 192).
 pub(crate) fn block_bytes(format: Format) -> usize {
@@ -62,6 +79,24 @@ pub(crate) fn block_bytes(format: Format) -> usize {
 fn scatter(format: Format, src: &[u8], dst: &mut [u8], lane: usize) {
     let unit = |u: usize| 64 * u + 4 * lane;
     match format {
+        Format::Q6_K => {
+            dst[Q6_D + 2 * lane..][..2].copy_from_slice(&src[Q6K_D..Q6K_D + 2]);
+            for sb in 0..16 {
+                dst[Q6_SC + 16 * sb + lane] = src[Q6K_SC + sb];
+            }
+            for h in 0..2 {
+                for u in 0..8 {
+                    for j in 0..2 {
+                        let at = Q6_QL + 1024 * h + 512 * j + unit(u);
+                        let from = Q6K_QL + 64 * h + 32 * j + 4 * u;
+                        dst[at..at + 4].copy_from_slice(&src[from..from + 4]);
+                    }
+                    let at = Q6_QH + 512 * h + unit(u);
+                    let from = Q6K_QH + 32 * h + 4 * u;
+                    dst[at..at + 4].copy_from_slice(&src[from..from + 4]);
+                }
+            }
+        }
         Format::Q4_K | Format::Q5_K => {
             dst[K_D + 2 * lane..][..2].copy_from_slice(&src[..2]);
             dst[K_DMIN + 2 * lane..][..2].copy_from_slice(&src[2..4]);
@@ -102,6 +137,24 @@ fn scatter(format: Format, src: &[u8], dst: &mut [u8], lane: usize) {
 fn gather(format: Format, src: &[u8], lane: usize, dst: &mut [u8]) {
     let unit = |u: usize| 64 * u + 4 * lane;
     match format {
+        Format::Q6_K => {
+            dst[Q6K_D..Q6K_D + 2].copy_from_slice(&src[Q6_D + 2 * lane..][..2]);
+            for sb in 0..16 {
+                dst[Q6K_SC + sb] = src[Q6_SC + 16 * sb + lane];
+            }
+            for h in 0..2 {
+                for u in 0..8 {
+                    for j in 0..2 {
+                        let at = Q6_QL + 1024 * h + 512 * j + unit(u);
+                        let to = Q6K_QL + 64 * h + 32 * j + 4 * u;
+                        dst[to..to + 4].copy_from_slice(&src[at..at + 4]);
+                    }
+                    let at = Q6_QH + 512 * h + unit(u);
+                    let to = Q6K_QH + 32 * h + 4 * u;
+                    dst[to..to + 4].copy_from_slice(&src[at..at + 4]);
+                }
+            }
+        }
         Format::Q4_K | Format::Q5_K => {
             dst[..2].copy_from_slice(&src[K_D + 2 * lane..][..2]);
             dst[2..4].copy_from_slice(&src[K_DMIN + 2 * lane..][..2]);
@@ -195,7 +248,7 @@ pub(crate) use avx512::{product_group, product_group_k};
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{FACTOR, K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES};
+    use super::{FACTOR, K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES, Q6_D, Q6_QH, Q6_QL, Q6_SC};
     use crate::act::{Q8x32, Q8x256};
     use crate::blocks::{Format, IQ4_VALUES};
 
@@ -304,6 +357,9 @@ mod avx512 {
         out: [*mut f32; N],
         valid: usize,
     ) {
+        if format == Format::Q6_K {
+            return unsafe { product_group_q6k(group, a, out, valid) };
+        }
         unsafe {
             let stride = super::block_bytes(format);
             let blocks = group.len() / stride;
@@ -364,6 +420,85 @@ mod avx512 {
                         _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
                     acc[n] =
                         _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum), acc[n]);
+                }
+            }
+            let mask: __mmask16 = if valid >= LANES {
+                !0
+            } else {
+                (1u16 << valid) - 1
+            };
+            for n in 0..N {
+                _mm512_mask_storeu_ps(out[n], mask, acc[n]);
+            }
+        }
+    }
+
+    /// [`product_group_k`] for `Q6_K`: 16 sub-blocks of 16 with signed
+    /// scales, 6-bit quants stored +32 (taken back out per sub-block
+    /// through the activations' sums per 16).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    unsafe fn product_group_q6k<const N: usize>(
+        group: &[u8],
+        a: [&[Q8x256]; N],
+        out: [*mut f32; N],
+        valid: usize,
+    ) {
+        unsafe {
+            let stride = super::block_bytes(Format::Q6_K);
+            let blocks = group.len() / stride;
+            let m4 = _mm512_set1_epi8(0x0F);
+            let m2 = _mm512_set1_epi8(0x03);
+            let mut acc = [_mm512_setzero_ps(); N];
+            for i in 0..blocks {
+                let b = group.as_ptr().add(i * stride);
+                let mut itot = [_mm512_setzero_si512(); N];
+                // Values 128h + 32k + l: the low bits from run k % 2 of
+                // half h (its high nibbles for k ≥ 2), the high bits 2k of
+                // half h's high-bit bytes; sub-blocks 8h + 2k (l < 16) and
+                // one more.
+                for h in 0..2 {
+                    for k in 0..4 {
+                        let mut w = [_mm512_setzero_si512(); 8];
+                        for (c, w) in w.iter_mut().enumerate() {
+                            let lo = _mm512_loadu_si512(
+                                b.add(Q6_QL + 1024 * h + 512 * (k % 2) + 64 * c).cast(),
+                            );
+                            let lo = if k >= 2 { _mm512_srli_epi16(lo, 4) } else { lo };
+                            let hi = _mm512_loadu_si512(b.add(Q6_QH + 512 * h + 64 * c).cast());
+                            let shift = _mm_cvtsi32_si128(2 * k as i32);
+                            let hi = _mm512_and_si512(_mm512_srl_epi16(hi, shift), m2);
+                            *w =
+                                _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16(hi, 4));
+                        }
+                        let sb = 8 * h + 2 * k;
+                        let sc = [0, 1].map(|s| {
+                            _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                b.add(Q6_SC + 16 * (sb + s)).cast(),
+                            ))
+                        });
+                        for n in 0..N {
+                            let a = a[n].get_unchecked(i);
+                            let qa = a.qs.as_ptr().add(128 * h + 32 * k);
+                            for (s, &sc) in sc.iter().enumerate() {
+                                // (Σ q·a) − 32·(Σ a) over the sub-block: Σ (q − 32)·a.
+                                let bs = 32 * a.bsums[sb + s] as i32;
+                                let mut isum = _mm512_set1_epi32(-bs);
+                                for c in 4 * s..4 * s + 4 {
+                                    let x = _mm512_set1_epi32(
+                                        qa.add(4 * c).cast::<i32>().read_unaligned(),
+                                    );
+                                    isum = _mm512_dpbusd_epi32(isum, w[c], x);
+                                }
+                                itot[n] = _mm512_add_epi32(itot[n], _mm512_mullo_epi32(isum, sc));
+                            }
+                        }
+                    }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(Q6_D).cast()));
+                for n in 0..N {
+                    let ad = _mm512_set1_ps(a[n].get_unchecked(i).d);
+                    acc[n] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
                 }
             }
             let mask: __mmask16 = if valid >= LANES {
