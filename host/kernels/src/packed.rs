@@ -483,11 +483,11 @@ mod avx512 {
                                 // (Σ q·a) − 32·(Σ a) over the sub-block: Σ (q − 32)·a.
                                 let bs = 32 * a.bsums[sb + s] as i32;
                                 let mut isum = _mm512_set1_epi32(-bs);
-                                for c in 4 * s..4 * s + 4 {
+                                for (c, &w) in w.iter().enumerate().skip(4 * s).take(4) {
                                     let x = _mm512_set1_epi32(
                                         qa.add(4 * c).cast::<i32>().read_unaligned(),
                                     );
-                                    isum = _mm512_dpbusd_epi32(isum, w[c], x);
+                                    isum = _mm512_dpbusd_epi32(isum, w, x);
                                 }
                                 itot[n] = _mm512_add_epi32(itot[n], _mm512_mullo_epi32(isum, sc));
                             }
