@@ -366,7 +366,13 @@ impl QMatrix {
                 });
                 unsafe { packed::product_group_k(self.format, group, a, o, valid) }
             }
-            ActRow::F32(_) => unreachable!("float formats are not packed"),
+            ActRow::F32(_) => {
+                let a = std::array::from_fn(|k| match acts.row(i + k) {
+                    ActRow::F32(v) => v,
+                    _ => unreachable!("one form of activations per product"),
+                });
+                unsafe { packed::product_group_float(self.format, group, a, o, valid) }
+            }
         }
     }
 

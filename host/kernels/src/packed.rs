@@ -37,6 +37,8 @@ pub(crate) fn packs(format: Format, isa: Isa) -> bool {
                 | Format::Q4_K
                 | Format::Q5_K
                 | Format::Q6_K
+                | Format::F16
+                | Format::BF16
         )
 }
 
@@ -242,7 +244,7 @@ pub(crate) fn group_bytes(format: Format, cols: usize) -> usize {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx512::{product_group, product_group_k};
+pub(crate) use avx512::{product_group, product_group_float, product_group_k};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -508,6 +510,67 @@ mod avx512 {
             };
             for n in 0..N {
                 _mm512_mask_storeu_ps(out[n], mask, acc[n]);
+            }
+        }
+    }
+
+    /// One group of 16 rows of `F16` or `BF16` (packed as value `j` of
+    /// each of the 16 rows, then value `j + 1`: a float is a "block" of
+    /// one) against `N` rows of f32 activations: each 16 weights widened
+    /// once (`vcvtph2ps`, or a 16-bit shift for BF16) and multiplied into
+    /// every row's sums with activation `j` broadcast. Even and odd `j` go
+    /// into two sets of sums, for every `N` alike (a decode step's one row
+    /// would otherwise wait on each multiply-add; the same order for every
+    /// `N` keeps an output independent of the rows beside it, bit for bit).
+    ///
+    /// # Safety
+    /// As [`product_group`]; `a`'s rows hold the matrix's `cols` values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    pub(crate) unsafe fn product_group_float<const N: usize>(
+        format: Format,
+        group: &[u8],
+        a: [&[f32]; N],
+        out: [*mut f32; N],
+        valid: usize,
+    ) {
+        unsafe {
+            let cols = group.len() / (2 * LANES);
+            let bf16 = format == Format::BF16;
+            let g = group.as_ptr();
+            macro_rules! widen {
+                ($j:expr) => {{
+                    let h = _mm256_loadu_si256(g.add(2 * LANES * $j).cast());
+                    if bf16 {
+                        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                    } else {
+                        _mm512_cvtph_ps(h)
+                    }
+                }};
+            }
+            let mut acc = [[_mm512_setzero_ps(); N]; 2];
+            let mut j = 0;
+            while j + 2 <= cols {
+                let (w0, w1) = (widen!(j), widen!(j + 1));
+                for n in 0..N {
+                    let x = a[n].as_ptr().add(j);
+                    acc[0][n] = _mm512_fmadd_ps(w0, _mm512_set1_ps(*x), acc[0][n]);
+                    acc[1][n] = _mm512_fmadd_ps(w1, _mm512_set1_ps(*x.add(1)), acc[1][n]);
+                }
+                j += 2;
+            }
+            if j < cols {
+                let w0 = widen!(j);
+                for n in 0..N {
+                    acc[0][n] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a[n][j]), acc[0][n]);
+                }
+            }
+            let mask: __mmask16 = if valid >= LANES {
+                !0
+            } else {
+                (1u16 << valid) - 1
+            };
+            for n in 0..N {
+                _mm512_mask_storeu_ps(out[n], mask, _mm512_add_ps(acc[0][n], acc[1][n]));
             }
         }
     }
