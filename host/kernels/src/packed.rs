@@ -32,6 +32,9 @@ pub(crate) fn packs(format: Format, isa: Isa) -> bool {
         && matches!(
             format,
             Format::Q4_0
+                | Format::Q4_1
+                | Format::Q5_0
+                | Format::Q5_1
                 | Format::IQ4_NL
                 | Format::Q8_0
                 | Format::Q4_K
@@ -42,8 +45,24 @@ pub(crate) fn packs(format: Format, isa: Isa) -> bool {
         )
 }
 
-/// Bytes of a 32-value block's scale in the formats packed (`d`, f16).
-const FACTOR: usize = 2;
+/// Bytes of a 32-value block's f16 factors: `d`, and `m` for `Q4_1` and
+/// `Q5_1`. Packed, each factor's 16 rows are one run of 32 bytes.
+fn factor_bytes(format: Format) -> usize {
+    match format {
+        Format::Q4_1 | Format::Q5_1 => 4,
+        _ => 2,
+    }
+}
+
+/// Whether a 32-value format has a fifth bit per value (`Q5_0`, `Q5_1`).
+/// Packed, its 16 rows' 32-bit masks become eight 64-bit masks after the
+/// factors, mask `c` holding bits `4c..4c + 4` of row `r`'s mask at bits
+/// `4r..4r + 4`: byte `4r + j` of the quants' unit `c` takes bit `4r + j`,
+/// so one `vpmovm2b` spreads a unit's fifth bits (the same 64 bytes as the
+/// rows' masks, their bits rearranged).
+fn fifth_bits(format: Format) -> bool {
+    matches!(format, Format::Q5_0 | Format::Q5_1)
+}
 
 /// Offsets inside a packed `Q4_K` or `Q5_K` block of 16 rows: the rows'
 /// `d`, `dmin` (f16), their 6-bit scales and mins decoded to a byte each
@@ -126,10 +145,22 @@ fn scatter(format: Format, src: &[u8], dst: &mut [u8], lane: usize) {
             }
         }
         _ => {
-            dst[FACTOR * lane..][..FACTOR].copy_from_slice(&src[..FACTOR]);
-            for u in 0..(format.block_bytes() - FACTOR) / 4 {
-                let at = LANES * FACTOR + unit(u);
-                dst[at..at + 4].copy_from_slice(&src[FACTOR + 4 * u..][..4]);
+            let f = factor_bytes(format);
+            for k in 0..f / 2 {
+                dst[32 * k + 2 * lane..][..2].copy_from_slice(&src[2 * k..2 * k + 2]);
+            }
+            let (mut from, mut to) = (f, LANES * f);
+            if fifth_bits(format) {
+                let high = u32::from_le_bytes(src[f..f + 4].try_into().unwrap());
+                for c in 0..8 {
+                    let bits = ((high >> (4 * c)) & 0xF) as u8;
+                    dst[to + 8 * c + lane / 2] |= bits << (4 * (lane % 2));
+                }
+                (from, to) = (from + 4, to + 64);
+            }
+            for u in 0..(format.block_bytes() - from) / 4 {
+                let at = to + unit(u);
+                dst[at..at + 4].copy_from_slice(&src[from + 4 * u..][..4]);
             }
         }
     }
@@ -182,10 +213,23 @@ fn gather(format: Format, src: &[u8], lane: usize, dst: &mut [u8]) {
             }
         }
         _ => {
-            dst[..FACTOR].copy_from_slice(&src[FACTOR * lane..][..FACTOR]);
-            for u in 0..(format.block_bytes() - FACTOR) / 4 {
-                let at = LANES * FACTOR + unit(u);
-                dst[FACTOR + 4 * u..][..4].copy_from_slice(&src[at..at + 4]);
+            let f = factor_bytes(format);
+            for k in 0..f / 2 {
+                dst[2 * k..2 * k + 2].copy_from_slice(&src[32 * k + 2 * lane..][..2]);
+            }
+            let (mut to, mut from) = (f, LANES * f);
+            if fifth_bits(format) {
+                let mut high = 0u32;
+                for c in 0..8 {
+                    let bits = (src[from + 8 * c + lane / 2] >> (4 * (lane % 2))) & 0xF;
+                    high |= (bits as u32) << (4 * c);
+                }
+                dst[to..to + 4].copy_from_slice(&high.to_le_bytes());
+                (to, from) = (to + 4, from + 64);
+            }
+            for u in 0..(format.block_bytes() - to) / 4 {
+                let at = from + unit(u);
+                dst[to + 4 * u..][..4].copy_from_slice(&src[at..at + 4]);
             }
         }
     }
@@ -250,7 +294,10 @@ pub(crate) use avx512::{product_group, product_group_float, product_group_k};
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{FACTOR, K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES, Q6_D, Q6_QH, Q6_QL, Q6_SC};
+    use super::{
+        K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES, Q6_D, Q6_QH, Q6_QL, Q6_SC, factor_bytes,
+        fifth_bits,
+    };
     use crate::act::{Q8x32, Q8x256};
     use crate::blocks::{Format, IQ4_VALUES};
 
@@ -276,10 +323,16 @@ mod avx512 {
         unsafe {
             let stride = super::block_bytes(format);
             let blocks = group.len() / stride;
+            // The quants' offset (through the activations' block sums), or
+            // for Q4_1 and Q5_1 their `m` (a vector of 16).
             let offset = match format {
                 Format::Q4_0 => -8.0,
+                Format::Q5_0 => -16.0,
                 _ => -128.0,
             };
+            let with_m = factor_bytes(format) == 4;
+            let five = fifth_bits(format);
+            let sixteen = _mm512_set1_epi8(16);
             let m4 = _mm512_set1_epi8(0x0F);
             let mut table = [0u8; 16];
             for (t, v) in table.iter_mut().zip(IQ4_VALUES) {
@@ -290,7 +343,8 @@ mod avx512 {
             for i in 0..blocks {
                 let b = group.as_ptr().add(i * stride);
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(b.cast()));
-                let q = b.add(LANES * FACTOR);
+                let high = b.add(LANES * factor_bytes(format));
+                let q = if five { high.add(64) } else { high };
                 // w[c]: values 4c..4c + 4 of each row, one row a lane.
                 let mut w = [_mm512_setzero_si512(); 8];
                 match format {
@@ -311,6 +365,12 @@ mod avx512 {
                                 *w = _mm512_shuffle_epi8(table, *w);
                             }
                         }
+                        if five {
+                            for (c, w) in w.iter_mut().enumerate() {
+                                let bits = high.add(8 * c).cast::<u64>().read_unaligned();
+                                *w = _mm512_or_si512(*w, _mm512_maskz_mov_epi8(bits, sixteen));
+                            }
+                        }
                     }
                 }
                 let mut isum = [_mm512_setzero_si512(); N];
@@ -321,14 +381,24 @@ mod avx512 {
                         isum[n] = _mm512_dpbusd_epi32(isum[n], w, x);
                     }
                 }
-                for n in 0..N {
-                    let a = a[n].get_unchecked(i);
-                    let v = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(isum[n]),
-                        _mm512_set1_ps(a.d),
-                        _mm512_set1_ps(offset * a.ds),
-                    );
-                    acc[n] = _mm512_fmadd_ps(d, v, acc[n]);
+                if with_m {
+                    let m = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(32).cast()));
+                    for n in 0..N {
+                        let a = a[n].get_unchecked(i);
+                        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[n]), _mm512_set1_ps(a.d));
+                        acc[n] = _mm512_fmadd_ps(d, v, acc[n]);
+                        acc[n] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.ds), acc[n]);
+                    }
+                } else {
+                    for n in 0..N {
+                        let a = a[n].get_unchecked(i);
+                        let v = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(isum[n]),
+                            _mm512_set1_ps(a.d),
+                            _mm512_set1_ps(offset * a.ds),
+                        );
+                        acc[n] = _mm512_fmadd_ps(d, v, acc[n]);
+                    }
                 }
             }
             let mask: __mmask16 = if valid >= LANES {
