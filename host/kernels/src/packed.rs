@@ -20,7 +20,9 @@
 
 use crate::Isa;
 use crate::blocks::{
-    Format, Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, q4k_scale_min,
+    Format, IQ4XS_QS, IQ4XS_SH, IQ4XS_SL, Q2K_D, Q2K_QS, Q2K_SC, Q3K_D, Q3K_HM, Q3K_QS, Q3K_SC,
+    Q4K_QS, Q4K_SC, Q5K_QH, Q5K_QS, Q6K_D, Q6K_QH, Q6K_QL, Q6K_SC, iq4xs_scale, q3k_scales,
+    q4k_scale_min,
 };
 
 /// Rows per group: one 32-bit lane each of a 512-bit register.
@@ -28,21 +30,9 @@ pub(crate) const LANES: usize = 16;
 
 /// Whether matrices of `format` are packed for `isa`'s kernels.
 pub(crate) fn packs(format: Format, isa: Isa) -> bool {
+    // Every format vauban runs.
+    let _ = format;
     isa == Isa::Avx512Vnni
-        && matches!(
-            format,
-            Format::Q4_0
-                | Format::Q4_1
-                | Format::Q5_0
-                | Format::Q5_1
-                | Format::IQ4_NL
-                | Format::Q8_0
-                | Format::Q4_K
-                | Format::Q5_K
-                | Format::Q6_K
-                | Format::F16
-                | Format::BF16
-        )
 }
 
 /// Bytes of a 32-value block's f16 factors: `d`, and `m` for `Q4_1` and
@@ -86,12 +76,37 @@ pub(crate) const Q6_SC: usize = 32;
 pub(crate) const Q6_QL: usize = 288;
 pub(crate) const Q6_QH: usize = Q6_QL + 2048;
 
-/// Bytes of one packed block of 16 rows: 16 row blocks, and for `Q4_K`
-/// and `Q5_K` 64 more (their scales decoded: 256 bytes for 192).
+/// Offsets inside a packed `Q2_K` block of 16 rows: `d`, `dmin`, the
+/// rows' scale-and-min bytes as stored (sub-block `s` at `16·s`), the
+/// 2-bit quants (half `h`, unit `u` at `512·h + 64·u`). The row layout's
+/// bytes, rearranged.
+pub(crate) const Q2_D: usize = 0;
+pub(crate) const Q2_DMIN: usize = 32;
+pub(crate) const Q2_SC: usize = 64;
+pub(crate) const Q2_QS: usize = 320;
+
+/// Offsets inside a packed `Q3_K` block of 16 rows: `d`, the 16 scales
+/// decoded less their 32 (signed bytes, sub-block `s` at `16·s`), the high
+/// bits (unit `u` at `64·u`), the 2-bit quants as `Q2_K`'s.
+pub(crate) const Q3_D: usize = 0;
+pub(crate) const Q3_SC: usize = 32;
+pub(crate) const Q3_HM: usize = 288;
+pub(crate) const Q3_QS: usize = 800;
+
+/// Offsets inside a packed `IQ4_XS` block of 16 rows: `d`, the 8 scales
+/// decoded less their 32 (signed bytes, sub-block `s` at `16·s`), the
+/// nibbles (sub-block `s`, unit `u` at `256·s + 64·u`).
+pub(crate) const XS_D: usize = 0;
+pub(crate) const XS_SC: usize = 32;
+pub(crate) const XS_QS: usize = 160;
+
+/// Bytes of one packed block of 16 rows: 16 row blocks, and more where the
+/// scales are decoded to a byte each (re-encoded exactly for a row).
 pub(crate) fn block_bytes(format: Format) -> usize {
     LANES * format.block_bytes()
         + match format {
-            Format::Q4_K | Format::Q5_K => 64,
+            Format::Q4_K | Format::Q5_K | Format::Q3_K => 64,
+            Format::IQ4_XS => 32,
             _ => 0,
         }
 }
@@ -99,7 +114,52 @@ pub(crate) fn block_bytes(format: Format) -> usize {
 /// Copies one row's block `src` into lane `lane` of a packed block.
 fn scatter(format: Format, src: &[u8], dst: &mut [u8], lane: usize) {
     let unit = |u: usize| 64 * u + 4 * lane;
+    let mut copy = |to: usize, from: usize, n: usize| {
+        dst[to..to + n].copy_from_slice(&src[from..from + n]);
+    };
     match format {
+        Format::Q2_K => {
+            copy(Q2_D + 2 * lane, Q2K_D, 2);
+            copy(Q2_DMIN + 2 * lane, Q2K_D + 2, 2);
+            for sb in 0..16 {
+                copy(Q2_SC + 16 * sb + lane, Q2K_SC + sb, 1);
+            }
+            for h in 0..2 {
+                for u in 0..8 {
+                    copy(Q2_QS + 512 * h + unit(u), Q2K_QS + 32 * h + 4 * u, 4);
+                }
+            }
+        }
+        Format::Q3_K => {
+            copy(Q3_D + 2 * lane, Q3K_D, 2);
+            for (sb, sc) in q3k_scales(&src[Q3K_SC..Q3K_SC + 12])
+                .into_iter()
+                .enumerate()
+            {
+                dst[Q3_SC + 16 * sb + lane] = sc as i8 as u8;
+            }
+            let mut copy = |to: usize, from: usize| {
+                dst[to..to + 4].copy_from_slice(&src[from..from + 4]);
+            };
+            for u in 0..8 {
+                copy(Q3_HM + unit(u), Q3K_HM + 4 * u);
+                for h in 0..2 {
+                    copy(Q3_QS + 512 * h + unit(u), Q3K_QS + 32 * h + 4 * u);
+                }
+            }
+        }
+        Format::IQ4_XS => {
+            copy(XS_D + 2 * lane, 0, 2);
+            for sb in 0..8 {
+                dst[XS_SC + 16 * sb + lane] = iq4xs_scale(src, sb) as i8 as u8;
+            }
+            for sb in 0..8 {
+                for u in 0..4 {
+                    let at = XS_QS + 256 * sb + unit(u);
+                    dst[at..at + 4].copy_from_slice(&src[IQ4XS_QS + 16 * sb + 4 * u..][..4]);
+                }
+            }
+        }
         Format::Q6_K => {
             dst[Q6_D + 2 * lane..][..2].copy_from_slice(&src[Q6K_D..Q6K_D + 2]);
             for sb in 0..16 {
@@ -169,7 +229,58 @@ fn scatter(format: Format, src: &[u8], dst: &mut [u8], lane: usize) {
 /// [`scatter`]'s inverse: lane `lane` of a packed block as the row's block.
 fn gather(format: Format, src: &[u8], lane: usize, dst: &mut [u8]) {
     let unit = |u: usize| 64 * u + 4 * lane;
+    let mut copy = |to: usize, from: usize, n: usize| {
+        dst[to..to + n].copy_from_slice(&src[from..from + n]);
+    };
     match format {
+        Format::Q2_K => {
+            copy(Q2K_D, Q2_D + 2 * lane, 2);
+            copy(Q2K_D + 2, Q2_DMIN + 2 * lane, 2);
+            for sb in 0..16 {
+                copy(Q2K_SC + sb, Q2_SC + 16 * sb + lane, 1);
+            }
+            for h in 0..2 {
+                for u in 0..8 {
+                    copy(Q2K_QS + 32 * h + 4 * u, Q2_QS + 512 * h + unit(u), 4);
+                }
+            }
+        }
+        Format::Q3_K => {
+            copy(Q3K_D, Q3_D + 2 * lane, 2);
+            for u in 0..8 {
+                copy(Q3K_HM + 4 * u, Q3_HM + unit(u), 4);
+                for h in 0..2 {
+                    copy(Q3K_QS + 32 * h + 4 * u, Q3_QS + 512 * h + unit(u), 4);
+                }
+            }
+            // The 16 6-bit scales back in their 12 bytes (`q3k_scales`'s
+            // inverse: every bit is a scale's).
+            let mut s = [0u8; 12];
+            for i in 0..16 {
+                let v = (src[Q3_SC + 16 * i + lane] as i8 as i32 + 32) as u8;
+                s[i % 8] |= (v & 0xF) << (4 * (i / 8));
+                s[8 + i % 4] |= (v >> 4) << (2 * (i / 4));
+            }
+            dst[Q3K_SC..Q3K_SC + 12].copy_from_slice(&s);
+        }
+        Format::IQ4_XS => {
+            copy(0, XS_D + 2 * lane, 2);
+            // The 8 6-bit scales back as 2 bytes of high bits and 4 of low
+            // nibbles (every bit is a scale's).
+            let (mut high, mut low) = (0u16, [0u8; 4]);
+            for sb in 0..8 {
+                let v = (src[XS_SC + 16 * sb + lane] as i8 as i32 + 32) as u8;
+                low[sb / 2] |= (v & 0xF) << (4 * (sb % 2));
+                high |= ((v >> 4) as u16) << (2 * sb);
+            }
+            for sb in 0..8 {
+                for u in 0..4 {
+                    copy(IQ4XS_QS + 16 * sb + 4 * u, XS_QS + 256 * sb + unit(u), 4);
+                }
+            }
+            dst[IQ4XS_SH..IQ4XS_SH + 2].copy_from_slice(&high.to_le_bytes());
+            dst[IQ4XS_SL..IQ4XS_SL + 4].copy_from_slice(&low);
+        }
         Format::Q6_K => {
             dst[Q6K_D..Q6K_D + 2].copy_from_slice(&src[Q6_D + 2 * lane..][..2]);
             for sb in 0..16 {
@@ -295,8 +406,8 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{
-        K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES, Q6_D, Q6_QH, Q6_QL, Q6_SC, factor_bytes,
-        fifth_bits,
+        K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES, Q2_D, Q2_DMIN, Q2_QS, Q2_SC, Q3_D, Q3_HM,
+        Q3_QS, Q3_SC, Q6_D, Q6_QH, Q6_QL, Q6_SC, XS_D, XS_QS, XS_SC, factor_bytes, fifth_bits,
     };
     use crate::act::{Q8x32, Q8x256};
     use crate::blocks::{Format, IQ4_VALUES};
@@ -429,8 +540,13 @@ mod avx512 {
         out: [*mut f32; N],
         valid: usize,
     ) {
-        if format == Format::Q6_K {
-            return unsafe { product_group_q6k(group, a, out, valid) };
+        match format {
+            Format::Q6_K => return unsafe { product_group_q6k(group, a, out, valid) },
+            Format::Q2_K | Format::Q3_K => {
+                return unsafe { product_group_q2k(format, group, a, out, valid) };
+            }
+            Format::IQ4_XS => return unsafe { product_group_iq4xs(group, a, out, valid) },
+            _ => {}
         }
         unsafe {
             let stride = super::block_bytes(format);
@@ -641,6 +757,174 @@ mod avx512 {
             };
             for n in 0..N {
                 _mm512_mask_storeu_ps(out[n], mask, _mm512_add_ps(acc[0][n], acc[1][n]));
+            }
+        }
+    }
+
+    /// The output mask of a group's first `valid` rows.
+    #[inline(always)]
+    fn mask(valid: usize) -> __mmask16 {
+        if valid >= LANES {
+            !0
+        } else {
+            (1u16 << valid) - 1
+        }
+    }
+
+    /// [`product_group_k`] for `Q2_K` (`x = d·sc·q − dmin·m`, 2-bit quants)
+    /// and `Q3_K` (`x = d·sc·(q − 4)` with the high bit adding the 4 back:
+    /// its quant plus 4 goes in unsigned, the 4 comes back out through the
+    /// activations' sums per 16).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    unsafe fn product_group_q2k<const N: usize>(
+        format: Format,
+        group: &[u8],
+        a: [&[Q8x256]; N],
+        out: [*mut f32; N],
+        valid: usize,
+    ) {
+        unsafe {
+            let q3 = format == Format::Q3_K;
+            let stride = super::block_bytes(format);
+            let blocks = group.len() / stride;
+            let (m2, one, m4) = (
+                _mm512_set1_epi8(3),
+                _mm512_set1_epi8(1),
+                _mm512_set1_epi32(0xF),
+            );
+            let mut acc = [_mm512_setzero_ps(); N];
+            for i in 0..blocks {
+                let b = group.as_ptr().add(i * stride);
+                macro_rules! bytes {
+                    ($at:expr) => {
+                        _mm_loadu_si128(b.add($at).cast())
+                    };
+                }
+                let mut itot = [_mm512_setzero_si512(); N];
+                for h in 0..2 {
+                    for j in 0..4 {
+                        let qs = if q3 { Q3_QS } else { Q2_QS };
+                        let mut w = [_mm512_setzero_si512(); 8];
+                        for (c, w) in w.iter_mut().enumerate() {
+                            let q = _mm512_loadu_si512(b.add(qs + 512 * h + 64 * c).cast());
+                            let shift = _mm_cvtsi32_si128(2 * j as i32);
+                            *w = _mm512_and_si512(_mm512_srl_epi16(q, shift), m2);
+                            if q3 {
+                                let hm = _mm512_loadu_si512(b.add(Q3_HM + 64 * c).cast());
+                                let shift = _mm_cvtsi32_si128((4 * h + j) as i32);
+                                let bit = _mm512_and_si512(_mm512_srl_epi16(hm, shift), one);
+                                *w = _mm512_or_si512(*w, _mm512_slli_epi16(bit, 2));
+                            }
+                        }
+                        let sb = 8 * h + 2 * j;
+                        let sc = [0, 1].map(|s| match q3 {
+                            true => _mm512_cvtepi8_epi32(bytes!(Q3_SC + 16 * (sb + s))),
+                            false => _mm512_and_si512(
+                                _mm512_cvtepu8_epi32(bytes!(Q2_SC + 16 * (sb + s))),
+                                m4,
+                            ),
+                        });
+                        for n in 0..N {
+                            let a = a[n].get_unchecked(i);
+                            let qa = a.qs.as_ptr().add(128 * h + 32 * j);
+                            for (s, &sc) in sc.iter().enumerate() {
+                                let start = if q3 { -4 * a.bsums[sb + s] as i32 } else { 0 };
+                                let mut isum = _mm512_set1_epi32(start);
+                                for (c, &w) in w.iter().enumerate().skip(4 * s).take(4) {
+                                    let x = _mm512_set1_epi32(
+                                        qa.add(4 * c).cast::<i32>().read_unaligned(),
+                                    );
+                                    isum = _mm512_dpbusd_epi32(isum, w, x);
+                                }
+                                itot[n] = _mm512_add_epi32(itot[n], _mm512_mullo_epi32(isum, sc));
+                            }
+                        }
+                    }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(
+                    b.add(if q3 { Q3_D } else { Q2_D }).cast(),
+                ));
+                for n in 0..N {
+                    let a = a[n].get_unchecked(i);
+                    let ad = _mm512_set1_ps(a.d);
+                    acc[n] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
+                    if !q3 {
+                        let mut msum = _mm512_setzero_si512();
+                        for sb in 0..16 {
+                            let m =
+                                _mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes!(Q2_SC + 16 * sb)), 4);
+                            let p = _mm512_mullo_epi32(m, _mm512_set1_epi32(a.bsums[sb] as i32));
+                            msum = _mm512_add_epi32(msum, p);
+                        }
+                        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(Q2_DMIN).cast()));
+                        acc[n] = _mm512_fnmadd_ps(
+                            _mm512_mul_ps(dmin, ad),
+                            _mm512_cvtepi32_ps(msum),
+                            acc[n],
+                        );
+                    }
+                }
+            }
+            for n in 0..N {
+                _mm512_mask_storeu_ps(out[n], mask(valid), acc[n]);
+            }
+        }
+    }
+
+    /// [`product_group_k`] for `IQ4_XS`: per sub-block of 32, the nibbles
+    /// looked up in [`IQ4_VALUES`] + 128, the 128 taken back out through
+    /// the activations' sums, times the rows' signed scales.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    unsafe fn product_group_iq4xs<const N: usize>(
+        group: &[u8],
+        a: [&[Q8x256]; N],
+        out: [*mut f32; N],
+        valid: usize,
+    ) {
+        unsafe {
+            let stride = super::block_bytes(Format::IQ4_XS);
+            let blocks = group.len() / stride;
+            let m4 = _mm512_set1_epi8(0x0F);
+            let mut table = [0u8; 16];
+            for (t, v) in table.iter_mut().zip(IQ4_VALUES) {
+                *t = (v as i16 + 128) as u8;
+            }
+            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+            let mut acc = [_mm512_setzero_ps(); N];
+            for i in 0..blocks {
+                let b = group.as_ptr().add(i * stride);
+                let mut itot = [_mm512_setzero_si512(); N];
+                for sb in 0..8 {
+                    let mut w = [_mm512_setzero_si512(); 8];
+                    for p in 0..4 {
+                        let v = _mm512_loadu_si512(b.add(XS_QS + 256 * sb + 64 * p).cast());
+                        w[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+                        let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                        w[4 + p] = _mm512_shuffle_epi8(table, hi);
+                    }
+                    let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(XS_SC + 16 * sb).cast()));
+                    for n in 0..N {
+                        let a = a[n].get_unchecked(i);
+                        let qa = a.qs.as_ptr().add(32 * sb);
+                        let sum = a.bsums[2 * sb] as i32 + a.bsums[2 * sb + 1] as i32;
+                        let mut isum = _mm512_set1_epi32(-128 * sum);
+                        for (c, &w) in w.iter().enumerate() {
+                            let x = _mm512_set1_epi32(qa.add(4 * c).cast::<i32>().read_unaligned());
+                            isum = _mm512_dpbusd_epi32(isum, w, x);
+                        }
+                        itot[n] = _mm512_add_epi32(itot[n], _mm512_mullo_epi32(isum, sc));
+                    }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(b.add(XS_D).cast()));
+                for n in 0..N {
+                    let ad = _mm512_set1_ps(a[n].get_unchecked(i).d);
+                    acc[n] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
+                }
+            }
+            for n in 0..N {
+                _mm512_mask_storeu_ps(out[n], mask(valid), acc[n]);
             }
         }
     }
