@@ -4,11 +4,13 @@ For each family: builds a tiny random model with transformers (with a
 SentencePiece tokenizer trained here for the families whose converter reads
 one, a byte-level BPE one for the others), converts it with llama.cpp's own
 converter (convert_hf_to_gguf.py) to an f32 GGUF, quantizes that with
-llama-quantize, and runs each file through llama.cpp's llama-server and
-through `vauban trace`. Compared: the prompt's token ids (vauban's tokenizer
-built from the GGUF metadata against llama.cpp's and against the tokenizer
-the model was built with), eight greedy tokens, and the log-probability of
-each greedy token, at tolerances stated per tensor type below. What the
+llama-quantize (a wider llama, every matrix row a multiple of 256 values,
+into each preset), reads back the tensor types each file holds, and runs
+each file through llama.cpp's llama-server and through `vauban trace`.
+Compared: the prompt's token ids (vauban's tokenizer built from the GGUF
+metadata against llama.cpp's and against the tokenizer the model was built
+with), eight greedy tokens, and the log-probability of each greedy token,
+at tolerances stated per tensor type below. What the
 GGUF means (norm weights stored as 1 + w, sliding-window patterns, the
 query scale, soft-caps, RoPE bases) is llama.cpp's reading of it, so this
 checks vauban's reading of the metadata as well as its forward.
@@ -73,6 +75,23 @@ QUANT_ERROR_RATIO, QUANT_FLOOR = 2.0, 5e-3
 QUANT_TYPES = ["Q8_0"]
 FIVE_BIT = ["Q5_0", "Q5_1"]
 FIVE_BIT_CASES = {"llama", "qwen3", "gemma2", "gemma3", "olmo2"}
+# The wide case (`llama256`): every matrix row a multiple of 256 values
+# wide, so llama-quantize writes each preset's own types instead of falling
+# back (a K-quant or IQ4_XS block is 256 values: on the other cases' rows of
+# 32 to 128 it writes Q4_0, Q5_0, Q5_1, Q8_0 or IQ4_NL in their place). Its file
+# for each llama-quantize preset, and the tensor types each must hold (read
+# back from the file; llama-quantize's mixtures give more, e.g. Q3_K_M's
+# value and down matrices Q5_K and Q4_K, and every preset's output matrix
+# Q6_K): together every type vauban runs as stored.
+WIDE_CASE = "llama256"
+PRESETS = {
+    "Q8_0": ["Q8_0"], "Q5_0": ["Q5_0"], "Q5_1": ["Q5_1"], "Q4_0": ["Q4_0"], "Q4_1": ["Q4_1"],
+    "Q2_K": ["Q2_K"], "Q3_K_M": ["Q3_K"], "Q4_K_M": ["Q4_K", "Q6_K"], "Q5_K_M": ["Q5_K", "Q6_K"],
+    "Q6_K": ["Q6_K"], "IQ4_NL": ["IQ4_NL"], "IQ4_XS": ["IQ4_XS"], "F16": ["F16"], "BF16": ["BF16"],
+}
+# The bonus for text tokens, by case: the final norm's weight on the
+# constant half of the residual stream (see `steer_to_text`).
+TEXT_GAIN = {WIDE_CASE: 16.0}
 CORPUS = " ".join([
     "the cat in the hat sat on a mat and the dog ran in the rain",
     "a quick brown fox jumps over the lazy dog then ran away",
@@ -143,6 +162,11 @@ def cases():
             **ct.rope(10000.0, {"rope_type": "longrope", "original_max_position_embeddings": 16,
                                 "short_factor": [1.0, 1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0],
                                 "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 32.0, 64.0]})), "spm"),
+        # Rows of 256 (the hidden size) and 512 (the MLP's down matrix), heads
+        # of 64: each llama-quantize preset writes its own types (PRESETS).
+        WIDE_CASE: (transformers.LlamaConfig, dict(base, hidden_size=256, intermediate_size=512,
+                                                    num_hidden_layers=2, head_dim=64,
+                                                    tie_word_embeddings=False), "spm"),
     }
 
 
@@ -180,21 +204,44 @@ def build(name, cls, kwargs, kind, folder):
             elif pname.endswith("mlp.gate.weight") or ".experts." in pname:
                 p.copy_(0.3 * torch.randn_like(p))
         if not config.tie_word_embeddings:
-            steer_to_text(model, printable)
+            steer_to_text(model, printable, TEXT_GAIN.get(name, 1.0))
     model.save_pretrained(folder, safe_serialization=True)
     return ids, model.eval()
 
 
-def steer_to_text(model, printable):
+def steer_to_text(model, printable, gain=1.0):
     """Makes the random model's greedy tokens printable text, which
     llama-server's completion endpoint insists on (it parses what it
     returns, and random bytes are not UTF-8): the residual stream's second
-    half (32 dimensions, one block of 32 as Q8_0 quantizes it) holds a
-    constant no block writes to, and the output matrix reads it as a bonus
-    for text tokens and a penalty for bytes and control tokens. A block of
-    equal values quantizes exactly, so the quantized files' rounding is
-    the random half's alone. The first half and every other weight stay
-    random."""
+    half (32 dimensions at a hidden size of 64, one block of 32 as Q8_0
+    quantizes it) holds a constant 1 no block writes to, and the output
+    matrix reads it as a bonus for text tokens and a penalty for bytes and
+    control tokens. A 32-value block of equal values quantizes to within
+    its f16 scale's rounding (6e-5), so the 32-value types' rounding is the
+    random half's alone; a K-quant's sub-blocks share their super-block's
+    scales with random values and round the constant too (by up to 6e-2 in
+    the wide case's Q2_K embeddings, 5e-3 in its Q6_K output matrices),
+    the same for both readers. The first half and every other weight stay
+    random.
+
+    The final norm's weight on the constant half is `gain`, 1 but for the
+    wide case. Each block adds to the random half about
+    √fan-in · initializer_range times what it reads, while the constant
+    stays 1, and the final RMSNorm divides both halves by the whole
+    vector's RMS: over the greedy steps the random half's RMS before that
+    norm is 24 at a hidden size of 64 (three blocks) and 150 at 256 (two
+    blocks, an MLP of 512), where the constant's bonus comes to ±1.2
+    against random logits of σ 4.9 (±1.9 against 2.5 at 64): greedy tokens
+    were bytes, and llama-server answered HTTP 500. A gain of 16 makes the
+    bonus ±19 and puts the best text token at least 29 above any other at
+    every step of the f32 model, without touching what the blocks compute
+    (each reads the stream through its own norm; only the output matrix
+    reads the final one): every weight stays as random as at 64
+    (initializer_range 0.3), the output matrix's constant half ±1, and
+    norm weights are F32 in every file, so the gain is not rounded. A
+    larger constant in the embeddings or a smaller initializer_range made
+    text too, but changed what every block reads (the constant then
+    dominates the normalised input)."""
     half = model.config.hidden_size // 2
     model.get_input_embeddings().weight[:, half:] = 1.0
     for layer in model.model.layers:
@@ -203,7 +250,7 @@ def steer_to_text(model, printable):
             layer.mlp.experts.down_proj[:, half:, :] = 0.0  # [experts, hidden, ffn]
         else:
             layer.mlp.down_proj.weight[half:, :] = 0.0
-    model.model.norm.weight[half:] = 1.0
+    model.model.norm.weight[half:] = gain
     sign = torch.tensor([1.0 if p else -1.0 for p in printable]).unsqueeze(1)
     model.lm_head.weight[:, half:] = sign.expand(-1, model.config.hidden_size - half).clone()
 
@@ -264,7 +311,23 @@ def prepared(name, cls, kwargs, kind, llama, use_cache):
 
 
 def quant_types(name):
+    """The llama-quantize types (or presets) the case's f32 file is
+    quantized to."""
+    if name == WIDE_CASE:
+        return list(PRESETS)
     return QUANT_TYPES + (FIVE_BIT if name in FIVE_BIT_CASES else [])
+
+
+def tensor_types(llama, gguf):
+    """How many tensors of each type the GGUF file holds, as llama.cpp's
+    own `gguf` package (its converter's) reads them."""
+    if str(llama / "convert/gguf-py") not in sys.path:
+        sys.path.insert(0, str(llama / "convert/gguf-py"))
+    from gguf import GGUFReader
+    counts = {}
+    for t in GGUFReader(str(gguf)).tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def quantize(llama, src, dst, kind):
@@ -291,7 +354,8 @@ def post(port, path, body):
 
 
 def llama_server(llama, gguf):
-    """llama.cpp's prompt ids, greedy ids and their log-probabilities."""
+    """llama.cpp's prompt ids, greedy ids, their log-probabilities and by
+    how much each beat the runner-up (its log-probability's margin)."""
     port = free_port()
     server = subprocess.Popen([str(llama / "bin/llama-server"), "-m", str(gguf), "--port", str(port),
                                "-c", "256", "-t", "2", "--no-warmup",
@@ -315,18 +379,22 @@ def llama_server(llama, gguf):
         every = [post(port, "/tokenize", {"content": t, "add_special": True})["tokens"]
                  for t in [TEXT] + HARD]
         out = post(port, "/completion", {"prompt": every[0], "n_predict": 8, "temperature": 0.0,
-                                         "n_probs": 1, "cache_prompt": False, "samplers": ["top_k"],
+                                         "n_probs": 2, "cache_prompt": False, "samplers": ["top_k"],
                                          "top_k": 1})
         probs = out["completion_probabilities"]
-        return every, [p["id"] for p in probs], [p["logprob"] for p in probs]
+        margins = [p["logprob"] - max(q["logprob"] for q in p["top_logprobs"] if q["id"] != p["id"])
+                   for p in probs]
+        return every, [p["id"] for p in probs], [p["logprob"] for p in probs], margins
     finally:
         server.kill()
         server.wait()
 
 
-def vauban(binary, gguf, bundle):
-    """vauban's prompt ids (TEXT's, then HARD's), greedy ids after TEXT and
-    their log-probabilities."""
+def vauban(binary, gguf, bundle, weights="native"):
+    """vauban's prompt ids (TEXT's, then HARD's; TEXT's alone for weights
+    other than the file's own), greedy ids after TEXT and their
+    log-probabilities, the file's weights multiplied as stored (`native`)
+    or dequantized at load by vauban's reader (`f32`)."""
     role = lambda a, r: a.get("labels", {}).get("role") == r  # noqa: E731
 
     def traces(folder):
@@ -336,12 +404,14 @@ def vauban(binary, gguf, bundle):
             tensors = load_file(str(folder / entry["tensors"]["file"])) if "tensors" in entry else {}
             yield trace["artifacts"], tensors
 
-    ct.run([binary, "trace", "--model", str(gguf), "--prompt", TEXT, "--raw", "--logprobs",
-            "--raw-tensors", "--max-tokens", "8", "--out", str(bundle)])
+    ct.run([binary, "trace", "--model", str(gguf), "--weights", weights, "--prompt", TEXT, "--raw",
+            "--logprobs", "--raw-tensors", "--max-tokens", "8", "--out", str(bundle)])
     arts, tensors = next(traces(bundle))
     prompt = next(a["data"]["ids"] for a in arts if a["kind"] == "tokens" and role(a, "prompt"))
     greedy = next(a["data"]["ids"] for a in arts if a["kind"] == "tokens" and role(a, "completion"))
     logprobs = next(tensors[a["id"]] for a in arts if a["kind"] == "logprobs" and role(a, "completion"))
+    if weights != "native":
+        return [prompt], greedy, [float(x) for x in logprobs]
     hard = bundle.with_suffix(".hard")
     prompts = [arg for t in HARD for arg in ("--prompt", t)]
     ct.run([binary, "trace", "--model", str(gguf), "--raw", "--max-tokens", "0", *prompts,
@@ -371,6 +441,11 @@ def main():
                 continue
             reference_ids, model, files = prepared(name, cls, kwargs, kind, llama, not args.no_cache)
             for dtype, gguf in files.items():
+                # The types the file holds: each the preset names must be
+                # there (llama-quantize did not fall back from it).
+                types = tensor_types(llama, gguf)
+                expected = PRESETS.get(dtype, [dtype])
+                types_ok = all(t in types for t in expected)
                 theirs = llama_server(llama, gguf)
                 ours = vauban(binary, gguf, tmp / f"{name}.{dtype}.bundle")
                 # Until either generates its end-of-sequence token.
@@ -388,12 +463,24 @@ def main():
                     close = d_llama < F32_TOLERANCE and d_truth < F32_TOLERANCE
                 else:
                     close = d_truth <= QUANT_ERROR_RATIO * llama_truth + QUANT_FLOOR
+                extra = {}
+                if name == WIDE_CASE and dtype != "F32":
+                    # A figure, not a verdict: the same file dequantized at
+                    # load by vauban's reader (f32 products, no rounding of
+                    # the activations), against llama.cpp and the f32 model.
+                    deq = vauban(binary, gguf, tmp / f"{name}.{dtype}.f32.bundle", weights="f32")
+                    if deq[1][:n] == theirs[1][:n]:
+                        extra = {"greedy_vauban_f32_weights": deq[1],
+                                 "max_abs_diff_vauban_f32_weights_llama_cpp": worst(deq[2], theirs[2]),
+                                 "max_abs_diff_vauban_f32_weights_transformers": worst(deq[2], truth)}
+                    else:
+                        extra = {"greedy_vauban_f32_weights": deq[1]}
                 # Every text's ids are llama.cpp's, and the tokenizer's the
                 # model was built with (SentencePiece's own, or the BPE's;
                 # a BOS id is the converter's choice, read from the GGUF).
                 body = (lambda ids: [i[1:] for i in ids]) if kind == "spm" else (lambda ids: ids)
                 tokens_ok = ours[0] == theirs[0] and body(ours[0]) == body(reference_ids)
-                ok = tokens_ok and same and close
+                ok = tokens_ok and same and close and types_ok
                 failed |= not ok
                 results[f"{name}/{dtype}"] = {
                     "texts": [TEXT] + HARD,
@@ -403,10 +490,15 @@ def main():
                     "logprobs_llama_cpp": theirs[2][:n], "logprobs_transformers_f32": truth,
                     "max_abs_diff_vauban_llama_cpp": d_llama,
                     "max_abs_diff_vauban_transformers": d_truth,
-                    "max_abs_diff_llama_cpp_transformers": llama_truth, "ok": ok}
-                print(f"{name:7} {dtype:5} ids {'same' if tokens_ok else 'DIFFERENT'}  "
+                    "max_abs_diff_llama_cpp_transformers": llama_truth,
+                    # How near a tie llama.cpp's closest greedy choice was.
+                    "min_greedy_margin_llama_cpp": min(theirs[3][:n], default=None),
+                    "tensor_types": types, "expected_types": expected, **extra, "ok": ok}
+                held = " ".join(f"{t}×{c}" for t, c in types.items())
+                print(f"{name:8} {dtype:6} ids {'same' if tokens_ok else 'DIFFERENT'}  "
                       f"greedy {'same' if same else 'DIFFERENT'} ({n})  max|Δlogprob| vauban-llama.cpp "
                       f"{d_llama:.1e}, against the f32 model: vauban {d_truth:.1e}, llama.cpp {llama_truth:.1e}"
+                      f"  types {held}{'' if types_ok else ' (NOT ' + ', '.join(expected) + ')'}"
                       f"  {'ok' if ok else 'FAIL'}", flush=True)
     meta = {"transformers": transformers.__version__, "text": TEXT, "f32_tolerance": F32_TOLERANCE,
             "quantized": {"error_ratio": QUANT_ERROR_RATIO, "floor": QUANT_FLOOR}, "models": results}

@@ -341,9 +341,13 @@ fn every_family_matches_transformers_at_every_block_on_candle() {
     }
 }
 
-/// llama.cpp's reading of its own converter's GGUF files (f32 and Q8_0)
-/// against vauban's, for every family: token ids, greedy tokens, their
-/// log-probabilities.
+/// llama.cpp's reading of its own converter's GGUF files (f32, Q8_0, and
+/// Q5_0 and Q5_1 on the dense families) against vauban's, for every family:
+/// token ids, greedy tokens, their log-probabilities; and a llama model
+/// whose every matrix row is a multiple of 256 values wide in each
+/// llama-quantize preset, so that each file holds the types its preset
+/// names (read back from the file) and every tensor type vauban runs as
+/// stored is compared.
 #[test]
 fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
     let Some(server) = common::llama_server::binary() else {
@@ -374,18 +378,63 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
             false => &["F32", "Q8_0"],
         };
         for dtype in dtypes {
-            let m = &models[&format!("{family}/{dtype}")];
-            assert_eq!(m["ok"], true, "{family} {dtype}: {m}");
-            assert_eq!(
-                m["prompt_ids_vauban"], m["prompt_ids_llama_cpp"],
-                "{family}"
-            );
-            assert_eq!(
-                m["greedy_vauban"], m["greedy_llama_cpp"],
-                "{family} {dtype}"
+            let m = same_as_llama_cpp(models, family, dtype);
+            assert!(
+                m["tensor_types"][dtype].as_u64().is_some_and(|n| n > 0),
+                "{family} {dtype}: {}",
+                m["tensor_types"]
             );
         }
     }
+    // The wide case, in each preset: the types each file holds, as
+    // llama.cpp's `gguf` package reads them; the types its preset names
+    // must be among them (llama-quantize did not fall back from them).
+    let mut held = std::collections::BTreeSet::new();
+    for preset in [
+        "F32", "Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M",
+        "Q6_K", "IQ4_NL", "IQ4_XS", "F16", "BF16",
+    ] {
+        let m = same_as_llama_cpp(models, "llama256", preset);
+        let types = m["tensor_types"].as_object().unwrap();
+        for t in m["expected_types"].as_array().unwrap() {
+            let t = t.as_str().unwrap();
+            assert!(
+                types.contains_key(t),
+                "llama256 {preset}: no {t} in {types:?}"
+            );
+        }
+        held.extend(types.keys().cloned());
+    }
+    // Together, every type vauban's kernels run as stored.
+    for t in [
+        "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+        "Q6_K", "IQ4_NL", "IQ4_XS",
+    ] {
+        assert!(
+            held.contains(t),
+            "no file of the wide case held {t}: {held:?}"
+        );
+    }
+}
+
+/// The comparison of `family`'s `dtype` file: the script's verdict, the
+/// prompt's ids and the greedy tokens the same as llama.cpp's.
+fn same_as_llama_cpp<'a>(
+    models: &'a serde_json::Map<String, serde_json::Value>,
+    family: &str,
+    dtype: &str,
+) -> &'a serde_json::Value {
+    let m = &models[&format!("{family}/{dtype}")];
+    assert_eq!(m["ok"], true, "{family} {dtype}: {m}");
+    assert_eq!(
+        m["prompt_ids_vauban"], m["prompt_ids_llama_cpp"],
+        "{family} {dtype}"
+    );
+    assert_eq!(
+        m["greedy_vauban"], m["greedy_llama_cpp"],
+        "{family} {dtype}"
+    );
+    m
 }
 
 /// The cookbook's `examples/moe-routing.toml` on the tiny Qwen3-MoE: against
