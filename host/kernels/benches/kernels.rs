@@ -5,13 +5,18 @@
 //! every format and every instruction set this CPU runs. Prints figures;
 //! asserts nothing.
 //!
-//! Run: `cargo bench -p vauban-kernels --bench kernels`.
+//! Run: `cargo bench -p vauban-kernels --bench kernels [-- Q4_K Q6_K]`
+//! (format names: only those).
 
 use std::time::Instant;
 
 use vauban_kernels::{Format, Isa, QMatrix};
 
 fn main() {
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut byte = move || {
         seed ^= seed << 13;
@@ -30,7 +35,9 @@ fn main() {
     );
     for (rows, cols) in [(1536, 576), (6144, 2048)] {
         for format in Format::ALL {
-            if cols % format.block_len() != 0 {
+            if cols % format.block_len() != 0
+                || !(only.is_empty() || only.iter().any(|o| o == format.name()))
+            {
                 continue;
             }
             let blocks = rows * cols / format.block_len();
