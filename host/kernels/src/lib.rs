@@ -7,7 +7,9 @@
 //! to 8-bit blocks ([`act`]), so the inner loops are integer dot products;
 //! a float format's are f32 products. Each weight row is unpacked once per
 //! tile of activation rows; the weight rows are split across the threads
-//! of [`pool::Pool`].
+//! of [`pool::Pool`]. On AVX-512 VNNI the matrices are repacked at load
+//! ([`QMatrix::packed`]), 16 rows interleaved, for 512-bit kernels whose
+//! outputs land 16 to a vector (`packed.rs`).
 //!
 //! The instruction set is chosen at run time ([`Isa::detect`]): AVX-512
 //! VNNI, AVX2, or the portable kernels on x86-64, so one binary runs
@@ -173,15 +175,15 @@ impl QMatrix {
     }
 
     /// The matrix in the layout the fastest kernels of this CPU take:
-    /// repacked, 16 rows interleaved, where they are the 512-bit kernels
-    /// and have a packed kernel for the format; as it was otherwise.
+    /// repacked, 16 rows interleaved, where those are the 512-bit kernels
+    /// (AVX-512 VNNI); as it was otherwise.
     pub fn packed(self) -> QMatrix {
         self.packed_for(Isa::detect())
     }
 
     /// [`QMatrix::packed`] for `isa`'s kernels.
     pub fn packed_for(self, isa: Isa) -> QMatrix {
-        if self.packed || !packed::packs(self.format, isa) {
+        if self.packed || !packed::packs(isa) {
             return self;
         }
         let data = packed::pack(self.format, self.rows, self.cols, &self.data);
@@ -297,7 +299,7 @@ impl QMatrix {
         n: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if self.packed && packed::packs(self.format, isa) {
+        if self.packed && packed::packs(isa) {
             return self.product_groups(acts, rows, y, n);
         }
         match isa {

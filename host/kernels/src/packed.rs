@@ -16,7 +16,8 @@
 //! file's, padding aside. The K-quants' layout is below ([`K_D`] and the
 //! offsets after it).
 //!
-//! Which formats are packed, and on which CPUs: [`packs`].
+//! On which CPUs matrices are packed: [`packs`]. Every format is, the
+//! floats as "blocks" of one value (16 rows' value `j`, then `j + 1`).
 
 use crate::Isa;
 use crate::blocks::{
@@ -28,10 +29,9 @@ use crate::blocks::{
 /// Rows per group: one 32-bit lane each of a 512-bit register.
 pub(crate) const LANES: usize = 16;
 
-/// Whether matrices of `format` are packed for `isa`'s kernels.
-pub(crate) fn packs(format: Format, isa: Isa) -> bool {
-    // Every format vauban runs.
-    let _ = format;
+/// Whether matrices are packed for `isa`'s kernels (every format is, for
+/// the 512-bit ones).
+pub(crate) fn packs(isa: Isa) -> bool {
     isa == Isa::Avx512Vnni
 }
 
