@@ -925,12 +925,17 @@ impl Llama {
                 .any(|b| b.linears().iter().any(|l| l.is_quantized()))
     }
 
-    /// What multiplies the matrices: `vauban-kernels avx512-vnni (Q4_1, Q8_0)`
-    /// when any runs on vauban's kernels, else candle's matmul.
+    /// What multiplies the matrices: `vauban-kernels avx512-vnni packed
+    /// (Q4_K, Q6_K)` when any runs on vauban's kernels (with the types
+    /// they hold, and whether they were repacked), else candle's matmul.
     pub fn kernel(&self) -> String {
         let mut formats: Vec<&str> = Vec::new();
+        let mut packed = false;
         let all = self.blocks.iter().flat_map(Block::linears);
         for l in all.chain([&self.output]) {
+            if let Proj::Kernel(q) = &l.w {
+                packed |= q.is_packed();
+            }
             if let Some(f) = l.kernel_format()
                 && !formats.contains(&f.name())
             {
@@ -939,8 +944,9 @@ impl Llama {
         }
         match (formats.is_empty(), self.is_quantized()) {
             (false, _) => format!(
-                "vauban-kernels {} ({})",
+                "vauban-kernels {}{} ({})",
                 Isa::detect().name(),
+                if packed { " packed" } else { "" },
                 formats.join(", ")
             ),
             (true, true) => "candle quantized matmul".into(),
