@@ -412,6 +412,23 @@ mod avx512 {
     use crate::act::{Q8x32, Q8x256};
     use crate::blocks::{Format, IQ4_VALUES};
 
+    /// Each activation row's 16 outputs to `out[n]`, the group's first
+    /// `valid` rows only (the last group of a matrix may be short).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `out[n]` has `valid` floats to write.
+    #[inline(always)]
+    unsafe fn store<const N: usize>(out: [*mut f32; N], valid: usize, acc: [__m512; N]) {
+        let mask: __mmask16 = if valid >= LANES {
+            !0
+        } else {
+            (1u16 << valid) - 1
+        };
+        for n in 0..N {
+            unsafe { _mm512_mask_storeu_ps(out[n], mask, acc[n]) };
+        }
+    }
+
     /// One group's 16 rows against `N` activation rows: `out[n]` receives
     /// the 16 outputs of activation row `n` (the first `valid` of them).
     ///
@@ -512,14 +529,7 @@ mod avx512 {
                     }
                 }
             }
-            let mask: __mmask16 = if valid >= LANES {
-                !0
-            } else {
-                (1u16 << valid) - 1
-            };
-            for n in 0..N {
-                _mm512_mask_storeu_ps(out[n], mask, acc[n]);
-            }
+            store(out, valid, acc);
         }
     }
 
@@ -610,14 +620,7 @@ mod avx512 {
                         _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum), acc[n]);
                 }
             }
-            let mask: __mmask16 = if valid >= LANES {
-                !0
-            } else {
-                (1u16 << valid) - 1
-            };
-            for n in 0..N {
-                _mm512_mask_storeu_ps(out[n], mask, acc[n]);
-            }
+            store(out, valid, acc);
         }
     }
 
@@ -689,14 +692,7 @@ mod avx512 {
                         _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
                 }
             }
-            let mask: __mmask16 = if valid >= LANES {
-                !0
-            } else {
-                (1u16 << valid) - 1
-            };
-            for n in 0..N {
-                _mm512_mask_storeu_ps(out[n], mask, acc[n]);
-            }
+            store(out, valid, acc);
         }
     }
 
@@ -750,24 +746,11 @@ mod avx512 {
                     acc[0][n] = _mm512_fmadd_ps(w0, _mm512_set1_ps(a[n][j]), acc[0][n]);
                 }
             }
-            let mask: __mmask16 = if valid >= LANES {
-                !0
-            } else {
-                (1u16 << valid) - 1
-            };
-            for n in 0..N {
-                _mm512_mask_storeu_ps(out[n], mask, _mm512_add_ps(acc[0][n], acc[1][n]));
+            let mut sum = acc[0];
+            for (s, &odd) in sum.iter_mut().zip(&acc[1]) {
+                *s = _mm512_add_ps(*s, odd);
             }
-        }
-    }
-
-    /// The output mask of a group's first `valid` rows.
-    #[inline(always)]
-    fn mask(valid: usize) -> __mmask16 {
-        if valid >= LANES {
-            !0
-        } else {
-            (1u16 << valid) - 1
+            store(out, valid, sum);
         }
     }
 
@@ -866,9 +849,7 @@ mod avx512 {
                     }
                 }
             }
-            for n in 0..N {
-                _mm512_mask_storeu_ps(out[n], mask(valid), acc[n]);
-            }
+            store(out, valid, acc);
         }
     }
 
@@ -923,9 +904,7 @@ mod avx512 {
                         _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(itot[n]), acc[n]);
                 }
             }
-            for n in 0..N {
-                _mm512_mask_storeu_ps(out[n], mask(valid), acc[n]);
-            }
+            store(out, valid, acc);
         }
     }
 }

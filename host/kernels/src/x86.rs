@@ -185,8 +185,8 @@ unsafe fn dot32<M: Mac, const N: usize>(format: Format, w: &[u8], a: [&[Q8x32]; 
             Format::Q4_1 => dot_q4::<M, N, true, false>(w, a),
             Format::Q5_0 => dot_q4::<M, N, false, true>(w, a),
             Format::Q5_1 => dot_q4::<M, N, true, true>(w, a),
-            Format::Q8_0 => dot_q8::<M, N>(w, a),
-            Format::IQ4_NL => dot_iq4nl::<M, N>(w, a),
+            Format::Q8_0 => dot_q8::<M, N, false>(w, a),
+            Format::IQ4_NL => dot_q8::<M, N, true>(w, a),
             _ => unreachable!("256-value formats pair with 256-value blocks"),
         }
     }
@@ -257,19 +257,26 @@ unsafe fn dot_q4<M: Mac, const N: usize, const Q4_1: bool, const Q5: bool>(
     }
 }
 
-/// `Q8_0`: `|w|` as the unsigned operand and `a·sign(w)` as the signed
-/// one; two blocks at a time, as above.
+/// `Q8_0`, or with `IQ4` `IQ4_NL` (each block's nibbles looked up in
+/// [`IQ4_VALUES`] by one `vpshufb`): signed weights, `|w|` as the unsigned
+/// operand and `a·sign(w)` as the signed one; two blocks at a time, as
+/// above.
 #[inline(always)]
-unsafe fn dot_q8<M: Mac, const N: usize>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
+unsafe fn dot_q8<M: Mac, const N: usize, const IQ4: bool>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
     unsafe {
+        let table = iq4_table();
+        let bytes = if IQ4 { 18 } else { 34 };
         let mut acc = [[_mm256_setzero_ps(); N]; 2];
-        let blocks = w.len() / 34;
+        let blocks = w.len() / bytes;
         macro_rules! step {
             ($i:expr, $k:expr) => {{
                 let (i, k) = ($i, $k);
-                let b = w.get_unchecked(i * 34..(i + 1) * 34);
+                let b = w.get_unchecked(i * bytes..(i + 1) * bytes);
                 let dw = f16x1(b);
-                let q = load(&b[2..]);
+                let q = match IQ4 {
+                    true => iq4_values(table, &b[2..]),
+                    false => load(&b[2..]),
+                };
                 let u = _mm256_sign_epi8(q, q);
                 for n in 0..N {
                     let a = a[n].get_unchecked(i);
@@ -303,42 +310,6 @@ unsafe fn iq4_table() -> __m256i {
 #[inline(always)]
 unsafe fn iq4_values(table: __m256i, p: &[u8]) -> __m256i {
     unsafe { _mm256_shuffle_epi8(table, nibbles16(p)) }
-}
-
-/// `IQ4_NL`: each block's nibbles looked up in [`IQ4_VALUES`] (one
-/// `vpshufb`), then multiplied as `Q8_0`'s signed bytes are.
-#[inline(always)]
-unsafe fn dot_iq4nl<M: Mac, const N: usize>(w: &[u8], a: [&[Q8x32]; N]) -> [f32; N] {
-    unsafe {
-        let table = iq4_table();
-        let mut acc = [[_mm256_setzero_ps(); N]; 2];
-        let blocks = w.len() / 18;
-        macro_rules! step {
-            ($i:expr, $k:expr) => {{
-                let (i, k) = ($i, $k);
-                let b = w.get_unchecked(i * 18..(i + 1) * 18);
-                let dw = f16x1(b);
-                let q = iq4_values(table, &b[2..]);
-                let u = _mm256_sign_epi8(q, q);
-                for n in 0..N {
-                    let a = a[n].get_unchecked(i);
-                    let p = M::dot(u, _mm256_sign_epi8(load_i8(&a.qs), q));
-                    acc[k][n] =
-                        _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(p), acc[k][n]);
-                }
-            }};
-        }
-        let mut i = 0;
-        while i + 2 <= blocks {
-            step!(i, 0);
-            step!(i + 1, 1);
-            i += 2;
-        }
-        if i < blocks {
-            step!(i, 0);
-        }
-        std::array::from_fn(|n| hsum(_mm256_add_ps(acc[0][n], acc[1][n])))
-    }
 }
 
 /// Bits `2j, 2j + 1` of every byte of `q`: group `j` of a `Q2_K` or
