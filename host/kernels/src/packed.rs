@@ -638,7 +638,7 @@ mod avx512 {
             let stride = super::block_bytes(Format::Q6_K);
             let blocks = group.len() / stride;
             let m4 = _mm512_set1_epi8(0x0F);
-            let m2 = _mm512_set1_epi8(0x03);
+            let m30 = _mm512_set1_epi8(0x30);
             let mut acc = [_mm512_setzero_ps(); N];
             for i in 0..blocks {
                 let b = group.as_ptr().add(i * stride);
@@ -655,18 +655,30 @@ mod avx512 {
                                 b.add(Q6_QL + 1024 * h + 512 * (k % 2) + 64 * c).cast(),
                             );
                             let lo = if k >= 2 { _mm512_srli_epi16(lo, 4) } else { lo };
+                            // Bits 2k, 2k + 1 of the high-bit byte moved
+                            // straight to bits 4, 5 (one shift, one mask:
+                            // what a 16-bit shift brings in from the next
+                            // byte lands outside them).
                             let hi = _mm512_loadu_si512(b.add(Q6_QH + 512 * h + 64 * c).cast());
-                            let shift = _mm_cvtsi32_si128(2 * k as i32);
-                            let hi = _mm512_and_si512(_mm512_srl_epi16(hi, shift), m2);
-                            *w =
-                                _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16(hi, 4));
+                            let hi = match k {
+                                0 => _mm512_slli_epi16(hi, 4),
+                                1 => _mm512_slli_epi16(hi, 2),
+                                2 => hi,
+                                _ => _mm512_srli_epi16(hi, 2),
+                            };
+                            *w = _mm512_or_si512(
+                                _mm512_and_si512(lo, m4),
+                                _mm512_and_si512(hi, m30),
+                            );
                         }
                         let sb = 8 * h + 2 * k;
-                        let sc = [0, 1].map(|s| {
-                            _mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                b.add(Q6_SC + 16 * (sb + s)).cast(),
-                            ))
-                        });
+                        // (Not a closure: one does not take the function's
+                        // target features.)
+                        let mut sc = [_mm512_setzero_si512(); 2];
+                        for (s, sc) in sc.iter_mut().enumerate() {
+                            let at = b.add(Q6_SC + 16 * (sb + s));
+                            *sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(at.cast()));
+                        }
                         for n in 0..N {
                             let a = a[n].get_unchecked(i);
                             let qa = a.qs.as_ptr().add(128 * h + 32 * k);
@@ -800,13 +812,16 @@ mod avx512 {
                             }
                         }
                         let sb = 8 * h + 2 * j;
-                        let sc = [0, 1].map(|s| match q3 {
-                            true => _mm512_cvtepi8_epi32(bytes!(Q3_SC + 16 * (sb + s))),
-                            false => _mm512_and_si512(
-                                _mm512_cvtepu8_epi32(bytes!(Q2_SC + 16 * (sb + s))),
-                                m4,
-                            ),
-                        });
+                        let mut sc = [_mm512_setzero_si512(); 2];
+                        for (s, sc) in sc.iter_mut().enumerate() {
+                            *sc = match q3 {
+                                true => _mm512_cvtepi8_epi32(bytes!(Q3_SC + 16 * (sb + s))),
+                                false => _mm512_and_si512(
+                                    _mm512_cvtepu8_epi32(bytes!(Q2_SC + 16 * (sb + s))),
+                                    m4,
+                                ),
+                            };
+                        }
                         for n in 0..N {
                             let a = a[n].get_unchecked(i);
                             let qa = a.qs.as_ptr().add(128 * h + 32 * j);
