@@ -15,7 +15,7 @@ use common::plugins;
 use serde_json::Value;
 
 /// The recipes, in the cookbook's order.
-const RECIPES: [&str; 8] = [
+const RECIPES: [&str; 9] = [
     "quantization",
     "system-prompt",
     "steering",
@@ -25,6 +25,7 @@ const RECIPES: [&str; 8] = [
     "replay",
     // Run by families.rs, on a mixture built by transformers.
     "moe-routing",
+    "quant-types",
 ];
 
 /// `examples/` copied into a temporary folder: every `.toml` and the
@@ -240,6 +241,60 @@ fn quantization_then_replay_of_its_bundles() {
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn quant_types_recipe_compares_two_presets_of_one_model() {
+    let Some(m) = model() else { return };
+    // llama.cpp's quantizer, built beside llama-server.
+    let Some(server) = common::llama_server::binary() else {
+        return;
+    };
+    let quantize = server.with_file_name("llama-quantize");
+    let book = Cookbook::new();
+    // The header's preparation, command by command.
+    let out = book.out("quant-types");
+    std::fs::create_dir_all(&out).unwrap();
+    for kind in ["Q8_0", "IQ4_NL"] {
+        let o = Command::new(&quantize)
+            .arg("--allow-requantize")
+            .arg(&m)
+            .arg(out.join(format!("smollm2.{kind}.gguf")))
+            .arg(kind)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "llama-quantize {kind}: {}", text(&o));
+    }
+    let o = book.vauban(&["run", "examples/quant-types.toml"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r = book.report("quant-types");
+    // As the header says: nothing significant, the distributions moved,
+    // activation evidence, the gate passed.
+    assert_nothing_significant(&r);
+    assert_eq!(r["access"]["level"], "activations", "{}", r["access"]);
+    let kl = r["distribution"]["first_token_kl_mean"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no first-token KL: {}", r["distribution"]));
+    assert!(kl > 0.01 && kl < 2.0, "first-token KL {kl}");
+    assert_eq!(
+        gate(&r, "refusals unchanged by the smaller quantization")["outcome"],
+        "pass"
+    );
+    // Each side's kernel note names the type its file was quantized to.
+    for (side, kind) in [("baseline", "Q8_0"), ("candidate", "IQ4_NL")] {
+        let trace = out.join(format!("traces/{side}/traces/000000.json"));
+        let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+        let notes = trace.to_string();
+        let kernel = notes
+            .split("\"kernel\":\"")
+            .nth(1)
+            .and_then(|k| k.split('"').next())
+            .unwrap_or_else(|| panic!("{side}: no kernel note"));
+        assert!(
+            kernel.starts_with("vauban-kernels") && kernel.contains(kind),
+            "{side}: {kernel}"
+        );
+    }
 }
 
 #[test]
