@@ -284,11 +284,12 @@ fn quant_types_recipe_compares_two_presets_of_one_model() {
     for (side, kind) in [("baseline", "Q8_0"), ("candidate", "IQ4_NL")] {
         let trace = out.join(format!("traces/{side}/traces/000000.json"));
         let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
-        let notes = trace.to_string();
-        let kernel = notes
-            .split("\"kernel\":\"")
-            .nth(1)
-            .and_then(|k| k.split('"').next())
+        // The prefill span's `kernel` note.
+        let kernel = trace["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|s| s["profile"]["notes"]["kernel"].as_str())
             .unwrap_or_else(|| panic!("{side}: no kernel note"));
         assert!(
             kernel.starts_with("vauban-kernels") && kernel.contains(kind),
