@@ -16,7 +16,7 @@
 //! it puts on decode: every matrix is read once per token.
 //!
 //! With `--models A,B,...` (one file per quantization preset,
-//! `scripts/bench-presets.sh`), one row per file instead: the types its
+//! `scripts/bench-families.sh --presets`), one row per file instead: the types its
 //! matrices hold, and vauban's `pp128`, `pp512` and `tg128` against
 //! llama-bench's better of flash attention off and on.
 //!
