@@ -292,13 +292,21 @@ impl ModelAssets {
 
     /// sha256 of the weights: the file's own for a GGUF file; for a
     /// folder, the sha256 of the listing `<sha256>  <name>\n` of its weight
-    /// files in name order. `None` when a file cannot be read.
+    /// files in name order. `None` when a file cannot be read. A large
+    /// file's digest is remembered while the file is unchanged
+    /// ([`DigestCache`](crate::hash::DigestCache)), so tracing one model on
+    /// every run hashes it once.
     pub fn weights_sha256(&self) -> Option<String> {
+        let cache = crate::hash::DigestCache::default_location();
+        let hash = |p: &Path| match &cache {
+            Some(c) => c.sha256_file(p),
+            None => crate::hash::sha256_file(p),
+        };
         let hashes: Vec<(String, String)> = self
             .weight_files
             .iter()
             .map(|p| {
-                crate::hash::sha256_file(p).ok().map(|(h, _)| {
+                hash(p).ok().map(|(h, _)| {
                     let name = p
                         .file_name()
                         .unwrap_or_default()
