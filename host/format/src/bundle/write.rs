@@ -299,6 +299,9 @@ fn check_raw_tensors(
     Ok(())
 }
 
+/// Tensors by artifact id, in the order of their data in a file.
+type Ordered<'a> = Vec<(&'a String, &'a TensorData)>;
+
 /// The start of a safetensors file holding `tensors` (the header's length
 /// and the header, as the safetensors crate writes them) and the tensors in
 /// the order their data follows it.
@@ -310,10 +313,10 @@ fn check_raw_tensors(
 fn safetensors_layout(
     tensors: &HashMap<String, TensorData>,
     meta: HashMap<String, String>,
-) -> Result<(Vec<u8>, Vec<(&String, &TensorData)>), String> {
+) -> Result<(Vec<u8>, Ordered<'_>), String> {
     let views = tensors.iter().map(|(id, t)| (id.clone(), HeaderView(t)));
     let header = safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
-    let mut ordered: Vec<(&String, &TensorData)> = tensors.iter().collect();
+    let mut ordered: Ordered<'_> = tensors.iter().collect();
     ordered.sort_by(|(a, x), (b, y)| {
         let (x, y) = (x.dtype.to_safetensors(), y.dtype.to_safetensors());
         y.cmp(&x).then(a.cmp(b))
