@@ -41,7 +41,8 @@ pub fn cache_root() -> Option<PathBuf> {
         .map(|base| base.join("vauban"))
 }
 
-/// sha256 digests of files, remembered across runs by each file's identity,
+/// sha256 digests of files (and digests computed from a file, such as its
+/// tokenizer's vocabulary), remembered across runs by each file's identity,
 /// so a model of several GB traced on every run is hashed once, not once a
 /// run (98 MB took ~65 ms of a 0.44 s trace; a 4 GB file takes seconds).
 ///
@@ -73,6 +74,7 @@ struct FileStamp {
 struct DigestEntry {
     path: String,
     stamp: FileStamp,
+    producer: String,
     sha256: String,
 }
 
@@ -116,32 +118,73 @@ impl DigestCache {
     /// remembered). A cache that cannot be read or written only costs the
     /// hashing; the digest is never taken from an entry that does not match.
     pub fn sha256_file(&self, path: &Path) -> io::Result<(String, u64)> {
+        let len = std::fs::metadata(path)?.len();
+        if len < self.min_len {
+            return sha256_file(path);
+        }
+        let mut hashed_len = len;
+        // sha256 is sha256 whichever build computes it.
+        let sha256 = self.derived(path, "sha256", "sha256", || {
+            let (sha256, len) = sha256_file(path)?;
+            hashed_len = len;
+            Ok(sha256)
+        })?;
+        Ok((sha256, hashed_len))
+    }
+
+    /// A sha256 digest computed from `path`'s contents alone (`what` names
+    /// it: the vocabulary a model file's tokenizer holds, say) by
+    /// `producer` (the code that computes it: [`this_build`] for vauban's
+    /// own), remembered as [`DigestCache::sha256_file`] remembers a file's
+    /// own: `compute` runs only when the file or the producer changed
+    /// since. Costly digests of small files are worth remembering too, so
+    /// the size does not matter here.
+    pub fn derived(
+        &self,
+        path: &Path,
+        what: &str,
+        producer: &str,
+        compute: impl FnOnce() -> io::Result<String>,
+    ) -> io::Result<String> {
         let Some((key, stamp)) = identity(path)? else {
-            return sha256_file(path);
+            return compute();
         };
-        if stamp.len < self.min_len {
-            return sha256_file(path);
+        let entry_path = self.dir.join(format!("{key}-{what}.json"));
+        if let Some(sha256) = read_entry(&entry_path, &stamp, producer) {
+            tracing::debug!(path = %path.display(), what, "digest remembered");
+            return Ok(sha256);
         }
-        let entry_path = self.dir.join(format!("{key}.json"));
-        if let Some(sha256) = read_entry(&entry_path, &stamp) {
-            tracing::debug!(path = %path.display(), "sha256 remembered");
-            return Ok((sha256, stamp.len));
-        }
-        let (sha256, len) = sha256_file(path)?;
-        // Stat again: a file written while it was hashed is not remembered.
+        let sha256 = compute()?;
+        // Stat again: a file written while it was read is not remembered.
         let after = identity(path)?.map(|(_, s)| s);
-        if after.as_ref() == Some(&stamp) && len == stamp.len && settled(&stamp, self.settle) {
+        if after.as_ref() == Some(&stamp) && settled(&stamp, self.settle) {
             let entry = DigestEntry {
                 path: path.display().to_string(),
                 stamp,
+                producer: producer.to_owned(),
                 sha256: sha256.clone(),
             };
             if let Err(e) = write_entry(&self.dir, &entry_path, &entry) {
-                tracing::debug!(cache = %self.dir.display(), "sha256 not remembered: {e}");
+                tracing::debug!(cache = %self.dir.display(), what, "digest not remembered: {e}");
             }
         }
-        Ok((sha256, len))
+        Ok(sha256)
     }
+}
+
+/// This build of vauban, as a producer of remembered digests: the running
+/// program's size and modification time, so a rebuilt vauban computes what
+/// it derives again (its code for it may have changed). `None` when the
+/// program cannot be found.
+pub fn this_build() -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    let (_, stamp) = identity(&exe).ok()??;
+    Some(format!(
+        "vauban {} {}:{}",
+        env!("CARGO_PKG_VERSION"),
+        stamp.len,
+        stamp.modified_ns
+    ))
 }
 
 #[cfg(unix)]
@@ -173,11 +216,11 @@ fn settled(stamp: &FileStamp, settle: std::time::Duration) -> bool {
     stamp.modified_ns.max(stamp.changed_ns) + settle.as_nanos() as i128 <= now
 }
 
-fn read_entry(entry_path: &Path, stamp: &FileStamp) -> Option<String> {
+fn read_entry(entry_path: &Path, stamp: &FileStamp, producer: &str) -> Option<String> {
     let text = std::fs::read(entry_path).ok()?;
     let entry: DigestEntry = serde_json::from_slice(&text).ok()?;
     let hex_ok = entry.sha256.len() == 64 && entry.sha256.bytes().all(|b| b.is_ascii_hexdigit());
-    (entry.stamp == *stamp && hex_ok).then_some(entry.sha256)
+    (entry.stamp == *stamp && entry.producer == producer && hex_ok).then_some(entry.sha256)
 }
 
 fn write_entry(dir: &Path, entry_path: &Path, entry: &DigestEntry) -> io::Result<()> {
@@ -232,6 +275,7 @@ mod tests {
 
         // The entry is what answers now: one with a planted digest is
         // believed while the file's identity matches it...
+        assert!(stored[0].to_string_lossy().ends_with("-sha256.json"));
         let planted = "ab".repeat(32);
         let text = std::fs::read_to_string(&stored[0]).unwrap();
         std::fs::write(&stored[0], text.replace(&first.0, &planted)).unwrap();
@@ -249,6 +293,40 @@ mod tests {
             cache.sha256_file(&file).unwrap().0,
             sha256_hex(b"weights v2")
         );
+    }
+
+    #[test]
+    fn a_derived_digest_is_computed_once_per_version_of_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = eager_cache(dir.path());
+        let file = dir.path().join("tokenizer.json");
+        std::fs::write(&file, b"v1").unwrap();
+        let runs = std::cell::Cell::new(0);
+        let vocab = || {
+            cache.derived(&file, "vocabulary", "test", || {
+                runs.set(runs.get() + 1);
+                Ok(sha256_hex(&std::fs::read(&file)?))
+            })
+        };
+        assert_eq!(vocab().unwrap(), sha256_hex(b"v1"));
+        assert_eq!(vocab().unwrap(), sha256_hex(b"v1"));
+        assert_eq!(runs.get(), 1, "the second answer is remembered");
+        // The file's own digest is another entry, not this one.
+        assert_eq!(cache.sha256_file(&file).unwrap().0, sha256_hex(b"v1"));
+        assert_eq!(entries(dir.path()).len(), 2);
+
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        std::fs::write(&file, b"v2").unwrap();
+        assert_eq!(vocab().unwrap(), sha256_hex(b"v2"));
+        assert_eq!(runs.get(), 2);
+        // Another producer (a rebuilt vauban) computes it again.
+        let other = cache.derived(&file, "vocabulary", "rebuilt", || Ok("cd".repeat(32)));
+        assert_eq!(other.unwrap(), "cd".repeat(32));
+        assert!(this_build().is_some_and(|b| b.starts_with("vauban ")));
+        // A computation that fails is an error, and nothing is remembered.
+        let failed = cache.derived(&file, "broken", "test", || Err(io::Error::other("no")));
+        assert!(failed.is_err());
+        assert_eq!(entries(dir.path()).len(), 2);
     }
 
     #[test]

@@ -566,9 +566,9 @@ pub(crate) fn log_softmax_data(logits: &TensorData) -> TensorData {
         .last()
         .expect("logits have a vocabulary dimension");
     let x = f32_values(logits);
-    let mut out = vec![0f32; x.len()];
-    vauban_kernels::softmax::log_softmax_rows(&x, width, &mut out);
-    TensorData::from_f32(logits.shape.clone(), &out).expect("the logits' shape")
+    TensorData::f32_filled(logits.shape.clone(), |out| {
+        vauban_kernels::softmax::log_softmax_rows(&x, width, out)
+    })
 }
 
 /// The values of f32 trace data: borrowed where the bytes are aligned (a

@@ -23,6 +23,9 @@ pub struct ModelAssets {
     pub special: Special,
     /// The files the weights come from (for hashing).
     pub weight_files: Vec<PathBuf>,
+    /// The file the tokenizer is read from (the GGUF file, or the folder's
+    /// `tokenizer.json`): its vocabulary's digest is remembered against it.
+    pub tokenizer_file: PathBuf,
 }
 
 impl ModelAssets {
@@ -106,6 +109,7 @@ impl ModelAssets {
             chat_template,
             special,
             weight_files: vec![path.to_path_buf()],
+            tokenizer_file: path.to_path_buf(),
         })
     }
 
@@ -214,6 +218,7 @@ impl ModelAssets {
             chat_template,
             special,
             weight_files: hf_weight_files(dir)?,
+            tokenizer_file: tokenizer_path,
         })
     }
 
@@ -281,8 +286,24 @@ impl ModelAssets {
     /// line, added tokens included. Two models with equal hashes index the
     /// same tokens (what comparing their distributions needs); an id the
     /// tokenizer has no text for hashes as an empty line.
+    ///
+    /// Listing 49,152 tokens through the tokenizer's API takes ~6 ms (each
+    /// token's text is cloned), so the digest is remembered against the
+    /// tokenizer's file, per build of vauban (whose code reads the
+    /// tokenizer), while that file is unchanged.
     pub fn vocabulary_sha256(&self) -> String {
-        tokenizer::vocabulary_sha256(&self.tokenizer)
+        use crate::hash::{DigestCache, this_build};
+        let compute = || tokenizer::vocabulary_sha256(&self.tokenizer);
+        let (Some(cache), Some(build)) = (DigestCache::default_location(), this_build()) else {
+            return compute();
+        };
+        cache
+            .derived(&self.tokenizer_file, "vocabulary-sha256", &build, || {
+                Ok(compute())
+            })
+            // Only the file's metadata can fail here, and then the digest
+            // is computed as it would be without a cache.
+            .unwrap_or_else(|_| compute())
     }
 
     /// Whether `id` ends a generation.

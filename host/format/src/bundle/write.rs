@@ -443,7 +443,10 @@ mod tests {
         for (i, (id, dtype, shape, size)) in specs.into_iter().enumerate() {
             let len = shape.iter().product::<usize>() * size;
             let bytes = (0..len).map(|b| (b * 31 + i * 7) as u8).collect();
-            tensors.insert(id.to_string(), TensorData::new(dtype, shape, bytes).unwrap());
+            tensors.insert(
+                id.to_string(),
+                TensorData::new(dtype, shape, bytes).unwrap(),
+            );
         }
         let meta = HashMap::from([("trace".to_string(), "t0".to_string())]);
 

@@ -163,6 +163,30 @@ impl TensorData {
         TensorData::new(DType::F32, shape, bytes)
     }
 
+    /// An f32 tensor of `shape` whose values `fill` writes, straight into
+    /// the bytes the tensor keeps where they are aligned for f32 (a large
+    /// allocation always is), so a tensor computed on the host is not
+    /// copied again.
+    pub fn f32_filled(shape: Vec<usize>, fill: impl FnOnce(&mut [f32])) -> Self {
+        let n: usize = shape.iter().product();
+        let mut bytes = vec![0u8; n * 4];
+        match bytemuck::try_cast_slice_mut::<u8, f32>(&mut bytes) {
+            Ok(values) => {
+                fill(values);
+                #[cfg(not(target_endian = "little"))]
+                for v in values.iter_mut() {
+                    *v = f32::from_bits(v.to_bits().to_le());
+                }
+                TensorData::new(DType::F32, shape, bytes).expect("n values of 4 bytes")
+            }
+            Err(_) => {
+                let mut values = vec![0f32; n];
+                fill(&mut values);
+                TensorData::from_f32(shape, &values).expect("n values")
+            }
+        }
+    }
+
     /// A u32 tensor (token ids) from values; the count must match the shape.
     pub fn from_u32(shape: Vec<usize>, values: &[u32]) -> Result<Self, ShapeMismatch> {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -255,7 +279,50 @@ impl TensorRef<'_> {
 /// model's tensor is), as [`TensorRef::summarize`] gives for its bytes.
 /// Chunks whose values are all finite (nearly always) take a path the
 /// compiler vectorises: eight independent accumulators per statistic.
+///
+/// A tensor of more than [`SUMMARY_PART`] values (a vocabulary's logits at
+/// every position: 3M values) is summarised in parts of that size on the
+/// machine's threads, the parts' moments merged in order. The parts are
+/// fixed by the length alone, so the figures do not depend on the threads.
 pub fn summarize_f32(shape: &[usize], values: &[f32]) -> TensorSummary {
+    let parts: Vec<&[f32]> = values.chunks(SUMMARY_PART).collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(parts.len());
+    let moments: Vec<Moments> = if threads <= 1 {
+        parts.iter().map(|p| moments_f32(p)).collect()
+    } else {
+        let mut out = vec![Moments::default(); parts.len()];
+        std::thread::scope(|s| {
+            // Thread t takes parts t, t + threads, ...
+            let mut slots: Vec<Vec<(usize, &mut Moments)>> = (0..threads).map(|_| vec![]).collect();
+            for (i, m) in out.iter_mut().enumerate() {
+                slots[i % threads].push((i, m));
+            }
+            for slot in slots {
+                let parts = &parts;
+                s.spawn(move || {
+                    for (i, m) in slot {
+                        *m = moments_f32(parts[i]);
+                    }
+                });
+            }
+        });
+        out
+    };
+    let mut all = Chunked::default();
+    for m in &moments {
+        all.all.merge(m);
+    }
+    all.finish(shape.to_vec(), DType::F32, values.len())
+}
+
+/// The values a summary takes in one part (see [`summarize_f32`]): 1 Mi, a
+/// whole number of [`Chunked::CHUNK`]s.
+pub const SUMMARY_PART: usize = 1 << 20;
+
+/// The moments of the finite values among `values`.
+fn moments_f32(values: &[f32]) -> Moments {
     let mut all = Chunked::default();
     for chunk in values.chunks(Chunked::CHUNK) {
         match chunk.iter().all(|v| v.is_finite()) {
@@ -267,7 +334,8 @@ pub fn summarize_f32(shape: &[usize], values: &[f32]) -> TensorSummary {
             }
         }
     }
-    all.finish(shape.to_vec(), DType::F32, values.len())
+    all.all.merge(&Moments::of(&all.chunk));
+    all.all
 }
 
 /// Finite values taken in chunks of 1024, each chunk's moments merged.
@@ -514,16 +582,23 @@ mod tests {
     /// statistics equal a plain two-pass computation over all the values.
     #[test]
     fn chunked_statistics_match_a_two_pass_computation() {
+        check_against_two_pass(100);
+        // Several parts, summarised on the machine's threads and merged.
+        check_against_two_pass(SUMMARY_PART * 3 / 100 + 77);
+    }
+
+    fn check_against_two_pass(rows: usize) {
+        let len = rows * 100;
         // A deterministic spread around a large offset, a NaN every 777.
-        let values: Vec<f32> = (0..10_000u32)
+        let values: Vec<f32> = (0..len as u32)
             .map(|i| match i % 777 {
                 5 => f32::NAN,
                 _ => 300.0 + ((i.wrapping_mul(2_654_435_761) >> 16) % 1000) as f32 / 37.0,
             })
             .collect();
-        let t = TensorData::from_f32(vec![100, 100], &values).unwrap();
+        let t = TensorData::from_f32(vec![rows, 100], &values).unwrap();
         let s = t.as_ref().summarize();
-        assert_eq!(s, summarize_f32(&[100, 100], &values));
+        assert_eq!(s, summarize_f32(&[rows, 100], &values));
         let finite: Vec<f64> = values
             .iter()
             .filter(|v| v.is_finite())
@@ -533,7 +608,7 @@ mod tests {
         let mean = finite.iter().sum::<f64>() / n;
         let var = finite.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
         let l2 = finite.iter().map(|v| v * v).sum::<f64>().sqrt();
-        assert_eq!(s.non_finite, (10_000 - finite.len()) as u64);
+        assert_eq!(s.non_finite, (len - finite.len()) as u64);
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
         assert!(close(s.mean.unwrap(), mean), "{:?} against {mean}", s.mean);
         assert!(
@@ -550,6 +625,17 @@ mod tests {
         let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
         let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         assert_eq!((s.min, s.max), (Some(min), Some(max)));
+    }
+
+    #[test]
+    fn a_filled_tensor_holds_what_was_written() {
+        let t = TensorData::f32_filled(vec![2, 3], |v| {
+            v.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = i as f32 - 2.5)
+        });
+        let want = TensorData::from_f32(vec![2, 3], &[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]).unwrap();
+        assert_eq!(t, want);
     }
 
     #[test]
