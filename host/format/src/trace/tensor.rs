@@ -317,9 +317,10 @@ pub fn summarize_f32(shape: &[usize], values: &[f32]) -> TensorSummary {
     all.finish(shape.to_vec(), DType::F32, values.len())
 }
 
-/// The values a summary takes in one part (see [`summarize_f32`]): 1 Mi, a
-/// whole number of [`Chunked::CHUNK`]s.
-pub const SUMMARY_PART: usize = 1 << 20;
+/// The values a summary takes in one part (see [`summarize_f32`]): 256 Ki
+/// (small enough that 3M values split evenly over two threads), a whole
+/// number of [`Chunked::CHUNK`]s.
+pub const SUMMARY_PART: usize = 1 << 18;
 
 /// The moments of the finite values among `values`.
 fn moments_f32(values: &[f32]) -> Moments {

@@ -34,8 +34,9 @@ fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
         if let (candle_core::Storage::Cpu(cpu), Some((from, to))) =
             (&*storage, layout.contiguous_offsets())
         {
-            let values = cpu.as_slice::<f32>().map_err(ModelError::from)?;
-            return Ok(TensorData::from_f32(shape, &values[from..to]).expect("the tensor's shape"));
+            let values = &cpu.as_slice::<f32>().map_err(ModelError::from)?[from..to];
+            let pool = vauban_kernels::pool::Pool::global();
+            return Ok(TensorData::f32_filled(shape, |out| pool.copy(values, out)));
         }
     }
     // A GPU tensor, or a strided view: candle copies it out.
