@@ -72,6 +72,14 @@ QUANT_ERROR_RATIO, QUANT_FLOOR = 2.0, 5e-3
 # issue's rule: "the same top token except near ties". F32 files must
 # agree at every step.
 NEAR_TIE = 0.15
+# Every file, quantized or not: at each step both decoded from the same
+# tokens, the next-token distributions of vauban and llama.cpp (each in
+# full: the vocabularies here are small enough for llama-server to return
+# every token's log-probability) must be within this KL divergence,
+# KL(llama.cpp || vauban) in nats, and within this |Δ logprob| on
+# llama.cpp's 20 most likely tokens. The issue's tolerances.
+KL_TOLERANCE, TOP = 0.05, 20
+TOP_TOLERANCE = 0.5
 # The types each f32 file is quantized to by llama-quantize, each run by
 # vauban's kernels as stored: Q8_0 for every case, and the 5-bit types for
 # the dense cases whose random outputs stay comparable at 5 bits. (The
@@ -360,9 +368,11 @@ def post(port, path, body):
         sys.exit(f"llama-server {path} answered {e.code}: {e.read().decode(errors='replace')[:2000]}")
 
 
-def llama_server(llama, gguf):
-    """llama.cpp's prompt ids, greedy ids, their log-probabilities and by
-    how much each beat the runner-up (its log-probability's margin)."""
+def llama_server(llama, gguf, vocab):
+    """llama.cpp's prompt ids, greedy ids, their log-probabilities, by
+    how much each beat the runner-up (its log-probability's margin), and
+    each step's next-token distribution ({id: log-probability}, every one
+    of the `vocab` tokens)."""
     port = free_port()
     server = subprocess.Popen([str(llama / "bin/llama-server"), "-m", str(gguf), "--port", str(port),
                                "-c", "256", "-t", "2", "--no-warmup",
@@ -385,23 +395,27 @@ def llama_server(llama, gguf):
             time.sleep(0.2)
         every = [post(port, "/tokenize", {"content": t, "add_special": True})["tokens"]
                  for t in [TEXT] + HARD]
+        # `n_probs` ranks the full distribution, before sampling.
         out = post(port, "/completion", {"prompt": every[0], "n_predict": 8, "temperature": 0.0,
-                                         "n_probs": 2, "cache_prompt": False, "samplers": ["top_k"],
-                                         "top_k": 1})
+                                         "n_probs": vocab, "cache_prompt": False,
+                                         "samplers": ["top_k"], "top_k": 1})
         probs = out["completion_probabilities"]
         margins = [p["logprob"] - max(q["logprob"] for q in p["top_logprobs"] if q["id"] != p["id"])
                    for p in probs]
-        return every, [p["id"] for p in probs], [p["logprob"] for p in probs], margins
+        dists = [{q["id"]: q["logprob"] for q in p["top_logprobs"]} for p in probs]
+        return every, [p["id"] for p in probs], [p["logprob"] for p in probs], margins, dists
     finally:
         server.kill()
         server.wait()
 
 
-def vauban(binary, gguf, bundle, weights="native"):
+def vauban(binary, gguf, bundle, vocab, weights="native"):
     """vauban's prompt ids (TEXT's, then HARD's; TEXT's alone for weights
-    other than the file's own), greedy ids after TEXT and their
-    log-probabilities, the file's weights multiplied as stored (`native`)
-    or dequantized at load by vauban's reader (`f32`)."""
+    other than the file's own), greedy ids after TEXT, their
+    log-probabilities and each step's next-token distribution ({id:
+    log-probability} over all `vocab` tokens, `--top-logprobs`), the file's
+    weights multiplied as stored (`native`) or dequantized at load by
+    vauban's reader (`f32`)."""
     role = lambda a, r: a.get("labels", {}).get("role") == r  # noqa: E731
 
     def traces(folder):
@@ -412,20 +426,38 @@ def vauban(binary, gguf, bundle, weights="native"):
             yield trace["artifacts"], tensors
 
     ct.run([binary, "trace", "--model", str(gguf), "--weights", weights, "--prompt", TEXT, "--raw",
-            "--logprobs", "--raw-tensors", "--max-tokens", "8", "--out", str(bundle)])
+            "--logprobs", "--top-logprobs", str(vocab), "--raw-tensors", "--max-tokens", "8",
+            "--out", str(bundle)])
     arts, tensors = next(traces(bundle))
     prompt = next(a["data"]["ids"] for a in arts if a["kind"] == "tokens" and role(a, "prompt"))
     greedy = next(a["data"]["ids"] for a in arts if a["kind"] == "tokens" and role(a, "completion"))
     logprobs = next(tensors[a["id"]] for a in arts if a["kind"] == "logprobs" and role(a, "completion"))
+    top = next(tensors[a["id"]] for a in arts if a["kind"] == "logprobs" and role(a, "continuation"))
+    top_ids = next(tensors[a["id"]] for a in arts
+                   if a["kind"] == "tokens" and role(a, "continuation_top_k"))
+    dists = [{int(i): float(v) for i, v in zip(ids, row)} for ids, row in zip(top_ids, top)]
     if weights != "native":
-        return [prompt], greedy, [float(x) for x in logprobs]
+        return [prompt], greedy, [float(x) for x in logprobs], dists
     hard = bundle.with_suffix(".hard")
     prompts = [arg for t in HARD for arg in ("--prompt", t)]
     ct.run([binary, "trace", "--model", str(gguf), "--raw", "--max-tokens", "0", *prompts,
             "--out", str(hard)])
     ids = [prompt] + [next(a["data"]["ids"] for a in arts if a["kind"] == "tokens")
                       for arts, _ in traces(hard)]
-    return ids, greedy, [float(x) for x in logprobs]
+    return ids, greedy, [float(x) for x in logprobs], dists
+
+
+def distributions_apart(theirs, ours, steps):
+    """Over `steps` (each decoded from the same tokens on both sides): the
+    largest KL(llama.cpp || vauban) in nats, over every token, and the
+    largest |Δ logprob| on llama.cpp's TOP most likely tokens."""
+    kl, top = 0.0, 0.0
+    for p, q in zip(theirs[:steps], ours[:steps]):
+        assert p.keys() == q.keys(), f"distributions over different tokens: {len(p)} and {len(q)}"
+        kl = max(kl, sum(np.exp(lp) * (lp - q[i]) for i, lp in p.items()))
+        best = sorted(p, key=lambda i: -p[i])[:TOP]
+        top = max(top, max(abs(p[i] - q[i]) for i in best))
+    return kl, top
 
 
 def main():
@@ -447,14 +479,15 @@ def main():
             if only and name not in only:
                 continue
             reference_ids, model, files = prepared(name, cls, kwargs, kind, llama, not args.no_cache)
+            vocab = model.config.vocab_size
             for dtype, gguf in files.items():
                 # The types the file holds: each the preset names must be
                 # there (llama-quantize did not fall back from it).
                 types = tensor_types(llama, gguf)
                 expected = PRESETS.get(dtype, [dtype])
                 types_ok = all(t in types for t in expected)
-                theirs = llama_server(llama, gguf)
-                ours = vauban(binary, gguf, tmp / f"{name}.{dtype}.bundle")
+                theirs = llama_server(llama, gguf, vocab)
+                ours = vauban(binary, gguf, tmp / f"{name}.{dtype}.bundle", vocab)
                 # Until either generates its end-of-sequence token.
                 n = min(len(theirs[1]), len(ours[1]))
                 parted = next((i for i in range(n) if theirs[1][i] != ours[1][i]), None)
@@ -463,6 +496,11 @@ def main():
                 if near_tie:
                     n = parted
                 same = theirs[1][:n] == ours[1][:n] and n > 0
+                # The distributions over every step decoded from the same
+                # tokens: up to the one where the greedy tokens parted.
+                steps = n if parted is None else parted + 1
+                kl, top_diff = distributions_apart(theirs[4], ours[3], steps)
+                dists_ok = steps > 0 and kl <= KL_TOLERANCE and top_diff <= TOP_TOLERANCE
                 # The f32 model's log-probabilities of llama.cpp's tokens.
                 seq = theirs[0][0] + theirs[1][:n]
                 with torch.no_grad():
@@ -480,7 +518,7 @@ def main():
                     # A figure, not a verdict: the same file dequantized at
                     # load by vauban's reader (f32 products, no rounding of
                     # the activations), against llama.cpp and the f32 model.
-                    deq = vauban(binary, gguf, tmp / f"{name}.{dtype}.f32.bundle", weights="f32")
+                    deq = vauban(binary, gguf, tmp / f"{name}.{dtype}.f32.bundle", vocab, weights="f32")
                     if deq[1][:n] == theirs[1][:n]:
                         extra = {"greedy_vauban_f32_weights": deq[1],
                                  "max_abs_diff_vauban_f32_weights_llama_cpp": worst(deq[2], theirs[2]),
@@ -492,7 +530,7 @@ def main():
                 # a BOS id is the converter's choice, read from the GGUF).
                 body = (lambda ids: [i[1:] for i in ids]) if kind == "spm" else (lambda ids: ids)
                 tokens_ok = ours[0] == theirs[0] and body(ours[0]) == body(reference_ids)
-                ok = tokens_ok and same and close and types_ok
+                ok = tokens_ok and same and close and dists_ok and types_ok
                 failed |= not ok
                 results[f"{name}/{dtype}"] = {
                     "texts": [TEXT] + HARD,
@@ -507,15 +545,22 @@ def main():
                     "min_greedy_margin_llama_cpp": min(theirs[3][:n], default=None),
                     # The step where the greedy tokens parted at a near tie.
                     "near_tie_at": parted if near_tie else None,
+                    # The next-token distributions, in full, over the steps
+                    # decoded from the same tokens.
+                    "distribution_steps": steps, "max_kl_llama_cpp_vauban": kl,
+                    f"max_abs_diff_top{TOP}_logprobs": top_diff,
                     "tensor_types": types, "expected_types": expected, **extra, "ok": ok}
                 held = " ".join(f"{t}×{c}" for t, c in types.items())
                 print(f"{name:8} {dtype:6} ids {'same' if tokens_ok else 'DIFFERENT'}  "
                       f"greedy {'same' if same else 'DIFFERENT'} ({n}{', then a near tie' if near_tie else ''})  max|Δlogprob| vauban-llama.cpp "
                       f"{d_llama:.1e}, against the f32 model: vauban {d_truth:.1e}, llama.cpp {llama_truth:.1e}"
+                      f"  KL {kl:.1e} top-{TOP} |Δ| {top_diff:.1e} ({steps} steps)"
                       f"  types {held}{'' if types_ok else ' (NOT ' + ', '.join(expected) + ')'}"
                       f"  {'ok' if ok else 'FAIL'}", flush=True)
     meta = {"transformers": transformers.__version__, "text": TEXT, "f32_tolerance": F32_TOLERANCE,
-            "quantized": {"error_ratio": QUANT_ERROR_RATIO, "floor": QUANT_FLOOR}, "models": results}
+            "quantized": {"error_ratio": QUANT_ERROR_RATIO, "floor": QUANT_FLOOR},
+            "distributions": {"kl": KL_TOLERANCE, "top": TOP, "top_abs_diff": TOP_TOLERANCE},
+            "models": results}
     (out / "compare_llama_cpp.json").write_text(json.dumps(meta, indent=2))
     sys.exit(1 if failed else 0)
 

@@ -37,6 +37,79 @@ fn direction(dir: &Path, width: usize) -> PathBuf {
     path
 }
 
+/// `--top-logprobs K` keeps the K most likely tokens of every distribution
+/// a new token was chosen from: under greedy decoding, each row's first id
+/// is the token chosen, and the first row is the top K of the prompt's
+/// last-position log-probabilities, which the prefill records in full.
+#[test]
+fn trace_keeps_the_top_logprobs_of_every_new_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 3, GgmlDType::F32);
+    let bundle = dir.path().join("b");
+    let args = |top: &'static str| {
+        vec![
+            "trace", "--model", s(&model), "--prompt", "the cat", "--raw", "--logprobs",
+            "--raw-tensors", "--max-tokens", "3", "--top-logprobs", top, "--out", s(&bundle),
+        ]
+    };
+    let o = vauban(&args("4"));
+    assert!(o.status.success(), "{:?}", text(&o));
+    let b = vauban::bundle::Bundle::open(&bundle).unwrap();
+    let t = b.trace("t0").unwrap();
+    let raw = b.raw_tensors(t).unwrap();
+    let find = |kind: &str, role: &str| {
+        let a = t
+            .artifacts
+            .iter()
+            .find(|a| a.kind.as_str() == kind && a.labels.get("role").map(String::as_str) == Some(role))
+            .unwrap_or_else(|| panic!("a {kind} artifact of role {role}"));
+        &raw[&a.id]
+    };
+    let top = find("logprobs", "continuation");
+    let top_ids = find("tokens", "continuation_top_k");
+    assert_eq!((top.shape.clone(), top_ids.shape.clone()), (vec![3, 4], vec![3, 4]));
+    let top = top.as_ref().to_f32_vec();
+    let top_ids: Vec<u32> = top_ids
+        .bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let chosen = find("logprobs", "completion").as_ref().to_f32_vec();
+    let completion = t
+        .artifacts
+        .iter()
+        .find_map(|a| match &a.data {
+            vauban::trace::ArtifactData::TokenIds { ids } if a.labels["role"] == "completion" => {
+                Some(ids.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    for i in 0..3 {
+        let row = &top[i * 4..][..4];
+        assert!(row.windows(2).all(|w| w[0] >= w[1]), "row {i} in order: {row:?}");
+        assert_eq!(top_ids[i * 4], completion[i], "row {i} starts with the greedy token");
+        assert!((row[0] - chosen[i]).abs() < 1e-6, "{} against {}", row[0], chosen[i]);
+    }
+    // The prompt's last row, in full, ranked here.
+    let prompt = find("logprobs", "prompt");
+    let vocab = prompt.shape[1];
+    let all = prompt.as_ref().to_f32_vec();
+    let last = &all[all.len() - vocab..];
+    let mut ranked: Vec<u32> = (0..vocab as u32).collect();
+    ranked.sort_by(|a, b| last[*b as usize].total_cmp(&last[*a as usize]).then(a.cmp(b)));
+    assert_eq!(&top_ids[..4], &ranked[..4]);
+    for (j, &id) in ranked[..4].iter().enumerate() {
+        assert!((top[j] - last[id as usize]).abs() < 1e-5, "{} against {}", top[j], last[id as usize]);
+    }
+    // It needs --logprobs, which records log-probabilities at all.
+    let mut no_logprobs = args("4");
+    no_logprobs.retain(|a| *a != "--logprobs");
+    let o = vauban(&no_logprobs);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("--logprobs"), "{err}");
+}
+
 #[test]
 fn trace_writes_a_bundle_that_inspects_and_validates() {
     let dir = tempfile::tempdir().unwrap();

@@ -418,9 +418,10 @@ fn every_family_converted_by_llama_cpp_matches_llama_cpp() {
 }
 
 /// The comparison of `family`'s `dtype` file: the script's verdict, the
-/// prompt's ids and the greedy tokens the same as llama.cpp's (up to the
-/// step where they parted at a near tie, for a quantized file where the
-/// script found one).
+/// next-token distributions within KL 0.05 and 0.5 nats on llama.cpp's
+/// top 20, the prompt's ids and the greedy tokens the same as llama.cpp's
+/// (up to the step where they parted at a near tie, for a quantized file
+/// where the script found one).
 fn same_as_llama_cpp<'a>(
     models: &'a serde_json::Map<String, serde_json::Value>,
     family: &str,
@@ -428,6 +429,23 @@ fn same_as_llama_cpp<'a>(
 ) -> &'a serde_json::Value {
     let m = &models[&format!("{family}/{dtype}")];
     assert_eq!(m["ok"], true, "{family} {dtype}: {m}");
+    // The tolerances on the next-token distributions, each in
+    // full, at every step both decoded from the same tokens.
+    let figure = |key: &str| m[key].as_f64().unwrap_or(f64::INFINITY);
+    assert!(
+        m["distribution_steps"].as_u64().is_some_and(|n| n > 0),
+        "{family} {dtype}: no distribution compared"
+    );
+    assert!(
+        figure("max_kl_llama_cpp_vauban") <= 0.05,
+        "{family} {dtype}: KL {}",
+        m["max_kl_llama_cpp_vauban"]
+    );
+    assert!(
+        figure("max_abs_diff_top20_logprobs") <= 0.5,
+        "{family} {dtype}: top-20 |Δlogprob| {}",
+        m["max_abs_diff_top20_logprobs"]
+    );
     assert_eq!(
         m["prompt_ids_vauban"], m["prompt_ids_llama_cpp"],
         "{family} {dtype}"

@@ -301,6 +301,13 @@ pub struct TraceRunArgs {
     /// Record logits and log-probabilities at every prompt position.
     #[arg(long)]
     pub logprobs: bool,
+    /// With --logprobs: also keep the K most likely tokens, with their
+    /// log-probabilities, of every distribution a new token was chosen
+    /// from (the completion's `continuation_top_k`, always raw: what an
+    /// OpenAI endpoint's `top_logprobs` returns). 0: the chosen tokens'
+    /// log-probabilities only.
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "logprobs")]
+    pub top_logprobs: usize,
     /// Keep raw tensors in the bundle, not only their summaries.
     #[arg(long)]
     pub raw_tensors: bool,
@@ -370,7 +377,10 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     no_duplicates(&args.layers)?;
-    let generate = args.prompt.generate(args.max_tokens)?;
+    let generate = GenerateOptions {
+        top_logprobs: args.top_logprobs,
+        ..args.prompt.generate(args.max_tokens)?
+    };
     let exec = args.model.load()?;
     exec.check_layers(&args.layers).context("--layers")?;
     let interventions = args.prompt.steer.interventions(&exec)?;
