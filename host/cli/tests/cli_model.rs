@@ -48,8 +48,20 @@ fn trace_keeps_the_top_logprobs_of_every_new_token() {
     let bundle = dir.path().join("b");
     let args = |top: &'static str| {
         vec![
-            "trace", "--model", s(&model), "--prompt", "the cat", "--raw", "--logprobs",
-            "--raw-tensors", "--max-tokens", "3", "--top-logprobs", top, "--out", s(&bundle),
+            "trace",
+            "--model",
+            s(&model),
+            "--prompt",
+            "the cat",
+            "--raw",
+            "--logprobs",
+            "--raw-tensors",
+            "--max-tokens",
+            "3",
+            "--top-logprobs",
+            top,
+            "--out",
+            s(&bundle),
         ]
     };
     let o = vauban(&args("4"));
@@ -61,13 +73,18 @@ fn trace_keeps_the_top_logprobs_of_every_new_token() {
         let a = t
             .artifacts
             .iter()
-            .find(|a| a.kind.as_str() == kind && a.labels.get("role").map(String::as_str) == Some(role))
+            .find(|a| {
+                a.kind.as_str() == kind && a.labels.get("role").map(String::as_str) == Some(role)
+            })
             .unwrap_or_else(|| panic!("a {kind} artifact of role {role}"));
         &raw[&a.id]
     };
     let top = find("logprobs", "continuation");
     let top_ids = find("tokens", "continuation_top_k");
-    assert_eq!((top.shape.clone(), top_ids.shape.clone()), (vec![3, 4], vec![3, 4]));
+    assert_eq!(
+        (top.shape.clone(), top_ids.shape.clone()),
+        (vec![3, 4], vec![3, 4])
+    );
     let top = top.as_ref().to_f32_vec();
     let top_ids: Vec<u32> = top_ids
         .bytes
@@ -87,9 +104,21 @@ fn trace_keeps_the_top_logprobs_of_every_new_token() {
         .unwrap();
     for i in 0..3 {
         let row = &top[i * 4..][..4];
-        assert!(row.windows(2).all(|w| w[0] >= w[1]), "row {i} in order: {row:?}");
-        assert_eq!(top_ids[i * 4], completion[i], "row {i} starts with the greedy token");
-        assert!((row[0] - chosen[i]).abs() < 1e-6, "{} against {}", row[0], chosen[i]);
+        assert!(
+            row.windows(2).all(|w| w[0] >= w[1]),
+            "row {i} in order: {row:?}"
+        );
+        assert_eq!(
+            top_ids[i * 4],
+            completion[i],
+            "row {i} starts with the greedy token"
+        );
+        assert!(
+            (row[0] - chosen[i]).abs() < 1e-6,
+            "{} against {}",
+            row[0],
+            chosen[i]
+        );
     }
     // The prompt's last row, in full, ranked here.
     let prompt = find("logprobs", "prompt");
@@ -97,10 +126,19 @@ fn trace_keeps_the_top_logprobs_of_every_new_token() {
     let all = prompt.as_ref().to_f32_vec();
     let last = &all[all.len() - vocab..];
     let mut ranked: Vec<u32> = (0..vocab as u32).collect();
-    ranked.sort_by(|a, b| last[*b as usize].total_cmp(&last[*a as usize]).then(a.cmp(b)));
+    ranked.sort_by(|a, b| {
+        last[*b as usize]
+            .total_cmp(&last[*a as usize])
+            .then(a.cmp(b))
+    });
     assert_eq!(&top_ids[..4], &ranked[..4]);
     for (j, &id) in ranked[..4].iter().enumerate() {
-        assert!((top[j] - last[id as usize]).abs() < 1e-5, "{} against {}", top[j], last[id as usize]);
+        assert!(
+            (top[j] - last[id as usize]).abs() < 1e-5,
+            "{} against {}",
+            top[j],
+            last[id as usize]
+        );
     }
     // It needs --logprobs, which records log-probabilities at all.
     let mut no_logprobs = args("4");
