@@ -605,10 +605,21 @@ mod tests {
             .filter(|v| v.is_finite())
             .map(|&v| v as f64)
             .collect();
+        // Compensated sums (Neumaier's): over 3M values a plain f64 sum
+        // is itself off by about 1e-12, the tolerance below.
+        let sum = |xs: &mut dyn Iterator<Item = f64>| {
+            let (mut s, mut c) = (0f64, 0f64);
+            for x in xs {
+                let t = s + x;
+                c += if s.abs() >= x.abs() { (s - t) + x } else { (x - t) + s };
+                s = t;
+            }
+            s + c
+        };
         let n = finite.len() as f64;
-        let mean = finite.iter().sum::<f64>() / n;
-        let var = finite.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-        let l2 = finite.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let mean = sum(&mut finite.iter().copied()) / n;
+        let var = sum(&mut finite.iter().map(|v| (v - mean) * (v - mean))) / n;
+        let l2 = sum(&mut finite.iter().map(|v| v * v)).sqrt();
         assert_eq!(s.non_finite, (len - finite.len()) as u64);
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
         assert!(close(s.mean.unwrap(), mean), "{:?} against {mean}", s.mean);
