@@ -611,7 +611,11 @@ mod tests {
             let (mut s, mut c) = (0f64, 0f64);
             for x in xs {
                 let t = s + x;
-                c += if s.abs() >= x.abs() { (s - t) + x } else { (x - t) + s };
+                c += if s.abs() >= x.abs() {
+                    (s - t) + x
+                } else {
+                    (x - t) + s
+                };
                 s = t;
             }
             s + c
