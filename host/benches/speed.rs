@@ -204,7 +204,10 @@ fn llama_figures(
 }
 
 /// One row per preset file: its matrices' types, vauban's figures and
-/// llama-bench's better of flash attention off and on, with the ratio.
+/// llama-bench's better of flash attention off and on, with the ratio; and
+/// the decode bound of the memory's read bandwidth, measured after the
+/// file's runs (it moves by a fifth or more over minutes on a shared
+/// machine), as each side's share of it.
 fn preset_rows(
     files: &[PathBuf],
     llama_bench: Option<&Path>,
@@ -212,8 +215,13 @@ fn preset_rows(
     reps: usize,
 ) -> anyhow::Result<()> {
     println!(
-        "{:<28} {:<34} {:>21} {:>21} {:>21}",
-        "file", "kernels", "pp128 ours/llama", "pp512 ours/llama", "tg128 ours/llama"
+        "{:<28} {:<34} {:>21} {:>21} {:>21} {:>24}",
+        "file",
+        "kernels",
+        "pp128 ours/llama",
+        "pp512 ours/llama",
+        "tg128 ours/llama",
+        "tg bound (ours, llama)"
     );
     for file in files {
         let exec = CandleExecutor::load(&ModelSpec {
@@ -225,11 +233,13 @@ fn preset_rows(
         })?;
         let ours = core_figures(&exec, reps)?;
         let kernel = exec.model.model.kernel();
+        let matrix_bytes = exec.model.model.matrix_bytes() as f64;
         drop(exec);
         let theirs = match llama_bench {
             Some(bin) => llama_figures(bin, file, threads, reps, false)?,
             None => Vec::new(),
         };
+        let bound = read_bandwidth(threads) * 1e9 / matrix_bytes;
         let cells: Vec<String> = ours
             .iter()
             .map(|(test, v)| {
@@ -248,8 +258,19 @@ fn preset_rows(
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into());
         let kernel = kernel.strip_prefix("vauban-kernels ").unwrap_or(&kernel);
+        let share = |v: f64| format!("{:.0}%", 100.0 * v / bound);
+        let tg_ours = ours.iter().find(|(t, _)| t == "tg128").map_or(0.0, |x| x.1);
+        let tg_llama = theirs
+            .iter()
+            .filter(|(t, _, _)| t == "tg128")
+            .map(|x| x.2)
+            .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+        let bound_cell = match tg_llama {
+            Some(l) => format!("{bound:.1} ({}, {})", share(tg_ours), share(l)),
+            None => format!("{bound:.1} ({})", share(tg_ours)),
+        };
         println!(
-            "{name:<28} {kernel:<34} {:>21} {:>21} {:>21}",
+            "{name:<28} {kernel:<34} {:>21} {:>21} {:>21} {bound_cell:>24}",
             cells[0], cells[1], cells[2]
         );
     }
