@@ -490,6 +490,23 @@ pub fn matmul_group_on(isa: Isa, ws: &[&QMatrix], x: &[f32], m: usize, ys: &mut 
 #[cfg(target_arch = "x86_64")]
 const ACT_RUN: usize = 64;
 
+/// How far ahead of the weights it multiplies a one-row product (a decode
+/// step) asks for the next ones: 8 KiB, 3-4 of a packed K-quant group's
+/// blocks. The hardware's prefetcher alone kept the packed K-quant
+/// kernels, which do the most work per byte, at 30-52 GB/s from memory;
+/// asking ahead took them to 51-81 (`cargo bench -p vauban-kernels --bench
+/// kernels`, the 16384 × 8192 matrix, median of 4 runs interleaved with 0,
+/// 4 and 16 KiB ahead: Q2_K 30 → 81, Q4_K 52 → 77, Q5_K 35 → 68, Q6_K 39
+/// → 51, IQ4_XS 54 → 75, Q4_0 60 → 69, Q8_0 51 → 58, F16 48 → 58 GB/s).
+/// A prompt's products reread their weights from cache and ask nothing.
+/// The row kernels (AVX2, and AVX-512 for a matrix left unpacked) ask
+/// nothing either: asking for the rows 8 KiB ahead took their one-row
+/// products from memory from 30-57 GB/s to 17-36 (the same bench, four
+/// alternations, Q4_0, Q4_K, Q6_K and Q8_0), where the hardware's
+/// prefetcher alone streams them.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PREFETCH_AHEAD: usize = 8 << 10;
+
 /// The output of a product, written by every task at disjoint columns.
 struct SharedOut(*mut f32);
 

@@ -409,19 +409,9 @@ mod avx512 {
         K_D, K_DMIN, K_MIN, K_QH, K_QS, K_SC, LANES, Q2_D, Q2_DMIN, Q2_QS, Q2_SC, Q3_D, Q3_HM,
         Q3_QS, Q3_SC, Q6_D, Q6_QH, Q6_QL, Q6_SC, XS_D, XS_QS, XS_SC, factor_bytes, fifth_bits,
     };
+    use crate::PREFETCH_AHEAD;
     use crate::act::{Q8x32, Q8x256};
     use crate::blocks::{Format, IQ4_VALUES};
-
-    /// How far ahead of the block it multiplies a one-row product (a decode
-    /// step) asks for the weights: 8 KiB, 3-4 of a K-quant group's blocks.
-    /// The hardware's prefetcher alone kept the K-quant kernels, which do
-    /// the most work per byte, at 30-52 GB/s from memory; asking ahead
-    /// took them to 51-81 (`cargo bench -p vauban-kernels --bench kernels`,
-    /// the 16384 × 8192 matrix, median of 4 runs interleaved with 0, 4 and
-    /// 16 KiB ahead: Q2_K 30 → 81, Q4_K 52 → 77, Q5_K 35 → 68, Q6_K 39 →
-    /// 51, IQ4_XS 54 → 75, Q4_0 60 → 69, Q8_0 51 → 58, F16 48 → 58 GB/s).
-    /// A prompt's products reread each group from cache and ask nothing.
-    const PREFETCH_AHEAD: usize = 8 << 10;
 
     /// Asks for the `bytes` bytes [`PREFETCH_AHEAD`] past `from`, one
     /// request a cache line. A prefetch never faults, so past the end of
