@@ -40,11 +40,7 @@ impl HostOptions {
     /// The user's cache directory for vauban (`$XDG_CACHE_HOME/vauban/plugins`
     /// or `~/.cache/vauban/plugins`), if one can be named.
     pub fn default_cache_dir() -> Option<PathBuf> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-        Some(base.join("vauban").join("plugins"))
+        vauban_format::hash::cache_root().map(|root| root.join("plugins"))
     }
 }
 

@@ -307,52 +307,56 @@ type Ordered<'a> = Vec<(&'a String, &'a TensorData)>;
 /// the order their data follows it.
 ///
 /// The crate lays the header out from each tensor's length alone, so it is
-/// asked for a file of tensors without data; their order is the crate's
-/// (descending dtype alignment, then name), checked against the offsets the
-/// header gives, so the data written after it is where a reader looks.
+/// asked for a file of tensors without data; the tensors are then taken in
+/// the order of the offsets that header gives them.
 fn safetensors_layout(
     tensors: &HashMap<String, TensorData>,
     meta: HashMap<String, String>,
 ) -> Result<(Vec<u8>, Ordered<'_>), String> {
-    let views = tensors.iter().map(|(id, t)| (id.clone(), HeaderView(t)));
-    let header = safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
-    let mut ordered: Ordered<'_> = tensors.iter().collect();
-    ordered.sort_by(|(a, x), (b, y)| {
-        let (x, y) = (x.dtype.to_safetensors(), y.dtype.to_safetensors());
-        y.cmp(&x).then(a.cmp(b))
+    let views = tensors.iter().map(|(id, t)| {
+        (
+            id.clone(),
+            TensorView {
+                tensor: t,
+                data: false,
+            },
+        )
     });
+    let header = safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
     let json_len = u64::from_le_bytes(header[..8].try_into().expect("8 bytes")) as usize;
     let json: serde_json::Value =
         serde_json::from_slice(&header[8..8 + json_len]).map_err(|e| e.to_string())?;
-    let mut offset = 0u64;
-    for (id, t) in &ordered {
-        let end = offset + t.bytes.len() as u64;
-        let at = &json[id.as_str()]["data_offsets"];
-        if *at != serde_json::json!([offset, end]) {
-            return Err(format!(
-                "tensor {id}: the header places it at {at}, the writer at [{offset}, {end}]"
-            ));
-        }
-        offset = end;
+    let start = |id: &str| json[id]["data_offsets"][0].as_u64();
+    let mut ordered: Ordered<'_> = tensors.iter().collect();
+    if let Some((id, _)) = ordered.iter().find(|(id, _)| start(id).is_none()) {
+        return Err(format!("the header places no tensor {id}"));
     }
+    ordered.sort_by_key(|(id, _)| start(id));
     Ok((header, ordered))
 }
 
-/// A tensor as safetensors' header sees it: dtype, shape and length, no data.
-struct HeaderView<'a>(&'a TensorData);
+/// A tensor as safetensors sees it: dtype, shape and length, and its bytes
+/// where `data` (the header alone needs none).
+struct TensorView<'a> {
+    tensor: &'a TensorData,
+    data: bool,
+}
 
-impl View for HeaderView<'_> {
+impl View for TensorView<'_> {
     fn dtype(&self) -> safetensors::Dtype {
-        self.0.dtype.to_safetensors()
+        self.tensor.dtype.to_safetensors()
     }
     fn shape(&self) -> &[usize] {
-        &self.0.shape
+        &self.tensor.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&[])
+        match self.data {
+            true => Cow::Borrowed(&self.tensor.bytes),
+            false => Cow::Borrowed(&[]),
+        }
     }
     fn data_len(&self) -> usize {
-        self.0.bytes.len()
+        self.tensor.bytes.len()
     }
 }
 
@@ -410,24 +414,6 @@ mod tests {
     use super::*;
     use crate::trace::DType;
 
-    /// A [`TensorData`] as safetensors' own writer sees it, data included.
-    struct FullView<'a>(&'a TensorData);
-
-    impl View for FullView<'_> {
-        fn dtype(&self) -> safetensors::Dtype {
-            self.0.dtype.to_safetensors()
-        }
-        fn shape(&self) -> &[usize] {
-            &self.0.shape
-        }
-        fn data(&self) -> Cow<'_, [u8]> {
-            Cow::Borrowed(&self.0.bytes)
-        }
-        fn data_len(&self) -> usize {
-            self.0.bytes.len()
-        }
-    }
-
     #[test]
     fn the_streamed_file_is_the_one_safetensors_writes() {
         // Mixed alignments and names out of order, so the crate reorders.
@@ -455,7 +441,13 @@ mod tests {
         for (_, t) in &ordered {
             streamed.extend_from_slice(&t.bytes);
         }
-        let views = tensors.iter().map(|(id, t)| (id.clone(), FullView(t)));
+        let views = tensors.iter().map(|(id, t)| {
+            let view = TensorView {
+                tensor: t,
+                data: true,
+            };
+            (id.clone(), view)
+        });
         let reference = safetensors::serialize(views, Some(meta)).unwrap();
         assert_eq!(streamed, reference);
     }

@@ -289,26 +289,21 @@ pub fn summarize_f32(shape: &[usize], values: &[f32]) -> TensorSummary {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(parts.len());
+    // Each thread takes a run of consecutive parts; the runs come back in
+    // order. One part (nearly every tensor) starts no thread.
+    let per_thread = parts.len().div_ceil(threads.max(1));
     let moments: Vec<Moments> = if threads <= 1 {
         parts.iter().map(|p| moments_f32(p)).collect()
     } else {
-        let mut out = vec![Moments::default(); parts.len()];
         std::thread::scope(|s| {
-            // Thread t takes parts t, t + threads, ...
-            let mut slots: Vec<Vec<(usize, &mut Moments)>> = (0..threads).map(|_| vec![]).collect();
-            for (i, m) in out.iter_mut().enumerate() {
-                slots[i % threads].push((i, m));
-            }
-            for slot in slots {
-                let parts = &parts;
-                s.spawn(move || {
-                    for (i, m) in slot {
-                        *m = moments_f32(parts[i]);
-                    }
-                });
-            }
-        });
-        out
+            let runs: Vec<_> = parts
+                .chunks(per_thread.max(1))
+                .map(|run| s.spawn(move || run.iter().map(|p| moments_f32(p)).collect::<Vec<_>>()))
+                .collect();
+            runs.into_iter()
+                .flat_map(|h| h.join().expect("a summary thread does not panic"))
+                .collect()
+        })
     };
     let mut all = Chunked::default();
     for m in &moments {
