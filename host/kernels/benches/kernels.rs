@@ -7,6 +7,10 @@
 //! one row on every kernel but the portable ones, read from memory as a
 //! model's decode reads its weights. Prints figures; asserts nothing.
 //!
+//! First, the ceiling for the m=128 figures on AVX-512: the rate of
+//! independent 512-bit f32 multiply-adds one core sustains, times the
+//! threads (what no f32 kernel can pass).
+//!
 //! Run: `cargo bench -p vauban-kernels --bench kernels [-- Q4_K Q6_K]`
 //! (format names: only those).
 
@@ -26,6 +30,17 @@ fn main() {
         seed ^= seed << 17;
         seed as u8
     };
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512 F.
+        let one = unsafe { fma_peak() };
+        let threads = vauban_kernels::pool::Pool::global().threads();
+        println!(
+            "f32 multiply-add peak (512-bit FMA, 16 chains): {one:.1} GMAC/s a core, \
+             {:.1} on {threads} threads",
+            one * threads as f64
+        );
+    }
     println!(
         "threads {}; {:<6} {:<19} {:>12} {:>12} {:>14}",
         vauban_kernels::pool::Pool::global().threads(),
@@ -97,4 +112,53 @@ fn main() {
             }
         }
     }
+}
+
+/// Multiply-adds a second one core sustains on 16 independent chains of
+/// 512-bit FMAs (more than the latency times the issue width), in
+/// billions. Written in assembly: the point is the instruction's rate, and
+/// a compiler may keep chains in memory or reorder them.
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_peak() -> f64 {
+    const ITERS: usize = 20_000_000;
+    let t = Instant::now();
+    // SAFETY: AVX-512 F (the caller's promise); touches only zmm0-17 and
+    // the counter, declared clobbered.
+    unsafe {
+        std::arch::asm!(
+            "vxorps zmm16, zmm16, zmm16",
+            "vxorps zmm17, zmm17, zmm17",
+            "2:",
+            "vfmadd231ps zmm0, zmm16, zmm17",
+            "vfmadd231ps zmm1, zmm16, zmm17",
+            "vfmadd231ps zmm2, zmm16, zmm17",
+            "vfmadd231ps zmm3, zmm16, zmm17",
+            "vfmadd231ps zmm4, zmm16, zmm17",
+            "vfmadd231ps zmm5, zmm16, zmm17",
+            "vfmadd231ps zmm6, zmm16, zmm17",
+            "vfmadd231ps zmm7, zmm16, zmm17",
+            "vfmadd231ps zmm8, zmm16, zmm17",
+            "vfmadd231ps zmm9, zmm16, zmm17",
+            "vfmadd231ps zmm10, zmm16, zmm17",
+            "vfmadd231ps zmm11, zmm16, zmm17",
+            "vfmadd231ps zmm12, zmm16, zmm17",
+            "vfmadd231ps zmm13, zmm16, zmm17",
+            "vfmadd231ps zmm14, zmm16, zmm17",
+            "vfmadd231ps zmm15, zmm16, zmm17",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) ITERS => _,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+            out("zmm16") _, out("zmm17") _,
+            options(nostack, nomem),
+        );
+    }
+    (ITERS * 16 * 16) as f64 / t.elapsed().as_secs_f64() / 1e9
 }
