@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use vauban::plugin::{HostOptions, PluginHost, SandboxOptions, Scorer};
 use vauban::trace::fixture::TraceFixture;
-use vauban::trace::{Stage, StageProfile, Trace};
+use vauban::trace::{Role, Stage, StageProfile, Trace};
 use vauban_plugin_sdk::refusal::Detector;
 
 const COMPLETIONS: [&str; 6] = [
@@ -29,7 +29,7 @@ fn trace(i: usize) -> Trace {
         .prompt("a prompt")
         .prompt_id(&format!("p{i}"))
         .span(Stage::Decode, StageProfile::default())
-        .text("completion", &text)
+        .text(Role::Completion, &text)
         .trace()
 }
 

@@ -16,7 +16,7 @@ use common::llama_server::{self, ALIAS, LlamaServer};
 use common::plugins;
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::executor::{RunOptions, TraceOutput};
-use vauban::trace::{ArtifactKind as K, TraceRequest};
+use vauban::trace::{ArtifactKind as K, Role, TraceRequest};
 
 /// The server binary and the model, or `None` (the test skips).
 fn parts() -> Option<(PathBuf, PathBuf)> {
@@ -75,11 +75,11 @@ fn request(text: &str) -> (TraceRequest, RunOptions) {
 /// The completion's text and the raw top-k rows of a trace.
 fn evidence(out: &TraceOutput) -> (String, Vec<u8>, Vec<u32>) {
     let t = &out.trace;
-    let text = vauban::pipeline::analyze::text_of(t, "completion").unwrap();
-    let ids = vauban::pipeline::analyze::tokens_of(t, "completion").unwrap();
+    let text = vauban::pipeline::analyze::text_of(t, Role::Completion).unwrap();
+    let ids = vauban::pipeline::analyze::tokens_of(t, Role::Completion).unwrap();
     let rows = t
         .artifacts_of(K::Logprobs)
-        .find(|a| a.role() == Some("continuation"))
+        .find(|a| a.role() == Some(Role::Continuation))
         .map(|a| out.tensors[&a.id].bytes.clone())
         .unwrap();
     (text, rows, ids)
@@ -212,7 +212,7 @@ fn a_report_between_candle_and_the_server_is_a_distributional_diff_and_keeps_the
         let b = vauban::bundle::Bundle::open(out.join("traces").join(side)).unwrap();
         b.traces()
             .iter()
-            .map(|t| vauban::pipeline::analyze::tokens_of(t, "completion").unwrap()[0])
+            .map(|t| vauban::pipeline::analyze::tokens_of(t, Role::Completion).unwrap()[0])
             .collect()
     };
     assert_eq!(first_ids("baseline"), first_ids("candidate"));

@@ -249,7 +249,7 @@ fn samples_are_averaged_per_prompt_with_their_spread() {
         .map(|t| {
             let text = t
                 .artifacts_of(vauban::trace::ArtifactKind::Text)
-                .find(|a| a.role() == Some("completion"))
+                .find(|a| a.role() == Some(vauban::trace::Role::Completion))
                 .map(|a| match &a.data {
                     vauban::trace::ArtifactData::Text { text } => text.chars().count(),
                     _ => 0,

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, TraceOutput};
 use vauban::model::WeightMode;
-use vauban::trace::ArtifactKind as K;
+use vauban::trace::{ArtifactKind as K, Role};
 
 /// A `vauban serve` child, killed when dropped.
 struct Server {
@@ -101,7 +101,7 @@ fn served(server: &Server, model: &Path) -> (Vec<u32>, TraceOutput, HttpExecutor
     let exec = HttpExecutor::connect(&spec).unwrap();
     let (request, options) = common::raw_request("p", PROMPT, 12, 5);
     let out = exec.trace(&request, &options, None).unwrap();
-    let ids = vauban::pipeline::analyze::tokens_of(&out.trace, "completion").unwrap();
+    let ids = vauban::pipeline::analyze::tokens_of(&out.trace, Role::Completion).unwrap();
     (ids, out, exec)
 }
 

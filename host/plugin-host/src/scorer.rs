@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{ArtifactData, ArtifactKind, Trace};
+use crate::trace::{ArtifactData, ArtifactKind, Role, Trace};
 
 use super::error::{Failure, PluginError};
 use super::host::Plugin;
@@ -327,9 +327,9 @@ fn truncate(s: &str) -> &str {
 }
 
 /// The first artifact of `kind` whose `role` label is `role`.
-fn by_role<'t>(t: &'t Trace, kind: ArtifactKind, role: &str) -> Option<&'t ArtifactData> {
+fn by_role<'t>(t: &'t Trace, kind: ArtifactKind, role: Role) -> Option<&'t ArtifactData> {
     t.artifacts_of(kind)
-        .find(|a| a.labels.get("role").map(String::as_str) == Some(role))
+        .find(|a| a.role() == Some(role))
         .map(|a| &a.data)
 }
 
@@ -350,7 +350,7 @@ fn view(
     };
     let completion_logprobs = t
         .artifacts_of(ArtifactKind::Logprobs)
-        .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
+        .find(|a| a.role() == Some(Role::Completion))
         .and_then(|a| match &a.data {
             ArtifactData::Tensor { raw: true, .. } => {
                 tensors?.tensor(&t.id, &a.id).ok().map(|(_, v)| v)
@@ -381,10 +381,10 @@ fn view(
         prompt_id: t.request.prompt_id.clone(),
         category: t.request.category.clone(),
         expected_behavior: t.request.expected_behavior.clone(),
-        prompt: text("prompt").or_else(|| t.request.text.clone()),
-        completion: text("completion"),
-        prompt_tokens: ids("prompt"),
-        completion_tokens: ids("completion"),
+        prompt: text(Role::Prompt).or_else(|| t.request.text.clone()),
+        completion: text(Role::Completion),
+        prompt_tokens: ids(Role::Prompt),
+        completion_tokens: ids(Role::Completion),
         completion_logprobs,
         tensors: tensor_infos,
         metrics: t

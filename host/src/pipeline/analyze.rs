@@ -20,7 +20,7 @@ use crate::report::document::{
     ReportDelta, RoutingFindings, Side, first_difference,
 };
 use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
-use crate::trace::{ArtifactData, ArtifactKind as K, Trace};
+use crate::trace::{ArtifactData, ArtifactKind as K, Role, Trace};
 
 /// One side's metric values: (prompt id, metric) → value (the mean over
 /// the prompt's samples when there are several).
@@ -264,24 +264,18 @@ pub fn gate_fails(g: &GateResult) -> bool {
     g.fails()
 }
 
-/// The text of a trace's artifact of `kind` with `role`.
-pub fn text_of(t: &Trace, role: &str) -> Option<String> {
+/// The text of a trace's `text` artifact with `role`.
+pub fn text_of(t: &Trace, role: Role) -> Option<String> {
     t.artifacts_of(K::Text).find_map(|a| match &a.data {
-        ArtifactData::Text { text } if a.labels.get("role").map(String::as_str) == Some(role) => {
-            Some(text.clone())
-        }
+        ArtifactData::Text { text } if a.role() == Some(role) => Some(text.clone()),
         _ => None,
     })
 }
 
 /// Token ids of a trace's `tokens` artifact with `role`.
-pub fn tokens_of(t: &Trace, role: &str) -> Option<Vec<u32>> {
+pub fn tokens_of(t: &Trace, role: Role) -> Option<Vec<u32>> {
     t.artifacts_of(K::Tokens).find_map(|a| match &a.data {
-        ArtifactData::TokenIds { ids }
-            if a.labels.get("role").map(String::as_str) == Some(role) =>
-        {
-            Some(ids.clone())
-        }
+        ArtifactData::TokenIds { ids } if a.role() == Some(role) => Some(ids.clone()),
         _ => None,
     })
 }
@@ -339,7 +333,7 @@ impl<'a> Shown<'a> {
             by_id
                 .get(p.id.as_str())
                 .filter(|_| shown)
-                .and_then(|t| text_of(t, "completion"))
+                .and_then(|t| text_of(t, Role::Completion))
         })
     }
 }
@@ -500,10 +494,10 @@ pub fn continuation_reference(
     bundle: &Bundle,
     t: &Trace,
 ) -> anyhow::Result<Option<ReferenceContinuation>> {
-    let Some(support) = id_rows(bundle, "baseline", t, "continuation_top_k")? else {
+    let Some(support) = id_rows(bundle, "baseline", t, Role::ContinuationTopK)? else {
         return Ok(None);
     };
-    let completion = tokens_of(t, "completion").unwrap_or_default();
+    let completion = tokens_of(t, Role::Completion).unwrap_or_default();
     Ok(Some(ReferenceContinuation::new(
         t.id.clone(),
         completion,
@@ -517,7 +511,7 @@ fn id_rows(
     bundle: &Bundle,
     side: &str,
     t: &Trace,
-    role: &str,
+    role: Role,
 ) -> anyhow::Result<Option<Vec<Vec<u32>>>> {
     let Some(a) = t.artifacts_of(K::Tokens).find(|a| a.role() == Some(role)) else {
         return Ok(None);
@@ -611,7 +605,7 @@ fn kl_rows(
     bundle: &Bundle,
     side: &str,
     t: &Trace,
-    role: &str,
+    role: Role,
 ) -> anyhow::Result<Option<(BTreeMap<String, String>, KlRows)>> {
     let Some(a) = t.artifacts_of(K::Logprobs).find(|a| {
         a.role() == Some(role) && matches!(a.data, ArtifactData::Tensor { raw: true, .. })
@@ -669,11 +663,11 @@ pub fn distribution(
         let Some(reference) = continuation_reference(baseline.1, b)? else {
             continue;
         };
-        let Some((_, base_rows)) = kl_rows(baseline.1, "baseline", b, "continuation")? else {
+        let Some((_, base_rows)) = kl_rows(baseline.1, "baseline", b, Role::Continuation)? else {
             continue;
         };
         let Some((labels, cand_rows)) =
-            kl_rows(candidate.1, "candidate", c, "reference_continuation")?
+            kl_rows(candidate.1, "candidate", c, Role::ReferenceContinuation)?
         else {
             // A side that cannot score a given continuation (an endpoint)
             // is compared on the generated positions both sides share.
@@ -702,7 +696,7 @@ pub fn distribution(
         let figures = match labels.get("values").map(String::as_str) {
             Some("own_top_k") => {
                 let Some(cand_ids) =
-                    id_rows(candidate.1, "candidate", c, "reference_continuation_top_k")?
+                    id_rows(candidate.1, "candidate", c, Role::ReferenceContinuationTopK)?
                 else {
                     mismatched.push(p.id.clone());
                     continue;
@@ -788,13 +782,13 @@ fn shared_generated(
     candidate: &Bundle,
     c: &Trace,
 ) -> anyhow::Result<Option<(Vec<PositionKl>, usize)>> {
-    let Some((_, base_rows)) = kl_rows(baseline, "baseline", b, "continuation")? else {
+    let Some((_, base_rows)) = kl_rows(baseline, "baseline", b, Role::Continuation)? else {
         return Ok(None);
     };
     let Some(cand_ref) = continuation_reference(candidate, c)? else {
         return Ok(None);
     };
-    let Some((_, cand_rows)) = kl_rows(candidate, "candidate", c, "continuation")? else {
+    let Some((_, cand_rows)) = kl_rows(candidate, "candidate", c, Role::Continuation)? else {
         return Ok(None);
     };
     let (bc, cc) = (&reference.completion, &cand_ref.completion);
@@ -948,7 +942,7 @@ pub fn routing(sides: [&Bundle; 2]) -> anyhow::Result<Option<RoutingFindings>> {
             }
             let tokens = t
                 .artifacts_of(K::Tokens)
-                .find(|a| a.labels.get("role").map(String::as_str) == Some("prompt"))
+                .find(|a| a.role() == Some(Role::Prompt))
                 .and_then(|a| match &a.data {
                     ArtifactData::TokenIds { ids } => Some(ids.clone()),
                     _ => None,
@@ -1312,7 +1306,7 @@ mod tests {
             .map(|(id, text)| {
                 crate::trace::fixture::TraceFixture::new(format!("{side}-{id}"))
                     .prompt_id(id)
-                    .text("completion", text)
+                    .text(Role::Completion, text)
                     .trace()
             })
             .collect()

@@ -29,7 +29,7 @@ pub use sweep::{
 #[cfg(test)]
 mod test_support {
     use crate::trace::fixture::TraceFixture;
-    use crate::trace::{ArtifactData, ArtifactKind, Stage, StageProfile, Trace};
+    use crate::trace::{ArtifactData, ArtifactKind, Role, Stage, StageProfile, Trace};
 
     /// One span to build: its stage and profile.
     pub struct Step(pub Stage, pub StageProfile);
@@ -45,7 +45,7 @@ mod test_support {
             .span(stage, profile);
         for &kind in observe {
             f = match kind {
-                ArtifactKind::Text => f.text("prompt", "The capital of France is"),
+                ArtifactKind::Text => f.text(Role::Prompt, "The capital of France is"),
                 ArtifactKind::Tokens => f.artifact(
                     kind,
                     ArtifactData::TokenIds { ids: vec![1, 2, 3] },

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use crate::executor::{Backend, Executor, GenerateOptions, PromptForm, RunOptions, TopLogprobs};
 use crate::intervene::Intervention;
 use crate::intervene::policy::StepPolicy;
-use crate::trace::{ArtifactKind as K, TraceRequest};
+use crate::trace::{ArtifactKind as K, Role, TraceRequest};
 
 pub use openai::Params;
 
@@ -253,7 +253,7 @@ fn echo(served: &Served, ids: &[u32], p: &Params) -> Result<Echoed, ServeError> 
     let rows = out
         .trace
         .artifacts_of(K::Logprobs)
-        .find(|a| a.role() == Some("prompt"))
+        .find(|a| a.role() == Some(Role::Prompt))
         .and_then(|a| out.tensors.get(&a.id))
         .ok_or_else(|| ServeError::internal("the prompt's log-probabilities were not recorded"))?;
     let vocab = *rows.shape.last().unwrap_or(&0);

@@ -10,7 +10,7 @@ use serde::Serialize;
 use vauban::bundle::{Bundle, Manifest};
 use vauban::profile::{TraceProfileSummary, summarize_trace};
 use vauban::text::{excerpt, list};
-use vauban::trace::{ArtifactData, ArtifactKind, MissingArtifact, Stage, Trace};
+use vauban::trace::{ArtifactData, ArtifactKind, MissingArtifact, Role, Stage, Trace};
 
 /// Everything `inspect` shows.
 #[derive(Debug, Serialize)]
@@ -150,7 +150,7 @@ impl TraceView {
             completion: t
                 .artifacts_of(ArtifactKind::Text)
                 .find_map(|a| match &a.data {
-                    ArtifactData::Text { text } if a.role() == Some("completion") => {
+                    ArtifactData::Text { text } if a.role() == Some(Role::Completion) => {
                         Some(text.clone())
                     }
                     _ => None,

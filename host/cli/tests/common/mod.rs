@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use vauban::trace::fixture::TraceFixture;
-use vauban::trace::{ArtifactData, ArtifactKind as K, Stage, StageProfile, TensorData, Trace};
+use vauban::trace::{
+    ArtifactData, ArtifactKind as K, Role, Stage, StageProfile, TensorData, Trace,
+};
 
 /// A span's profile: `ms` milliseconds over `tokens` tokens on the CPU.
 fn profile(ms: u64, tokens: usize) -> StageProfile {
@@ -79,8 +81,8 @@ pub fn trace_completion(id: &str, completion: &str, expected: Option<&str>) -> T
         f = f.expected(e);
     }
     f.span(Stage::Decode, StageProfile::default())
-        .text("prompt", "A question")
-        .text("completion", completion)
+        .text(Role::Prompt, "A question")
+        .text(Role::Completion, completion)
         .metric("judge_score", 0.25)
         .trace()
 }

@@ -22,7 +22,7 @@ use crate::intervene::policy::{PolicyLog, StepPolicy};
 use crate::model::ModelError;
 use crate::model::assets::ModelAssets;
 use crate::trace::{
-    ArtifactData, ArtifactKind as K, Capabilities, ModelRef, Stage, StageProfile, TensorData,
+    ArtifactData, ArtifactKind as K, Capabilities, ModelRef, Role, Stage, StageProfile, TensorData,
     TraceBuilder, TraceRequest,
 };
 
@@ -36,6 +36,13 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
+}
+
+/// Artifact labels: `role`, then the `(key, value)` pairs.
+pub fn role_labels(role: Role, pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut l = labels(pairs);
+    l.insert(Role::KEY.to_owned(), role.as_str().to_owned());
+    l
 }
 
 /// Resident memory of this process, for stage profiles (Linux; `None`
@@ -118,33 +125,33 @@ impl Recorder {
     ) {
         if self.wants(K::Text) {
             let (text, l) = match text {
-                Ok(t) => (t.to_owned(), labels(&[("role", "prompt")])),
+                Ok(t) => (t.to_owned(), role_labels(Role::Prompt, &[])),
                 Err(detokenized) => (
                     detokenized,
-                    labels(&[("role", "prompt"), ("from", "token_ids")]),
+                    role_labels(Role::Prompt, &[("from", "token_ids")]),
                 ),
             };
             self.builder
                 .artifact_with(span, K::Text, ArtifactData::Text { text }, None, l);
             if let Some(r) = rendered {
-                self.text(span, "rendered_prompt", r.to_owned());
+                self.text(span, Role::RenderedPrompt, r.to_owned());
             }
         }
         if let Some(ids) = ids.filter(|_| self.wants(K::Tokens)) {
-            self.token_ids(span, "prompt", ids.to_vec());
+            self.token_ids(span, Role::Prompt, ids.to_vec());
         }
     }
 
     /// A text artifact labelled with its `role`.
-    fn text(&mut self, span: &str, role: &str, text: String) {
-        let l = labels(&[("role", role)]);
+    fn text(&mut self, span: &str, role: Role, text: String) {
+        let l = role_labels(role, &[]);
         self.builder
             .artifact_with(span, K::Text, ArtifactData::Text { text }, None, l);
     }
 
     /// Token ids labelled with their `role`.
-    fn token_ids(&mut self, span: &str, role: &str, ids: Vec<u32>) {
-        let l = labels(&[("role", role)]);
+    fn token_ids(&mut self, span: &str, role: Role, ids: Vec<u32>) {
+        let l = role_labels(role, &[]);
         self.builder
             .artifact_with(span, K::Tokens, ArtifactData::TokenIds { ids }, None, l);
     }
@@ -196,7 +203,7 @@ impl Recorder {
         p.notes.insert("positions".into(), positions.into());
         let span = self.span(Stage::LmHead, p);
         for (kind, data) in rows.into_iter().rev() {
-            self.tensor(&span, kind, None, labels(&[("role", "prompt")]), data);
+            self.tensor(&span, kind, None, role_labels(Role::Prompt, &[]), data);
         }
     }
 
@@ -256,10 +263,10 @@ impl Recorder {
     /// the chosen tokens' log-probabilities (when any), each as requested.
     pub fn completion(&mut self, span: &str, text: &str, ids: Option<&[u32]>, logprobs: &[f32]) {
         if self.wants(K::Text) {
-            self.text(span, "completion", text.to_owned());
+            self.text(span, Role::Completion, text.to_owned());
         }
         if let Some(ids) = ids.filter(|_| self.wants(K::Tokens)) {
-            self.token_ids(span, "completion", ids.to_vec());
+            self.token_ids(span, Role::Completion, ids.to_vec());
         }
         if self.wants(K::Logprobs) && !logprobs.is_empty() {
             let data = TensorData::from_f32(vec![logprobs.len()], logprobs).expect("1-D");
@@ -267,7 +274,7 @@ impl Recorder {
                 span,
                 K::Logprobs,
                 None,
-                labels(&[("role", "completion"), ("values", "chosen token")]),
+                role_labels(Role::Completion, &[("values", "chosen token")]),
                 data,
             );
         }
@@ -288,8 +295,8 @@ impl Recorder {
         if !self.wants(K::Logprobs) || rows == 0 || k == 0 {
             return;
         }
-        let l = labels(&[("role", "continuation"), ("values", "top_k")]);
-        self.top_k_table(span, l, "continuation_top_k", (rows, k), values, ids);
+        let l = role_labels(Role::Continuation, &[("values", "top_k")]);
+        self.top_k_table(span, l, Role::ContinuationTopK, (rows, k), values, ids);
     }
 
     /// A `[rows, k]` table of top log-probabilities labelled `l` (and `k`),
@@ -298,7 +305,7 @@ impl Recorder {
         &mut self,
         span: &str,
         mut l: BTreeMap<String, String>,
-        ids_role: &str,
+        ids_role: Role,
         (rows, k): (usize, usize),
         values: &[f32],
         ids: Option<&[u32]>,
@@ -309,7 +316,7 @@ impl Recorder {
         self.raw_tensor(span, K::Logprobs, l, data);
         if let Some(ids) = ids {
             let data = TensorData::from_u32(vec![rows, k], ids).expect("2-D");
-            let l = labels(&[("role", ids_role), ("k", &k_label)]);
+            let l = role_labels(ids_role, &[("k", &k_label)]);
             self.raw_tensor(span, K::Tokens, l, data);
         }
     }
@@ -329,7 +336,7 @@ impl Recorder {
         let mut l = reference_labels(r, "at_reference_top_k");
         l.insert("k".into(), k);
         self.raw_tensor(span, K::Logprobs, l, scores);
-        self.token_ids(span, "reference_continuation", r.completion.clone());
+        self.token_ids(span, Role::ReferenceContinuation, r.completion.clone());
     }
 
     /// Another side's continuation scored by a backend that returns its
@@ -349,9 +356,9 @@ impl Recorder {
         ids: &[u32],
     ) {
         let l = reference_labels(r, "own_top_k");
-        let role = "reference_continuation_top_k";
+        let role = Role::ReferenceContinuationTopK;
         self.top_k_table(span, l, role, (rows, k), values, Some(ids));
-        self.token_ids(span, "reference_continuation", r.completion.clone());
+        self.token_ids(span, Role::ReferenceContinuation, r.completion.clone());
     }
 
     /// The intervene span: one record per intervention with what it did
@@ -599,12 +606,14 @@ pub(crate) fn support_scores(logits: &TensorData, support: &[Vec<u32>]) -> Tenso
 /// The labels of another side's continuation scored here: its role, what
 /// the values are, and the reference's trace and digest.
 fn reference_labels(r: &ReferenceContinuation, values: &str) -> BTreeMap<String, String> {
-    labels(&[
-        ("role", "reference_continuation"),
-        ("values", values),
-        ("reference_trace", &r.trace_id),
-        ("reference_sha256", &r.sha256),
-    ])
+    role_labels(
+        Role::ReferenceContinuation,
+        &[
+            ("values", values),
+            ("reference_trace", &r.trace_id),
+            ("reference_sha256", &r.sha256),
+        ],
+    )
 }
 
 /// Checks a request against the model before any work: layers in range,
@@ -745,8 +754,9 @@ mod tests {
             .trace
             .artifacts
             .iter()
-            .map(|a| (a.kind, a.role()))
+            .map(|a| (a.kind, a.role_label()))
             .collect();
+        // (The labels as the trace stores them.)
         for want in [
             (K::Text, Some("prompt")),
             (K::Text, Some("rendered_prompt")),

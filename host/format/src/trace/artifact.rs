@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ArtifactKind, Stage, StageProfile, TensorRef, TensorSummary};
+use super::{ArtifactKind, Role, Stage, StageProfile, TensorRef, TensorSummary};
 
 /// One produced or consumed value, with its kind, its producer span and its data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,9 +29,20 @@ pub struct Artifact {
 }
 
 impl Artifact {
-    /// The label `role`, when set.
-    pub fn role(&self) -> Option<&str> {
-        self.labels.get("role").map(String::as_str)
+    /// The label `role`, when set to one of the roles vauban reads
+    /// ([`Role`]); `None` when unset or another value.
+    pub fn role(&self) -> Option<Role> {
+        self.role_label().and_then(Role::from_label)
+    }
+
+    /// The label `role` as stored, whatever its value.
+    pub fn role_label(&self) -> Option<&str> {
+        self.labels.get(Role::KEY).map(String::as_str)
+    }
+
+    /// Whether the artifact is of `kind` with `role`.
+    pub fn is(&self, kind: ArtifactKind, role: Role) -> bool {
+        self.kind == kind && self.role() == Some(role)
     }
 
     /// Whether this is part of the rows the next-token KL is computed
@@ -43,12 +54,13 @@ impl Artifact {
     /// are small (positions × k) and a summary cannot give a KL.
     pub fn is_kl_rows(&self) -> bool {
         match self.kind {
-            ArtifactKind::Logprobs => {
-                matches!(self.role(), Some("continuation" | "reference_continuation"))
-            }
+            ArtifactKind::Logprobs => matches!(
+                self.role(),
+                Some(Role::Continuation | Role::ReferenceContinuation)
+            ),
             ArtifactKind::Tokens => matches!(
                 self.role(),
-                Some("continuation_top_k" | "reference_continuation_top_k")
+                Some(Role::ContinuationTopK | Role::ReferenceContinuationTopK)
             ),
             _ => false,
         }

@@ -9,8 +9,8 @@
 //! ```text
 //! let (trace, tensors) = TraceFixture::new("t1")
 //!     .prompt_id("q1")
-//!     .text("prompt", "What is the capital of France?")
-//!     .text("completion", "Paris.")
+//!     .text(Role::Prompt, "What is the capital of France?")
+//!     .text(Role::Completion, "Paris.")
 //!     .activation(3, vec![1, 2, 4], &[0.5; 8], true)
 //!     .build();
 //! assert_eq!(trace.request.observe, vec![K::Text, K::Activation]);
@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{
-    ArtifactData, ArtifactKind, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
+    ArtifactData, ArtifactKind, Capabilities, DeviceKind, ModelRef, Role, Stage, StageProfile,
     SupportLevel, TensorData, Trace, TraceBuilder, TraceRequest,
 };
 
@@ -178,16 +178,26 @@ impl TraceFixture {
         self.plan(kind, PlannedData::Data(data), layer, labels)
     }
 
-    /// A text artifact labelled with `role` (`prompt`, `completion`).
-    pub fn text(self, role: &str, text: &str) -> Self {
+    /// A text artifact labelled with `role`.
+    pub fn text(self, role: Role, text: &str) -> Self {
         let data = ArtifactData::Text { text: text.into() };
-        self.artifact(ArtifactKind::Text, data, None, &[("role", role)])
+        self.artifact(
+            ArtifactKind::Text,
+            data,
+            None,
+            &[(Role::KEY, role.as_str())],
+        )
     }
 
     /// Token ids labelled with `role`.
-    pub fn tokens(self, role: &str, ids: Vec<u32>) -> Self {
+    pub fn tokens(self, role: Role, ids: Vec<u32>) -> Self {
         let data = ArtifactData::TokenIds { ids };
-        self.artifact(ArtifactKind::Tokens, data, None, &[("role", role)])
+        self.artifact(
+            ArtifactKind::Tokens,
+            data,
+            None,
+            &[(Role::KEY, role.as_str())],
+        )
     }
 
     /// A scalar metric recorded with the trace.
@@ -316,7 +326,7 @@ mod tests {
     fn the_request_is_what_the_fixture_holds() {
         let (t, tensors) = TraceFixture::new("t")
             .span(Stage::Tokenize, StageProfile::default())
-            .text("prompt", PROMPT)
+            .text(Role::Prompt, PROMPT)
             .span(Stage::Forward, StageProfile::default())
             .activation(2, vec![1, 1, 2], &[1.0, 2.0], true)
             .tensor(K::Logits, None, vec![1, 2], &[0.0, 1.0], false, &[])
@@ -351,7 +361,7 @@ mod tests {
         // Requested, neither produced nor declared missing.
         TraceFixture::new("t")
             .observe(K::Logits)
-            .text("prompt", "x")
+            .text(Role::Prompt, "x")
             .build();
     }
 }

@@ -1,8 +1,10 @@
-//! The closed vocabularies of a trace: artifact kinds and span stages.
+//! The closed vocabularies of a trace: artifact kinds, span stages and the
+//! roles of the artifacts vauban reads back.
 //!
-//! Both are enums, not strings: an unknown kind in a bundle or a request is
+//! All are enums, not strings: an unknown kind in a bundle or a request is
 //! a deserialisation error naming the valid kinds, never a value that slips
-//! through and is silently ignored downstream.
+//! through and is silently ignored downstream; a role is written and read
+//! through [`Role`], so a writer and a reader cannot disagree by a typo.
 
 use std::fmt;
 use std::str::FromStr;
@@ -222,5 +224,83 @@ mod tests {
 
         let err = serde_json::from_str::<ArtifactKind>("\"attention_map\"").unwrap_err();
         assert!(err.to_string().contains("attention_map"), "{err}");
+    }
+}
+
+/// What a text, a list of token ids or a table of log-probabilities is in
+/// the run: the value of an artifact's `role` label. Labels stay strings in
+/// the trace (plugins and the schema see `role = "completion"`), but vauban
+/// writes and reads the ones it interprets through this enum only, and a
+/// bundle's artifact of kind `text`, `tokens` or `logprobs` whose role is
+/// none of these is refused when the trace is validated
+/// ([`super::Problem::UnknownRole`]): a misspelt `continuation` would
+/// otherwise read as "no next-token KL", not as an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// The prompt as given (`prompt`): its text, its token ids, or the
+    /// tensors computed at its positions.
+    Prompt,
+    /// The prompt as the chat template rendered it (`rendered_prompt`).
+    RenderedPrompt,
+    /// What the run generated (`completion`): its text, its token ids and
+    /// the chosen tokens' log-probabilities.
+    Completion,
+    /// The top-k log-probabilities of every distribution a generation
+    /// sampled from (`continuation`); the next-token KL reads them.
+    Continuation,
+    /// The token ids of [`Role::Continuation`]'s rows
+    /// (`continuation_top_k`).
+    ContinuationTopK,
+    /// The other side's continuation scored under this model
+    /// (`reference_continuation`): its log-probabilities and its tokens.
+    ReferenceContinuation,
+    /// The token ids of a reference continuation's rows where the backend
+    /// returned its own top k instead of the reference's tokens
+    /// (`reference_continuation_top_k`).
+    ReferenceContinuationTopK,
+}
+
+impl Role {
+    /// The label's key.
+    pub const KEY: &'static str = "role";
+
+    /// Every role.
+    pub const ALL: [Role; 7] = [
+        Role::Prompt,
+        Role::RenderedPrompt,
+        Role::Completion,
+        Role::Continuation,
+        Role::ContinuationTopK,
+        Role::ReferenceContinuation,
+        Role::ReferenceContinuationTopK,
+    ];
+
+    /// The label's value, as the trace stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Prompt => "prompt",
+            Role::RenderedPrompt => "rendered_prompt",
+            Role::Completion => "completion",
+            Role::Continuation => "continuation",
+            Role::ContinuationTopK => "continuation_top_k",
+            Role::ReferenceContinuation => "reference_continuation",
+            Role::ReferenceContinuationTopK => "reference_continuation_top_k",
+        }
+    }
+
+    /// The role whose label value is `s`, if any.
+    pub fn from_label(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The valid label values, for messages.
+    pub fn valid() -> String {
+        Role::ALL.map(Role::as_str).join(", ")
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }

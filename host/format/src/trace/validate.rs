@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
-use super::{ArtifactData, ArtifactKind, SupportLevel, Trace, TraceRequest, is_sha256_hex};
+use super::{ArtifactData, ArtifactKind, Role, SupportLevel, Trace, TraceRequest, is_sha256_hex};
 
 /// One broken rule, phrased so the message names the problem and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,6 +110,21 @@ pub enum Problem {
         /// The data variant's JSON name (`text`, `token_ids`, `tensor`,
         /// `scalar`, `record`).
         data: &'static str,
+    },
+    /// An artifact of a kind vauban reads by its role (`text`, `tokens`,
+    /// `logprobs`) has a `role` label that is not one of [`Role`]'s.
+    #[error(
+        "artifact `{artifact}` ({kind}) has role `{role}`, which vauban does not read; \
+         a {kind} artifact's role is one of: {}",
+        Role::valid()
+    )]
+    UnknownRole {
+        /// The artifact's id.
+        artifact: String,
+        /// The artifact's kind.
+        kind: ArtifactKind,
+        /// The role as given.
+        role: String,
     },
     /// A tensor summary's `numel` is not the product of its shape.
     #[error(
@@ -425,6 +440,20 @@ impl Trace {
             {
                 p.push(Problem::RawNotRequested {
                     artifact: a.id.clone(),
+                });
+            }
+            let read_by_role = matches!(
+                a.kind,
+                ArtifactKind::Text | ArtifactKind::Tokens | ArtifactKind::Logprobs
+            );
+            if let Some(role) = a
+                .role_label()
+                .filter(|_| read_by_role && a.role().is_none())
+            {
+                p.push(Problem::UnknownRole {
+                    artifact: a.id.clone(),
+                    kind: a.kind,
+                    role: role.to_owned(),
                 });
             }
             if !a.data.fits(a.kind) {
@@ -985,6 +1014,35 @@ mod tests {
             "{:?}",
             problems(&t)
         );
+    }
+
+    #[test]
+    fn a_role_vauban_reads_by_must_be_one_it_knows() {
+        let mut t = valid();
+        t.artifacts[2].kind = ArtifactKind::Logprobs;
+        t.artifacts[2]
+            .labels
+            .insert("role".into(), "continuaton".into());
+        assert_problem(
+            &t,
+            "artifact `a2-logits` (logprobs) has role `continuaton`, which vauban does not read; \
+             a logprobs artifact's role is one of: prompt, rendered_prompt, completion, \
+             continuation,",
+        );
+        let about_roles = |t: &Trace| -> Vec<String> {
+            problems(t)
+                .into_iter()
+                .filter(|p| p.contains("role"))
+                .collect()
+        };
+        t.artifacts[2]
+            .labels
+            .insert("role".into(), "continuation".into());
+        assert_eq!(about_roles(&t), Vec::<String>::new());
+        // Other kinds' labels stay free-form.
+        t.artifacts[2].kind = ArtifactKind::Logits;
+        t.artifacts[2].labels.insert("role".into(), "mine".into());
+        assert_eq!(problems(&t), Vec::<String>::new());
     }
 
     #[test]
