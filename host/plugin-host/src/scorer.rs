@@ -327,7 +327,7 @@ fn truncate(s: &str) -> &str {
 }
 
 /// The first artifact of `kind` whose `role` label is `role`.
-fn by_role<'t>(t: &'t Trace, kind: ArtifactKind, role: Role) -> Option<&'t ArtifactData> {
+fn by_role(t: &Trace, kind: ArtifactKind, role: Role) -> Option<&ArtifactData> {
     t.artifacts_of(kind)
         .find(|a| a.role() == Some(role))
         .map(|a| &a.data)
