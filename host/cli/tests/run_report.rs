@@ -690,7 +690,7 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         (
             "[baseline]\n",
             "[baseline]\nkv_cache = \"q8\"\n",
-            "baseline.kv_cache: `q8`: expected f32 or f16",
+            "baseline.kv_cache: unknown variant `q8`, expected `f32` or `f16`",
         ),
         (
             "[baseline]\n",
@@ -715,7 +715,7 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         (
             "[baseline]\n",
             "[baseline]\nexecutor = \"mlx-cuda\"\n",
-            "baseline.executor: `mlx-cuda` is not an executor; expected candle, torch, mlx, http or replay",
+            "baseline.executor: unknown variant `mlx-cuda`, expected one of `candle`, `torch`, `mlx`, `http`, `replay`",
         ),
         (
             "config = { attack = \"panic\" }",

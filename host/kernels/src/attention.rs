@@ -25,8 +25,20 @@ use crate::Isa;
 use crate::pool::Pool;
 use crate::softmax::exp_shifted;
 
-/// How a cache stores keys and values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How a cache stores keys and values (`kv_cache` in a config: `f32` or
+/// `f16`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum KvType {
     /// As computed: the cache adds no rounding.
     #[default]

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::suite::Prompt;
+use crate::model::{Dtype, KvType, WeightMode};
 
 /// The whole config file.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -155,13 +156,10 @@ pub struct ModelSection {
     /// The name the report uses (default: the file name).
     #[serde(default)]
     pub label: Option<String>,
-    /// `candle` (the embedded model, the default), `torch` (the same model
-    /// on libtorch; a build with `--features torch`), `mlx` (the same model
-    /// on MLX; a build with `--features mlx`), `http` (an
-    /// OpenAI-compatible endpoint; `model` is then the model name it
-    /// serves) or `replay` (`model` is a recorded bundle).
-    #[serde(default = "candle")]
-    pub executor: String,
+    /// Who serves this side: `candle` (the default), `torch`, `mlx`,
+    /// `http` or `replay`.
+    #[serde(default)]
+    pub executor: ExecutorKind,
     /// `executor = "http"`: the endpoint's base URL as OpenAI clients take
     /// it (`http://127.0.0.1:8080/v1`; a bare host gets `/v1`); `${VAR}`
     /// and `${VAR:-default}` are expanded.
@@ -204,21 +202,20 @@ pub struct ModelSection {
     /// the bytes each decode step reads, every key and value rounded to
     /// f16; a trace records which).
     #[serde(default)]
-    #[schemars(regex(pattern = r"^f(32|16)$"))]
-    pub kv_cache: Option<String>,
+    pub kv_cache: Option<KvType>,
     /// `executor = "torch"`: the dtype of the weights and activations:
     /// `f32` (the default), `bf16` or `f16` (for a GPU; norms and the
     /// softmax are computed in f32 whatever it is). `executor = "mlx"`
     /// runs `f32` only.
     #[serde(default)]
-    #[schemars(regex(pattern = r"^(f32|f16|bf16)$"))]
-    pub dtype: Option<String>,
+    pub dtype: Option<Dtype>,
     /// `cpu`, `cuda`, `cuda:N`, `metal` (candle, mlx), `mps` (torch).
     #[serde(default = "cpu")]
     pub device: String,
-    /// `native` or `f32`.
-    #[serde(default = "native")]
-    pub weights: String,
+    /// `native` (as the file stores them, the default) or `f32`
+    /// (dequantized at load).
+    #[serde(default)]
+    pub weights: WeightMode,
     /// This side's system message (overrides `observe.system`).
     #[serde(default)]
     pub system: Option<String>,
@@ -246,14 +243,48 @@ pub struct ModelSection {
     pub transform: Option<TransformSection>,
 }
 
-fn candle() -> String {
-    "candle".into()
-}
 fn cpu() -> String {
     "cpu".into()
 }
-fn native() -> String {
-    "native".into()
+
+/// Who serves a side's traces (`executor` in a side's section).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutorKind {
+    /// The embedded model, run by vauban on candle on the configured device.
+    #[default]
+    Candle,
+    /// The same model run by libtorch (a build with `--features torch`).
+    Torch,
+    /// The same model run by MLX (a build with `--features mlx`).
+    Mlx,
+    /// An OpenAI-compatible endpoint; `model` is then the model name it
+    /// serves.
+    Http,
+    /// A recorded bundle (`model` names it; `vauban diff` replays both
+    /// sides).
+    Replay,
+}
+
+impl ExecutorKind {
+    /// The name a config uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutorKind::Candle => "candle",
+            ExecutorKind::Torch => "torch",
+            ExecutorKind::Mlx => "mlx",
+            ExecutorKind::Http => "http",
+            ExecutorKind::Replay => "replay",
+        }
+    }
+}
+
+impl std::fmt::Display for ExecutorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A host-applied transformation of one side's model.
@@ -485,7 +516,7 @@ pub enum ConfigError {
 
 /// Parses `text` (read from `path`, used in messages).
 pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
-    toml::from_str::<ConfigFile>(text).map_err(|e| {
+    let error = |e: toml::de::Error, key: Option<String>| {
         let (line, column, snippet) = match e.span() {
             Some(span) => locate(text, span.start),
             None => (1, 1, String::new()),
@@ -496,9 +527,19 @@ pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
             line,
             column,
             hint: hint(&message),
-            message,
+            // The key whose value is wrong (`baseline.kv_cache: unknown
+            // variant ...`); an unknown key names itself.
+            message: match key {
+                Some(key) if !message.starts_with("unknown field") => format!("{key}: {message}"),
+                _ => message,
+            },
             snippet,
         }
+    };
+    let document = toml::Deserializer::parse(text).map_err(|e| error(e, None))?;
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let key = e.path().to_string();
+        error(e.into_inner(), (key != ".").then_some(key))
     })
 }
 
@@ -661,9 +702,51 @@ model = "m.gguf"
     fn a_minimal_config_takes_the_defaults() {
         let c = parse(Path::new("c.toml"), MINIMAL).unwrap();
         assert_eq!(c.observe.max_tokens, 48);
-        assert_eq!(c.baseline.executor, "candle");
+        assert_eq!(c.baseline.executor, ExecutorKind::Candle);
         assert_eq!(c.report.formats.len(), 3);
         assert!(c.gates.is_empty());
+    }
+
+    #[test]
+    fn a_bad_value_points_at_the_line_and_names_the_key() {
+        let text = MINIMAL.replace(
+            "[candidate]\nmodel",
+            "[candidate]\nexecutor = \"torhc\"\nmodel",
+        );
+        let e = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "c.toml:7:12: candidate.executor: unknown variant `torhc`, expected one of \
+                 `candle`, `torch`, `mlx`, `http`, `replay`"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("did you mean `torch`?"), "{e}");
+        for (key, value) in [("kv_cache", "q8"), ("dtype", "fp8"), ("weights", "q4")] {
+            let text = MINIMAL.replace(
+                "[baseline]\n",
+                &format!("[baseline]\n{key} = \"{value}\"\n"),
+            );
+            let e = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "c.toml:5:{}: baseline.{key}: unknown variant `{value}`",
+                    key.len() + 4
+                )),
+                "{e}"
+            );
+        }
+        // Read as the enums the executors take.
+        let text = MINIMAL.replace(
+            "[baseline]\n",
+            "[baseline]\nexecutor = \"torch\"\ndtype = \"bf16\"\nkv_cache = \"f16\"\nweights = \"f32\"\n",
+        );
+        let c = parse(Path::new("c.toml"), &text).unwrap();
+        assert_eq!(c.baseline.executor, ExecutorKind::Torch);
+        assert_eq!(c.baseline.dtype, Some(Dtype::Bf16));
+        assert_eq!(c.baseline.kv_cache, Some(KvType::F16));
+        assert_eq!(c.baseline.weights, WeightMode::F32);
+        assert_eq!(c.candidate.weights, WeightMode::Native);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use anyhow::{Context, bail};
 
 use crate::bundle::Bundle;
 use crate::config::Suite;
+use crate::config::file::ExecutorKind;
 use crate::executor::Executor;
 use crate::interrupt;
 use crate::plugin::claims::ClaimMapper;
@@ -33,7 +34,7 @@ use crate::report::document::{
 };
 use crate::report::{Evidence, access_from_evidence};
 
-pub use plan::{Plan, SideBackend, SideName};
+pub use plan::{Plan, SideName};
 
 /// The `tracing` target of what a user should see by default (not a
 /// warning, not a debug detail): "reusing 3 of 6 recorded baseline traces".
@@ -663,7 +664,7 @@ pub fn probe_endpoints(plan: &Plan) -> anyhow::Result<Vec<String>> {
         let Some(spec) = side
             .http
             .as_ref()
-            .filter(|_| side.backend == SideBackend::Http)
+            .filter(|_| side.backend == ExecutorKind::Http)
         else {
             continue;
         };

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 
 use crate::config::file::{
-    self, ConfigFile, ModelSection, PluginSection, TransformKind, TransformSection,
+    self, ConfigFile, ExecutorKind, ModelSection, PluginSection, TransformKind, TransformSection,
 };
 use crate::config::{Redaction, Suite};
 use crate::executor::DeviceSpec;
@@ -59,7 +59,7 @@ pub struct Plan {
 pub struct SidePlan {
     pub name: SideName,
     /// Which executor serves this side.
-    pub backend: SideBackend,
+    pub backend: ExecutorKind,
     /// The model (a `.gguf` file or an HF folder), or the bundle a replay serves.
     pub model: PathBuf,
     pub label: String,
@@ -80,27 +80,10 @@ pub struct SidePlan {
     pub dtype: Dtype,
 }
 
-/// Who serves a side's traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SideBackend {
-    /// The embedded model, run on the configured device.
-    Candle,
-    /// An OpenAI-compatible endpoint (`executor = "http"`).
-    Http,
-    /// A recorded bundle (`executor = "replay"`, or `vauban diff`).
-    Replay,
-    /// The model run by libtorch (`executor = "torch"`; a build with the
-    /// `torch` feature).
-    Torch,
-    /// The model run by MLX (`executor = "mlx"`; a build with the `mlx`
-    /// feature).
-    Mlx,
-}
-
 impl SidePlan {
     /// This side served by replaying the bundle at `bundle` (`vauban diff`).
     pub fn replay(&mut self, bundle: PathBuf) {
-        self.backend = SideBackend::Replay;
+        self.backend = ExecutorKind::Replay;
         self.model = bundle;
     }
 }
@@ -319,34 +302,23 @@ impl Plan {
         let side = |name: SideName, s: &ModelSection| -> anyhow::Result<SidePlan> {
             let key = name.as_str();
             let generation = Generation::resolve(&config.observe, s, key, &at)?;
-            let backend = match s.executor.as_str() {
-                "candle" => SideBackend::Candle,
-                "http" => SideBackend::Http,
-                "replay" => SideBackend::Replay,
-                // A replayed side (`vauban diff`) needs no libtorch.
-                "torch" if crate::executor::TORCH_BUILT || replay => SideBackend::Torch,
-                "torch" => {
+            let backend = s.executor;
+            // A replayed side (`vauban diff`) needs no libtorch and no MLX.
+            match backend {
+                ExecutorKind::Torch if !crate::executor::TORCH_BUILT && !replay => {
                     return Err(at(
                         &format!("{key}.executor"),
                         crate::executor::TORCH_MISSING.into(),
                     ));
                 }
-                "mlx" if crate::executor::MLX_BUILT || replay => SideBackend::Mlx,
-                "mlx" => {
+                ExecutorKind::Mlx if !crate::executor::MLX_BUILT && !replay => {
                     return Err(at(
                         &format!("{key}.executor"),
                         crate::executor::MLX_MISSING.into(),
                     ));
                 }
-                other => {
-                    return Err(at(
-                        &format!("{key}.executor"),
-                        format!(
-                            "`{other}` is not an executor; expected candle, torch, mlx, http or replay"
-                        ),
-                    ));
-                }
-            };
+                _ => {}
+            }
             let http = http_spec(s, backend, key, &resolve, &at)?;
             // Settings of the embedded model, refused on other executors.
             let candle_only = |setting: &str| {
@@ -355,7 +327,7 @@ impl Plan {
                     format!(
                         "`{setting}` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
                         s.executor,
-                        if backend == SideBackend::Http && setting == "batch" {
+                        if backend == ExecutorKind::Http && setting == "batch" {
                             " (an endpoint's requests in flight are `concurrency`)"
                         } else {
                             ""
@@ -371,37 +343,27 @@ impl Plan {
                         "0: a batch holds at least 1 prompt (1 traces them one at a time)".into(),
                     ));
                 }
-                (Some(n), SideBackend::Candle) => n,
+                (Some(n), ExecutorKind::Candle) => n,
                 (Some(_), _) => return Err(candle_only("batch")),
             };
-            let kv_cache = match (&s.kv_cache, backend) {
+            let kv_cache = match (s.kv_cache, backend) {
                 (None, _) => KvType::F32,
-                (
-                    Some(_),
-                    SideBackend::Http | SideBackend::Replay | SideBackend::Torch | SideBackend::Mlx,
-                ) => {
-                    return Err(candle_only("kv_cache"));
-                }
-                (Some(k), SideBackend::Candle) => k
-                    .parse()
-                    .map_err(|e: String| at(&format!("{key}.kv_cache"), e))?,
+                (Some(k), ExecutorKind::Candle) => k,
+                (Some(_), _) => return Err(candle_only("kv_cache")),
             };
-            let dtype = match (&s.dtype, backend) {
+            let dtype = match (s.dtype, backend) {
                 (None, _) => Dtype::F32,
-                (Some(d), SideBackend::Torch) => d
-                    .parse()
-                    .map_err(|e: String| at(&format!("{key}.dtype"), e))?,
-                (Some(d), SideBackend::Mlx) => match d.parse() {
-                    Ok(Dtype::F32) => Dtype::F32,
-                    _ => {
-                        return Err(at(
-                            &format!("{key}.dtype"),
-                            format!(
-                                "`{d}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)"
-                            ),
-                        ));
-                    }
-                },
+                (Some(d), ExecutorKind::Torch) => d,
+                (Some(Dtype::F32), ExecutorKind::Mlx) => Dtype::F32,
+                (Some(d), ExecutorKind::Mlx) => {
+                    return Err(at(
+                        &format!("{key}.dtype"),
+                        format!(
+                            "`{}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)",
+                            d.name()
+                        ),
+                    ));
+                }
                 (Some(_), _) => {
                     return Err(at(
                         &format!("{key}.dtype"),
@@ -412,7 +374,7 @@ impl Plan {
                     ));
                 }
             };
-            if backend == SideBackend::Http && !replay {
+            if backend == ExecutorKind::Http && !replay {
                 if s.transform.is_some() {
                     return Err(at(
                         &format!("{key}.transform"),
@@ -433,13 +395,14 @@ impl Plan {
             }
             // A replayed side needs its bundle, not a model or directions;
             // an http side names a model the server serves, not a file.
-            let recorded = replay || backend == SideBackend::Replay;
-            let remote = backend == SideBackend::Http;
+            let recorded = replay || backend == ExecutorKind::Replay;
+            let remote = backend == ExecutorKind::Http;
             let model = match remote && !replay {
                 true => s.model.clone(),
                 false => resolve(&format!("{key}.model"), &s.model)?,
             };
-            if backend == SideBackend::Replay && !replay && !model.join("manifest.json").is_file() {
+            if backend == ExecutorKind::Replay && !replay && !model.join("manifest.json").is_file()
+            {
                 return Err(at(
                     &format!("{key}.model"),
                     format!(
@@ -461,16 +424,7 @@ impl Plan {
                 .device
                 .parse()
                 .map_err(|e: String| at(&format!("{key}.device"), e))?;
-            let weights = match s.weights.as_str() {
-                "native" => WeightMode::Native,
-                "f32" => WeightMode::F32,
-                w => {
-                    return Err(at(
-                        &format!("{key}.weights"),
-                        format!("`{w}`: expected native or f32"),
-                    ));
-                }
-            };
+            let weights = s.weights;
             let transform = match &s.transform {
                 None => None,
                 Some(t) => Some(transform(
@@ -486,8 +440,8 @@ impl Plan {
                 // What `run` would refuse, refused here: a device this build
                 // or machine cannot open, layers the model does not have.
                 match backend {
-                    SideBackend::Torch => crate::executor::check_torch_device(device),
-                    SideBackend::Mlx => crate::executor::check_mlx_device(device),
+                    ExecutorKind::Torch => crate::executor::check_torch_device(device),
+                    ExecutorKind::Mlx => crate::executor::check_mlx_device(device),
                     _ => crate::executor::check_device(device),
                 }
                 .map_err(|e| at(&format!("{key}.device"), e))?;
@@ -687,7 +641,7 @@ impl Plan {
         let o = &self.config.observe;
         let remote = [&self.baseline, &self.candidate]
             .iter()
-            .any(|s| s.backend == SideBackend::Http);
+            .any(|s| s.backend == ExecutorKind::Http);
         if remote {
             // An endpoint gives text and, at best, top-k logprobs.
             return match o.logprobs {
@@ -1133,7 +1087,7 @@ fn transform(
 /// on any other side are an error naming the key.
 fn http_spec(
     s: &ModelSection,
-    backend: SideBackend,
+    backend: ExecutorKind,
     key: &str,
     resolve: &dyn Fn(&str, &Path) -> anyhow::Result<PathBuf>,
     at: &dyn Fn(&str, String) -> anyhow::Error,
@@ -1147,7 +1101,7 @@ fn http_spec(
         ("retries", s.retries.is_some()),
         ("tokenizer", s.tokenizer.is_some()),
     ];
-    if backend != SideBackend::Http {
+    if backend != ExecutorKind::Http {
         return match set.iter().find(|(_, on)| *on) {
             Some((k, _)) => Err(at(
                 &format!("{key}.{k}"),

@@ -20,7 +20,8 @@ use crate::model::KvType;
 use crate::model::sample::Sampling;
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
 
-use super::plan::{DirectionRef, PICK_IN_CONFIG, Plan, SideBackend, SidePlan};
+use super::plan::{DirectionRef, PICK_IN_CONFIG, Plan, SidePlan};
+use crate::config::file::ExecutorKind;
 
 /// A loaded model with its transformation applied.
 pub struct LoadedSide {
@@ -52,11 +53,11 @@ pub fn load_side(
         dtype: side.dtype,
     };
     let loaded = match side.backend {
-        SideBackend::Candle => Backend::load(&spec),
-        SideBackend::Torch => Backend::torch(&spec),
-        SideBackend::Mlx => Backend::mlx(&spec),
-        SideBackend::Replay => Backend::replay(&side.model),
-        SideBackend::Http => {
+        ExecutorKind::Candle => Backend::load(&spec),
+        ExecutorKind::Torch => Backend::torch(&spec),
+        ExecutorKind::Mlx => Backend::mlx(&spec),
+        ExecutorKind::Replay => Backend::replay(&side.model),
+        ExecutorKind::Http => {
             let mut http = side
                 .http
                 .clone()
@@ -235,11 +236,11 @@ pub fn load_side(
     }
     // Likewise the executor: candle's traces keep their fingerprint.
     match side.backend {
-        SideBackend::Torch => {
+        ExecutorKind::Torch => {
             fingerprint["executor"] = json!("torch");
             fingerprint["dtype"] = json!(side.dtype.name());
         }
-        SideBackend::Mlx => fingerprint["executor"] = json!("mlx"),
+        ExecutorKind::Mlx => fingerprint["executor"] = json!("mlx"),
         _ => {}
     }
     Ok(LoadedSide {

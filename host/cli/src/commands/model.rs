@@ -33,7 +33,7 @@ pub struct ModelArgs {
     pub device: DeviceSpec,
     /// native: weights as the file stores them (quantized GGUF stays
     /// quantized); f32: dequantize at load (more memory, often faster on CPU).
-    #[arg(long, default_value = "native", value_parser = parse_weight_mode)]
+    #[arg(long, default_value = "native", value_name = "native|f32")]
     pub weights: WeightMode,
     /// How the KV cache stores keys and values: f32 (as computed) or f16
     /// (half the memory, each key and value rounded to f16).
@@ -56,14 +56,6 @@ pub enum Engine {
     Candle,
     Torch,
     Mlx,
-}
-
-fn parse_weight_mode(s: &str) -> Result<WeightMode, String> {
-    match s {
-        "native" => Ok(WeightMode::Native),
-        "f32" => Ok(WeightMode::F32),
-        _ => Err(format!("`{s}`: expected native or f32")),
-    }
 }
 
 impl ModelArgs {

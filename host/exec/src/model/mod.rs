@@ -29,8 +29,19 @@ use std::path::{Path, PathBuf};
 
 use config::ModelConfig;
 
-/// How to hold matrix weights in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+/// How to hold matrix weights in memory (`weights` in a config and on the
+/// command line: `native` or `f32`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightMode {
     /// As the file stores them: quantized GGUF stays quantized (small; on
@@ -42,13 +53,50 @@ pub enum WeightMode {
     F32,
 }
 
+impl WeightMode {
+    /// The name a config and the command line use.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightMode::Native => "native",
+            WeightMode::F32 => "f32",
+        }
+    }
+}
+
+/// The command line's `--weights` (a config's `weights` is read by serde,
+/// by the same names).
+impl std::str::FromStr for WeightMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "native" => Ok(WeightMode::Native),
+            "f32" => Ok(WeightMode::F32),
+            _ => Err(format!("`{s}`: expected native or f32")),
+        }
+    }
+}
+
 /// The dtype a backend holds weights and activations in, where it is a
 /// setting (the Torch executor's `dtype`; candle picks its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Dtype {
+    /// 32-bit floats.
     #[default]
     F32,
+    /// IEEE half precision.
     F16,
+    /// bfloat16.
     Bf16,
 }
 
