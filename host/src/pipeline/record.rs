@@ -415,7 +415,7 @@ pub fn record_side(
                 generate,
                 reference: (k == 0).then(|| references.get(&p.id).cloned()).flatten(),
             };
-            let dir = cache.join(cache_key(side, &request, &options));
+            let dir = cache.join(cache_key(&side.fingerprint, &request, &options));
             (p, options, request, dir)
         })
         .collect();
@@ -556,25 +556,57 @@ pub fn sample_id(prompt: &str, k: usize) -> String {
     }
 }
 
-/// The trace cache's key of one run: everything that decides its trace.
-fn cache_key(side: &LoadedSide, request: &TraceRequest, options: &RunOptions) -> String {
-    crate::hash::sha256_hex(
-        json!({
-            "tool": env!("CARGO_PKG_VERSION"),
-            "side": side.fingerprint,
-            "request": request,
-            "form": format!("{:?}", options.prompt),
-            "generate": {
-                "max_tokens": options.generate.max_tokens,
-                "sampling": options.generate.sampling.as_ref().map(|s| format!("{s:?}")),
-                "stop": options.generate.stop,
-                "top_logprobs": options.generate.top_logprobs,
-            },
-            "reference": options.reference.as_ref().map(|r| &r.sha256),
-        })
-        .to_string()
-        .as_bytes(),
-    )
+/// The version of [`cache_key`]'s layout: bumped when what the key holds
+/// changes on purpose, so that no old entry is read under a new meaning.
+const CACHE_KEY_LAYOUT: u32 = 2;
+
+/// The trace cache's key of one run: everything that decides its trace,
+/// serialized by serde (never by `Debug`, whose text is not a contract),
+/// as one JSON object whose keys are sorted at every level, hashed with
+/// sha256. `cache_key_is_stable` pins its value for fixed inputs: a
+/// change there (a field renamed, a serde setting, JSON's key order) would
+/// otherwise re-record every cached trace, or read stale ones.
+fn cache_key(side: &serde_json::Value, request: &TraceRequest, options: &RunOptions) -> String {
+    crate::hash::sha256_hex(cache_key_text(side, request, options).as_bytes())
+}
+
+/// The text [`cache_key`] hashes.
+fn cache_key_text(
+    side: &serde_json::Value,
+    request: &TraceRequest,
+    options: &RunOptions,
+) -> String {
+    let key = json!({
+        "layout": CACHE_KEY_LAYOUT,
+        "tool": env!("CARGO_PKG_VERSION"),
+        "side": side,
+        "request": request,
+        "prompt": options.prompt,
+        "generate": {
+            "max_tokens": options.generate.max_tokens,
+            "sampling": options.generate.sampling,
+            "stop": options.generate.stop,
+            "top_logprobs": options.generate.top_logprobs,
+        },
+        "reference": options.reference.as_ref().map(|r| &r.sha256),
+    });
+    sorted(key).to_string()
+}
+
+/// `value` with every object's keys in sorted order, whatever order
+/// serde_json's map keeps (insertion order when a dependency turns on its
+/// `preserve_order` feature).
+fn sorted(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
 
 /// A cached single-trace bundle, verified, with its raw tensors.
@@ -605,5 +637,62 @@ fn keep_raw_activations_only(trace: &mut Trace, tensors: &mut HashMap<String, Te
             *raw = false;
             tensors.remove(&a.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cache key's text for fixed inputs, written out: a change to
+    /// it (a renamed field, a serde attribute, the JSON's key order) must
+    /// be deliberate, with [`CACHE_KEY_LAYOUT`] bumped, since it re-records
+    /// every cached trace or reads stale ones.
+    #[test]
+    fn cache_key_is_stable() {
+        let request = TraceRequest {
+            prompt_id: Some("p1".into()),
+            text: Some("Hi".into()),
+            observe: vec![K::Text, K::Logprobs],
+            layers: vec![3],
+            ..TraceRequest::default()
+        };
+        let options = RunOptions {
+            trace_id: "p1".into(),
+            prompt: PromptForm::Chat {
+                system: Some("Be brief.".into()),
+            },
+            interventions: Vec::new(),
+            block_outputs: false,
+            generate: GenerateOptions {
+                max_tokens: 8,
+                sampling: Some(Sampling {
+                    temperature: 0.7,
+                    top_p: 0.9,
+                    top_k: Some(40),
+                    seed: 7,
+                }),
+                stop: vec!["\n".into()],
+                top_logprobs: 20,
+            },
+            reference: None,
+        };
+        let side = json!({"model_sha256": "ab", "weights": "native"});
+        let want = format!(
+            concat!(
+                r#"{{"generate":{{"max_tokens":8,"sampling":{{"seed":7,"temperature":0.699999988079071,"#,
+                r#""top_k":40,"top_p":0.8999999761581421}},"stop":["\n"],"top_logprobs":20}},"#,
+                r#""layout":2,"prompt":{{"form":"chat","system":"Be brief."}},"reference":null,"#,
+                r#""request":{{"layers":[3],"observe":["text","logprobs"],"prompt_id":"p1","#,
+                r#""raw_tensors":false,"text":"Hi"}},"side":{{"model_sha256":"ab","weights":"native"}},"#,
+                r#""tool":"{}"}}"#
+            ),
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(cache_key_text(&side, &request, &options), want);
+        assert_eq!(
+            cache_key(&side, &request, &options),
+            crate::hash::sha256_hex(want.as_bytes())
+        );
     }
 }

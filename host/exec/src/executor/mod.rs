@@ -156,8 +156,10 @@ impl ModelSpec {
     }
 }
 
-/// How the prompt text becomes tokens.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How the prompt text becomes tokens (serialized `{"form": "raw"}` or
+/// `{"form": "chat", "system": ...}`, as the trace cache's key holds it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "form", rename_all = "snake_case")]
 pub enum PromptForm {
     /// The text as given (BOS first when the model's tokenizer asks for it).
     Raw,
