@@ -194,28 +194,174 @@ pub fn first_party(name: &str) -> anyhow::Result<PathBuf> {
 impl Plan {
     /// Reads and checks the config at `path`; `out` overrides its output
     /// folder. `replay`: the traces come from bundles, so the models and
-    /// directions need not exist here.
+    /// directions need not exist here. Each part is checked by its own
+    /// method of [`Checker`], in the config's order.
     pub fn from_file(path: &Path, out: Option<&Path>, replay: bool) -> anyhow::Result<Plan> {
         let (config, text) = file::read(path)?;
-        let base = path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
-        let base = if base.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            base
-        };
-        let at = |key: &str, e: String| anyhow::anyhow!("{}: {key}: {e}", path.display());
-        let warnings = std::cell::RefCell::new(Vec::new());
-        let resolve = |key: &str, p: &Path| file::resolve(&base, p).map_err(|e| at(key, e));
-
+        let check = Checker::new(path, &config, replay);
+        let at = |key: &str, e: String| check.at(key, e);
         let output = match out {
             Some(o) => o.to_path_buf(),
-            None => resolve("output", &config.output)?,
+            None => check.resolve("output", &config.output)?,
         };
         check_observe(&config.observe, &at)?;
+        let (suite, suite_sha256) = check.suite()?;
+        let measure = check.measure(&output)?;
+        let baseline = check.side(SideName::Baseline, &config.baseline, measure.is_some())?;
+        let candidate = check.side(SideName::Candidate, &config.candidate, measure.is_some())?;
+        if config.observe.samples > 1
+            && baseline.generation.samples == 1
+            && candidate.generation.samples == 1
+        {
+            check.warn(format!(
+                "observe.samples = {} has no effect: both sides decode greedily, so every sample would be the same; set temperature (in [observe], or in [baseline]/[candidate])",
+                config.observe.samples
+            ));
+        }
+        let scorers = check.plugins("scorers", &config.scorers)?;
+        let claim_mappers = check.plugins("claim_mappers", &config.claim_mappers)?;
+        if scorers.is_empty() {
+            return Err(at(
+                "scorers",
+                "no scorers: add at least one `[[scorers]]` (e.g. `plugin = \"refusal\"`)".into(),
+            ));
+        }
+        if config.report.formats.is_empty() {
+            return Err(at(
+                "report.formats",
+                "empty; list at least one of \"json\", \"md\", \"html\"".into(),
+            ));
+        }
+        check.gates(&suite)?;
+        let report_direction = match &config.report.direction {
+            Some(d) => Some((
+                direction_ref(
+                    d,
+                    "report.direction",
+                    &|key, p| check.resolve(key, p),
+                    &at,
+                    measure.is_some(),
+                    replay,
+                )?,
+                config.report.direction_tensor.clone(),
+            )),
+            None => candidate
+                .transform
+                .as_ref()
+                .and_then(|t| t.direction.clone().map(|d| (d, t.tensor.clone()))),
+        };
+        let redacted = suite
+            .prompts
+            .iter()
+            .filter(|p| p.redaction != Redaction::Safe)
+            .count();
+        tracing::debug!("{redacted} prompts are redacted or omitted in examples");
 
+        let warnings = check.warnings.into_inner();
+        Ok(Plan {
+            config_path: path.to_path_buf(),
+            config_text: text,
+            config,
+            output,
+            suite,
+            suite_sha256,
+            baseline,
+            candidate,
+            measure,
+            scorers,
+            claim_mappers,
+            report_direction,
+            warnings,
+        })
+    }
+
+    /// The access level the observe settings can reach at best (the run's
+    /// traces decide the real one).
+    pub fn expected_level(&self) -> AccessLevel {
+        let o = &self.config.observe;
+        let remote = [&self.baseline, &self.candidate]
+            .iter()
+            .any(|s| s.backend == ExecutorKind::Http);
+        if remote {
+            // An endpoint gives text and, at best, top-k logprobs.
+            return match o.logprobs {
+                true => AccessLevel::Logprobs,
+                false => AccessLevel::BlackBox,
+            };
+        }
+        if o.weights && !o.layers.is_empty() {
+            // weights of both plus activations of both
+            return AccessLevel::BaseAndTransformed;
+        }
+        if !o.layers.is_empty() {
+            AccessLevel::Activations
+        } else if o.logprobs {
+            AccessLevel::Logprobs
+        } else {
+            AccessLevel::BlackBox
+        }
+    }
+
+    /// A warning when `report.claim_strength` asks for more than the
+    /// observe settings can give.
+    pub fn claim_strength_warning(&self) -> Option<String> {
+        let wanted = self.config.report.claim_strength?;
+        let best = self.expected_level().strongest_claim();
+        (wanted > best)
+            .then(|| claim_gap(wanted, best, "the `[observe]` settings can reach at most"))
+    }
+}
+
+/// What the checks of one config share: the file (every error names it,
+/// with the key at fault), the folder its relative paths resolve against,
+/// whether the sides are replayed (`vauban diff`: models and directions
+/// need not exist here), and the warnings said so far.
+struct Checker<'a> {
+    path: &'a Path,
+    base: PathBuf,
+    config: &'a ConfigFile,
+    replay: bool,
+    warnings: std::cell::RefCell<Vec<String>>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(path: &'a Path, config: &'a ConfigFile, replay: bool) -> Self {
+        let base = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Checker {
+            path,
+            base,
+            config,
+            replay,
+            warnings: Default::default(),
+        }
+    }
+
+    /// The error `e` at `key` of this config.
+    fn at(&self, key: &str, e: String) -> anyhow::Error {
+        anyhow::anyhow!("{}: {key}: {e}", self.path.display())
+    }
+
+    /// `p`, given at `key`, resolved against the config's folder.
+    fn resolve(&self, key: &str, p: &Path) -> anyhow::Result<PathBuf> {
+        file::resolve(&self.base, p).map_err(|e| self.at(key, e))
+    }
+
+    /// A warning about this config (`validate` says it, `run` logs it).
+    fn warn(&self, w: String) {
+        self.warnings
+            .borrow_mut()
+            .push(format!("{}: {w}", self.path.display()));
+    }
+
+    /// The suite (its file or inline prompts) and its sha256; prompt ids
+    /// that can name trace files.
+    fn suite(&self) -> anyhow::Result<(Suite, String)> {
+        let (config, path) = (self.config, self.path);
+        let at = |key: &str, e: String| self.at(key, e);
+        let resolve = |key: &str, p: &Path| self.resolve(key, p);
         let (suite, suite_sha256) = match (&config.suite.file, config.suite.prompts.is_empty()) {
             (Some(f), true) => {
                 let p = resolve("suite.file", f)?;
@@ -261,7 +407,15 @@ impl Plan {
                 ));
             }
         }
+        Ok((suite, suite_sha256))
+    }
 
+    /// The `[measure]` section: its suites load, its output is a
+    /// .safetensors file.
+    fn measure(&self, output: &Path) -> anyhow::Result<Option<MeasurePlan>> {
+        let (config, path, replay) = (self.config, self.path, self.replay);
+        let at = |key: &str, e: String| self.at(key, e);
+        let resolve = |key: &str, p: &Path| self.resolve(key, p);
         let measure = match &config.measure {
             None => None,
             Some(m) if m.out.extension().is_none_or(|e| e != "safetensors") => {
@@ -298,278 +452,297 @@ impl Plan {
                 Suite::load(p).with_context(|| format!("{}: {key}", path.display()))?;
             }
         }
+        Ok(measure)
+    }
 
-        let side = |name: SideName, s: &ModelSection| -> anyhow::Result<SidePlan> {
-            let key = name.as_str();
-            let generation = Generation::resolve(&config.observe, s, key, &at)?;
-            let backend = s.executor;
-            // A replayed side (`vauban diff`) needs no libtorch and no MLX.
-            match backend {
-                ExecutorKind::Torch if !crate::executor::TORCH_BUILT && !replay => {
-                    return Err(at(
-                        &format!("{key}.executor"),
-                        crate::executor::TORCH_MISSING.into(),
-                    ));
-                }
-                ExecutorKind::Mlx if !crate::executor::MLX_BUILT && !replay => {
-                    return Err(at(
-                        &format!("{key}.executor"),
-                        crate::executor::MLX_MISSING.into(),
-                    ));
-                }
-                _ => {}
-            }
-            let http = http_spec(s, backend, key, &resolve, &at)?;
-            // Settings of the embedded model, refused on other executors.
-            let candle_only = |setting: &str| {
-                at(
-                    &format!("{key}.{setting}"),
-                    format!(
-                        "`{setting}` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
-                        s.executor,
-                        if backend == ExecutorKind::Http && setting == "batch" {
-                            " (an endpoint's requests in flight are `concurrency`)"
-                        } else {
-                            ""
-                        }
-                    ),
-                )
-            };
-            let batch = match (s.batch, backend) {
-                (None, _) => crate::executor::candle::DEFAULT_BATCH,
-                (Some(0), _) => {
-                    return Err(at(
-                        &format!("{key}.batch"),
-                        "0: a batch holds at least 1 prompt (1 traces them one at a time)".into(),
-                    ));
-                }
-                (Some(n), ExecutorKind::Candle) => n,
-                (Some(_), _) => return Err(candle_only("batch")),
-            };
-            let kv_cache = match (s.kv_cache, backend) {
-                (None, _) => KvType::F32,
-                (Some(k), ExecutorKind::Candle) => k,
-                (Some(_), _) => return Err(candle_only("kv_cache")),
-            };
-            let dtype = match (s.dtype, backend) {
-                (None, _) => Dtype::F32,
-                (Some(d), ExecutorKind::Torch) => d,
-                (Some(Dtype::F32), ExecutorKind::Mlx) => Dtype::F32,
-                (Some(d), ExecutorKind::Mlx) => {
-                    return Err(at(
-                        &format!("{key}.dtype"),
-                        format!(
-                            "`{}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)",
-                            d.name()
-                        ),
-                    ));
-                }
-                (Some(_), _) => {
-                    return Err(at(
-                        &format!("{key}.dtype"),
-                        format!(
-                            "`dtype` is a setting of executor = \"torch\", and this side's executor is `{}`",
-                            s.executor
-                        ),
-                    ));
-                }
-            };
-            if backend == ExecutorKind::Http && !replay {
-                if s.transform.is_some() {
-                    return Err(at(
-                        &format!("{key}.transform"),
-                        "an http side is served as it is: a transformation needs the weights or \
-                         activations (serve the transformed model with `vauban serve --intervene`, \
-                         or run it locally with executor = \"candle\")"
-                            .into(),
-                    ));
-                }
-                if name == SideName::Baseline && measure.is_some() {
-                    return Err(at(
-                        "measure",
-                        "measuring a direction needs the baseline's activations, and the baseline \
-                         is served over http; measure on a local copy with `vauban measure --model`"
-                            .into(),
-                    ));
-                }
-            }
-            // A replayed side needs its bundle, not a model or directions;
-            // an http side names a model the server serves, not a file.
-            let recorded = replay || backend == ExecutorKind::Replay;
-            let remote = backend == ExecutorKind::Http;
-            let model = match remote && !replay {
-                true => s.model.clone(),
-                false => resolve(&format!("{key}.model"), &s.model)?,
-            };
-            if backend == ExecutorKind::Replay && !replay && !model.join("manifest.json").is_file()
-            {
-                return Err(at(
-                    &format!("{key}.model"),
-                    format!(
-                        "{} is not a trace bundle (a folder with manifest.json); with `executor = \"replay\"`, `model` names the bundle to replay: record it first (`vauban run` writes each side's bundle under its output's traces/, `vauban trace --out` writes one)",
-                        model.display()
-                    ),
-                ));
-            }
-            if !recorded && !remote && !model.exists() {
-                return Err(at(
-                    &format!("{key}.model"),
-                    format!(
-                        "{} does not exist (a .gguf file or an HF folder): make or fetch it first (a recipe's header lists the commands that make its models; `bash scripts/fetch-model.sh` fetches the demo model)",
-                        model.display()
-                    ),
-                ));
-            }
-            let device: DeviceSpec = s
-                .device
-                .parse()
-                .map_err(|e: String| at(&format!("{key}.device"), e))?;
-            let weights = s.weights;
-            let transform = match &s.transform {
-                None => None,
-                Some(t) => Some(transform(
-                    t,
-                    &format!("{key}.transform"),
-                    &resolve,
-                    &at,
-                    measure.is_some(),
-                    recorded,
-                )?),
-            };
-            if !recorded && !remote {
-                // What `run` would refuse, refused here: a device this build
-                // or machine cannot open, layers the model does not have.
-                match backend {
-                    ExecutorKind::Torch => crate::executor::check_torch_device(device),
-                    ExecutorKind::Mlx => crate::executor::check_mlx_device(device),
-                    _ => crate::executor::check_device(device),
-                }
-                .map_err(|e| at(&format!("{key}.device"), e))?;
-                let shape = crate::model::read_config(&model)
-                    .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
-                let measures = name == SideName::Baseline;
-                let checked = ModelCheck {
-                    config: &config,
-                    model: &model,
-                    key,
-                    transform: transform.as_ref(),
-                    measures,
-                };
-                if let Some(w) = checked.against(&shape, &at)? {
-                    warnings
-                        .borrow_mut()
-                        .push(format!("{}: {w}", path.display()));
-                }
-            }
-            let label = s.label.clone().unwrap_or_else(|| {
-                model
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| key.to_owned())
-            });
-            Ok(SidePlan {
-                name,
-                backend,
-                model,
-                label,
-                device,
-                weights,
-                system: s.system.clone().or_else(|| config.observe.system.clone()),
-                generation,
-                transform,
-                http,
-                batch,
-                kv_cache,
-                dtype,
-            })
-        };
-        let baseline = side(SideName::Baseline, &config.baseline)?;
-        let candidate = side(SideName::Candidate, &config.candidate)?;
-        if config.observe.samples > 1
-            && baseline.generation.samples == 1
-            && candidate.generation.samples == 1
-        {
-            warnings.borrow_mut().push(format!(
-                "{}: observe.samples = {} has no effect: both sides decode greedily, so every sample would be the same; set temperature (in [observe], or in [baseline]/[candidate])",
-                path.display(),
-                config.observe.samples
-            ));
+    /// One side: its executor and the settings that executor takes, its
+    /// model (or bundle, or served name), device, transformation, and
+    /// what the model's shape allows (layers, directions).
+    fn side(
+        &self,
+        name: SideName,
+        s: &ModelSection,
+        has_measure: bool,
+    ) -> anyhow::Result<SidePlan> {
+        let (config, replay) = (self.config, self.replay);
+        let at = |key: &str, e: String| self.at(key, e);
+        let resolve = |key: &str, p: &Path| self.resolve(key, p);
+        let key = name.as_str();
+        let generation = Generation::resolve(&config.observe, s, key, &at)?;
+        let backend = self.executor(key, s)?;
+        let http = http_spec(s, backend, key, &resolve, &at)?;
+        let (batch, kv_cache, dtype) = self.executor_settings(key, s)?;
+        if backend == ExecutorKind::Http && !replay {
+            self.served_as_is(name, s, has_measure)?;
         }
-
-        let plugin = |key: &str, s: &PluginSection| -> anyhow::Result<PluginPlan> {
-            let (name, file) = match (&s.plugin, &s.path) {
-                (Some(n), None) => (
-                    n.clone(),
-                    first_party(n).map_err(|e| at(key, e.to_string()))?,
+        // A replayed side needs its bundle, not a model or directions;
+        // an http side names a model the server serves, not a file.
+        let recorded = replay || backend == ExecutorKind::Replay;
+        let remote = backend == ExecutorKind::Http;
+        let model = match remote && !replay {
+            true => s.model.clone(),
+            false => resolve(&format!("{key}.model"), &s.model)?,
+        };
+        if backend == ExecutorKind::Replay && !replay && !model.join("manifest.json").is_file() {
+            return Err(at(
+                &format!("{key}.model"),
+                format!(
+                    "{} is not a trace bundle (a folder with manifest.json); with `executor = \"replay\"`, `model` names the bundle to replay: record it first (`vauban run` writes each side's bundle under its output's traces/, `vauban trace --out` writes one)",
+                    model.display()
                 ),
-                (None, Some(p)) => {
-                    let p = resolve(key, p)?;
-                    if !p.is_file() {
-                        return Err(at(key, format!("{} does not exist", p.display())));
+            ));
+        }
+        if !recorded && !remote && !model.exists() {
+            return Err(at(
+                &format!("{key}.model"),
+                format!(
+                    "{} does not exist (a .gguf file or an HF folder): make or fetch it first (a recipe's header lists the commands that make its models; `bash scripts/fetch-model.sh` fetches the demo model)",
+                    model.display()
+                ),
+            ));
+        }
+        let device: DeviceSpec = s
+            .device
+            .parse()
+            .map_err(|e: String| at(&format!("{key}.device"), e))?;
+        let weights = s.weights;
+        let transform = match &s.transform {
+            None => None,
+            Some(t) => Some(transform(
+                t,
+                &format!("{key}.transform"),
+                &resolve,
+                &at,
+                has_measure,
+                recorded,
+            )?),
+        };
+        if !recorded && !remote {
+            // What `run` would refuse, refused here: a device this build
+            // or machine cannot open, layers the model does not have.
+            match backend {
+                ExecutorKind::Torch => crate::executor::check_torch_device(device),
+                ExecutorKind::Mlx => crate::executor::check_mlx_device(device),
+                _ => crate::executor::check_device(device),
+            }
+            .map_err(|e| at(&format!("{key}.device"), e))?;
+            let shape = crate::model::read_config(&model)
+                .map_err(|e| at(&format!("{key}.model"), e.to_string()))?;
+            let measures = name == SideName::Baseline;
+            let checked = ModelCheck {
+                config,
+                model: &model,
+                key,
+                transform: transform.as_ref(),
+                measures,
+            };
+            if let Some(w) = checked.against(&shape, &at)? {
+                self.warn(w);
+            }
+        }
+        let label = s.label.clone().unwrap_or_else(|| {
+            model
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| key.to_owned())
+        });
+        Ok(SidePlan {
+            name,
+            backend,
+            model,
+            label,
+            device,
+            weights,
+            system: s.system.clone().or_else(|| config.observe.system.clone()),
+            generation,
+            transform,
+            http,
+            batch,
+            kv_cache,
+            dtype,
+        })
+    }
+
+    /// The side's executor, refused when this build lacks it (a replayed
+    /// side, `vauban diff`, needs no libtorch and no MLX).
+    fn executor(&self, key: &str, s: &ModelSection) -> anyhow::Result<ExecutorKind> {
+        let missing = |why: &str| self.at(&format!("{key}.executor"), why.into());
+        match s.executor {
+            ExecutorKind::Torch if !crate::executor::TORCH_BUILT && !self.replay => {
+                Err(missing(crate::executor::TORCH_MISSING))
+            }
+            ExecutorKind::Mlx if !crate::executor::MLX_BUILT && !self.replay => {
+                Err(missing(crate::executor::MLX_MISSING))
+            }
+            executor => Ok(executor),
+        }
+    }
+
+    /// The settings one executor takes (`batch`, `kv_cache`: candle's;
+    /// `dtype`: torch's, and MLX's f32), each refused by name on a side
+    /// whose executor does not take it.
+    fn executor_settings(
+        &self,
+        key: &str,
+        s: &ModelSection,
+    ) -> anyhow::Result<(usize, KvType, Dtype)> {
+        let at = |key: &str, e: String| self.at(key, e);
+        let backend = s.executor;
+        // Settings of the embedded model, refused on other executors.
+        let candle_only = |setting: &str| {
+            at(
+                &format!("{key}.{setting}"),
+                format!(
+                    "`{setting}` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
+                    s.executor,
+                    if backend == ExecutorKind::Http && setting == "batch" {
+                        " (an endpoint's requests in flight are `concurrency`)"
+                    } else {
+                        ""
                     }
-                    let stem = p
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    (stem, p)
+                ),
+            )
+        };
+        let batch = match (s.batch, backend) {
+            (None, _) => crate::executor::candle::DEFAULT_BATCH,
+            (Some(0), _) => {
+                return Err(at(
+                    &format!("{key}.batch"),
+                    "0: a batch holds at least 1 prompt (1 traces them one at a time)".into(),
+                ));
+            }
+            (Some(n), ExecutorKind::Candle) => n,
+            (Some(_), _) => return Err(candle_only("batch")),
+        };
+        let kv_cache = match (s.kv_cache, backend) {
+            (None, _) => KvType::F32,
+            (Some(k), ExecutorKind::Candle) => k,
+            (Some(_), _) => return Err(candle_only("kv_cache")),
+        };
+        let dtype = match (s.dtype, backend) {
+            (None, _) => Dtype::F32,
+            (Some(d), ExecutorKind::Torch) => d,
+            (Some(Dtype::F32), ExecutorKind::Mlx) => Dtype::F32,
+            (Some(d), ExecutorKind::Mlx) => {
+                return Err(at(
+                    &format!("{key}.dtype"),
+                    format!(
+                        "`{}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)",
+                        d.name()
+                    ),
+                ));
+            }
+            (Some(_), _) => {
+                return Err(at(
+                    &format!("{key}.dtype"),
+                    format!(
+                        "`dtype` is a setting of executor = \"torch\", and this side's executor is `{}`",
+                        s.executor
+                    ),
+                ));
+            }
+        };
+        Ok((batch, kv_cache, dtype))
+    }
+
+    /// What a side served over http cannot do: be transformed (vauban
+    /// holds no weights or activations of it), or give the baseline's
+    /// activations to measure a direction from.
+    fn served_as_is(
+        &self,
+        name: SideName,
+        s: &ModelSection,
+        has_measure: bool,
+    ) -> anyhow::Result<()> {
+        let at = |key: &str, e: String| self.at(key, e);
+        let key = name.as_str();
+        if s.transform.is_some() {
+            return Err(at(
+                &format!("{key}.transform"),
+                "an http side is served as it is: a transformation needs the weights or \
+                 activations (serve the transformed model with `vauban serve --intervene`, \
+                 or run it locally with executor = \"candle\")"
+                    .into(),
+            ));
+        }
+        if name == SideName::Baseline && has_measure {
+            return Err(at(
+                "measure",
+                "measuring a direction needs the baseline's activations, and the baseline \
+                 is served over http; measure on a local copy with `vauban measure --model`"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each plugin of a list (`scorers`, `claim_mappers`), found and checked.
+    fn plugins(&self, list: &str, sections: &[PluginSection]) -> anyhow::Result<Vec<PluginPlan>> {
+        sections
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.plugin(&format!("{list}[{i}]"), s))
+            .collect()
+    }
+
+    /// One plugin: a first-party one by name or a file, its sandbox
+    /// limits, its data folder.
+    fn plugin(&self, key: &str, s: &PluginSection) -> anyhow::Result<PluginPlan> {
+        let at = |key: &str, e: String| self.at(key, e);
+        let resolve = |key: &str, p: &Path| self.resolve(key, p);
+        let (name, file) = match (&s.plugin, &s.path) {
+            (Some(n), None) => (
+                n.clone(),
+                first_party(n).map_err(|e| at(key, e.to_string()))?,
+            ),
+            (None, Some(p)) => {
+                let p = resolve(key, p)?;
+                if !p.is_file() {
+                    return Err(at(key, format!("{} does not exist", p.display())));
                 }
-                _ => {
+                let stem = p
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                (stem, p)
+            }
+            _ => {
+                return Err(at(
+                    key,
+                    "give either `plugin = \"NAME\"` (first-party) or `path = \"FILE.wasm\"`"
+                        .into(),
+                ));
+            }
+        };
+        crate::plugin::sandbox::check_limits(s.deadline_ms, s.memory_mib)
+            .map_err(|(field, e)| at(&format!("{key}.{field}"), e))?;
+        let data_dir = match &s.data_dir {
+            Some(d) => {
+                let d = resolve(&format!("{key}.data_dir"), d)?;
+                if !d.is_dir() {
                     return Err(at(
-                        key,
-                        "give either `plugin = \"NAME\"` (first-party) or `path = \"FILE.wasm\"`"
-                            .into(),
+                        &format!("{key}.data_dir"),
+                        format!("{} is not a folder", d.display()),
                     ));
                 }
-            };
-            crate::plugin::sandbox::check_limits(s.deadline_ms, s.memory_mib)
-                .map_err(|(field, e)| at(&format!("{key}.{field}"), e))?;
-            let data_dir = match &s.data_dir {
-                Some(d) => {
-                    let d = resolve(&format!("{key}.data_dir"), d)?;
-                    if !d.is_dir() {
-                        return Err(at(
-                            &format!("{key}.data_dir"),
-                            format!("{} is not a folder", d.display()),
-                        ));
-                    }
-                    Some(d)
-                }
-                None => None,
-            };
-            Ok(PluginPlan {
-                name,
-                path: file,
-                config_json: file::plugin_config_json(s.config.as_ref()),
-                data_dir,
-                deadline_ms: s.deadline_ms,
-                memory_mib: s.memory_mib,
-            })
+                Some(d)
+            }
+            None => None,
         };
-        let scorers = config
-            .scorers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| plugin(&format!("scorers[{i}]"), s))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let claim_mappers = config
-            .claim_mappers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| plugin(&format!("claim_mappers[{i}]"), s))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        if scorers.is_empty() {
-            return Err(at(
-                "scorers",
-                "no scorers: add at least one `[[scorers]]` (e.g. `plugin = \"refusal\"`)".into(),
-            ));
-        }
-        if config.report.formats.is_empty() {
-            return Err(at(
-                "report.formats",
-                "empty; list at least one of \"json\", \"md\", \"html\"".into(),
-            ));
-        }
+        Ok(PluginPlan {
+            name,
+            path: file,
+            config_json: file::plugin_config_json(s.config.as_ref()),
+            data_dir,
+            deadline_ms: s.deadline_ms,
+            memory_mib: s.memory_mib,
+        })
+    }
 
+    /// Every gate bounds its metric, and names a category the suite has.
+    fn gates(&self, suite: &Suite) -> anyhow::Result<()> {
+        let config = self.config;
+        let at = |key: &str, e: String| self.at(key, e);
         for (i, g) in config.gates.iter().enumerate() {
             if g.min_delta.is_none() && g.max_delta.is_none() {
                 return Err(at(
@@ -593,82 +766,7 @@ impl Plan {
                 ));
             }
         }
-
-        let report_direction = match &config.report.direction {
-            Some(d) => Some((
-                direction_ref(
-                    d,
-                    "report.direction",
-                    &resolve,
-                    &at,
-                    measure.is_some(),
-                    replay,
-                )?,
-                config.report.direction_tensor.clone(),
-            )),
-            None => candidate
-                .transform
-                .as_ref()
-                .and_then(|t| t.direction.clone().map(|d| (d, t.tensor.clone()))),
-        };
-        let redacted = suite
-            .prompts
-            .iter()
-            .filter(|p| p.redaction != Redaction::Safe)
-            .count();
-        tracing::debug!("{redacted} prompts are redacted or omitted in examples");
-
-        Ok(Plan {
-            config_path: path.to_path_buf(),
-            config_text: text,
-            config,
-            output,
-            suite,
-            suite_sha256,
-            baseline,
-            candidate,
-            measure,
-            scorers,
-            claim_mappers,
-            report_direction,
-            warnings: warnings.into_inner(),
-        })
-    }
-
-    /// The access level the observe settings can reach at best (the run's
-    /// traces decide the real one).
-    pub fn expected_level(&self) -> AccessLevel {
-        let o = &self.config.observe;
-        let remote = [&self.baseline, &self.candidate]
-            .iter()
-            .any(|s| s.backend == ExecutorKind::Http);
-        if remote {
-            // An endpoint gives text and, at best, top-k logprobs.
-            return match o.logprobs {
-                true => AccessLevel::Logprobs,
-                false => AccessLevel::BlackBox,
-            };
-        }
-        if o.weights && !o.layers.is_empty() {
-            // weights of both plus activations of both
-            return AccessLevel::BaseAndTransformed;
-        }
-        if !o.layers.is_empty() {
-            AccessLevel::Activations
-        } else if o.logprobs {
-            AccessLevel::Logprobs
-        } else {
-            AccessLevel::BlackBox
-        }
-    }
-
-    /// A warning when `report.claim_strength` asks for more than the
-    /// observe settings can give.
-    pub fn claim_strength_warning(&self) -> Option<String> {
-        let wanted = self.config.report.claim_strength?;
-        let best = self.expected_level().strongest_claim();
-        (wanted > best)
-            .then(|| claim_gap(wanted, best, "the `[observe]` settings can reach at most"))
+        Ok(())
     }
 }
 
