@@ -137,7 +137,7 @@ fn trace(
         K::Activation,
         ArtifactData::tensor(act.as_ref(), true),
         Some(2),
-        BTreeMap::from([("site".into(), "residual_post".into())]),
+        BTreeMap::from([("site".into(), "resid_post".into())]),
     );
     for step in 0..generated {
         b.span(

@@ -18,4 +18,4 @@ pub mod executor;
 pub mod intervene;
 pub mod model;
 
-pub use executor::candle::gguf_file as gguf;
+pub use model::gguf;

@@ -20,7 +20,7 @@ use crate::report::document::{
     ReportDelta, RoutingFindings, Side, first_difference,
 };
 use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
-use crate::trace::{ArtifactData, ArtifactKind as K, Role, Trace};
+use crate::trace::{ArtifactData, ArtifactKind as K, Role, Site, Trace};
 
 /// One side's metric values: (prompt id, metric) → value (the mean over
 /// the prompt's samples when there are several).
@@ -854,7 +854,7 @@ pub fn projections(
         for t in bundle.traces() {
             let cat = t.request.category.clone().unwrap_or_else(|| "all".into());
             for a in t.artifacts_of(K::Activation) {
-                if a.labels.get("site").is_some_and(|s| s != "resid_post") {
+                if a.site().is_some_and(|s| s != Site::ResidPost) {
                     continue;
                 }
                 let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data)
@@ -949,7 +949,7 @@ pub fn routing(sides: [&Bundle; 2]) -> anyhow::Result<Option<RoutingFindings>> {
                 });
             let mut routes = Routes::new();
             for a in t.artifacts_of(K::Activation) {
-                if a.labels.get("site").map(String::as_str) != Some("router") {
+                if a.site() != Some(Site::Router) {
                     continue;
                 }
                 let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data)

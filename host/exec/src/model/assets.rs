@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::executor::candle::gguf_file::GgufFile;
 use crate::model::config::{self, ModelConfig, RopeScaling};
+use crate::model::gguf::GgufFile;
 use crate::model::{ModelError, ModelFormat, Special, chat, not_a_model, tokenizer};
 
 /// What a backend needs of a model besides its weights.

@@ -7,6 +7,8 @@
 //!   and shape, read the same way for every backend;
 //! - [`config`]: a model's shape and its family's block layout, from GGUF
 //!   or config.json;
+//! - [`gguf`]: GGUF as a file format (metadata and f32 tensors, a
+//!   control vector written), over [`gguf_reader`];
 //! - [`gguf_reader`]: vauban's own GGUF reader (header, tensor bytes, f32
 //!   values of every type vauban dequantizes), which every GGUF read goes
 //!   through;
@@ -18,6 +20,7 @@
 pub mod assets;
 pub mod chat;
 pub mod config;
+pub mod gguf;
 pub mod gguf_reader;
 pub mod routing;
 pub mod sample;

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ArtifactKind, Role, Stage, StageProfile, TensorRef, TensorSummary};
+use super::{ArtifactKind, Role, Site, Stage, StageProfile, TensorRef, TensorSummary};
 
 /// One produced or consumed value, with its kind, its producer span and its data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +38,12 @@ impl Artifact {
     /// The label `role` as stored, whatever its value.
     pub fn role_label(&self) -> Option<&str> {
         self.labels.get(Role::KEY).map(String::as_str)
+    }
+
+    /// The label `site`, when set to one of [`Site`]'s; `None` when unset
+    /// or another value.
+    pub fn site(&self) -> Option<Site> {
+        self.labels.get(Site::KEY).and_then(|s| Site::from_label(s))
     }
 
     /// Whether the artifact is of `kind` with `role`.

@@ -1,5 +1,5 @@
-//! The closed vocabularies of a trace: artifact kinds, span stages and the
-//! roles of the artifacts vauban reads back.
+//! The closed vocabularies of a trace: artifact kinds, span stages, and the
+//! roles and sites of the artifacts vauban reads back.
 //!
 //! All are enums, not strings: an unknown kind in a bundle or a request is
 //! a deserialisation error naming the valid kinds, never a value that slips
@@ -300,6 +300,61 @@ impl Role {
 }
 
 impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where in a block an activation was read: the value of an `activation`
+/// artifact's `site` label. Like [`Role`], a label that stays a string in
+/// the trace, written and read through this enum, and refused by the
+/// trace's rules when an activation's `site` is none of these
+/// ([`super::Problem::UnknownSite`]): the analysis reads the residual
+/// stream by it, and a misspelt one would silently drop the activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Site {
+    /// The residual stream after the block (what `--layers` observes;
+    /// `resid_post`).
+    ResidPost,
+    /// The attention output the block added to the residual stream
+    /// (`attn_out`).
+    AttnOut,
+    /// The MLP output the block added to the residual stream (`mlp_out`).
+    MlpOut,
+    /// A mixture of experts' router probabilities over its experts (which
+    /// experts each token used: those with the highest; `router`).
+    Router,
+}
+
+impl Site {
+    /// The label's key.
+    pub const KEY: &'static str = "site";
+
+    /// Every site.
+    pub const ALL: [Site; 4] = [Site::ResidPost, Site::AttnOut, Site::MlpOut, Site::Router];
+
+    /// The label's value, as the trace stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Site::ResidPost => "resid_post",
+            Site::AttnOut => "attn_out",
+            Site::MlpOut => "mlp_out",
+            Site::Router => "router",
+        }
+    }
+
+    /// The site whose label value is `s`, if any.
+    pub fn from_label(s: &str) -> Option<Site> {
+        Site::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The valid label values, for messages.
+    pub fn valid() -> String {
+        Site::ALL.map(Site::as_str).join(", ")
+    }
+}
+
+impl fmt::Display for Site {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 pub use artifact::{Artifact, ArtifactData, MissingArtifact, ModelRef, Span, is_sha256_hex};
 pub use builder::TraceBuilder;
 pub use capability::{Capabilities, DeviceKind, SupportLevel};
-pub use kind::{ArtifactKind, Role, Stage, UnknownKind};
+pub use kind::{ArtifactKind, Role, Site, Stage, UnknownKind};
 pub use profile::StageProfile;
 pub use tensor::{DType, ShapeMismatch, TensorData, TensorRef, TensorSummary, summarize_f32};
 pub use validate::{Problem, TraceError};

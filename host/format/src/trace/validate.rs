@@ -5,7 +5,9 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
-use super::{ArtifactData, ArtifactKind, Role, SupportLevel, Trace, TraceRequest, is_sha256_hex};
+use super::{
+    ArtifactData, ArtifactKind, Role, Site, SupportLevel, Trace, TraceRequest, is_sha256_hex,
+};
 
 /// One broken rule, phrased so the message names the problem and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,6 +127,18 @@ pub enum Problem {
         kind: ArtifactKind,
         /// The role as given.
         role: String,
+    },
+    /// An activation's `site` label is not one of [`Site`]'s.
+    #[error(
+        "artifact `{artifact}` (activation) has site `{site}`, which vauban does not read; \
+         an activation's site is one of: {}",
+        Site::valid()
+    )]
+    UnknownSite {
+        /// The artifact's id.
+        artifact: String,
+        /// The site as given.
+        site: String,
     },
     /// A tensor summary's `numel` is not the product of its shape.
     #[error(
@@ -454,6 +468,15 @@ impl Trace {
                     artifact: a.id.clone(),
                     kind: a.kind,
                     role: role.to_owned(),
+                });
+            }
+            if let Some(site) = a.labels.get(Site::KEY)
+                && a.kind == ArtifactKind::Activation
+                && a.site().is_none()
+            {
+                p.push(Problem::UnknownSite {
+                    artifact: a.id.clone(),
+                    site: site.clone(),
                 });
             }
             if !a.data.fits(a.kind) {
@@ -1043,6 +1066,32 @@ mod tests {
         t.artifacts[2].kind = ArtifactKind::Logits;
         t.artifacts[2].labels.insert("role".into(), "mine".into());
         assert_eq!(problems(&t), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_activation_site_must_be_one_vauban_reads() {
+        let mut t = valid();
+        let a = t
+            .artifacts
+            .iter()
+            .position(|a| a.kind == ArtifactKind::Activation)
+            .unwrap();
+        let id = t.artifacts[a].id.clone();
+        t.artifacts[a]
+            .labels
+            .insert("site".into(), "residual_post".into());
+        assert_problem(
+            &t,
+            &format!(
+                "artifact `{id}` (activation) has site `residual_post`, which vauban does not \
+                 read; an activation's site is one of: resid_post, attn_out, mlp_out, router"
+            ),
+        );
+        t.artifacts[a]
+            .labels
+            .insert("site".into(), "resid_post".into());
+        assert_eq!(problems(&t), Vec::<String>::new());
+        assert_eq!(t.artifacts[a].site(), Some(Site::ResidPost));
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The embedded default executor: our llama-family forward on candle.
 
 pub mod device;
-pub mod gguf_file;
 pub mod intervene;
 pub mod model;
 mod session;
@@ -11,7 +10,7 @@ use std::sync::OnceLock;
 
 use candle_core::{Device, IndexOp};
 
-pub use session::{CandleSession, RunHook, Site};
+pub use session::{CandleSession, RunHook};
 
 use self::model::LoadedModel;
 use self::model::llama::LogitsAt;
@@ -256,7 +255,7 @@ impl CandleExecutor {
                     .hook
                     .kept
                     .iter()
-                    .filter(|k| k.site == session::Site::ResidPost)
+                    .filter(|k| k.site == crate::trace::Site::ResidPost)
                     .map(|k| {
                         let t = k.tensor.dim(1)?;
                         k.tensor

@@ -14,31 +14,7 @@ use crate::intervene::policy::{PolicyLog, StepPolicy};
 use crate::intervene::policy_step;
 use crate::intervene::{Intervention, Positions};
 use crate::model::ModelError;
-
-/// Where in a block an activation was read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Site {
-    /// The residual stream after the block (what `--layers` observes).
-    ResidPost,
-    /// The attention output the block added to the residual stream.
-    AttnOut,
-    /// The MLP output the block added to the residual stream.
-    MlpOut,
-    /// A mixture of experts' router probabilities over its experts (which
-    /// experts each token used: those with the highest).
-    Router,
-}
-
-impl Site {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Site::ResidPost => "resid_post",
-            Site::AttnOut => "attn_out",
-            Site::MlpOut => "mlp_out",
-            Site::Router => "router",
-        }
-    }
-}
+use crate::trace::Site;
 
 /// An activation kept by the hook.
 #[derive(Clone)]

@@ -21,6 +21,7 @@ use crate::executor::{
 };
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};
+use crate::trace::Site;
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data: one copy, straight from
@@ -311,8 +312,8 @@ impl Job<'_> {
                 .as_ref()
                 .map(|e| e.used.to_string());
             for k in &kept {
-                let mut l = labels(&[("site", k.site.as_str())]);
-                if let (super::session::Site::Router, Some(u)) = (k.site, &used) {
+                let mut l = labels(&[(Site::KEY, k.site.as_str())]);
+                if let (Site::Router, Some(u)) = (k.site, &used) {
                     l.insert("experts_used".into(), u.clone());
                 }
                 pending.push((K::Activation, k.layer, l, host_data(&k.tensor)?));

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use super::{BlockHook, BlockView, TensorOps};
 use crate::executor::Effect;
-use crate::executor::candle::Site;
 use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
 use crate::intervene::policy_step;
 use crate::model::ModelError;
+use crate::trace::Site;
 
 /// An activation kept by the hook, `[tokens, hidden]` on the model's device.
 pub struct Kept<T> {

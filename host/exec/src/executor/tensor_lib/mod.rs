@@ -355,7 +355,7 @@ impl<M: LibModel> LibExecutor<M> {
                     .kept
                     .iter()
                     // A mixture's router probabilities are kept beside.
-                    .filter(|k| k.site == crate::executor::candle::Site::ResidPost)
+                    .filter(|k| k.site == crate::trace::Site::ResidPost)
                     .map(|k| Ok(ops.host(&k.tensor)?.1))
                     .collect::<Result<Vec<_>, ExecutorError>>()?;
                 debug_assert_eq!(residuals.len(), layers, "every block observed, in order");

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use super::session::{last_logits, rewind};
 use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
-use crate::executor::candle::Site;
 use crate::executor::generate::Generator;
 use crate::executor::recorder::{
     Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
@@ -17,6 +16,7 @@ use crate::executor::recorder::{
 use crate::executor::{Executor, ExecutorError, InferenceSession, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
 use crate::model::Matrix;
+use crate::trace::Site;
 use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data, with its shape; with
@@ -113,7 +113,7 @@ pub(super) fn run<M: LibModel>(
         // A router's probabilities say how many experts each token used.
         let used = model.config().experts.as_ref().map(|e| e.used.to_string());
         for k in &kept {
-            let mut l = labels(&[("site", k.site.as_str())]);
+            let mut l = labels(&[(Site::KEY, k.site.as_str())]);
             if let (Site::Router, Some(u)) = (k.site, &used) {
                 l.insert("experts_used".into(), u.clone());
             }

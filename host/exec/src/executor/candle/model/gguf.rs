@@ -12,8 +12,8 @@ use vauban_kernels::QMatrix;
 
 use super::LoadedModel;
 use super::llama::{Llama, Weight};
-use crate::executor::candle::gguf_file::GgufFile;
 use crate::model::assets::ModelAssets;
+use crate::model::gguf::GgufFile;
 use crate::model::gguf_reader::{GgmlType, TensorInfo, supported_types};
 use crate::model::{ModelError, WeightMode, fused_part};
 

@@ -5,8 +5,9 @@
 //! Reading goes through vauban's own reader
 //! ([`crate::model::gguf_reader`]); what this module exposes holds no
 //! candle type ([`GgufFile`], [`Meta`], `Vec<f32>`). Writing ([`write_f32`])
-//! is still candle's writer, which is why the module lives with the candle
-//! backend.
+//! uses `candle_core`'s GGUF writer as a library; no backend is involved,
+//! so the model description, every backend and the measure commands use
+//! this module without reaching into another backend's folder.
 
 use std::io::{Read, Seek};
 
