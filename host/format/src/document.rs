@@ -261,6 +261,13 @@ pub struct ReportDelta {
     /// The candidate's interval, as `baseline_rate_ci` is the baseline's:
     /// `[low, high]`, 0/1 metrics only.
     pub candidate_rate_ci: Option<[f64; 2]>,
+    /// How `ci_low` and `ci_high` were computed (`paired_bootstrap`).
+    #[serde(default)]
+    pub interval: IntervalMethod,
+    /// How `baseline_rate_ci` and `candidate_rate_ci` were computed
+    /// (`wilson`); null when there are none.
+    #[serde(default)]
+    pub rate_interval: Option<IntervalMethod>,
     /// The paired test behind `p_value`.
     pub test: PairedTest,
     /// Two-sided p-value of `test`; null when no test was run.
@@ -948,6 +955,21 @@ impl Adjustment {
             Adjustment::None => "no adjustment",
         }
     }
+}
+
+/// How an interval of a report was computed, named in report.json so
+/// that a program reading it need not take the Markdown legend's word.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalMethod {
+    /// The 2.5th and 97.5th percentiles of the mean paired difference
+    /// over 10,000 seeded bootstrap resamples of the pairs.
+    #[default]
+    PairedBootstrap,
+    /// Wilson's score interval of a binomial rate, at z = 1.96.
+    Wilson,
 }
 
 /// The paired test behind a delta's p-value.

@@ -6,6 +6,7 @@ use rand::{Rng as _, SeedableRng as _};
 
 use crate::evidence::MetricDelta;
 use crate::evidence::Polarity;
+use vauban_format::document::PairedTest;
 
 use super::stats::{mcnemar_exact, paired_bootstrap};
 
@@ -20,10 +21,17 @@ pub struct Pair {
     pub candidate: f64,
 }
 
-fn binary(pairs: &[Pair]) -> bool {
-    pairs.iter().all(|p| {
+/// The paired test a metric's pairs take, the one rule for it: McNemar's
+/// exact test when every value is 0 or 1 (a rate, which also gets Wilson
+/// intervals), a sign-flip permutation test otherwise.
+pub fn paired_test(pairs: &[Pair]) -> PairedTest {
+    let binary = pairs.iter().all(|p| {
         (p.baseline == 0.0 || p.baseline == 1.0) && (p.candidate == 0.0 || p.candidate == 1.0)
-    })
+    });
+    match binary {
+        true => PairedTest::McnemarExact,
+        false => PairedTest::SignFlipPermutation,
+    }
 }
 
 /// Two-sided p-value of a paired sign-flip permutation test on the mean
@@ -67,18 +75,19 @@ pub fn paired_delta(
     let b: Vec<f64> = pairs.iter().map(|p| p.baseline).collect();
     let c: Vec<f64> = pairs.iter().map(|p| p.candidate).collect();
     let ci = paired_bootstrap(&b, &c, RESAMPLES, 0.95, seed);
-    let p_value = if binary(pairs) {
-        let down = pairs
-            .iter()
-            .filter(|p| p.baseline == 1.0 && p.candidate == 0.0)
-            .count();
-        let up = pairs
-            .iter()
-            .filter(|p| p.baseline == 0.0 && p.candidate == 1.0)
-            .count();
-        mcnemar_exact(down as u64, up as u64)
-    } else {
-        sign_flip_p(pairs, RESAMPLES, seed)
+    let p_value = match paired_test(pairs) {
+        PairedTest::McnemarExact => {
+            let down = pairs
+                .iter()
+                .filter(|p| p.baseline == 1.0 && p.candidate == 0.0)
+                .count();
+            let up = pairs
+                .iter()
+                .filter(|p| p.baseline == 0.0 && p.candidate == 1.0)
+                .count();
+            mcnemar_exact(down as u64, up as u64)
+        }
+        PairedTest::SignFlipPermutation => sign_flip_p(pairs, RESAMPLES, seed),
     };
     Some(MetricDelta {
         rests_on: Vec::new(),

@@ -13,11 +13,11 @@ use crate::config::{Prompt, Redaction, Suite};
 use crate::executor::ReferenceContinuation;
 use crate::plugin::claims::MetricDelta;
 use crate::plugin::scorer::{MetricSpec, Polarity};
-use crate::report::deltas::{Pair, paired_delta};
+use crate::report::deltas::{Pair, paired_delta, paired_test};
 use crate::report::document::{
     ActivationFindings, Adjustment, DistributionShift, Example, GateOutcome, GateResult,
-    KlPositions, MultipleComparisons, PairedTest, ProjectionSeries, PromptKl, PromptRow,
-    ReportDelta, RoutingFindings, Side, first_difference,
+    IntervalMethod, KlPositions, MultipleComparisons, PairedTest, ProjectionSeries, PromptKl,
+    PromptRow, ReportDelta, RoutingFindings, Side, first_difference,
 };
 use crate::report::stats::{Better, Z95, adjust_p_values, quality, wilson};
 use crate::trace::{ArtifactData, ArtifactKind as K, Role, Site, Trace};
@@ -105,11 +105,8 @@ pub fn deltas(
                 continue;
             };
             md.rests_on = d.needs.clone();
-            let binary = pairs.iter().all(|p| {
-                [p.baseline, p.candidate]
-                    .iter()
-                    .all(|v| *v == 0.0 || *v == 1.0)
-            });
+            let test = paired_test(&pairs);
+            let binary = test == PairedTest::McnemarExact;
             let n = pairs.len() as u64;
             let rate_ci = |ones: usize| wilson(ones as u64, n, Z95).map(|(a, b)| [a, b]);
             let ci = md.ci_low.zip(md.ci_high);
@@ -134,11 +131,9 @@ pub fn deltas(
                 candidate_rate_ci: binary
                     .then(|| rate_ci(pairs.iter().filter(|p| p.candidate == 1.0).count()))
                     .flatten(),
-                test: if binary {
-                    PairedTest::McnemarExact
-                } else {
-                    PairedTest::SignFlipPermutation
-                },
+                interval: IntervalMethod::PairedBootstrap,
+                rate_interval: binary.then_some(IntervalMethod::Wilson),
+                test,
                 p_value: md.p_value,
                 // Set with `significant` once the whole family is known.
                 p_adjusted: None,

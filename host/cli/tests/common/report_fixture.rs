@@ -19,9 +19,9 @@ use vauban::report::access::{
 use vauban::report::claims::ClaimStatus;
 use vauban::report::document::{
     ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection, Example,
-    GateOutcome, GateResult, InterventionSummary, ModelSide, MultipleComparisons, PairedTest,
-    PluginFailure, PluginRecord, ProjectionSeries, PromptKl, PromptRow, REPORT_SCHEMA, Redaction,
-    Report, ReportClaim, ReportDelta, Reproducibility, Severity, StageRecord, Summary,
+    GateOutcome, GateResult, IntervalMethod, InterventionSummary, ModelSide, MultipleComparisons,
+    PairedTest, PluginFailure, PluginRecord, ProjectionSeries, PromptKl, PromptRow, REPORT_SCHEMA,
+    Redaction, Report, ReportClaim, ReportDelta, Reproducibility, Severity, StageRecord, Summary,
     TargetChange, first_difference,
 };
 use vauban::report::stats::Quality;
@@ -99,6 +99,8 @@ fn delta(
         ci_high: ci.map(|c| c.1),
         baseline_rate_ci: rate_ci(baseline_mean),
         candidate_rate_ci: rate_ci(candidate_mean),
+        interval: IntervalMethod::PairedBootstrap,
+        rate_interval: rates.then_some(IntervalMethod::Wilson),
         test: if rates {
             PairedTest::McnemarExact
         } else {

@@ -8,10 +8,10 @@ use super::{Block, Inline, document};
 use crate::claims::ClaimStatus;
 use crate::document::{
     Access, ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection,
-    Example, GateOutcome, GateResult, InterventionRef, InterventionSummary, KindCoverage,
-    ModelSide, MultipleComparisons, PairedTest, PluginFailure, PluginRecord, ProjectionSeries,
-    PromptKl, PromptRow, Redaction, Report, ReportClaim, ReportDelta, Reproducibility, Severity,
-    Side, StageRecord, Summary, TargetChange, Unclaimable,
+    Example, GateOutcome, GateResult, IntervalMethod, InterventionRef, InterventionSummary,
+    KindCoverage, ModelSide, MultipleComparisons, PairedTest, PluginFailure, PluginRecord,
+    ProjectionSeries, PromptKl, PromptRow, Redaction, Report, ReportClaim, ReportDelta,
+    Reproducibility, Severity, Side, StageRecord, Summary, TargetChange, Unclaimable,
 };
 use crate::evidence::{AccessLevel, ClaimStrength, Polarity};
 use crate::render::{SECTIONS, html, markdown};
@@ -98,6 +98,8 @@ fn delta(category: Option<String>, rates: bool) -> ReportDelta {
         ci_high: Some(-0.5),
         baseline_rate_ci: rates.then_some([0.5, 1.0]),
         candidate_rate_ci: rates.then_some([0.05, 0.7]),
+        interval: IntervalMethod::PairedBootstrap,
+        rate_interval: rates.then_some(IntervalMethod::Wilson),
         test: PairedTest::McnemarExact,
         p_value: Some(0.0625),
         p_adjusted: Some(0.125),
