@@ -128,7 +128,7 @@ fn values(out: &TraceOutput, kind: K, layer: Option<usize>, site: Option<&str>) 
         .find(|a| {
             a.layer == layer
                 && a.labels.get("site").map(String::as_str) == site
-                && a.role().is_none_or(|r| r == "prompt")
+                && a.role_label().is_none_or(|r| r == "prompt")
         })
         .unwrap_or_else(|| panic!("{kind:?} at {layer:?} {site:?}"));
     out.tensors[&a.id].as_ref().to_f32_vec()
@@ -137,7 +137,7 @@ fn values(out: &TraceOutput, kind: K, layer: Option<usize>, site: Option<&str>) 
 fn prompt_ids(out: &TraceOutput) -> Vec<u32> {
     out.trace
         .artifacts_of(K::Tokens)
-        .find_map(|a| match (&a.data, a.role()) {
+        .find_map(|a| match (&a.data, a.role_label()) {
             (ArtifactData::TokenIds { ids }, Some("prompt")) => Some(ids.clone()),
             _ => None,
         })
