@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::{AccessLevel, ClaimStrength, Polarity};
+use crate::evidence::{AccessLevel, ClaimStrength, MetricDelta, Polarity};
 use crate::trace::ArtifactKind;
 
 /// The version of the report's JSON shape (`docs/report.schema.json`).
@@ -226,7 +226,8 @@ pub struct ReportClaim {
 }
 
 /// One metric's paired comparison, overall (`category` null) or in one
-/// category.
+/// category: the one value the run carries for it. Claim mappers see it
+/// through [`ReportDelta::for_claims`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportDelta {
@@ -270,7 +271,8 @@ pub struct ReportDelta {
     pub rate_interval: Option<IntervalMethod>,
     /// The paired test behind `p_value`.
     pub test: PairedTest,
-    /// Two-sided p-value of `test`; null when no test was run.
+    /// Two-sided p-value of `test`, before any adjustment; null when no
+    /// test was run.
     pub p_value: Option<f64>,
     /// `p_value` adjusted for the report's family of tests
     /// ([`Report::multiple_comparisons`]); null when no test was run.
@@ -280,6 +282,34 @@ pub struct ReportDelta {
     pub significant: bool,
     /// How the change reads given the metric's polarity and interval.
     pub quality: Quality,
+    /// The artifact kinds the scorer that made the metric read (its
+    /// declared needs): what the delta rests on, which the claim check
+    /// holds claims citing it to. Empty: text only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rests_on: Vec<ArtifactKind>,
+}
+
+impl ReportDelta {
+    /// The delta as claim mappers see it (the evidence set's view): its
+    /// p-value the one adjusted for the report's family of tests, so that
+    /// a mapper comparing it with its alpha needs no correction of its
+    /// own.
+    pub fn for_claims(&self) -> MetricDelta {
+        MetricDelta {
+            id: self.id.clone(),
+            metric: self.metric.clone(),
+            category: self.category.clone(),
+            baseline_mean: self.baseline_mean,
+            candidate_mean: self.candidate_mean,
+            delta: self.delta,
+            ci_low: self.ci_low,
+            ci_high: self.ci_high,
+            p_value: self.p_adjusted,
+            n: u32::try_from(self.n).unwrap_or(u32::MAX),
+            polarity: self.polarity,
+            rests_on: self.rests_on.clone(),
+        }
+    }
 }
 
 /// KL(baseline ‖ candidate) between next-token distributions on the same

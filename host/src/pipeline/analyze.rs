@@ -11,7 +11,6 @@ use crate::bundle::Bundle;
 use crate::config::file::{GateSection, Severity};
 use crate::config::{Prompt, Redaction, Suite};
 use crate::executor::ReferenceContinuation;
-use crate::plugin::claims::MetricDelta;
 use crate::plugin::scorer::{MetricSpec, Polarity};
 use crate::report::deltas::{Pair, paired_delta, paired_test};
 use crate::report::document::{
@@ -81,7 +80,7 @@ pub fn deltas(
     baseline: &Values,
     candidate: &Values,
     seed: u64,
-) -> Vec<(ReportDelta, MetricDelta)> {
+) -> Vec<ReportDelta> {
     let mut out = Vec::new();
     let mut groups: Vec<Option<&str>> = vec![None];
     groups.extend(suite.categories().into_iter().map(Some));
@@ -101,10 +100,9 @@ pub fn deltas(
                 })
                 .collect();
             let id = delta_id(m, cat);
-            let Some(mut md) = paired_delta(&id, m, cat, d.spec.polarity, &pairs, seed) else {
+            let Some(md) = paired_delta(&id, m, cat, d.spec.polarity, &pairs, seed) else {
                 continue;
             };
-            md.rests_on = d.needs.clone();
             let test = paired_test(&pairs);
             let binary = test == PairedTest::McnemarExact;
             let n = pairs.len() as u64;
@@ -139,8 +137,9 @@ pub fn deltas(
                 p_adjusted: None,
                 significant: false,
                 quality: quality(md.delta, ci, better(d.spec.polarity)),
+                rests_on: d.needs.clone(),
             };
-            out.push((rd, md));
+            out.push(rd);
         }
     }
     out
@@ -152,26 +151,26 @@ pub const ALPHA: f64 = 0.05;
 /// Adjusts every delta's p-value for the family of all deltas with a
 /// p-value (every metric, overall and per category: the tests one report
 /// reads together), and decides `significant` on the adjusted value. The
-/// claim mappers' deltas (`MetricDelta::p_value`) get the adjusted value,
-/// so a mapper comparing it with its alpha needs no correction of its own.
+/// claim mappers' view ([`ReportDelta::for_claims`]) carries the adjusted
+/// value, so a mapper comparing it with its alpha needs no correction of
+/// its own.
 pub fn adjust(
-    deltas: &mut [(ReportDelta, MetricDelta)],
+    deltas: &mut [ReportDelta],
     method: Adjustment,
     categories: usize,
 ) -> MultipleComparisons {
     let tested: Vec<usize> = (0..deltas.len())
-        .filter(|&i| deltas[i].0.p_value.is_some())
+        .filter(|&i| deltas[i].p_value.is_some())
         .collect();
     let raw: Vec<f64> = tested
         .iter()
-        .map(|&i| deltas[i].0.p_value.unwrap_or(f64::NAN))
+        .map(|&i| deltas[i].p_value.unwrap_or(f64::NAN))
         .collect();
     let adjusted = adjust_p_values(&raw, method);
     for (&i, &p) in tested.iter().zip(&adjusted) {
-        deltas[i].0.p_adjusted = Some(p);
-        deltas[i].1.p_value = Some(p);
+        deltas[i].p_adjusted = Some(p);
     }
-    for (rd, _) in deltas.iter_mut() {
+    for rd in deltas.iter_mut() {
         let excludes_zero = rd
             .ci_low
             .zip(rd.ci_high)
@@ -179,7 +178,7 @@ pub fn adjust(
         rd.significant = rd.p_adjusted.is_some_and(|p| p < ALPHA) && excludes_zero;
     }
     let metrics = {
-        let mut m: Vec<&str> = deltas.iter().map(|d| d.0.metric.as_str()).collect();
+        let mut m: Vec<&str> = deltas.iter().map(|d| d.metric.as_str()).collect();
         m.sort_unstable();
         m.dedup();
         m.len()
@@ -1190,11 +1189,14 @@ mod tests {
         let b = values(&[("a", 1.0), ("b", 1.0), ("c", 0.0), ("d", 0.0)]);
         let c = values(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 1.0)]);
         let d = deltas(&suite(), &declared(Polarity::LowerIsBetter), &b, &c, 7);
-        let ids: Vec<&str> = d.iter().map(|x| x.0.id.as_str()).collect();
+        let ids: Vec<&str> = d.iter().map(|x| x.id.as_str()).collect();
         assert_eq!(ids, ["m", "m@x", "m@y"]);
         // Each delta rests on what its scorer reads (claims are checked on it).
-        assert!(d.iter().all(|x| x.1.rests_on == [K::Text, K::Logprobs]));
-        let overall = &d[0].0;
+        assert!(
+            d.iter()
+                .all(|x| x.for_claims().rests_on == [K::Text, K::Logprobs])
+        );
+        let overall = &d[0];
         assert_eq!((overall.baseline_mean, overall.candidate_mean), (0.5, 0.25));
         assert_eq!(overall.test, PairedTest::McnemarExact);
         // b = 2 discordant down, c = 1 up: p = 1 (two-sided exact, n = 3)
@@ -1204,7 +1206,7 @@ mod tests {
         let (lo, hi) = wilson(2, 4, Z95).unwrap();
         assert_eq!(w, [lo, hi]);
         assert!(!overall.significant);
-        let x = &d[1].0;
+        let x = &d[1];
         assert_eq!((x.delta, x.n), (-1.0, 2));
     }
 
@@ -1214,14 +1216,14 @@ mod tests {
         let b = values(&[("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0)]);
         let c = values(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]);
         let one = deltas(&suite(), &declared(Polarity::Neutral), &b, &c, 7).remove(0);
-        assert!(one.0.ci_high.unwrap() < 0.0);
+        assert!(one.ci_high.unwrap() < 0.0);
         // 40 tests; the one that moved has p = 0.029, the others 0.5.
         let family = |method| {
             let mut d: Vec<_> = (0..40)
                 .map(|i| {
                     let mut x = one.clone();
                     let p = if i == 7 { 0.029 } else { 0.5 };
-                    (x.0.p_value, x.1.p_value) = (Some(p), Some(p));
+                    x.p_value = Some(p);
                     x
                 })
                 .collect();
@@ -1232,38 +1234,35 @@ mod tests {
         assert_eq!((m.method, m.tests, m.alpha), (Adjustment::Holm, 40, 0.05));
         assert!(m.family.contains("in each of 2 categories"), "{}", m.family);
         // Holm: 40 × 0.029 > 1, capped at 1: not significant.
-        assert_eq!(d[7].0.p_value, Some(0.029));
-        assert_eq!(d[7].0.p_adjusted, Some(1.0));
-        assert!(d.iter().all(|x| !x.0.significant));
+        assert_eq!(d[7].p_value, Some(0.029));
+        assert_eq!(d[7].p_adjusted, Some(1.0));
+        assert!(d.iter().all(|x| !x.significant));
         // Claim mappers see the adjusted value.
-        assert_eq!(d[7].1.p_value, Some(1.0));
+        assert_eq!(d[7].for_claims().p_value, Some(1.0));
         let (d, _) = family(Adjustment::BenjaminiHochberg);
-        assert!(!d[7].0.significant);
-        assert!(d[7].0.p_adjusted.unwrap() > 0.05);
+        assert!(!d[7].significant);
+        assert!(d[7].p_adjusted.unwrap() > 0.05);
         // Unadjusted, the same delta is significant (the old behaviour).
         let (d, m) = family(Adjustment::None);
         assert_eq!(m.tests, 40);
-        assert!(d[7].0.significant && d[7].0.p_adjusted == Some(0.029));
-        assert_eq!(d.iter().filter(|x| x.0.significant).count(), 1);
+        assert!(d[7].significant && d[7].p_adjusted == Some(0.029));
+        assert_eq!(d.iter().filter(|x| x.significant).count(), 1);
         // A delta without a test is outside the family and never significant.
         let mut d = vec![one.clone(), one.clone()];
-        (d[1].0.p_value, d[1].1.p_value) = (None, None);
-        (d[0].0.p_value, d[0].1.p_value) = (Some(0.001), Some(0.001));
+        d[1].p_value = None;
+        d[0].p_value = Some(0.001);
         let m = adjust(&mut d, Adjustment::Holm, 0);
         assert_eq!(m.tests, 1);
-        assert_eq!(d[0].0.p_adjusted, Some(0.001));
-        assert!(d[0].0.significant && !d[1].0.significant);
-        assert_eq!(d[1].0.p_adjusted, None);
+        assert_eq!(d[0].p_adjusted, Some(0.001));
+        assert!(d[0].significant && !d[1].significant);
+        assert_eq!(d[1].p_adjusted, None);
     }
 
     #[test]
     fn gates_pass_fail_and_count_missing_data() {
         let b = values(&[("a", 1.0), ("b", 1.0), ("c", 0.0), ("d", 0.0)]);
         let c = values(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]);
-        let d: Vec<ReportDelta> = deltas(&suite(), &declared(Polarity::Neutral), &b, &c, 7)
-            .into_iter()
-            .map(|x| x.0)
-            .collect();
+        let d: Vec<ReportDelta> = deltas(&suite(), &declared(Polarity::Neutral), &b, &c, 7);
         let g = |metric: &str, cat: Option<&str>, min: Option<f64>, max: Option<f64>, severity| {
             GateSection {
                 name: None,

@@ -306,7 +306,10 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
     let evidence = evidence::evidence_set(evidence::Findings {
         access: &access,
         kinds_in_both: &kinds_in_both,
-        deltas: deltas.iter().map(|d| d.1.clone()).collect(),
+        deltas: deltas
+            .iter()
+            .map(crate::report::document::ReportDelta::for_claims)
+            .collect(),
         distribution: distribution.as_ref(),
         activations: activation_findings.as_ref(),
         baseline: &base_traces,
@@ -381,7 +384,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
         values: &values,
         spread: &spread,
         samples,
-        deltas: deltas.into_iter().map(|d| d.0).collect(),
+        deltas,
         multiple_comparisons,
         distribution,
         distribution_unavailable,

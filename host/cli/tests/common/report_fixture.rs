@@ -113,6 +113,7 @@ fn delta(
         significant: p_value.is_some_and(|p| 2.0 * p < 0.05)
             && ci.is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0),
         quality,
+        rests_on: Vec::new(),
     }
 }
 

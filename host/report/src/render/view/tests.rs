@@ -105,6 +105,7 @@ fn delta(category: Option<String>, rates: bool) -> ReportDelta {
         p_adjusted: Some(0.125),
         significant: false,
         quality: Quality::Improved,
+        rests_on: Vec::new(),
     }
 }
 
