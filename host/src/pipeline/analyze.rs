@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context;
 
+use super::plan::SideName;
 use crate::bundle::Bundle;
 use crate::config::file::{GateSection, Severity};
 use crate::config::{Prompt, Redaction, Suite};
@@ -925,7 +926,7 @@ pub fn routing(sides: [&Bundle; 2]) -> anyhow::Result<Option<RoutingFindings>> {
     // prompt id → (prompt tokens, layer → (probabilities, experts, used))
     type Routes = BTreeMap<usize, (Vec<f32>, usize, usize)>;
     let mut per_side: Vec<HashMap<String, (Vec<u32>, Routes)>> = Vec::new();
-    for (bundle, side) in sides.into_iter().zip(["baseline", "candidate"]) {
+    for (bundle, side) in sides.into_iter().zip(SideName::BOTH.map(SideName::as_str)) {
         let mut prompts = HashMap::new();
         for t in bundle.traces() {
             let Some(id) = t.request.prompt_id.clone() else {

@@ -140,10 +140,9 @@ fn interventions(
         .iter()
         .map(|r| {
             let side = r.side.as_str();
-            let trace = if side == "baseline" {
-                baseline
-            } else {
-                candidate
+            let trace = match r.side {
+                Side::Baseline => baseline,
+                Side::Candidate | Side::Snapshot => candidate,
             }
             .iter()
             .find(|t| t.id == r.trace);

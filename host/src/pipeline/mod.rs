@@ -164,7 +164,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
             .enumerate()
             {
                 let src: Arc<dyn crate::plugin::tensors::TensorSource> = bundle.clone();
-                bar.set_message(format!("{} {}", p.name, ["baseline", "candidate"][i]));
+                bar.set_message(format!("{} {}", p.name, SideName::BOTH[i]));
                 let scored = scorer.score(traces, Some(src));
                 bar.inc(1);
                 match scored {
@@ -180,7 +180,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
                         if !outcome.skipped.is_empty() {
                             failures.push(PluginFailure {
                                 plugin: p.name.clone(),
-                                stage: format!("score {}", ["baseline", "candidate"][i]),
+                                stage: format!("score {}", SideName::BOTH[i]),
                                 failure: Some("missing_artifacts".into()),
                                 message: format!(
                                     "{} trace(s) skipped for lack of {}",
@@ -199,7 +199,7 @@ pub fn run(plan: &Plan, command: &str) -> anyhow::Result<Outcome> {
                         ok = false;
                         failures.push(failure(
                             &p.name,
-                            &format!("score {}", ["baseline", "candidate"][i]),
+                            &format!("score {}", SideName::BOTH[i]),
                             &e,
                         ));
                     }

@@ -23,11 +23,29 @@ pub enum SideName {
 }
 
 impl SideName {
+    /// Both sides, baseline first: the order every pair of per-side
+    /// values is held in.
+    pub const BOTH: [SideName; 2] = [SideName::Baseline, SideName::Candidate];
+
+    /// Where this side's value sits in a pair held baseline first.
+    pub fn index(self) -> usize {
+        match self {
+            SideName::Baseline => 0,
+            SideName::Candidate => 1,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SideName::Baseline => "baseline",
             SideName::Candidate => "candidate",
         }
+    }
+}
+
+impl std::fmt::Display for SideName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

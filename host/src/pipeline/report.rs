@@ -19,7 +19,7 @@ use crate::report::document::{
 use crate::trace::{ArtifactKind as K, Trace};
 
 use super::analyze::{self, Declared, Values};
-use super::plan::{DirectionRef, Plan, claim_gap};
+use super::plan::{DirectionRef, Plan, SideName, claim_gap};
 use super::record::LoadedSide;
 
 /// Everything [`build`] needs.
@@ -358,18 +358,21 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
 
     let mut plugins = i.scorers.clone();
     plugins.extend(i.mappers.iter().cloned());
-    let models = [("baseline", &baseline), ("candidate", &candidate)]
-        .into_iter()
-        .map(|(k, s)| {
-            (
-                k.to_owned(),
-                i.sides
-                    .and_then(|x| x[usize::from(k == "candidate")].model_sha256.clone())
-                    .or_else(|| s.model_sha256.clone())
-                    .unwrap_or_else(|| "unknown".into()),
-            )
-        })
-        .collect();
+    let models = [
+        (SideName::Baseline, &baseline),
+        (SideName::Candidate, &candidate),
+    ]
+    .into_iter()
+    .map(|(side, s)| {
+        (
+            side.as_str().to_owned(),
+            i.sides
+                .and_then(|x| x[side.index()].model_sha256.clone())
+                .or_else(|| s.model_sha256.clone())
+                .unwrap_or_else(|| "unknown".into()),
+        )
+    })
+    .collect();
     let (config_sha256, _) = crate::hash::sha256_file(&plan.config_path)
         .with_context(|| format!("cannot hash {}", plan.config_path.display()))?;
 
