@@ -74,10 +74,10 @@ pub fn load_side(
             side.model.display()
         )
     })?;
-    if let Backend::Http(h) = &exec {
+    if let Some(identity) = exec.served_identity() {
         // The endpoint serves its model as it is; what identifies it is
         // what the server reported when probed.
-        let fingerprint = json!({ "http": h.identity(), "system": side.system });
+        let fingerprint = json!({ "http": identity, "system": side.system });
         return Ok(LoadedSide {
             exec,
             interventions: Vec::new(),

@@ -506,6 +506,17 @@ impl Backend {
         matches!(self, Backend::Http(_))
     }
 
+    /// What identifies a model served behind an endpoint, as the server
+    /// reported it when probed (its URL, the model asked for and served,
+    /// its fingerprint); `None` for a model vauban holds, which its
+    /// weights' digest identifies instead.
+    pub fn served_identity(&self) -> Option<serde_json::Value> {
+        match self {
+            Backend::Http(h) => Some(h.identity()),
+            _ => None,
+        }
+    }
+
     /// Generates after `prompt` in `session` (a session of this backend),
     /// ending on this model's end-of-sequence tokens and detokenizing with
     /// its tokenizer; `on_text` receives text as it becomes final.
