@@ -56,26 +56,20 @@ pub enum WeightMode {
     F32,
 }
 
-impl WeightMode {
-    /// The name a config and the command line use.
-    pub fn name(self) -> &'static str {
-        match self {
-            WeightMode::Native => "native",
-            WeightMode::F32 => "f32",
-        }
-    }
+/// `s` read as serde reads a config's value of `T`, so that the command
+/// line and the config accept the same names by one rule; `expected`
+/// lists them for the message.
+fn parse_as_config<T: serde::de::DeserializeOwned>(s: &str, expected: &str) -> Result<T, String> {
+    use serde::de::value::{Error, StrDeserializer};
+    T::deserialize(StrDeserializer::<Error>::new(s))
+        .map_err(|_| format!("`{s}`: expected {expected}"))
 }
 
-/// The command line's `--weights` (a config's `weights` is read by serde,
-/// by the same names).
+/// The command line's `--weights`.
 impl std::str::FromStr for WeightMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "native" => Ok(WeightMode::Native),
-            "f32" => Ok(WeightMode::F32),
-            _ => Err(format!("`{s}`: expected native or f32")),
-        }
+        parse_as_config(s, "native or f32")
     }
 }
 
@@ -116,12 +110,7 @@ impl Dtype {
 impl std::str::FromStr for Dtype {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "f32" => Ok(Dtype::F32),
-            "f16" => Ok(Dtype::F16),
-            "bf16" => Ok(Dtype::Bf16),
-            _ => Err(format!("`{s}`: expected f32, f16 or bf16")),
-        }
+        parse_as_config(s, "f32, f16 or bf16")
     }
 }
 
@@ -468,5 +457,26 @@ pub fn read_config(path: &Path) -> Result<ModelConfig, ModelError> {
         config::read_gguf_config(path)
     } else {
         Err(not_a_model(path))
+    }
+}
+
+#[cfg(test)]
+mod names {
+    use super::{Dtype, WeightMode};
+
+    /// The command line's names are the config's.
+    #[test]
+    fn the_command_line_reads_the_config_names() {
+        assert_eq!("native".parse(), Ok(WeightMode::Native));
+        assert_eq!("f32".parse(), Ok(WeightMode::F32));
+        assert_eq!("bf16".parse(), Ok(Dtype::Bf16));
+        assert_eq!(
+            "q4".parse::<WeightMode>(),
+            Err("`q4`: expected native or f32".to_owned())
+        );
+        assert_eq!(
+            "fp8".parse::<Dtype>(),
+            Err("`fp8`: expected f32, f16 or bf16".to_owned())
+        );
     }
 }
