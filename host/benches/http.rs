@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use vauban::executor::http::wire::{self, Ask};
 use vauban::executor::http::{HttpExecutor, HttpSpec};
-use vauban::executor::{GenerateOptions, PromptForm, RunOptions};
+use vauban::executor::{Executor, GenerateOptions, PromptForm, RunOptions};
 use vauban::trace::{ArtifactKind as K, TraceRequest};
 
 const TOPICS: [&str; 16] = [
@@ -102,7 +102,7 @@ fn plain(port: u16, bodies: &[String], threads: usize) -> (f64, u64) {
 fn traced(exec: &HttpExecutor, jobs: &[(TraceRequest, RunOptions)]) -> (f64, u64) {
     let mut tokens = 0;
     let start = Instant::now();
-    exec.trace_all(jobs, false, &mut |_, r| {
+    exec.trace_all(jobs, 1, &mut |_, r| {
         let t = r.expect("a trace");
         tokens += t
             .trace

@@ -20,7 +20,8 @@ use std::time::Instant;
 use vauban::executor::candle::CandleExecutor;
 use vauban::executor::candle::model::llama::{LogitsAt, NoHook};
 use vauban::executor::{
-    DeviceSpec, GenerateOptions, ModelSpec, PromptForm, RunOptions, generate::generate,
+    DeviceSpec, Executor, GenerateOptions, LocalModel, ModelSpec, PromptForm, RunOptions,
+    generate::generate,
 };
 use vauban::model::{KvType, WeightMode};
 use vauban::trace::{ArtifactKind as K, TraceRequest};

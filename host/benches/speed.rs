@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use vauban::executor::candle::CandleExecutor;
 use vauban::executor::candle::model::llama::{LogitsAt, NoHook, Seq};
-use vauban::executor::{DeviceSpec, ModelSpec};
+use vauban::executor::{DeviceSpec, LocalModel, ModelSpec};
 use vauban::model::{KvType, WeightMode};
 
 const LLAMA_CPP_VERSION: &str = "9993.0.0";

@@ -41,8 +41,8 @@ use common::tiny;
 use vauban::bundle::{BundleWriter, WriteMode};
 use vauban::executor::http::HttpSpec;
 use vauban::executor::{
-    Backend, Executor, ExecutorError, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
-    RunOptions, TraceOutput,
+    Backend, Executor, ExecutorError, GenerateOptions, InferenceSession, LocalBackend, LocalModel,
+    ModelSpec, PromptForm, RunOptions, TraceOutput,
 };
 use vauban::intervene::{Direction, Intervention, Mode, Positions};
 use vauban::trace::{ArtifactData, ArtifactKind as K, Stage, SupportLevel, TraceRequest};
@@ -97,7 +97,7 @@ fn options(id: &str) -> RunOptions {
 }
 
 fn candle(path: &Path) -> Backend {
-    Backend::load(&ModelSpec::new(path)).unwrap()
+    LocalBackend::load(&ModelSpec::new(path)).unwrap().into()
 }
 
 /// The device the torch subjects run on: `VAUBAN_TEST_DEVICE` (`cuda`,
@@ -111,16 +111,17 @@ fn test_device() -> vauban::executor::DeviceSpec {
 
 #[cfg(feature = "torch")]
 fn torch(path: &Path) -> Backend {
-    Backend::torch(&ModelSpec {
+    LocalBackend::torch(&ModelSpec {
         device: test_device(),
         ..ModelSpec::new(path)
     })
     .unwrap()
+    .into()
 }
 
 #[cfg(feature = "mlx")]
 fn mlx(path: &Path) -> Backend {
-    Backend::mlx(&ModelSpec::new(path)).unwrap()
+    LocalBackend::mlx(&ModelSpec::new(path)).unwrap().into()
 }
 
 /// A bundle of the contract's prompts traced by `source`, served by replay.
@@ -244,7 +245,7 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
     let dir = tempfile::tempdir().unwrap();
     for (name, b) in subjects(dir.path()).list {
         let caps = b.capabilities();
-        let dims = b.dims();
+        let dims = b.known_dims();
         for (id, text) in PROMPTS {
             let out = trace(&b, id, text);
             let t = &out.trace;
@@ -297,7 +298,7 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
                 let shapes = shape(&out, kind);
                 assert_eq!(shapes.len(), 1, "{name} {id}: {kind:?}: {shapes:?}");
                 assert_eq!(shapes[0][0], tokens, "{name} {id}: {kind:?} rows");
-                if dims.vocab > 0 {
+                if let Some(dims) = dims {
                     assert_eq!(shapes[0][1], dims.vocab, "{name} {id}: {kind:?} width");
                 }
             }
@@ -310,7 +311,7 @@ fn a_trace_holds_what_its_capabilities_promise_and_nothing_they_do_not() {
             );
             for s in &acts {
                 assert_eq!(s[s.len() - 2], tokens, "{name} {id}: activation rows");
-                if dims.hidden > 0 {
+                if let Some(dims) = dims {
                     assert_eq!(s[s.len() - 1], dims.hidden, "{name} {id}: activation width");
                 }
             }
@@ -364,22 +365,26 @@ fn the_same_request_gives_the_same_evidence() {
     }
 }
 
+/// Sessions are what only a model vauban holds has (`LocalModel`): an
+/// endpoint and a recording offer none at all, by their type.
 #[test]
-fn a_session_runs_or_is_refused_as_unsupported() {
+fn a_session_runs_on_every_model_vauban_holds() {
     let dir = tempfile::tempdir().unwrap();
     for (name, b) in subjects(dir.path()).list {
-        let mut s = b.session(&[]);
-        match s.prefill(&[1, 2, 3]) {
-            Ok(step) => {
-                assert_eq!(step.logits.len(), b.dims().vocab, "{name}");
-                assert_eq!(s.position(), 3, "{name}");
-                let next = s.decode_step(4).unwrap();
-                assert_eq!(next.logits.len(), b.dims().vocab, "{name}");
-                assert_eq!(s.position(), 4, "{name}");
-            }
-            Err(ExecutorError::Unsupported { backend, .. }) => assert_eq!(backend, name),
-            Err(e) => panic!("{name}: a session failed with {e}, not as unsupported"),
-        }
+        let Some(local) = b.local() else {
+            assert!(["http", "replay"].contains(&name), "{name} holds no model");
+            continue;
+        };
+        let vocab = local.dims().vocab;
+        let mut s = local.session(&[]);
+        let step = s
+            .prefill(&[1, 2, 3])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(step.logits.len(), vocab, "{name}");
+        assert_eq!(s.position(), 3, "{name}");
+        let next = s.decode_step(4).unwrap();
+        assert_eq!(next.logits.len(), vocab, "{name}");
+        assert_eq!(s.position(), 4, "{name}");
     }
 }
 
@@ -387,12 +392,12 @@ fn a_session_runs_or_is_refused_as_unsupported() {
 fn a_layer_past_the_model_is_refused_where_the_depth_is_known() {
     let dir = tempfile::tempdir().unwrap();
     for (name, b) in subjects(dir.path()).list {
-        let layers = b.dims().layers;
-        if layers == 0 {
-            // The backend does not know the model's depth (a recording):
-            // it serves what was recorded, checked artifact by artifact.
+        let Some(layers) = b.known_dims().map(|d| d.layers) else {
+            // The backend does not know the model's depth (a recording, an
+            // endpoint): it serves what was recorded, checked artifact by
+            // artifact.
             continue;
-        }
+        };
         assert!(b.check_layers(&[layers - 1]).is_ok(), "{name}");
         let err = b.check_layers(&[layers]).unwrap_err().to_string();
         assert!(err.contains(&layers.to_string()), "{name}: {err}");
@@ -476,9 +481,9 @@ fn an_intervention_does_what_it_says_or_is_refused_as_unsupported() {
             }
         }
         // A direction one wider than the model is refused.
-        if b.dims().hidden > 0 {
+        if let Some(dims) = b.known_dims() {
             let mut o = options(id);
-            let wide = vec![0.5f32; b.dims().hidden + 1];
+            let wide = vec![0.5f32; dims.hidden + 1];
             o.interventions = vec![subtraction(0, &wide, 1.0)];
             let err = b.trace(&request(id, text), &o, None).err();
             assert!(

@@ -22,7 +22,7 @@ use std::path::Path;
 use candle_core::quantized::GgmlDType;
 use common::{plugins, tiny};
 use vauban::executor::{
-    Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
+    DeviceSpec, Executor, GenerateOptions, InferenceSession, LocalBackend, ModelSpec, PromptForm,
     RunOptions, TraceOutput,
 };
 use vauban::intervene::policy::{Observation, PolicyOp, StepPolicy, Watch};
@@ -39,7 +39,7 @@ fn spec(path: &Path) -> ModelSpec {
 /// `VAUBAN_TEST_DEVICE` (`cuda`, `cuda:1`), else the CPU, so the same
 /// checks compare a GPU with candle's CPU where one is at hand; mlx on
 /// the CPU (Metal where `VAUBAN_TEST_MLX_DEVICE=metal` names it).
-fn others(path: &Path) -> Vec<(&'static str, Backend)> {
+fn others(path: &Path) -> Vec<(&'static str, LocalBackend)> {
     let device = |var: &str| {
         std::env::var(var)
             .map(|d| d.parse().expect("the variable names a device"))
@@ -49,12 +49,12 @@ fn others(path: &Path) -> Vec<(&'static str, Backend)> {
         #[cfg(feature = "torch")]
         (
             "torch",
-            Backend::torch(&spec_on(path, device("VAUBAN_TEST_DEVICE"))).unwrap(),
+            LocalBackend::torch(&spec_on(path, device("VAUBAN_TEST_DEVICE"))).unwrap(),
         ),
         #[cfg(feature = "mlx")]
         (
             "mlx",
-            Backend::mlx(&spec_on(path, device("VAUBAN_TEST_MLX_DEVICE"))).unwrap(),
+            LocalBackend::mlx(&spec_on(path, device("VAUBAN_TEST_MLX_DEVICE"))).unwrap(),
         ),
     ]
 }
@@ -154,14 +154,14 @@ fn relative(a: &[f32], b: &[f32]) -> f32 {
 /// Checks one prompt on candle and on `other` (named `name`); returns the
 /// largest logit difference seen.
 fn compare(
-    candle: &Backend,
-    (name, other): (&str, &Backend),
+    candle: &LocalBackend,
+    (name, other): (&str, &LocalBackend),
     id: &str,
     text: &str,
     form: PromptForm,
 ) -> f32 {
     let layers: Vec<usize> = (0..candle.dims().layers).collect();
-    let run = |b: &Backend| {
+    let run = |b: &LocalBackend| {
         b.trace(
             &request(id, text, layers.clone()),
             &options(id, form.clone(), 12),
@@ -263,7 +263,7 @@ fn the_tiny_model_gives_the_same_evidence_on_every_backend() {
         }
     }
     for path in &paths {
-        let candle = Backend::load(&spec(path)).unwrap();
+        let candle = LocalBackend::load(&spec(path)).unwrap();
         for (name, other) in others(path) {
             for (id, text, form) in [
                 ("raw", "the cat in the hat sat on a mat", PromptForm::Raw),
@@ -286,7 +286,7 @@ fn smollm2_gives_the_same_evidence_on_every_backend() {
     let Some(model) = common::smollm2_path() else {
         return;
     };
-    let candle = Backend::load(&spec(&model)).unwrap();
+    let candle = LocalBackend::load(&spec(&model)).unwrap();
     for (name, other) in others(&model) {
         for (id, text) in [
             ("capital", "What is the capital of France?"),
@@ -453,20 +453,24 @@ fn policies_measurement_orthogonalization_and_export_agree_across_backends() {
         std::fs::create_dir(&out).unwrap();
         for (name, other) in others(path) {
             // Each comparison orthogonalizes candle's copy: a fresh one each.
-            let candle = Backend::load(&spec(path)).unwrap();
+            let candle = LocalBackend::load(&spec(path)).unwrap();
             agree_across_backends(&out, candle, (name, other));
         }
     }
 }
 
-fn agree_across_backends(dir: &Path, mut candle: Backend, (name, mut other): (&str, Backend)) {
+fn agree_across_backends(
+    dir: &Path,
+    mut candle: LocalBackend,
+    (name, mut other): (&str, LocalBackend),
+) {
     let d = unit_direction(3);
 
     // A step policy, in prefill and every decode step.
     let mut req = request("p", "the cat in the hat sat on a mat", vec![1]);
     req.observe.push(K::InterventionResult);
     let opts = options("p", PromptForm::Raw, 8);
-    let run = |b: &Backend| {
+    let run = |b: &LocalBackend| {
         let mut gate = Gate {
             watches: vec![Watch {
                 name: "d".into(),
@@ -557,10 +561,10 @@ fn agree_across_backends(dir: &Path, mut candle: Backend, (name, mut other): (&s
     assert!(dl < 1e-4, "logits after orthogonalization: relative {dl}");
 
     // Exported, each loads in candle as the model it was.
-    let reload = |b: &Backend, name: &str| {
+    let reload = |b: &LocalBackend, name: &str| {
         let out = dir.join(name);
         b.export_hf(&out).unwrap();
-        let back = Backend::load(&spec(&out)).unwrap();
+        let back = LocalBackend::load(&spec(&out)).unwrap();
         back.trace(&req, &opts, None).unwrap()
     };
     let (ce, te) = (
@@ -609,7 +613,7 @@ impl StepPolicy for FailOnce {
 fn a_failed_pass_leaves_the_session_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_gguf(&dir.path().join("tiny.gguf"), 7, GgmlDType::F32);
-    let candle = Backend::load(&spec(&gguf)).unwrap();
+    let candle = LocalBackend::load(&spec(&gguf)).unwrap();
     let others = others(&gguf);
     let prompt = candle.tokenize("the cat sat", &PromptForm::Raw).unwrap();
     let next = 5;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::llama_server::{self, ALIAS, LlamaServer};
 use common::plugins;
 use vauban::executor::http::{HttpExecutor, HttpSpec};
-use vauban::executor::{RunOptions, TraceOutput};
+use vauban::executor::{Executor, RunOptions, TraceOutput};
 use vauban::trace::{ArtifactKind as K, Role, TraceRequest};
 
 /// The server binary and the model, or `None` (the test skips).
@@ -112,7 +112,7 @@ fn temperature_zero_gives_the_same_text_and_logprobs_every_time_and_at_any_concu
         .map(|(r, o)| evidence(&exec.trace(r, o, None).unwrap()))
         .collect();
     let mut together = vec![None; jobs.len()];
-    exec.trace_all(&jobs, false, &mut |i, r| {
+    exec.trace_all(&jobs, 1, &mut |i, r| {
         together[i] = Some(evidence(&r.unwrap()));
         ControlFlow::Continue(())
     });

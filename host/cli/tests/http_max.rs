@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use vauban::executor::Executor;
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::trace::ArtifactKind as K;
 

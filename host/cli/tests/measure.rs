@@ -12,7 +12,9 @@ use std::sync::OnceLock;
 use candle_core::quantized::GgmlDType;
 use common::tiny;
 use vauban::config::{Prompt, Redaction, Suite};
-use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions};
+use vauban::executor::{
+    Executor, GenerateOptions, LocalBackend, LocalModel, ModelSpec, PromptForm, RunOptions,
+};
 use vauban::intervene::{InterventionSpec, load_direction};
 use vauban::measure::{
     self, MeasureError, MeasureOptions, Measurement, Provenance, Selection, holdout_split,
@@ -66,8 +68,8 @@ fn write_suite(path: &Path, s: &Suite) -> PathBuf {
 
 /// The tiny model as an f32 GGUF (no declared context length, so the chat
 /// template's extra tokens always fit), loaded once per test binary.
-fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, Backend) {
-    static EXEC: OnceLock<(tempfile::TempDir, PathBuf, Backend)> = OnceLock::new();
+fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, LocalBackend) {
+    static EXEC: OnceLock<(tempfile::TempDir, PathBuf, LocalBackend)> = OnceLock::new();
     EXEC.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let path = tiny::write_gguf(&dir.path().join("tiny.gguf"), 11, GgmlDType::F32);
@@ -76,8 +78,8 @@ fn tiny_exec() -> &'static (tempfile::TempDir, PathBuf, Backend) {
     })
 }
 
-fn load(path: &Path, weights: WeightMode) -> Backend {
-    Backend::load(&ModelSpec {
+fn load(path: &Path, weights: WeightMode) -> LocalBackend {
+    LocalBackend::load(&ModelSpec {
         weights,
         ..ModelSpec::new(path)
     })
@@ -92,7 +94,7 @@ fn lenient() -> MeasureOptions {
     }
 }
 
-fn run(exec: &Backend, options: &MeasureOptions) -> Result<Measurement, MeasureError> {
+fn run(exec: &LocalBackend, options: &MeasureOptions) -> Result<Measurement, MeasureError> {
     measure::measure(
         exec,
         &suite("harm", &HARMFUL),
@@ -104,7 +106,7 @@ fn run(exec: &Backend, options: &MeasureOptions) -> Result<Measurement, MeasureE
 
 /// The residual stream after every block at the last prompt token, read
 /// from a trace's raw activations: `[layers][hidden]`.
-fn traced_last_token(exec: &Backend, text: &str) -> Vec<Vec<f32>> {
+fn traced_last_token(exec: &LocalBackend, text: &str) -> Vec<Vec<f32>> {
     let layers: Vec<usize> = (0..tiny::LAYERS).collect();
     let request = TraceRequest {
         prompt_id: Some("p".into()),
@@ -229,7 +231,7 @@ fn each_layer_direction_is_the_unit_difference_of_means_of_traced_activations() 
 
 /// The prompt sets written to files in a fresh folder, and the provenance
 /// of a measurement of `exec` made from them.
-fn measured_from_files(exec: &Backend) -> (tempfile::TempDir, PathBuf, PathBuf, Provenance) {
+fn measured_from_files(exec: &LocalBackend) -> (tempfile::TempDir, PathBuf, PathBuf, Provenance) {
     let dir = tempfile::tempdir().unwrap();
     let harmful = write_suite(&dir.path().join("harmful.jsonl"), &suite("harm", &HARMFUL));
     let harmless = write_suite(
@@ -611,7 +613,7 @@ fn the_command_writes_the_file_and_prints_json_or_a_table() {
 
 /// SmolLM2-135M-Instruct, loaded with f32 weights (ten times faster than
 /// its Q4_1 on the CPU).
-fn smollm2() -> Option<Backend> {
+fn smollm2() -> Option<LocalBackend> {
     Some(load(&common::smollm2_path()?, WeightMode::F32))
 }
 

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use vauban::executor::http::{HttpExecutor, HttpSpec};
-use vauban::executor::{Backend, Executor, GenerateOptions, ModelSpec, PromptForm, TraceOutput};
+use vauban::executor::{
+    Executor, GenerateOptions, LocalBackend, LocalModel, ModelSpec, PromptForm, TraceOutput,
+};
 use vauban::model::WeightMode;
 use vauban::trace::{ArtifactKind as K, Role};
 
@@ -70,7 +72,7 @@ const PROMPT: &str = "The capital of France is";
 
 /// Greedy tokens in this process, with `spec` applied when given.
 fn in_process(model: &Path, spec: Option<&str>) -> Vec<u32> {
-    let exec = Backend::load(&ModelSpec {
+    let exec = LocalBackend::load(&ModelSpec {
         weights: WeightMode::F32,
         ..ModelSpec::new(model)
     })

@@ -503,7 +503,8 @@ fn argmax(x: &[f32]) -> usize {
 fn a_batch_with_a_shared_opening_matches_the_traces_alone() {
     use vauban::executor::candle::CandleExecutor;
     use vauban::executor::{
-        GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
+        Executor, GenerateOptions, LocalModel, ModelSpec, PromptForm, ReferenceContinuation,
+        RunOptions,
     };
     use vauban::trace::{ArtifactKind as K, TraceRequest};
     if model().is_none() {

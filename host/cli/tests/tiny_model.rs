@@ -11,7 +11,8 @@ use common::tiny;
 use vauban::executor::candle::CandleExecutor;
 use vauban::executor::candle::model::LoadedModel;
 use vauban::executor::{
-    GenerateOptions, InferenceSession, ModelSpec, PromptForm, RunOptions, generate::generate,
+    Executor, GenerateOptions, InferenceSession, LocalModel, ModelSpec, PromptForm, RunOptions,
+    generate::generate,
 };
 use vauban::intervene::InterventionSpec;
 use vauban::model::{Matrix, WeightMode};
@@ -543,11 +544,11 @@ fn orthogonalized_weights_write_nothing_along_the_direction_and_export_round_tri
 /// model it was.
 #[test]
 fn a_phi3_stored_unfused_exports_fused() {
-    use vauban::executor::{Backend, Executor};
+    use vauban::executor::LocalBackend;
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny::write_phi3_unfused_gguf(&dir.path().join("phi3.gguf"), 7, GgmlDType::F32);
     assert!(!vauban::model::read_config(&gguf).unwrap().block.fused);
-    let b = <Backend as Executor>::load(&ModelSpec::new(gguf)).unwrap();
+    let b = LocalBackend::load(&ModelSpec::new(gguf)).unwrap();
     let out = dir.path().join("hf");
     b.export_hf(&out).unwrap();
     let names: Vec<String> =
@@ -566,7 +567,7 @@ fn a_phi3_stored_unfused_exports_fused() {
             .iter()
             .any(|n| n.contains("q_proj.") || n.contains("mlp.gate_proj."))
     );
-    let back = <Backend as Executor>::load(&ModelSpec::new(out)).unwrap();
+    let back = LocalBackend::load(&ModelSpec::new(out)).unwrap();
     let ids = b.tokenize(TEXT, &PromptForm::Raw).unwrap();
     let a = b.session(&[]).prefill(&ids).unwrap().logits;
     let c = back.session(&[]).prefill(&ids).unwrap().logits;
@@ -580,10 +581,10 @@ fn a_phi3_stored_unfused_exports_fused() {
 
 #[test]
 fn the_backend_enum_dispatches_to_candle() {
-    use vauban::executor::{Backend, Executor};
+    use vauban::executor::LocalBackend;
     let f = forms();
     let spec = ModelSpec::new(f.hf.clone());
-    let backend = <Backend as Executor>::load(&spec).unwrap();
+    let backend = LocalBackend::load(&spec).unwrap();
     assert_eq!(backend.capabilities().executor, "candle");
     assert_eq!(backend.dims().layers, tiny::LAYERS);
     let ids = backend.tokenize("the cat", &PromptForm::Raw).unwrap();

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vauban_exec::executor::http::{HttpExecutor, HttpSpec};
-use vauban_exec::executor::{ExecutorError, GenerateOptions, PromptForm, RunOptions};
+use vauban_exec::executor::{Executor, ExecutorError, GenerateOptions, PromptForm, RunOptions};
 use vauban_format::trace::{ArtifactKind as K, SupportLevel, TraceRequest};
 
 /// What the server does with one completion request.
@@ -357,7 +357,7 @@ fn the_rate_limit_spaces_requests_apart() {
     let jobs = vec![request(); 6];
     let start = std::time::Instant::now();
     let mut done = 0;
-    exec.trace_all(&jobs, false, &mut |_, r| {
+    exec.trace_all(&jobs, 1, &mut |_, r| {
         r.unwrap();
         done += 1;
         std::ops::ControlFlow::Continue(())

@@ -92,11 +92,13 @@ fn decoding_through_the_cache_equals_the_whole_pass() {
 /// thread's session gives what a session on the loading thread gives.
 #[test]
 fn an_executor_shared_between_threads_gives_each_the_same_logits() {
-    use vauban_exec::executor::{Backend, Executor, InferenceSession, ModelSpec, PromptForm};
+    use vauban_exec::executor::{
+        Executor, InferenceSession, LocalBackend, LocalModel, ModelSpec, PromptForm,
+    };
     let Some(path) = common::smollm2() else {
         return;
     };
-    let exec = Backend::mlx(&ModelSpec::new(path)).unwrap();
+    let exec = LocalBackend::mlx(&ModelSpec::new(path)).unwrap();
     let prompt = exec
         .tokenize("Tell me about lighthouses.", &PromptForm::Raw)
         .unwrap();

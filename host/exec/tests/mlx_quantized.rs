@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mlx_rs::{Array, Dtype};
-use vauban_exec::executor::{Backend, Executor, InferenceSession, ModelSpec, PromptForm};
+use vauban_exec::executor::{
+    Executor, InferenceSession, LocalBackend, LocalModel, ModelSpec, PromptForm,
+};
 use vauban_exec::model::WeightMode;
 
 fn spec(path: &Path) -> ModelSpec {
@@ -56,7 +58,7 @@ fn write_folder(
 
 /// The greedy continuation of `prompt` (12 tokens) and the logits after
 /// the prompt and after each token.
-fn greedy(b: &Backend, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
+fn greedy(b: &LocalBackend, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut s = b.session(&[]);
     let mut logits = vec![s.prefill(prompt).unwrap().logits];
     let mut ids = Vec::new();
@@ -78,7 +80,7 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
     };
     let dir = tempfile::tempdir().unwrap();
     let float = dir.path().join("float");
-    Backend::load(&spec(&gguf))
+    LocalBackend::load(&spec(&gguf))
         .unwrap()
         .export_hf(&float)
         .unwrap();
@@ -127,11 +129,11 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
     write_folder(&float, &deq, serde_json::json!({}), &dequantized);
 
     // Packed on MLX, against candle on the weights it stands for.
-    let mlx = Backend::mlx(&spec(&q4)).unwrap();
-    let candle = Backend::load(&spec(&deq)).unwrap();
+    let mlx = LocalBackend::mlx(&spec(&q4)).unwrap();
+    let candle = LocalBackend::load(&spec(&deq)).unwrap();
     assert!(mlx.is_quantized());
-    let Backend::Mlx(inner) = &mlx else {
-        unreachable!("Backend::mlx gives the MLX executor")
+    let LocalBackend::Mlx(inner) = &mlx else {
+        unreachable!("LocalBackend::mlx gives the MLX executor")
     };
     let note = inner.kernel_note();
     assert!(
@@ -186,7 +188,7 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
     }
 
     // `weights = "f32"` dequantizes it at load: the same model, not packed.
-    let dense = Backend::mlx(&spec_as(&q4, WeightMode::F32)).unwrap();
+    let dense = LocalBackend::mlx(&spec_as(&q4, WeightMode::F32)).unwrap();
     assert!(!dense.is_quantized());
     let prompt = candle.tokenize("The lighthouse", &PromptForm::Raw).unwrap();
     let (d_ids, d_logits) = greedy(&dense, &prompt);
@@ -198,14 +200,14 @@ fn an_mlx_community_checkpoint_runs_packed_and_matches_its_dequantized_weights()
     // Exported (dequantized), it loads in candle as those weights.
     let exported = dir.path().join("exported");
     mlx.export_hf(&exported).unwrap();
-    let back = Backend::load(&spec(&exported)).unwrap();
+    let back = LocalBackend::load(&spec(&exported)).unwrap();
     let want = c_logits;
     let (_, got) = greedy(&back, &prompt);
     let d = common::compare_rows("export", &got, &want);
     assert!(d < 1e-4, "the export against the dequantized weights: {d}");
 
     // candle cannot run the packed folder, and says who can.
-    let err = Backend::load(&spec(&q4))
+    let err = LocalBackend::load(&spec(&q4))
         .err()
         .expect("candle refuses it")
         .to_string();

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{MeasureError, MeasureOptions, Phase, Progress};
 use crate::config::Suite;
-use crate::executor::{Backend, Executor};
+use crate::executor::{LocalBackend, LocalModel};
 
 /// A token whose probability counts as refusing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,7 +20,10 @@ pub struct RefusalToken {
 
 /// The first token of each text, tokenized without special tokens,
 /// deduplicated by id in the order given.
-pub fn refusal_tokens(exec: &Backend, texts: &[String]) -> Result<Vec<RefusalToken>, MeasureError> {
+pub fn refusal_tokens(
+    exec: &LocalBackend,
+    texts: &[String],
+) -> Result<Vec<RefusalToken>, MeasureError> {
     let mut out: Vec<RefusalToken> = Vec::new();
     for text in texts {
         // `encode`, not `encode_raw`: a BOS would be the "first token".
@@ -96,7 +99,7 @@ impl Set {
     /// Tokenizes every prompt of `suite` (before any forward pass, so a
     /// template error fails at once); `holdout[i]` says where prompt `i` goes.
     pub fn new(
-        exec: &Backend,
+        exec: &LocalBackend,
         suite: &Suite,
         name: &'static str,
         holdout: &[bool],
@@ -162,7 +165,7 @@ pub(super) fn stop_if_asked() -> Result<(), MeasureError> {
 }
 
 fn run_set(
-    exec: &Backend,
+    exec: &LocalBackend,
     set: &Set,
     done: &mut usize,
     total: usize,
@@ -209,7 +212,7 @@ fn run_set(
 /// Runs every prompt of both sets once; the per-layer directions from the
 /// train parts and the baseline log-probabilities of the held-out parts.
 pub(super) fn collect(
-    exec: &Backend,
+    exec: &LocalBackend,
     harmful: &Set,
     harmless: &Set,
     progress: &dyn Fn(Progress),

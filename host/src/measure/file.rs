@@ -12,7 +12,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde::Serialize;
 
 use super::{KIND, METHOD, MeasureError, Measurement};
-use crate::executor::{Backend, Executor};
+use crate::executor::{Executor, LocalBackend, LocalModel};
 
 /// What a measurement was made from: the model's weights and the two
 /// prompt files, by sha256.
@@ -36,7 +36,7 @@ impl Provenance {
     /// The provenance of a measurement of `exec`'s model from the prompt
     /// files `harmful` and `harmless` (each hashed here).
     pub fn of_files(
-        exec: &Backend,
+        exec: &LocalBackend,
         harmful: &Path,
         harmless: &Path,
     ) -> Result<Provenance, MeasureError> {
@@ -50,7 +50,7 @@ impl Provenance {
         };
         Ok(Provenance {
             model: exec.model_ref().name,
-            architecture: exec.architecture(),
+            architecture: Some(exec.architecture()),
             model_sha256: exec.model_ref().sha256,
             harmful_sha256: hash(harmful)?,
             harmless_sha256: hash(harmless)?,

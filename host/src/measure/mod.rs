@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Suite;
-use crate::executor::{Backend, Executor, ExecutorError, PromptForm};
+use crate::executor::{ExecutorError, LocalBackend, LocalModel, PromptForm};
 
 pub use collect::{RefusalToken, refusal_score, refusal_tokens};
 pub use file::{Provenance, read_metadata};
@@ -376,7 +376,7 @@ impl MeasureOptions {
 /// Fails before any forward pass on bad options, a set of fewer than two
 /// prompts, or a layer out of range.
 pub fn measure(
-    exec: &Backend,
+    exec: &LocalBackend,
     harmful: &Suite,
     harmless: &Suite,
     options: &MeasureOptions,

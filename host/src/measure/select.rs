@@ -3,7 +3,7 @@
 
 use super::collect::{Collected, MEASURE_BATCH, Set, log_softmax, refusal_score};
 use super::{LayerScore, MeasureError, Phase, Progress};
-use crate::executor::{Backend, Executor, ExecutorError};
+use crate::executor::{ExecutorError, LocalBackend, LocalModel};
 use crate::intervene::{Direction, Intervention, Mode, Positions};
 use crate::report::stats::kl_divergence;
 
@@ -45,7 +45,7 @@ pub fn holdout_split(
 /// every position): the mean refusal score on the held-out harmful prompts
 /// and the mean KL(original ‖ ablated) on the held-out harmless ones.
 pub(super) fn score_candidates(
-    exec: &Backend,
+    exec: &LocalBackend,
     candidates: &[usize],
     collected: &Collected,
     harmful: &Set,

@@ -542,7 +542,12 @@ fn measure_stage(
     note: &mut String,
 ) -> anyhow::Result<PathBuf> {
     use crate::measure::{MeasureOptions, Provenance, measure, read_metadata};
-    let provenance = Provenance::of_files(&side.exec, &m.harmful, &m.harmless)?;
+    // The plan lets only a model vauban holds measure.
+    let exec = side
+        .exec
+        .local()
+        .context("the measure stage needs a model vauban holds (candle, torch or mlx)")?;
+    let provenance = Provenance::of_files(exec, &m.harmful, &m.harmless)?;
     if m.out.is_file()
         && let Ok(meta) = read_metadata(&m.out)
         && provenance.matches(&meta)
@@ -566,7 +571,7 @@ fn measure_stage(
         options.max_kl = k;
     }
     let progress = progress_bar(0, "measure");
-    let measurement = measure(&side.exec, &harmful, &harmless, &options, &|p| {
+    let measurement = measure(exec, &harmful, &harmless, &options, &|p| {
         progress.set_length(p.total as u64);
         progress.set_position(p.done as u64);
     })?;

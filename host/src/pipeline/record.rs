@@ -13,14 +13,15 @@ use crate::bundle::{Bundle, BundleWriter, WriteMode};
 use crate::config::Prompt;
 use crate::config::file::{PromptFormName, TransformKind};
 use crate::executor::{
-    Backend, Executor, GenerateOptions, ModelSpec, PromptForm, ReferenceContinuation, RunOptions,
+    Backend, Executor, ExecutorError, GenerateOptions, LocalBackend, LocalModel, ModelSpec,
+    PromptForm, ReferenceContinuation, RunOptions,
 };
 use crate::intervene::{Intervention, Mode, Positions, load_direction};
 use crate::model::KvType;
 use crate::model::sample::Sampling;
-use crate::trace::{ArtifactData, ArtifactKind as K, TensorData, Trace, TraceRequest};
+use crate::trace::{ArtifactData, ArtifactKind as K, DeviceKind, TensorData, Trace, TraceRequest};
 
-use super::plan::{DirectionRef, PICK_IN_CONFIG, Plan, SidePlan};
+use super::plan::{DirectionRef, PICK_IN_CONFIG, Plan, SidePlan, TransformPlan};
 use crate::config::file::ExecutorKind;
 
 /// A loaded model with its transformation applied.
@@ -45,188 +46,27 @@ pub fn load_side(
     measured: Option<&Path>,
     output: &Path,
 ) -> anyhow::Result<LoadedSide> {
-    let spec = ModelSpec {
-        path: side.model.clone(),
-        device: side.device,
-        weights: side.weights,
-        kv_cache: side.kv_cache,
-        dtype: side.dtype,
-    };
-    let loaded = match side.backend {
-        ExecutorKind::Candle => Backend::load(&spec),
-        ExecutorKind::Torch => Backend::torch(&spec),
-        ExecutorKind::Mlx => Backend::mlx(&spec),
-        ExecutorKind::Replay => Backend::replay(&side.model),
-        ExecutorKind::Http => {
-            let mut http = side
-                .http
-                .clone()
-                .expect("the plan sets an http side's endpoint");
-            // Every answer is kept, so a rerun asks only for what is missing.
-            http.cache = Some(output.join("traces").join("http").join(side.name.as_str()));
-            Backend::http(&http)
-        }
-    };
-    let mut exec = loaded.with_context(|| {
+    let mut exec = open_executor(side, output).with_context(|| {
         format!(
             "{}: cannot load {}",
             side.name.as_str(),
             side.model.display()
         )
     })?;
-    if let Some(identity) = exec.served_identity() {
-        // The endpoint serves its model as it is; what identifies it is
-        // what the server reported when probed.
-        let fingerprint = json!({ "http": identity, "system": side.system });
-        return Ok(LoadedSide {
-            exec,
-            interventions: Vec::new(),
-            fingerprint,
-            describe: None,
-            model_sha256: None,
-            batch: side.batch,
-        });
-    }
-    if exec.is_replay() {
-        // The recording already holds whatever transformation was applied.
-        let model_sha256 = exec.weights_sha256();
-        return Ok(LoadedSide {
-            exec,
-            interventions: Vec::new(),
-            fingerprint: json!({ "replay": side.model.display().to_string() }),
-            describe: None,
-            model_sha256,
-            batch: side.batch,
-        });
-    }
-    let model_sha256 = exec.weights_sha256();
-    let dims = exec.dims();
-    let mut interventions = Vec::new();
-    let mut describe = None;
-    let mut transform_fp = serde_json::Value::Null;
-    if let Some(t) = &side.transform {
-        let layers: Vec<usize> = match t.layers.is_empty() {
-            true => (0..dims.layers).collect(),
-            false => t.layers.clone(),
-        };
-        exec.check_layers(&layers)
-            .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
-        match t.kind {
-            TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer => {
-                let (path, tensor) =
-                    direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
-                let mut sha = String::new();
-                let mut norm = 0.0;
-                for &layer in &layers {
-                    let d = load_direction(&path, tensor.as_deref(), None, layer)
-                        .map_err(|e| e.picked_with(PICK_IN_CONFIG))
-                        .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
-                    if d.width() != dims.hidden {
-                        bail!(
-                            "{}.transform.direction: {} has width {} but the model's hidden size is {}",
-                            side.name.as_str(),
-                            path.display(),
-                            d.width(),
-                            dims.hidden
-                        );
-                    }
-                    norm = d.norms[0];
-                    sha = d.file_sha256.clone();
-                    match t.kind {
-                        TransformKind::Ablate => interventions.push(Intervention {
-                            layer,
-                            mode: Mode::Subtract,
-                            direction: d.unit()?,
-                            alpha: t.alpha,
-                            value: None,
-                            positions: Positions::All,
-                            condition: None,
-                        }),
-                        // Activation addition takes the direction as the
-                        // file holds it (a difference of means carries its
-                        // own scale), times `alpha`.
-                        TransformKind::Steer => {
-                            let steer = Intervention {
-                                layer,
-                                mode: Mode::Steer,
-                                direction: d,
-                                alpha: t.alpha,
-                                value: None,
-                                positions: Positions::All,
-                                condition: None,
-                            };
-                            steer.check().with_context(|| {
-                                format!("{}.transform.direction", side.name.as_str())
-                            })?;
-                            interventions.push(steer);
-                        }
-                        _ => {
-                            exec.orthogonalize(&d.unit()?, &[layer])?;
-                        }
-                    }
-                }
-                let what = match t.kind {
-                    TransformKind::Ablate => format!(
-                        "directional ablation (subtract, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} blocks",
-                        t.alpha,
-                        path.display(),
-                        tensor.as_deref().unwrap_or("(the only one)"),
-                        layers.len()
-                    ),
-                    TransformKind::Steer => format!(
-                        "activation addition (steer, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} block(s) {:?}",
-                        t.alpha,
-                        path.display(),
-                        tensor.as_deref().unwrap_or("(the only one)"),
-                        layers.len(),
-                        layers
-                    ),
-                    _ => format!(
-                        "weights orthogonalized against {} (tensor {}) in {} blocks (attn_output, ffn_down)",
-                        path.display(),
-                        tensor.as_deref().unwrap_or("(the only one)"),
-                        layers.len()
-                    ),
-                };
-                transform_fp = json!({
-                    "kind": t.kind.as_str(), "direction_sha256": sha, "tensor": tensor,
-                    "layers": layers, "alpha": t.alpha,
-                });
-                describe = Some(what);
-            }
-            TransformKind::Intervene => {
-                for spec in &t.interventions {
-                    interventions.push(spec.resolve(dims.hidden, dims.layers).with_context(
-                        || format!("{}.transform.interventions", side.name.as_str()),
-                    )?);
-                }
-                transform_fp = json!({
-                    "kind": "intervene",
-                    "interventions": interventions.iter().map(Intervention::record).collect::<Vec<_>>(),
-                });
-                describe = Some(format!(
-                    "{} activation intervention(s): {}",
-                    interventions.len(),
-                    interventions
-                        .iter()
-                        .map(|i| format!(
-                            "{} at layer {} (alpha {})",
-                            i.mode.as_str(),
-                            i.layer,
-                            i.alpha
-                        ))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ));
-            }
-        }
-    }
+    let Some(local) = exec.local_mut() else {
+        return Ok(served_as_is(side, exec));
+    };
+    let model_sha256 = local.weights_sha256();
+    let applied = match &side.transform {
+        Some(t) => apply_transform(side, t, local, measured)?,
+        None => Applied::default(),
+    };
     let mut fingerprint = json!({
         "model_sha256": model_sha256,
         "model": side.model.display().to_string(),
         "weights": format!("{:?}", side.weights),
-        "device": exec.device_name(),
-        "transform": transform_fp,
+        "device": local.device_name(),
+        "transform": applied.fingerprint,
         "system": side.system,
     });
     // Named only when it is not the default, so traces recorded before the
@@ -245,11 +85,208 @@ pub fn load_side(
     }
     Ok(LoadedSide {
         exec,
-        interventions,
+        interventions: applied.interventions,
         fingerprint,
-        describe,
+        describe: applied.describe,
         model_sha256,
         batch: side.batch,
+    })
+}
+
+/// The executor `side` names, opened on its model.
+fn open_executor(side: &SidePlan, output: &Path) -> Result<Backend, ExecutorError> {
+    let spec = ModelSpec {
+        path: side.model.clone(),
+        device: side.device,
+        weights: side.weights,
+        kv_cache: side.kv_cache,
+        dtype: side.dtype,
+    };
+    Ok(match side.backend {
+        ExecutorKind::Candle => LocalBackend::load(&spec)?.into(),
+        ExecutorKind::Torch => LocalBackend::torch(&spec)?.into(),
+        ExecutorKind::Mlx => LocalBackend::mlx(&spec)?.into(),
+        ExecutorKind::Replay => Backend::replay(&side.model)?,
+        ExecutorKind::Http => {
+            let mut http = side
+                .http
+                .clone()
+                .expect("the plan sets an http side's endpoint");
+            // Every answer is kept, so a rerun asks only for what is missing.
+            http.cache = Some(output.join("traces").join("http").join(side.name.as_str()));
+            Backend::http(&http)?
+        }
+    })
+}
+
+/// A side whose model vauban does not hold (an endpoint, a recording): it
+/// serves its model as it is, with no transformation to apply.
+fn served_as_is(side: &SidePlan, exec: Backend) -> LoadedSide {
+    let (fingerprint, model_sha256) = match exec.served_identity() {
+        // What identifies an endpoint's model is what the server reported
+        // when probed.
+        Some(identity) => (json!({ "http": identity, "system": side.system }), None),
+        // The recording already holds whatever transformation was applied.
+        None => (
+            json!({ "replay": side.model.display().to_string() }),
+            exec.model_ref().sha256,
+        ),
+    };
+    LoadedSide {
+        exec,
+        interventions: Vec::new(),
+        fingerprint,
+        describe: None,
+        model_sha256,
+        batch: side.batch,
+    }
+}
+
+/// What a side's transformation did to its model: the interventions its
+/// runs apply, the transformation in words, and what identifies it in the
+/// trace cache.
+#[derive(Default)]
+struct Applied {
+    interventions: Vec<Intervention>,
+    describe: Option<String>,
+    fingerprint: serde_json::Value,
+}
+
+/// Applies `t` to `side`'s model: loads its direction (or resolves its
+/// interventions) at every layer it names, and changes the weights where
+/// it orthogonalizes.
+fn apply_transform(
+    side: &SidePlan,
+    t: &TransformPlan,
+    local: &mut LocalBackend,
+    measured: Option<&Path>,
+) -> anyhow::Result<Applied> {
+    let dims = local.dims();
+    let layers: Vec<usize> = match t.layers.is_empty() {
+        true => (0..dims.layers).collect(),
+        false => t.layers.clone(),
+    };
+    local
+        .check_layers(&layers)
+        .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
+    let mut interventions = Vec::new();
+    let describe;
+    let transform_fp;
+    match t.kind {
+        TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer => {
+            let (path, tensor) =
+                direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
+            let mut sha = String::new();
+            let mut norm = 0.0;
+            for &layer in &layers {
+                let d = load_direction(&path, tensor.as_deref(), None, layer)
+                    .map_err(|e| e.picked_with(PICK_IN_CONFIG))
+                    .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
+                if d.width() != dims.hidden {
+                    bail!(
+                        "{}.transform.direction: {} has width {} but the model's hidden size is {}",
+                        side.name.as_str(),
+                        path.display(),
+                        d.width(),
+                        dims.hidden
+                    );
+                }
+                norm = d.norms[0];
+                sha = d.file_sha256.clone();
+                match t.kind {
+                    TransformKind::Ablate => interventions.push(Intervention {
+                        layer,
+                        mode: Mode::Subtract,
+                        direction: d.unit()?,
+                        alpha: t.alpha,
+                        value: None,
+                        positions: Positions::All,
+                        condition: None,
+                    }),
+                    // Activation addition takes the direction as the
+                    // file holds it (a difference of means carries its
+                    // own scale), times `alpha`.
+                    TransformKind::Steer => {
+                        let steer = Intervention {
+                            layer,
+                            mode: Mode::Steer,
+                            direction: d,
+                            alpha: t.alpha,
+                            value: None,
+                            positions: Positions::All,
+                            condition: None,
+                        };
+                        steer.check().with_context(|| {
+                            format!("{}.transform.direction", side.name.as_str())
+                        })?;
+                        interventions.push(steer);
+                    }
+                    _ => {
+                        local.orthogonalize(&d.unit()?, &[layer])?;
+                    }
+                }
+            }
+            let what = match t.kind {
+                TransformKind::Ablate => format!(
+                    "directional ablation (subtract, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} blocks",
+                    t.alpha,
+                    path.display(),
+                    tensor.as_deref().unwrap_or("(the only one)"),
+                    layers.len()
+                ),
+                TransformKind::Steer => format!(
+                    "activation addition (steer, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} block(s) {:?}",
+                    t.alpha,
+                    path.display(),
+                    tensor.as_deref().unwrap_or("(the only one)"),
+                    layers.len(),
+                    layers
+                ),
+                _ => format!(
+                    "weights orthogonalized against {} (tensor {}) in {} blocks (attn_output, ffn_down)",
+                    path.display(),
+                    tensor.as_deref().unwrap_or("(the only one)"),
+                    layers.len()
+                ),
+            };
+            transform_fp = json!({
+                "kind": t.kind.as_str(), "direction_sha256": sha, "tensor": tensor,
+                "layers": layers, "alpha": t.alpha,
+            });
+            describe = Some(what);
+        }
+        TransformKind::Intervene => {
+            for spec in &t.interventions {
+                interventions.push(
+                    spec.resolve(dims.hidden, dims.layers).with_context(|| {
+                        format!("{}.transform.interventions", side.name.as_str())
+                    })?,
+                );
+            }
+            transform_fp = json!({
+                "kind": "intervene",
+                "interventions": interventions.iter().map(Intervention::record).collect::<Vec<_>>(),
+            });
+            describe = Some(format!(
+                "{} activation intervention(s): {}",
+                interventions.len(),
+                interventions
+                    .iter()
+                    .map(|i| format!(
+                        "{} at layer {} (alpha {})",
+                        i.mode.as_str(),
+                        i.layer,
+                        i.alpha
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+    }
+    Ok(Applied {
+        interventions,
+        describe,
+        fingerprint: transform_fp,
     })
 }
 
@@ -494,7 +531,7 @@ pub fn record_side(
                         .sum::<u64>();
                     parts[*i] = Some((out.trace, out.tensors));
                     progress.inc(1);
-                    if side.exec.is_remote() {
+                    if side.exec.device_kind() == DeviceKind::Remote {
                         let secs = started.elapsed().as_secs_f64().max(1e-9);
                         progress.set_message(format!(
                             "{name} {:.1} req/s {:.0} tok/s",

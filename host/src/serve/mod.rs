@@ -18,7 +18,9 @@ use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 
-use crate::executor::{Backend, Executor, GenerateOptions, PromptForm, RunOptions, TopLogprobs};
+use crate::executor::{
+    Executor, GenerateOptions, LocalBackend, LocalModel, PromptForm, RunOptions, TopLogprobs,
+};
 use crate::intervene::Intervention;
 use crate::intervene::policy::StepPolicy;
 use crate::trace::{ArtifactKind as K, Role, TraceRequest};
@@ -35,7 +37,7 @@ pub trait PolicySource: Send + Sync {
 
 /// What the server serves.
 pub struct Served {
-    pub exec: Backend,
+    pub exec: LocalBackend,
     /// Applied in prefill and every decode step of every request.
     pub interventions: Vec<Intervention>,
     pub policy: Option<Box<dyn PolicySource>>,

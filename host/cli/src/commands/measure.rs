@@ -10,7 +10,7 @@ use clap::Args;
 
 use super::model::ModelArgs;
 use vauban::config::Suite;
-use vauban::executor::Executor;
+use vauban::executor::LocalModel;
 use vauban::measure::{
     DEFAULT_HOLDOUT, DEFAULT_MAX_KL, LayerScore, MeasureError, MeasureOptions, Phase, Progress,
     Provenance, holdout_split, measure,

@@ -10,8 +10,8 @@ use clap::Args;
 
 use vauban::bundle::{BundleWriter, WriteMode};
 use vauban::executor::{
-    Backend, DeviceSpec, Executor, GenerateOptions, InferenceSession, ModelSpec, PromptForm,
-    RunOptions, StopReason, generate::DEFAULT_MAX_TOKENS,
+    DeviceSpec, Executor, GenerateOptions, InferenceSession, LocalBackend, LocalModel, ModelSpec,
+    PromptForm, RunOptions, StopReason, generate::DEFAULT_MAX_TOKENS,
 };
 use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use vauban::model::sample::Sampling;
@@ -59,7 +59,7 @@ pub enum Engine {
 }
 
 impl ModelArgs {
-    pub(super) fn load(&self) -> anyhow::Result<Backend> {
+    pub(super) fn load(&self) -> anyhow::Result<LocalBackend> {
         let Some(path) = &self.model else {
             bail!("--model PATH is required: a .gguf file or an HF model folder");
         };
@@ -72,9 +72,9 @@ impl ModelArgs {
         };
         let start = std::time::Instant::now();
         let exec = match self.executor {
-            Engine::Candle => Backend::load(&spec),
-            Engine::Torch => Backend::torch(&spec),
-            Engine::Mlx => Backend::mlx(&spec),
+            Engine::Candle => LocalBackend::load(&spec),
+            Engine::Torch => LocalBackend::torch(&spec),
+            Engine::Mlx => LocalBackend::mlx(&spec),
         }
         .with_context(|| format!("cannot load the model {}", path.display()))?;
         let d = exec.dims();
@@ -209,7 +209,7 @@ impl PromptArgs {
 }
 
 impl SteerArgs {
-    pub(super) fn policy(&self, exec: &Backend) -> anyhow::Result<Option<LoadedPolicy>> {
+    pub(super) fn policy(&self, exec: &LocalBackend) -> anyhow::Result<Option<LoadedPolicy>> {
         let Some(path) = &self.policy else {
             return Ok(None);
         };
@@ -267,7 +267,7 @@ impl SteerArgs {
         }))
     }
 
-    pub(super) fn interventions(&self, exec: &Backend) -> anyhow::Result<Vec<Intervention>> {
+    pub(super) fn interventions(&self, exec: &LocalBackend) -> anyhow::Result<Vec<Intervention>> {
         let d = exec.dims();
         self.intervene
             .iter()

@@ -1,13 +1,17 @@
 //! The executor seam: who runs a model and records its trace.
 //!
-//! One [`Executor`] trait and one [`Backend`] enum with a variant per
-//! backend (candle, the embedded default; an OpenAI-compatible endpoint
-//! over HTTP; replay of recorded bundles).
-//! Optional backends (torch, mlx) sit behind default-off cargo features
-//! and share one executor over a tensor library (`tensor_lib`). Dispatch
-//! is a `match` per call, never per token: the per-token loop lives
-//! inside an [`InferenceSession`] (`prefill` / `decode_step`).
+//! Two traits, split by what an executor can honestly do. [`Executor`]
+//! is what every one does: describe what it can record, and run requests
+//! into traces (candle, the embedded default; Torch and MLX; an
+//! OpenAI-compatible endpoint over HTTP; replay of recorded bundles).
+//! [`LocalModel`] is what only a model vauban holds can do: tokenize,
+//! step through a KV cache ([`InferenceSession`]), read hidden states,
+//! change and export its weights. The optional backends (torch, mlx) sit
+//! behind default-off cargo features and share one executor over a tensor
+//! library (`tensor_lib`). [`Backend`] and [`LocalBackend`] hold one
+//! executor of each kind as a closed enum (`backend.rs`).
 
+mod backend;
 pub mod candle;
 pub mod device;
 pub mod generate;
@@ -33,9 +37,7 @@ use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
 };
 
-use self::candle::{CandleExecutor, CandleSession};
-use self::http::{HttpExecutor, HttpSession, HttpSpec};
-use self::replay::{ReplayExecutor, ReplaySession};
+pub use backend::{Backend, LocalBackend, LocalSession};
 pub use device::DeviceSpec;
 pub use generate::{GenerateOptions, Generation, StopReason, TopLogprobs};
 
@@ -299,12 +301,75 @@ pub trait InferenceSession {
     fn capacity(&self) -> Option<usize>;
 }
 
-/// A backend that loads a model, tokenizes, traces and generates: every
-/// caller (the pipeline, the direction measurement, the commands) holds an
-/// executor through this trait, never a concrete backend. Interventions
-/// and transformations reach it as backend-neutral values (`f32`
-/// directions); each backend turns them into its own tensors.
+/// What every executor does, whatever runs the model (a model vauban
+/// holds, an endpoint, a recorded bundle): say what it can record,
+/// identify the model, and run requests into evidence-bearing traces.
+/// The pipeline records both sides through this trait alone.
 pub trait Executor {
+    /// What this executor can produce on its device, per artifact kind.
+    fn capabilities(&self) -> Capabilities;
+    /// The model, with the sha256 of its weights (none once they were
+    /// changed in memory, or where they cannot be known) and of its
+    /// vocabulary.
+    fn model_ref(&self) -> ModelRef;
+    /// The device it runs on, as written in traces (`cpu`, `cuda:0`,
+    /// `remote`, `replay`).
+    fn device_name(&self) -> String;
+    fn device_kind(&self) -> DeviceKind;
+    /// The model's width and depth where this executor knows them: a
+    /// model vauban holds does; an endpoint or a bundle does not say.
+    fn known_dims(&self) -> Option<ModelDims>;
+    /// Refuses a layer the model does not have. Where the depth is not
+    /// known there is nothing to check: activations asked of such an
+    /// executor are recorded in the trace as unsupported or missing.
+    fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
+        let Some(dims) = self.known_dims() else {
+            return Ok(());
+        };
+        match layers.iter().find(|&&l| l >= dims.layers) {
+            Some(&layer) => Err(ModelError::LayerOutOfRange {
+                layer,
+                count: dims.layers,
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+    /// Runs `request` and records its evidence-bearing trace; with a
+    /// policy, it decides ops after its watched blocks in every pass (an
+    /// executor that runs no forward pass refuses a policy).
+    fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
+    ) -> Result<TraceOutput, ExecutorError>;
+    /// Traces every job, handing each result to `on_done` with the job's
+    /// index, on this thread; `on_done` returning `Break` stops (after the
+    /// rest of a batch already computed). By default one job at a time, in
+    /// order; an executor that can do better (batched passes, requests in
+    /// flight) overrides it. `batch` is how many prompts a batched pass
+    /// may hold.
+    fn trace_all(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+        batch: usize,
+        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
+    ) {
+        let _ = batch;
+        for (i, (request, options)) in jobs.iter().enumerate() {
+            if on_done(i, self.trace(request, options, None)).is_break() {
+                return;
+            }
+        }
+    }
+}
+
+/// What only a model vauban holds in memory can do: tokenize, step
+/// through a KV cache, read hidden states, change and export its weights.
+/// Candle, Torch and MLX implement it; the direction measurement, `serve`
+/// and the model commands hold a local model through it.
+pub trait LocalModel: Executor {
     type Session<'a>: InferenceSession
     where
         Self: 'a;
@@ -313,30 +378,13 @@ pub trait Executor {
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError>
     where
         Self: Sized;
-    /// What this executor can produce on its device, per artifact kind.
-    fn capabilities(&self) -> Capabilities;
-    /// The model, with the sha256 of its weights (none once they were
-    /// changed in memory) and of its vocabulary.
-    fn model_ref(&self) -> ModelRef;
+    /// The model's width, depth and vocabulary.
+    fn dims(&self) -> ModelDims;
     /// sha256 of the weights as loaded, before any transformation.
     fn weights_sha256(&self) -> Option<String>;
-    /// The model's width and depth, for checking directions and layers.
-    fn dims(&self) -> ModelDims;
-    /// The model's architecture as GGUF names it (`llama`, `qwen2`...);
-    /// `None` when the backend does not know it (a recorded bundle, a
-    /// remote endpoint). A control vector's `model_hint` is written from it.
-    fn architecture(&self) -> Option<String>;
-    /// Refuses a layer the model does not have.
-    fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
-        let count = self.dims().layers;
-        match layers.iter().find(|&&l| l >= count) {
-            Some(&layer) => Err(ModelError::LayerOutOfRange { layer, count }.into()),
-            None => Ok(()),
-        }
-    }
-    /// The device it runs on, as written in traces (`cpu`, `cuda:0`).
-    fn device_name(&self) -> String;
-    fn device_kind(&self) -> DeviceKind;
+    /// The model's architecture as GGUF names it (`llama`, `qwen2`...): a
+    /// control vector's `model_hint` is written from it.
+    fn architecture(&self) -> String;
     /// Whether the weights are held quantized.
     fn is_quantized(&self) -> bool;
     /// Token ids of a prompt in the given form.
@@ -349,14 +397,6 @@ pub trait Executor {
     fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError>;
     /// Whether `id` ends a generation for this model.
     fn is_eos(&self, id: u32) -> bool;
-    /// Runs `request` and records its evidence-bearing trace; with a
-    /// policy, it decides ops after its watched blocks in every pass.
-    fn trace(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: Option<&mut dyn StepPolicy>,
-    ) -> Result<TraceOutput, ExecutorError>;
     /// A generation session with `interventions` applied at every step.
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> Self::Session<'a>;
     /// Each prompt's last token: its residual after every block (after
@@ -380,9 +420,30 @@ pub trait Executor {
     ) -> Result<Vec<WeightChange>, ExecutorError>;
     /// Writes the model as loaded and transformed to an HF folder.
     fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError>;
+
+    /// Generates after `prompt` in `session` (a session of this model),
+    /// ending on this model's end-of-sequence tokens and detokenizing with
+    /// its tokenizer; `on_text` receives text as it becomes final.
+    fn generate_in(
+        &self,
+        session: &mut Self::Session<'_>,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation, ExecutorError> {
+        generate::generate(
+            session,
+            prompt,
+            None,
+            options,
+            &|id| self.is_eos(id),
+            &|ids| self.detokenize(ids),
+            on_text,
+        )
+    }
 }
 
-/// What [`Executor::last_token_state`] returns.
+/// What [`LocalModel::last_token_states`] gives for each prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LastTokenState {
     /// `[layers][hidden]`: the residual after each block, last token.
@@ -441,383 +502,6 @@ pub struct ModelDims {
     pub layers: usize,
     pub hidden: usize,
     pub vocab: usize,
-}
-
-/// The executor, by backend: the embedded candle model, or a recorded
-/// bundle replayed.
-// One lives per side for a whole run: its size does not matter, and the
-// variants stay unboxed so dispatch is a match, not a pointer chase.
-#[allow(clippy::large_enum_variant)]
-pub enum Backend {
-    Candle(CandleExecutor),
-    Http(HttpExecutor),
-    Replay(ReplayExecutor),
-    /// libtorch, through tch (built with the `torch` feature).
-    #[cfg(feature = "torch")]
-    Torch(torch::TorchExecutor),
-    /// MLX, through mlx-rs (built with the `mlx` feature).
-    #[cfg(feature = "mlx")]
-    Mlx(mlx::MlxExecutor),
-}
-
-impl Backend {
-    /// A recorded bundle, verified, served as an executor.
-    pub fn replay(bundle: &Path) -> Result<Backend, ExecutorError> {
-        Ok(Backend::Replay(ReplayExecutor::open(bundle)?))
-    }
-
-    /// An OpenAI-compatible endpoint, connected and probed.
-    pub fn http(spec: &HttpSpec) -> Result<Backend, ExecutorError> {
-        Ok(Backend::Http(HttpExecutor::connect(spec)?))
-    }
-
-    /// The Torch executor on `spec`'s model and device; in a build
-    /// without the `torch` feature, an error saying how to build it.
-    pub fn torch(spec: &ModelSpec) -> Result<Backend, ExecutorError> {
-        #[cfg(feature = "torch")]
-        return Ok(Backend::Torch(torch::TorchExecutor::load(spec)?));
-        #[cfg(not(feature = "torch"))]
-        {
-            let _ = spec;
-            Err(ExecutorError::Request(TORCH_MISSING.into()))
-        }
-    }
-
-    /// The MLX executor on `spec`'s model and device; in a build without
-    /// the `mlx` feature, an error saying how to build it.
-    pub fn mlx(spec: &ModelSpec) -> Result<Backend, ExecutorError> {
-        #[cfg(feature = "mlx")]
-        return Ok(Backend::Mlx(mlx::MlxExecutor::load(spec)?));
-        #[cfg(not(feature = "mlx"))]
-        {
-            let _ = spec;
-            Err(ExecutorError::Request(MLX_MISSING.into()))
-        }
-    }
-
-    /// Whether this serves recorded traces rather than running a model.
-    pub fn is_replay(&self) -> bool {
-        matches!(self, Backend::Replay(_))
-    }
-
-    /// Whether the model is a black box behind an endpoint (no weights,
-    /// activations, tokenizer or interventions).
-    pub fn is_remote(&self) -> bool {
-        matches!(self, Backend::Http(_))
-    }
-
-    /// What identifies a model served behind an endpoint, as the server
-    /// reported it when probed (its URL, the model asked for and served,
-    /// its fingerprint); `None` for a model vauban holds, which its
-    /// weights' digest identifies instead.
-    pub fn served_identity(&self) -> Option<serde_json::Value> {
-        match self {
-            Backend::Http(h) => Some(h.identity()),
-            _ => None,
-        }
-    }
-
-    /// Generates after `prompt` in `session` (a session of this backend),
-    /// ending on this model's end-of-sequence tokens and detokenizing with
-    /// its tokenizer; `on_text` receives text as it becomes final.
-    pub fn generate_in(
-        &self,
-        session: &mut BackendSession<'_>,
-        prompt: &[u32],
-        options: &GenerateOptions,
-        on_text: &mut dyn FnMut(&str),
-    ) -> Result<Generation, ExecutorError> {
-        generate::generate(
-            session,
-            prompt,
-            None,
-            options,
-            &|id| self.is_eos(id),
-            &|ids| self.detokenize(ids),
-            on_text,
-        )
-    }
-
-    /// Traces every job, handing each result to `on_done` with the job's
-    /// index on this thread; `on_done` returning `Break` stops (after the
-    /// rest of a batch already computed). An
-    /// endpoint keeps up to its `concurrency` requests in flight and hands
-    /// results back as they complete; the embedded model runs `batch` jobs
-    /// at a time in one batched pass (see [`CandleExecutor::trace_batch`])
-    /// and hands their results back in order.
-    pub fn trace_all(
-        &self,
-        jobs: &[(TraceRequest, RunOptions)],
-        batch: usize,
-        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
-    ) {
-        match self {
-            Backend::Http(e) => e.trace_all(jobs, false, on_done),
-            Backend::Candle(e) => {
-                // A batch's results are all computed by the time the first
-                // is handed over, so all of them are (what was computed is
-                // kept); `Break` stops before the next batch.
-                let batch = batch.max(1);
-                for (b, chunk) in jobs.chunks(batch).enumerate() {
-                    let mut stop = false;
-                    for (i, result) in e.trace_batch(chunk).into_iter().enumerate() {
-                        stop |= on_done(b * batch + i, result).is_break();
-                    }
-                    if stop {
-                        return;
-                    }
-                }
-            }
-            // One job at a time: no batched passes on these yet.
-            #[cfg(feature = "torch")]
-            Backend::Torch(_) => self.trace_each(jobs, on_done),
-            #[cfg(feature = "mlx")]
-            Backend::Mlx(_) => self.trace_each(jobs, on_done),
-            Backend::Replay(_) => self.trace_each(jobs, on_done),
-        }
-    }
-
-    /// Traces the jobs one at a time, in order.
-    fn trace_each(
-        &self,
-        jobs: &[(TraceRequest, RunOptions)],
-        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
-    ) {
-        for (i, (request, options)) in jobs.iter().enumerate() {
-            if on_done(i, self.trace(request, options, None)).is_break() {
-                return;
-            }
-        }
-    }
-}
-
-/// A session, by backend.
-// Unboxed: every decode step goes through this match.
-#[allow(clippy::large_enum_variant)]
-pub enum BackendSession<'a> {
-    Candle(CandleSession<'a>),
-    Http(HttpSession),
-    Replay(ReplaySession),
-    #[cfg(feature = "torch")]
-    Torch(torch::TorchSession<'a>),
-    #[cfg(feature = "mlx")]
-    Mlx(mlx::MlxSession<'a>),
-}
-
-impl<'a> BackendSession<'a> {
-    /// Lets `policy` decide ops after its watched blocks in every pass.
-    /// (A replay session runs nothing, so it has nothing to decide.)
-    pub fn set_policy(&mut self, policy: &'a mut dyn StepPolicy) {
-        match self {
-            BackendSession::Candle(s) => s.set_policy(policy),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.set_policy(policy),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.set_policy(policy),
-            BackendSession::Http(_) | BackendSession::Replay(_) => {}
-        }
-    }
-
-    /// What each intervention did so far.
-    pub fn effects(&self) -> &[Effect] {
-        match self {
-            BackendSession::Candle(s) => s.effects(),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.effects(),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.effects(),
-            BackendSession::Http(s) => s.effects(),
-            BackendSession::Replay(s) => s.effects(),
-        }
-    }
-}
-
-impl InferenceSession for BackendSession<'_> {
-    #[inline]
-    fn prefill(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        match self {
-            BackendSession::Candle(s) => s.prefill(ids),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.prefill(ids),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.prefill(ids),
-            BackendSession::Http(s) => s.prefill(ids),
-            BackendSession::Replay(s) => s.prefill(ids),
-        }
-    }
-
-    #[inline]
-    fn decode_step(&mut self, id: u32) -> Result<StepOutput, ExecutorError> {
-        match self {
-            BackendSession::Candle(s) => s.decode_step(id),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.decode_step(id),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.decode_step(id),
-            BackendSession::Http(s) => s.decode_step(id),
-            BackendSession::Replay(s) => s.decode_step(id),
-        }
-    }
-
-    fn extend(&mut self, ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        match self {
-            BackendSession::Candle(s) => s.extend(ids),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.extend(ids),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.extend(ids),
-            BackendSession::Http(s) => s.extend(ids),
-            BackendSession::Replay(s) => s.extend(ids),
-        }
-    }
-
-    fn rewind(&mut self, to: usize) -> Result<(), ExecutorError> {
-        match self {
-            BackendSession::Candle(s) => s.rewind(to),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.rewind(to),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.rewind(to),
-            BackendSession::Http(s) => s.rewind(to),
-            BackendSession::Replay(s) => s.rewind(to),
-        }
-    }
-
-    #[inline]
-    fn position(&self) -> usize {
-        match self {
-            BackendSession::Candle(s) => s.position(),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.position(),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.position(),
-            BackendSession::Http(s) => s.position(),
-            BackendSession::Replay(s) => s.position(),
-        }
-    }
-
-    #[inline]
-    fn capacity(&self) -> Option<usize> {
-        match self {
-            BackendSession::Candle(s) => s.capacity(),
-            #[cfg(feature = "torch")]
-            BackendSession::Torch(s) => s.capacity(),
-            #[cfg(feature = "mlx")]
-            BackendSession::Mlx(s) => s.capacity(),
-            BackendSession::Http(s) => s.capacity(),
-            BackendSession::Replay(s) => s.capacity(),
-        }
-    }
-}
-
-/// Forwards every method to the backend's own executor.
-macro_rules! dispatch {
-    ($self:ident, $e:ident => $call:expr) => {
-        match $self {
-            Backend::Candle($e) => $call,
-            Backend::Http($e) => $call,
-            Backend::Replay($e) => $call,
-            #[cfg(feature = "torch")]
-            Backend::Torch($e) => $call,
-            #[cfg(feature = "mlx")]
-            Backend::Mlx($e) => $call,
-        }
-    };
-}
-
-impl Executor for Backend {
-    type Session<'a> = BackendSession<'a>;
-
-    /// The default backend for a model path: candle.
-    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
-        Ok(Backend::Candle(CandleExecutor::load(spec)?))
-    }
-    fn capabilities(&self) -> Capabilities {
-        dispatch!(self, e => e.capabilities())
-    }
-    fn model_ref(&self) -> ModelRef {
-        dispatch!(self, e => e.model_ref())
-    }
-    fn weights_sha256(&self) -> Option<String> {
-        dispatch!(self, e => e.weights_sha256())
-    }
-    fn dims(&self) -> ModelDims {
-        dispatch!(self, e => e.dims())
-    }
-    fn architecture(&self) -> Option<String> {
-        dispatch!(self, e => e.architecture())
-    }
-    fn check_layers(&self, layers: &[usize]) -> Result<(), ExecutorError> {
-        match self {
-            Backend::Candle(e) => Executor::check_layers(e, layers),
-            Backend::Http(e) => e.check_layers(layers),
-            Backend::Replay(e) => e.check_layers(layers),
-            #[cfg(feature = "torch")]
-            Backend::Torch(e) => Executor::check_layers(e, layers),
-            #[cfg(feature = "mlx")]
-            Backend::Mlx(e) => Executor::check_layers(e, layers),
-        }
-    }
-    fn device_name(&self) -> String {
-        dispatch!(self, e => e.device_name())
-    }
-    fn device_kind(&self) -> DeviceKind {
-        dispatch!(self, e => e.device_kind())
-    }
-    fn is_quantized(&self) -> bool {
-        dispatch!(self, e => e.is_quantized())
-    }
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        dispatch!(self, e => e.tokenize(text, form))
-    }
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        dispatch!(self, e => e.encode_plain(text))
-    }
-    fn token_name(&self, id: u32) -> Option<String> {
-        dispatch!(self, e => e.token_name(id))
-    }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        dispatch!(self, e => e.detokenize(ids))
-    }
-    fn is_eos(&self, id: u32) -> bool {
-        dispatch!(self, e => e.is_eos(id))
-    }
-    fn trace(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: Option<&mut dyn StepPolicy>,
-    ) -> Result<TraceOutput, ExecutorError> {
-        dispatch!(self, e => e.trace(request, options, policy))
-    }
-    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> BackendSession<'a> {
-        match self {
-            Backend::Candle(e) => BackendSession::Candle(e.session(interventions)),
-            Backend::Http(e) => BackendSession::Http(e.session(interventions)),
-            Backend::Replay(e) => BackendSession::Replay(e.session(interventions)),
-            #[cfg(feature = "torch")]
-            Backend::Torch(e) => BackendSession::Torch(e.session(interventions)),
-            #[cfg(feature = "mlx")]
-            Backend::Mlx(e) => BackendSession::Mlx(e.session(interventions)),
-        }
-    }
-    fn last_token_states(
-        &self,
-        interventions: &[Intervention],
-        prompts: &[&[u32]],
-    ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        dispatch!(self, e => e.last_token_states(interventions, prompts))
-    }
-    fn orthogonalize(
-        &mut self,
-        direction: &Direction,
-        layers: &[usize],
-    ) -> Result<Vec<WeightChange>, ExecutorError> {
-        dispatch!(self, e => e.orthogonalize(direction, layers))
-    }
-    fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError> {
-        dispatch!(self, e => e.export_hf(dir))
-    }
 }
 
 #[cfg(test)]

@@ -3,19 +3,17 @@
 //! and one side of a run can be a recording (last week's candidate).
 //!
 //! A replayed trace is the recorded one, with its raw tensors, found by the
-//! request's prompt id; nothing is recomputed. What needs a model
-//! (tokenizing, sessions, forward passes, weight changes) is refused with
-//! [`ExecutorError::Unsupported`]: the bundle holds traces, not a model.
+//! request's prompt id; nothing is recomputed. It implements
+//! [`Executor`] and not [`LocalModel`](super::LocalModel): the bundle
+//! holds traces, not a model, so what needs one (tokenizing, sessions,
+//! forward passes, weight changes) is not offered at all; a request with
+//! interventions or a policy is refused with [`ExecutorError::Unsupported`].
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::{
-    Effect, ExecutorError, InferenceSession, LastTokenState, ModelDims, PromptForm, RunOptions,
-    StepOutput, TraceOutput, WeightChange,
-};
+use super::{Executor, ExecutorError, ModelDims, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
-use crate::intervene::{Direction, Intervention};
 use crate::trace::{ArtifactKind, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest};
 use vauban_format::bundle::Bundle;
 
@@ -66,10 +64,12 @@ impl ReplayExecutor {
             by_trace,
         })
     }
+}
 
+impl Executor for ReplayExecutor {
     /// Kinds held by every trace of the bundle are `full`; the rest
     /// `unsupported`: replay can give exactly what was recorded.
-    pub fn capabilities(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         let traces = self.bundle.traces();
         ArtifactKind::ALL.iter().fold(
             Capabilities::uniform(NAME, &[DeviceKind::Cpu], SupportLevel::Unsupported),
@@ -81,7 +81,7 @@ impl ReplayExecutor {
     }
 
     /// The model of the bundle's first trace (a bundle records one model).
-    pub fn model_ref(&self) -> ModelRef {
+    fn model_ref(&self) -> ModelRef {
         self.bundle
             .traces()
             .first()
@@ -92,7 +92,22 @@ impl ReplayExecutor {
     /// The recorded trace of `request.prompt_id`, with its raw tensors. A
     /// request whose text differs from the recorded one is refused: the
     /// bundle is not a recording of this suite.
-    pub fn trace(
+    fn device_name(&self) -> String {
+        NAME.into()
+    }
+
+    fn device_kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+
+    /// The bundle does not record the model's shape. The layers it can
+    /// serve are those it recorded, which its traces account for artifact
+    /// by artifact.
+    fn known_dims(&self) -> Option<ModelDims> {
+        None
+    }
+
+    fn trace(
         &self,
         request: &TraceRequest,
         options: &RunOptions,
@@ -146,108 +161,5 @@ impl ReplayExecutor {
             tensors,
             generation: None,
         })
-    }
-}
-
-/// Replay has no sessions: every call is refused.
-pub struct ReplaySession;
-
-impl InferenceSession for ReplaySession {
-    fn prefill(&mut self, _ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        Err(unsupported("running a forward pass"))
-    }
-    fn decode_step(&mut self, _id: u32) -> Result<StepOutput, ExecutorError> {
-        Err(unsupported("running a forward pass"))
-    }
-    fn extend(&mut self, _ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        Err(unsupported("running a forward pass"))
-    }
-    fn rewind(&mut self, _to: usize) -> Result<(), ExecutorError> {
-        Err(unsupported("running a forward pass"))
-    }
-    fn position(&self) -> usize {
-        0
-    }
-    fn capacity(&self) -> Option<usize> {
-        None
-    }
-}
-
-impl ReplaySession {
-    pub fn effects(&self) -> &[Effect] {
-        &[]
-    }
-}
-
-/// What the trait asks of a replay, where it can only refuse.
-impl ReplayExecutor {
-    /// The recorded hash of the weights (of the first trace).
-    pub fn weights_sha256(&self) -> Option<String> {
-        self.model_ref().sha256
-    }
-    pub fn device_name(&self) -> String {
-        NAME.into()
-    }
-    pub fn device_kind(&self) -> DeviceKind {
-        DeviceKind::Cpu
-    }
-    pub fn is_quantized(&self) -> bool {
-        false
-    }
-    pub fn encode_plain(&self, _: &str) -> Result<Vec<u32>, ExecutorError> {
-        Err(unsupported("tokenizing"))
-    }
-    pub fn is_eos(&self, _: u32) -> bool {
-        false
-    }
-    /// The layers a replay can serve are those the bundle recorded, which
-    /// its traces account for artifact by artifact; nothing to check here.
-    pub fn check_layers(&self, _: &[usize]) -> Result<(), ExecutorError> {
-        Ok(())
-    }
-
-    /// The bundle does not record the model's shape: zeros.
-    pub fn dims(&self) -> ModelDims {
-        ModelDims {
-            layers: 0,
-            hidden: 0,
-            vocab: 0,
-        }
-    }
-    /// The bundle does not record the model's architecture.
-    pub fn architecture(&self) -> Option<String> {
-        None
-    }
-    pub fn tokenize(&self, _: &str, _: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        Err(unsupported("tokenizing"))
-    }
-    pub fn token_name(&self, _: u32) -> Option<String> {
-        None
-    }
-    pub fn detokenize(&self, _: &[u32]) -> Result<String, ExecutorError> {
-        Err(unsupported("detokenizing"))
-    }
-    pub fn last_token_states(
-        &self,
-        _: &[Intervention],
-        prompts: &[&[u32]],
-    ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        prompts
-            .iter()
-            .map(|_| Err(unsupported("running a forward pass")))
-            .collect()
-    }
-    pub fn orthogonalize(
-        &mut self,
-        _: &Direction,
-        _: &[usize],
-    ) -> Result<Vec<WeightChange>, ExecutorError> {
-        Err(unsupported("changing weights"))
-    }
-    pub fn export_hf(&self, _: &Path) -> Result<(), ExecutorError> {
-        Err(unsupported("exporting a model"))
-    }
-    pub fn session<'a>(&'a self, _: &'a [Intervention]) -> ReplaySession {
-        ReplaySession
     }
 }

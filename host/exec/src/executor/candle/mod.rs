@@ -6,6 +6,7 @@ pub mod model;
 mod session;
 mod trace;
 
+use std::ops::ControlFlow;
 use std::sync::OnceLock;
 
 use candle_core::{Device, IndexOp};
@@ -15,8 +16,8 @@ pub use session::{CandleSession, RunHook};
 use self::model::LoadedModel;
 use self::model::llama::LogitsAt;
 use super::{
-    Executor, ExecutorError, LastTokenState, ModelDims, ModelSpec, PromptForm, RunOptions,
-    TraceOutput, WeightChange,
+    Executor, ExecutorError, LastTokenState, LocalModel, ModelDims, ModelSpec, PromptForm,
+    RunOptions, TraceOutput, WeightChange,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
@@ -47,28 +48,6 @@ pub struct CandleExecutor {
 }
 
 impl CandleExecutor {
-    /// Loads the model at `spec.path` on `spec.device`.
-    pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
-        if spec.dtype != crate::model::Dtype::F32 {
-            return Err(ExecutorError::Request(format!(
-                "dtype = \"{}\": candle holds weights as the file stores them (`weights`) and picks its compute dtype; the setting is the Torch executor's",
-                spec.dtype.name()
-            )));
-        }
-        let device = device::open(spec.device).map_err(ExecutorError::Device)?;
-        let mut model = LoadedModel::load(&spec.path, spec.weights, &device)?;
-        model.model.set_kv_type(spec.kv_cache);
-        Ok(CandleExecutor {
-            model,
-            device,
-            device_name: spec.device.to_string(),
-            device_kind: spec.device.kind(),
-            sha256: OnceLock::new(),
-            tokenizer_sha256: OnceLock::new(),
-            modified: None,
-        })
-    }
-
     /// Devices this build of candle can run on.
     fn device_kinds() -> Vec<DeviceKind> {
         let mut kinds = vec![DeviceKind::Cpu];
@@ -81,48 +60,6 @@ impl CandleExecutor {
         kinds
     }
 
-    pub fn capabilities(&self) -> Capabilities {
-        // Scores and report evidence come from plugins, not the executor.
-        Capabilities::uniform("candle", &Self::device_kinds(), SupportLevel::Full)
-            .with(K::Metric, SupportLevel::Unsupported)
-            .with(K::ReportEvidence, SupportLevel::Unsupported)
-    }
-
-    /// sha256 of the weights (see [`ModelAssets::weights_sha256`]),
-    /// computed once, on first use.
-    ///
-    /// [`ModelAssets::weights_sha256`]: crate::model::assets::ModelAssets::weights_sha256
-    pub fn weights_sha256(&self) -> Option<String> {
-        self.sha256
-            .get_or_init(|| self.model.assets.weights_sha256())
-            .clone()
-    }
-
-    pub fn model_ref(&self) -> ModelRef {
-        let (name, sha256) = match &self.modified {
-            None => (self.model.name.clone(), self.weights_sha256()),
-            // The file hash would claim weights the run did not use.
-            Some(how) => (format!("{} ({how})", self.model.name), None),
-        };
-        ModelRef {
-            name,
-            path: Some(self.model.path.display().to_string()),
-            sha256,
-            tokenizer_sha256: Some(
-                self.tokenizer_sha256
-                    .get_or_init(|| self.model.vocabulary_sha256())
-                    .clone(),
-            ),
-        }
-    }
-
-    pub fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        Ok(match form {
-            PromptForm::Raw => self.model.encode_raw(text)?,
-            PromptForm::Chat { .. } => self.model.encode(&self.render(text, form)?)?,
-        })
-    }
-
     /// The prompt text as the model sees it: as given, or rendered with the
     /// model's chat template.
     pub fn render(&self, text: &str, form: &PromptForm) -> Result<String, ExecutorError> {
@@ -130,22 +67,6 @@ impl CandleExecutor {
             PromptForm::Raw => Ok(text.to_owned()),
             PromptForm::Chat { system } => Ok(self.model.render_chat(text, system.as_deref())?),
         }
-    }
-
-    pub fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        Ok(self.model.decode(ids)?)
-    }
-
-    /// Runs `request` and records its trace; with a policy deciding ops
-    /// after its watched blocks, in prefill and every decode step (the
-    /// trace records what it did as an intervention_result labelled `policy`).
-    pub fn trace(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: Option<&mut dyn StepPolicy>,
-    ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options, policy)
     }
 
     /// Traces `jobs` as one batch (see [`trace::run_batch`]): one result
@@ -157,68 +78,10 @@ impl CandleExecutor {
         trace::run_batch(self, jobs)
     }
 
-    pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
-        CandleSession::new(&self.model.model, interventions)
-    }
-
-    pub fn is_eos(&self, id: u32) -> bool {
-        self.model.is_eos(id)
-    }
-
-    pub fn dims(&self) -> ModelDims {
-        let c = &self.model.config;
-        ModelDims {
-            layers: c.layers,
-            hidden: c.hidden,
-            vocab: c.vocab,
-        }
-    }
-
-    pub fn device_kind(&self) -> DeviceKind {
-        self.device_kind
-    }
-
     /// Whether tensors live in another memory than the host's (a GPU's),
     /// so each copy between the two counts in a profile.
     pub(crate) fn on_device(&self) -> bool {
         !self.device.is_cpu()
-    }
-
-    pub fn device_name(&self) -> String {
-        self.device_name.clone()
-    }
-
-    pub fn is_quantized(&self) -> bool {
-        self.model.model.is_quantized()
-    }
-
-    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        Ok(self.model.encode(text)?)
-    }
-
-    pub fn token_name(&self, id: u32) -> Option<String> {
-        self.model.tokenizer.id_to_token(id)
-    }
-
-    /// See [`Executor::last_token_states`]: one batched prefill (a shared
-    /// opening run once), every block observed. A batch that fails is run
-    /// again one prompt at a time, so the error names its own prompt.
-    pub fn last_token_states(
-        &self,
-        interventions: &[Intervention],
-        prompts: &[&[u32]],
-    ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        match self.last_token_states_batched(interventions, prompts) {
-            Ok(states) => states.into_iter().map(Ok).collect(),
-            Err(e) if prompts.len() == 1 => vec![Err(e)],
-            Err(_) => prompts
-                .iter()
-                .map(|p| {
-                    self.last_token_states_batched(interventions, &[p])
-                        .map(|mut s| s.remove(0))
-                })
-                .collect(),
-        }
     }
 
     fn last_token_states_batched(
@@ -273,8 +136,183 @@ impl CandleExecutor {
             })
             .collect()
     }
+}
 
-    pub fn orthogonalize(
+impl Executor for CandleExecutor {
+    fn capabilities(&self) -> Capabilities {
+        // Scores and report evidence come from plugins, not the executor.
+        Capabilities::uniform("candle", &Self::device_kinds(), SupportLevel::Full)
+            .with(K::Metric, SupportLevel::Unsupported)
+            .with(K::ReportEvidence, SupportLevel::Unsupported)
+    }
+
+    fn model_ref(&self) -> ModelRef {
+        let (name, sha256) = match &self.modified {
+            None => (self.model.name.clone(), self.weights_sha256()),
+            // The file hash would claim weights the run did not use.
+            Some(how) => (format!("{} ({how})", self.model.name), None),
+        };
+        ModelRef {
+            name,
+            path: Some(self.model.path.display().to_string()),
+            sha256,
+            tokenizer_sha256: Some(
+                self.tokenizer_sha256
+                    .get_or_init(|| self.model.vocabulary_sha256())
+                    .clone(),
+            ),
+        }
+    }
+
+    fn device_name(&self) -> String {
+        self.device_name.clone()
+    }
+
+    fn device_kind(&self) -> DeviceKind {
+        self.device_kind
+    }
+
+    fn known_dims(&self) -> Option<ModelDims> {
+        Some(self.dims())
+    }
+
+    /// Runs `request` and records its trace; with a policy deciding ops
+    /// after its watched blocks, in prefill and every decode step (the
+    /// trace records what it did as an intervention_result labelled `policy`).
+    fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
+    ) -> Result<TraceOutput, ExecutorError> {
+        trace::run(self, request, options, policy)
+    }
+
+    /// `batch` jobs at a time in one batched pass (see
+    /// [`CandleExecutor::trace_batch`]), results handed back in order. A
+    /// batch's results are all computed by the time the first is handed
+    /// over, so all of them are (what was computed is kept); `Break` stops
+    /// before the next batch.
+    fn trace_all(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+        batch: usize,
+        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
+    ) {
+        let batch = batch.max(1);
+        for (b, chunk) in jobs.chunks(batch).enumerate() {
+            let mut stop = false;
+            for (i, result) in self.trace_batch(chunk).into_iter().enumerate() {
+                stop |= on_done(b * batch + i, result).is_break();
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+}
+
+impl LocalModel for CandleExecutor {
+    type Session<'a> = CandleSession<'a>;
+
+    /// Loads the model at `spec.path` on `spec.device`.
+    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+        if spec.dtype != crate::model::Dtype::F32 {
+            return Err(ExecutorError::Request(format!(
+                "dtype = \"{}\": candle holds weights as the file stores them (`weights`) and picks its compute dtype; the setting is the Torch executor's",
+                spec.dtype.name()
+            )));
+        }
+        let device = device::open(spec.device).map_err(ExecutorError::Device)?;
+        let mut model = LoadedModel::load(&spec.path, spec.weights, &device)?;
+        model.model.set_kv_type(spec.kv_cache);
+        Ok(CandleExecutor {
+            model,
+            device,
+            device_name: spec.device.to_string(),
+            device_kind: spec.device.kind(),
+            sha256: OnceLock::new(),
+            tokenizer_sha256: OnceLock::new(),
+            modified: None,
+        })
+    }
+
+    fn dims(&self) -> ModelDims {
+        let c = &self.model.config;
+        ModelDims {
+            layers: c.layers,
+            hidden: c.hidden,
+            vocab: c.vocab,
+        }
+    }
+
+    /// sha256 of the weights (see [`ModelAssets::weights_sha256`]),
+    /// computed once, on first use.
+    ///
+    /// [`ModelAssets::weights_sha256`]: crate::model::assets::ModelAssets::weights_sha256
+    fn weights_sha256(&self) -> Option<String> {
+        self.sha256
+            .get_or_init(|| self.model.assets.weights_sha256())
+            .clone()
+    }
+
+    fn architecture(&self) -> String {
+        self.model.config.architecture.clone()
+    }
+
+    fn is_quantized(&self) -> bool {
+        self.model.model.is_quantized()
+    }
+
+    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
+        Ok(match form {
+            PromptForm::Raw => self.model.encode_raw(text)?,
+            PromptForm::Chat { .. } => self.model.encode(&self.render(text, form)?)?,
+        })
+    }
+
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        Ok(self.model.encode(text)?)
+    }
+
+    fn token_name(&self, id: u32) -> Option<String> {
+        self.model.tokenizer.id_to_token(id)
+    }
+
+    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
+        Ok(self.model.decode(ids)?)
+    }
+
+    fn is_eos(&self, id: u32) -> bool {
+        self.model.is_eos(id)
+    }
+
+    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
+        CandleSession::new(&self.model.model, interventions)
+    }
+
+    /// One batched prefill (a shared opening run once), every block
+    /// observed. A batch that fails is run again one prompt at a time, so
+    /// the error names its own prompt.
+    fn last_token_states(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Vec<Result<LastTokenState, ExecutorError>> {
+        match self.last_token_states_batched(interventions, prompts) {
+            Ok(states) => states.into_iter().map(Ok).collect(),
+            Err(e) if prompts.len() == 1 => vec![Err(e)],
+            Err(_) => prompts
+                .iter()
+                .map(|p| {
+                    self.last_token_states_batched(interventions, &[p])
+                        .map(|mut s| s.remove(0))
+                })
+                .collect(),
+        }
+    }
+
+    fn orthogonalize(
         &mut self,
         direction: &Direction,
         layers: &[usize],
@@ -304,7 +342,7 @@ impl CandleExecutor {
             .collect())
     }
 
-    pub fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
+    fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
         let m = &self.model;
         model::hf::export(
             &m.model,
@@ -314,80 +352,5 @@ impl CandleExecutor {
             dir,
         )?;
         Ok(())
-    }
-}
-
-impl Executor for CandleExecutor {
-    type Session<'a> = CandleSession<'a>;
-
-    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
-        CandleExecutor::load(spec)
-    }
-    fn capabilities(&self) -> Capabilities {
-        CandleExecutor::capabilities(self)
-    }
-    fn model_ref(&self) -> ModelRef {
-        CandleExecutor::model_ref(self)
-    }
-    fn weights_sha256(&self) -> Option<String> {
-        CandleExecutor::weights_sha256(self)
-    }
-    fn dims(&self) -> ModelDims {
-        CandleExecutor::dims(self)
-    }
-    fn architecture(&self) -> Option<String> {
-        Some(self.model.config.architecture.clone())
-    }
-    fn device_name(&self) -> String {
-        CandleExecutor::device_name(self)
-    }
-    fn device_kind(&self) -> DeviceKind {
-        CandleExecutor::device_kind(self)
-    }
-    fn is_quantized(&self) -> bool {
-        CandleExecutor::is_quantized(self)
-    }
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        CandleExecutor::tokenize(self, text, form)
-    }
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        CandleExecutor::encode_plain(self, text)
-    }
-    fn token_name(&self, id: u32) -> Option<String> {
-        CandleExecutor::token_name(self, id)
-    }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        CandleExecutor::detokenize(self, ids)
-    }
-    fn is_eos(&self, id: u32) -> bool {
-        CandleExecutor::is_eos(self, id)
-    }
-    fn trace(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: Option<&mut dyn StepPolicy>,
-    ) -> Result<TraceOutput, ExecutorError> {
-        CandleExecutor::trace(self, request, options, policy)
-    }
-    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
-        CandleExecutor::session(self, interventions)
-    }
-    fn last_token_states(
-        &self,
-        interventions: &[Intervention],
-        prompts: &[&[u32]],
-    ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        CandleExecutor::last_token_states(self, interventions, prompts)
-    }
-    fn orthogonalize(
-        &mut self,
-        direction: &Direction,
-        layers: &[usize],
-    ) -> Result<Vec<WeightChange>, ExecutorError> {
-        CandleExecutor::orthogonalize(self, direction, layers)
-    }
-    fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {
-        CandleExecutor::export_hf(self, dir)
     }
 }

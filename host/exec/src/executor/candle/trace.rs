@@ -17,7 +17,8 @@ use crate::executor::recorder::{
     resident_bytes, support_scores, tokenize_prompt,
 };
 use crate::executor::{
-    Executor, ExecutorError, InferenceSession, ReferenceContinuation, RunOptions, TraceOutput,
+    Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
+    TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::model::{Matrix, ModelError};

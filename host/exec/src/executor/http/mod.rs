@@ -22,7 +22,7 @@ mod trace;
 pub mod wire;
 
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -32,12 +32,8 @@ use serde_json::{Value, json};
 use self::cache::ResponseCache;
 use self::client::{ApiKey, HttpError, RetryPolicy, Transport};
 use self::wire::{Answer, Ask, Endpoint};
-use super::{
-    Effect, ExecutorError, InferenceSession, LastTokenState, ModelDims, PromptForm, RunOptions,
-    StepOutput, TraceOutput, WeightChange,
-};
+use super::{Executor, ExecutorError, ModelDims, PromptForm, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
-use crate::intervene::{Direction, Intervention};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
 };
@@ -249,54 +245,12 @@ impl HttpExecutor {
         })
     }
 
-    /// Declared after probing: text and a profile always; top-k
-    /// log-probabilities and completion token ids only when the probe got
-    /// them (`partial`: generated positions only, top k); nothing else.
-    pub fn capabilities(&self) -> Capabilities {
-        let level = |yes: bool| match yes {
-            true => SupportLevel::Partial,
-            false => SupportLevel::Unsupported,
-        };
-        Capabilities::uniform(NAME, &[DeviceKind::Remote], SupportLevel::Unsupported)
-            .with(K::Text, SupportLevel::Full)
-            .with(K::Profile, SupportLevel::Full)
-            .with(K::Logprobs, level(self.probe.top_logprobs > 0))
-            .with(K::Tokens, level(self.probe.token_ids))
-    }
-
-    pub fn model_ref(&self) -> ModelRef {
-        ModelRef {
-            name: format!("{} at {}", self.spec.model, self.transport.base),
-            path: None,
-            sha256: None,
-            tokenizer_sha256: self.tokenizer.as_ref().map(|(_, sha)| sha.clone()),
-        }
-    }
-
-    /// Traces one request (a blocking call on the executor's runtime).
-    pub fn trace(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: Option<&mut dyn StepPolicy>,
-    ) -> Result<TraceOutput, ExecutorError> {
-        let mut out = None;
-        self.trace_all(
-            std::slice::from_ref(&(request.clone(), options.clone())),
-            policy.is_some(),
-            &mut |_, r| {
-                out = Some(r);
-                ControlFlow::Break(())
-            },
-        );
-        out.expect("one job, one result")
-    }
-
     /// Traces every job with up to `concurrency` requests in flight,
     /// handing each result to `on_done` (with the job's index) on the
     /// caller's thread as it completes, in completion order. `on_done`
     /// returning `Break` stops: requests in flight are dropped unanswered.
-    pub fn trace_all(
+    /// `with_policy` refuses every job (an endpoint runs no policy).
+    fn run_jobs(
         &self,
         jobs: &[(TraceRequest, RunOptions)],
         with_policy: bool,
@@ -356,7 +310,80 @@ impl HttpExecutor {
             }
         });
     }
+}
 
+impl Executor for HttpExecutor {
+    /// Declared after probing: text and a profile always; top-k
+    /// log-probabilities and completion token ids only when the probe got
+    /// them (`partial`: generated positions only, top k); nothing else.
+    fn capabilities(&self) -> Capabilities {
+        let level = |yes: bool| match yes {
+            true => SupportLevel::Partial,
+            false => SupportLevel::Unsupported,
+        };
+        Capabilities::uniform(NAME, &[DeviceKind::Remote], SupportLevel::Unsupported)
+            .with(K::Text, SupportLevel::Full)
+            .with(K::Profile, SupportLevel::Full)
+            .with(K::Logprobs, level(self.probe.top_logprobs > 0))
+            .with(K::Tokens, level(self.probe.token_ids))
+    }
+
+    fn model_ref(&self) -> ModelRef {
+        ModelRef {
+            name: format!("{} at {}", self.spec.model, self.transport.base),
+            path: None,
+            sha256: None,
+            tokenizer_sha256: self.tokenizer.as_ref().map(|(_, sha)| sha.clone()),
+        }
+    }
+
+    fn device_name(&self) -> String {
+        "remote".into()
+    }
+
+    fn device_kind(&self) -> DeviceKind {
+        DeviceKind::Remote
+    }
+
+    /// The endpoint does not say how deep or wide its model is; layers
+    /// only matter for activations, which a black box never gives (a
+    /// request for them is recorded as unsupported in the trace).
+    fn known_dims(&self) -> Option<ModelDims> {
+        None
+    }
+
+    /// Traces one request (a blocking call on the executor's runtime).
+    fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
+    ) -> Result<TraceOutput, ExecutorError> {
+        let mut out = None;
+        self.run_jobs(
+            std::slice::from_ref(&(request.clone(), options.clone())),
+            policy.is_some(),
+            &mut |_, r| {
+                out = Some(r);
+                ControlFlow::Break(())
+            },
+        );
+        out.expect("one job, one result")
+    }
+
+    /// Up to the endpoint's `concurrency` requests in flight, results
+    /// handed back as they complete (`batch` is the embedded model's).
+    fn trace_all(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+        _batch: usize,
+        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
+    ) {
+        self.run_jobs(jobs, false, on_done)
+    }
+}
+
+impl HttpExecutor {
     /// With a reference continuation to score, on an endpoint that echoes
     /// prompt log-probabilities with token ids, a raw prompt and a declared
     /// tokenizer: the body that sends the prompt followed by the
@@ -569,111 +596,5 @@ async fn echoes(t: &Transport, model: &str) -> bool {
             a.logprobs.is_some_and(|lp| lp.len() > generated)
         }
         Err(_) => false,
-    }
-}
-
-/// The http executor has no sessions: every call is refused.
-pub struct HttpSession;
-
-impl InferenceSession for HttpSession {
-    fn prefill(&mut self, _ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        Err(unsupported("running a forward pass step by step"))
-    }
-    fn decode_step(&mut self, _id: u32) -> Result<StepOutput, ExecutorError> {
-        Err(unsupported("running a forward pass step by step"))
-    }
-    fn extend(&mut self, _ids: &[u32]) -> Result<StepOutput, ExecutorError> {
-        Err(unsupported("running a forward pass step by step"))
-    }
-    fn rewind(&mut self, _to: usize) -> Result<(), ExecutorError> {
-        Err(unsupported("running a forward pass step by step"))
-    }
-    fn position(&self) -> usize {
-        0
-    }
-    fn capacity(&self) -> Option<usize> {
-        None
-    }
-}
-
-impl HttpSession {
-    pub fn effects(&self) -> &[Effect] {
-        &[]
-    }
-}
-
-/// What the trait asks of a black box, where it can only refuse or say
-/// it does not know.
-impl HttpExecutor {
-    pub fn weights_sha256(&self) -> Option<String> {
-        None
-    }
-    pub fn device_name(&self) -> String {
-        "remote".into()
-    }
-    pub fn device_kind(&self) -> DeviceKind {
-        DeviceKind::Remote
-    }
-    pub fn is_quantized(&self) -> bool {
-        false
-    }
-    /// The endpoint does not say how deep or wide its model is: zeros.
-    pub fn dims(&self) -> ModelDims {
-        ModelDims {
-            layers: 0,
-            hidden: 0,
-            vocab: 0,
-        }
-    }
-    pub fn architecture(&self) -> Option<String> {
-        None
-    }
-    /// Layers only matter for activations, which a black box never
-    /// gives: a request for them is recorded as unsupported in the trace.
-    pub fn check_layers(&self, _: &[usize]) -> Result<(), ExecutorError> {
-        Ok(())
-    }
-    pub fn tokenize(&self, _: &str, _: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        Err(unsupported("tokenizing"))
-    }
-    pub fn encode_plain(&self, _: &str) -> Result<Vec<u32>, ExecutorError> {
-        Err(unsupported("tokenizing"))
-    }
-    pub fn token_name(&self, id: u32) -> Option<String> {
-        self.tokenizer().and_then(|t| t.id_to_token(id))
-    }
-    pub fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        match self.tokenizer() {
-            Some(t) => t
-                .decode(ids, false)
-                .map_err(|e| ExecutorError::Request(format!("detokenizing: {e}"))),
-            None => Err(unsupported("detokenizing (no `tokenizer` is declared)")),
-        }
-    }
-    pub fn is_eos(&self, _: u32) -> bool {
-        false
-    }
-    pub fn last_token_states(
-        &self,
-        _: &[Intervention],
-        prompts: &[&[u32]],
-    ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        prompts
-            .iter()
-            .map(|_| Err(unsupported("reading hidden states")))
-            .collect()
-    }
-    pub fn orthogonalize(
-        &mut self,
-        _: &Direction,
-        _: &[usize],
-    ) -> Result<Vec<WeightChange>, ExecutorError> {
-        Err(unsupported("changing weights"))
-    }
-    pub fn export_hf(&self, _: &Path) -> Result<(), ExecutorError> {
-        Err(unsupported("exporting a model"))
-    }
-    pub fn session<'a>(&'a self, _: &'a [Intervention]) -> HttpSession {
-        HttpSession
     }
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::wire::Finish;
 use super::{Fetched, HttpExecutor};
 use crate::executor::recorder::Recorder;
-use crate::executor::{ExecutorError, ReferenceContinuation, RunOptions, TraceOutput};
+use crate::executor::{Executor, ExecutorError, ReferenceContinuation, RunOptions, TraceOutput};
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TraceRequest};
 
 pub(super) fn record(

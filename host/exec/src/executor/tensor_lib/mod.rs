@@ -27,8 +27,8 @@ pub use hook::{Kept, LibHook};
 pub use session::LibSession;
 
 use super::{
-    DeviceSpec, Executor, ExecutorError, LastTokenState, ModelDims, ModelSpec, PromptForm,
-    RunOptions, TraceOutput, WeightChange,
+    DeviceSpec, Executor, ExecutorError, LastTokenState, LocalModel, ModelDims, ModelSpec,
+    PromptForm, RunOptions, TraceOutput, WeightChange,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention, Primitive};
@@ -256,8 +256,72 @@ pub struct LibExecutor<M> {
 }
 
 impl<M: LibModel> LibExecutor<M> {
+    /// The model; crate-private, as the backends' `Sync` impls require
+    /// (a caller outside could reach the library's tensors through it).
+    pub(crate) fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// What the prefill span's `kernel` note says of this model: the
+    /// library, its version, the device, the dtype, the weights' storage.
+    pub fn kernel_note(&self) -> String {
+        self.model.kernel_note()
+    }
+}
+
+impl<M: LibModel> Executor for LibExecutor<M> {
+    fn capabilities(&self) -> Capabilities {
+        // Scores and report evidence come from plugins, not the executor.
+        Capabilities::uniform(M::EXECUTOR, &M::device_kinds(), SupportLevel::Full)
+            .with(K::Metric, SupportLevel::Unsupported)
+            .with(K::ReportEvidence, SupportLevel::Unsupported)
+    }
+
+    fn model_ref(&self) -> ModelRef {
+        let (name, sha256) = match &self.modified {
+            None => (self.assets.name.clone(), self.weights_sha256()),
+            // The file hash would claim weights the run did not use.
+            Some(how) => (format!("{} ({how})", self.assets.name), None),
+        };
+        ModelRef {
+            name,
+            path: Some(self.assets.path.display().to_string()),
+            sha256,
+            tokenizer_sha256: Some(
+                self.tokenizer_sha256
+                    .get_or_init(|| self.assets.vocabulary_sha256())
+                    .clone(),
+            ),
+        }
+    }
+
+    fn device_name(&self) -> String {
+        self.device.to_string()
+    }
+    fn device_kind(&self) -> DeviceKind {
+        self.device.kind()
+    }
+    fn known_dims(&self) -> Option<ModelDims> {
+        Some(self.dims())
+    }
+    fn trace(
+        &self,
+        request: &TraceRequest,
+        options: &RunOptions,
+        policy: Option<&mut dyn StepPolicy>,
+    ) -> Result<TraceOutput, ExecutorError> {
+        trace::run(self, request, options, policy)
+    }
+}
+
+impl<M: LibModel> LocalModel for LibExecutor<M> {
+    type Session<'a>
+        = LibSession<'a, M>
+    where
+        M: 'a;
+
     /// Loads the model at `spec.path` on `spec.device`, in `spec.dtype`.
-    pub fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
+    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         if spec.kv_cache != KvType::F32 {
             return Err(ExecutorError::Request(format!(
                 "kv_cache = \"{}\": the {} executor keeps keys and values in the model's dtype; the setting is candle's",
@@ -278,50 +342,7 @@ impl<M: LibModel> LibExecutor<M> {
         })
     }
 
-    /// The model; crate-private, as the backends' `Sync` impls require
-    /// (a caller outside could reach the library's tensors through it).
-    pub(crate) fn model(&self) -> &M {
-        &self.model
-    }
-
-    /// What the prefill span's `kernel` note says of this model: the
-    /// library, its version, the device, the dtype, the weights' storage.
-    pub fn kernel_note(&self) -> String {
-        self.model.kernel_note()
-    }
-
-    pub fn capabilities(&self) -> Capabilities {
-        // Scores and report evidence come from plugins, not the executor.
-        Capabilities::uniform(M::EXECUTOR, &M::device_kinds(), SupportLevel::Full)
-            .with(K::Metric, SupportLevel::Unsupported)
-            .with(K::ReportEvidence, SupportLevel::Unsupported)
-    }
-
-    pub fn weights_sha256(&self) -> Option<String> {
-        self.sha256
-            .get_or_init(|| self.assets.weights_sha256())
-            .clone()
-    }
-
-    pub fn model_ref(&self) -> ModelRef {
-        let (name, sha256) = match &self.modified {
-            None => (self.assets.name.clone(), self.weights_sha256()),
-            // The file hash would claim weights the run did not use.
-            Some(how) => (format!("{} ({how})", self.assets.name), None),
-        };
-        ModelRef {
-            name,
-            path: Some(self.assets.path.display().to_string()),
-            sha256,
-            tokenizer_sha256: Some(
-                self.tokenizer_sha256
-                    .get_or_init(|| self.assets.vocabulary_sha256())
-                    .clone(),
-            ),
-        }
-    }
-
-    pub fn dims(&self) -> ModelDims {
+    fn dims(&self) -> ModelDims {
         let c = &self.assets.config;
         ModelDims {
             layers: c.layers,
@@ -330,13 +351,45 @@ impl<M: LibModel> LibExecutor<M> {
         }
     }
 
-    pub fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LibSession<'a, M> {
+    fn weights_sha256(&self) -> Option<String> {
+        self.sha256
+            .get_or_init(|| self.assets.weights_sha256())
+            .clone()
+    }
+
+    fn architecture(&self) -> String {
+        self.assets.config.architecture.clone()
+    }
+    fn is_quantized(&self) -> bool {
+        self.model.is_quantized()
+    }
+    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
+        Ok(match form {
+            PromptForm::Raw => self.assets.encode_raw(text)?,
+            PromptForm::Chat { system } => self
+                .assets
+                .encode(&self.assets.render_chat(text, system.as_deref())?)?,
+        })
+    }
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        Ok(self.assets.encode(text)?)
+    }
+    fn token_name(&self, id: u32) -> Option<String> {
+        self.assets.tokenizer.id_to_token(id)
+    }
+    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
+        Ok(self.assets.decode(ids)?)
+    }
+    fn is_eos(&self, id: u32) -> bool {
+        self.assets.is_eos(id)
+    }
+    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LibSession<'a, M> {
         LibSession::new(&self.model, interventions)
     }
 
-    /// See [`Executor::last_token_states`]: each prompt in its own pass,
+    /// Each prompt in its own pass,
     /// every block observed at the last position.
-    pub fn last_token_states(
+    fn last_token_states(
         &self,
         interventions: &[Intervention],
         prompts: &[&[u32]],
@@ -367,7 +420,7 @@ impl<M: LibModel> LibExecutor<M> {
             .collect()
     }
 
-    pub fn orthogonalize(
+    fn orthogonalize(
         &mut self,
         direction: &Direction,
         layers: &[usize],
@@ -416,86 +469,6 @@ impl<M: LibModel> LibExecutor<M> {
         }
         self.modified = Some("orthogonalized".into());
         Ok(changes)
-    }
-}
-
-impl<M: LibModel> Executor for LibExecutor<M> {
-    type Session<'a>
-        = LibSession<'a, M>
-    where
-        M: 'a;
-
-    fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
-        LibExecutor::load(spec)
-    }
-    fn capabilities(&self) -> Capabilities {
-        LibExecutor::capabilities(self)
-    }
-    fn model_ref(&self) -> ModelRef {
-        LibExecutor::model_ref(self)
-    }
-    fn weights_sha256(&self) -> Option<String> {
-        LibExecutor::weights_sha256(self)
-    }
-    fn dims(&self) -> ModelDims {
-        LibExecutor::dims(self)
-    }
-    fn architecture(&self) -> Option<String> {
-        Some(self.assets.config.architecture.clone())
-    }
-    fn device_name(&self) -> String {
-        self.device.to_string()
-    }
-    fn device_kind(&self) -> DeviceKind {
-        self.device.kind()
-    }
-    fn is_quantized(&self) -> bool {
-        self.model.is_quantized()
-    }
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        Ok(match form {
-            PromptForm::Raw => self.assets.encode_raw(text)?,
-            PromptForm::Chat { system } => self
-                .assets
-                .encode(&self.assets.render_chat(text, system.as_deref())?)?,
-        })
-    }
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        Ok(self.assets.encode(text)?)
-    }
-    fn token_name(&self, id: u32) -> Option<String> {
-        self.assets.tokenizer.id_to_token(id)
-    }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        Ok(self.assets.decode(ids)?)
-    }
-    fn is_eos(&self, id: u32) -> bool {
-        self.assets.is_eos(id)
-    }
-    fn trace(
-        &self,
-        request: &TraceRequest,
-        options: &RunOptions,
-        policy: Option<&mut dyn StepPolicy>,
-    ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options, policy)
-    }
-    fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LibSession<'a, M> {
-        LibExecutor::session(self, interventions)
-    }
-    fn last_token_states(
-        &self,
-        interventions: &[Intervention],
-        prompts: &[&[u32]],
-    ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        LibExecutor::last_token_states(self, interventions, prompts)
-    }
-    fn orthogonalize(
-        &mut self,
-        direction: &Direction,
-        layers: &[usize],
-    ) -> Result<Vec<WeightChange>, ExecutorError> {
-        LibExecutor::orthogonalize(self, direction, layers)
     }
     /// The weights as loaded and transformed, as f32 safetensors in an HF
     /// folder, written by the same exporter as candle's.

@@ -13,7 +13,9 @@ use crate::executor::recorder::{
     Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
     resident_bytes, support_scores, tokenize_prompt,
 };
-use crate::executor::{Executor, ExecutorError, InferenceSession, RunOptions, TraceOutput};
+use crate::executor::{
+    Executor, ExecutorError, InferenceSession, LocalModel, RunOptions, TraceOutput,
+};
 use crate::intervene::policy::StepPolicy;
 use crate::model::Matrix;
 use crate::trace::Site;
