@@ -22,8 +22,8 @@ use std::path::Path;
 use candle_core::quantized::GgmlDType;
 use common::{plugins, tiny};
 use vauban::executor::{
-    DeviceSpec, Executor, GenerateOptions, InferenceSession, LocalBackend, ModelSpec, PromptForm,
-    RunOptions, TraceOutput,
+    DeviceSpec, Executor, GenerateOptions, InferenceSession, LocalBackend, LocalModel, ModelSpec,
+    PromptForm, RunOptions, TraceOutput,
 };
 use vauban::intervene::policy::{Observation, PolicyOp, StepPolicy, Watch};
 use vauban::intervene::{Direction, Intervention, Mode, Positions};

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use vauban_exec::executor::torch::TorchExecutor;
 use vauban_exec::executor::{
-    DeviceSpec, Executor, GenerateOptions, ModelSpec, PromptForm, RunOptions,
+    DeviceSpec, Executor, GenerateOptions, LocalModel, ModelSpec, PromptForm, RunOptions,
 };
 use vauban_exec::model::{Dtype, KvType, WeightMode};
 use vauban_format::trace::{ArtifactData, ArtifactKind as K, TraceRequest};

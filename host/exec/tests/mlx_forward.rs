@@ -93,7 +93,7 @@ fn decoding_through_the_cache_equals_the_whole_pass() {
 #[test]
 fn an_executor_shared_between_threads_gives_each_the_same_logits() {
     use vauban_exec::executor::{
-        Executor, InferenceSession, LocalBackend, LocalModel, ModelSpec, PromptForm,
+        InferenceSession, LocalBackend, LocalModel, ModelSpec, PromptForm,
     };
     let Some(path) = common::smollm2() else {
         return;

@@ -15,9 +15,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use mlx_rs::{Array, Dtype};
-use vauban_exec::executor::{
-    Executor, InferenceSession, LocalBackend, LocalModel, ModelSpec, PromptForm,
-};
+use vauban_exec::executor::{InferenceSession, LocalBackend, LocalModel, ModelSpec, PromptForm};
 use vauban_exec::model::WeightMode;
 
 fn spec(path: &Path) -> ModelSpec {
