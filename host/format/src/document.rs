@@ -48,6 +48,13 @@ pub struct Report {
     pub evidence: EvidenceSection,
     /// Every claim the mappers proposed, after the host's check.
     pub claims: Vec<ReportClaim>,
+    /// Every finding a claim can cite, under the id claims cite it by,
+    /// exactly as the claim mappers were shown it and the host checked
+    /// their claims against it: paired metric deltas, distribution shifts,
+    /// projections, weight matrices, interventions. Absent in reports
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_set: Option<crate::evidence::EvidenceSet>,
     /// Per metric, overall and per category.
     pub metric_deltas: Vec<ReportDelta>,
     /// Next-token distribution shift, when both sides recorded logprobs.

@@ -5,36 +5,55 @@
 
 use std::collections::BTreeMap;
 
+use super::analyze::Analysis;
+use super::gather::SuiteTraces;
 use crate::plugin::claims::{
-    ActivationEvidence, DistributionEvidence, EvidenceSet, InterventionEvidence, MetricDelta,
-    WeightEvidence,
+    ActivationEvidence, DistributionEvidence, EvidenceSet, InterventionEvidence, WeightEvidence,
 };
 use crate::report::Access;
 use crate::report::document::{ActivationFindings, DistributionShift, Side};
 use crate::trace::{ArtifactData, ArtifactKind as K, TensorSummary, Trace};
 
-/// What the run found, by kind.
-pub(super) struct Findings<'a> {
-    pub access: &'a Access,
-    pub kinds_in_both: &'a [K],
-    pub deltas: Vec<MetricDelta>,
-    pub distribution: Option<&'a DistributionShift>,
-    pub activations: Option<&'a ActivationFindings>,
-    pub baseline: &'a [&'a Trace],
-    pub candidate: &'a [&'a Trace],
-}
-
-pub(super) fn evidence_set(f: Findings<'_>) -> EvidenceSet {
-    EvidenceSet {
-        access_level: f.access.level.as_str().to_owned(),
-        claim_strength: f.access.claim_strength,
-        kinds_in_both: f.kinds_in_both.to_vec(),
-        deltas: f.deltas,
-        distribution: f.distribution.map(distribution).unwrap_or_default(),
-        activations: f.activations.map(activations).unwrap_or_default(),
-        weights: weights(f.baseline, f.candidate),
-        interventions: interventions(f.access, f.baseline, f.candidate),
+/// The evidence set of a run: every finding of the analysis and the
+/// traces, with the id a claim cites. An error when two findings share an
+/// id (a bug in vauban): a claim citing one could not be checked.
+pub(super) fn evidence_set(
+    analysis: &Analysis,
+    traces: &SuiteTraces<'_>,
+) -> anyhow::Result<EvidenceSet> {
+    let first = &traces.first;
+    let set = EvidenceSet {
+        access_level: analysis.access.level.as_str().to_owned(),
+        claim_strength: analysis.access.claim_strength,
+        kinds_in_both: analysis.kinds_in_both.clone(),
+        deltas: analysis
+            .deltas
+            .iter()
+            .map(crate::report::document::ReportDelta::for_claims)
+            .collect(),
+        distribution: analysis
+            .distribution
+            .as_ref()
+            .map(distribution)
+            .unwrap_or_default(),
+        activations: analysis
+            .activation_findings
+            .as_ref()
+            .map(activations)
+            .unwrap_or_default(),
+        weights: weights(&first.baseline, &first.candidate),
+        interventions: interventions(&analysis.access, &first.baseline, &first.candidate),
+    };
+    // Ids are unique by construction (finding ids hold a `:`, metric names
+    // cannot); a collision would let a claim borrow another's support.
+    let collisions = set.duplicate_ids();
+    if !collisions.is_empty() {
+        anyhow::bail!(
+            "evidence ids collide ({}): a claim citing one could not be checked; this is a bug in vauban",
+            collisions.join(", ")
+        );
     }
+    Ok(set)
 }
 
 fn distribution(d: &DistributionShift) -> Vec<DistributionEvidence> {

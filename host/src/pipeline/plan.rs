@@ -15,39 +15,7 @@ use crate::executor::DeviceSpec;
 use crate::model::{Dtype, KvType, WeightMode};
 use crate::report::{AccessLevel, ClaimStrength};
 
-/// Which side of the comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SideName {
-    Baseline,
-    Candidate,
-}
-
-impl SideName {
-    /// Both sides, baseline first: the order every pair of per-side
-    /// values is held in.
-    pub const BOTH: [SideName; 2] = [SideName::Baseline, SideName::Candidate];
-
-    /// Where this side's value sits in a pair held baseline first.
-    pub fn index(self) -> usize {
-        match self {
-            SideName::Baseline => 0,
-            SideName::Candidate => 1,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SideName::Baseline => "baseline",
-            SideName::Candidate => "candidate",
-        }
-    }
-}
-
-impl std::fmt::Display for SideName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use super::sides::SideName;
 
 /// A checked config, ready to run.
 #[derive(Debug, Clone)]
@@ -210,6 +178,14 @@ pub fn first_party(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 impl Plan {
+    /// The plan of one side.
+    pub fn side(&self, name: SideName) -> &SidePlan {
+        match name {
+            SideName::Baseline => &self.baseline,
+            SideName::Candidate => &self.candidate,
+        }
+    }
+
     /// Reads and checks the config at `path`; `out` overrides its output
     /// folder. `replay`: the traces come from bundles, so the models and
     /// directions need not exist here. Each part is checked by its own

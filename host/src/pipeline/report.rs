@@ -1,74 +1,117 @@
 //! Assembles the report from the run's results, and writes its files.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 
 use crate::bundle::Bundle;
 use crate::config::Redaction;
-use crate::config::file::Format;
-use crate::report::Access;
+use crate::config::file::{Format, TransformKind};
+use crate::plugin::claims::EvidenceSet;
 use crate::report::claims::ClaimStatus;
-use crate::report::document::Side;
 use crate::report::document::{
-    self, ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection,
-    InterventionSummary, ModelSide, MultipleComparisons, PluginFailure, PluginRecord, Report,
-    ReportClaim, ReportDelta, Reproducibility, StageRecord, Summary, TargetChange,
+    self, Adjustment, BundleRecord, EvidenceSection, InterventionSummary, ModelSide, Report,
+    ReportDelta, Reproducibility, StageRecord, Summary, TargetChange,
 };
-use crate::trace::{ArtifactKind as K, Trace};
+use crate::trace::Trace;
 
-use super::analyze::{self, Declared, Values};
-use super::plan::{DirectionRef, Plan, SideName, claim_gap};
-use super::record::LoadedSide;
+use super::analyze::{self, Analysis, Declared, Values};
+use super::claims::Claims;
+use super::gather::{Gathered, SuiteTraces};
+use super::plan::{Plan, claim_gap};
+use super::score::Scores;
+use super::sides::{SideName, Sides};
 
-/// Everything [`build`] needs.
+/// Everything [`build`] needs: the earlier stages' values, each whole.
 pub(super) struct Inputs<'a> {
     pub plan: &'a Plan,
     pub command: &'a str,
-    pub base_traces: &'a [&'a Trace],
-    pub cand_traces: &'a [&'a Trace],
-    pub sides: Option<&'a [LoadedSide; 2]>,
-    pub access: Access,
-    pub kinds_in_both: Vec<K>,
-    pub declared: &'a [Declared],
-    pub values: &'a [Values; 2],
-    /// Each side's per-prompt standard deviation over samples (empty with
-    /// one sample per prompt).
-    pub spread: &'a [Values; 2],
-    /// Generations per prompt on each side.
-    pub samples: [usize; 2],
-    pub deltas: Vec<ReportDelta>,
-    pub multiple_comparisons: MultipleComparisons,
-    pub distribution: Option<DistributionShift>,
-    /// Why there is no KL, when logprobs were asked for.
-    pub distribution_unavailable: Option<String>,
-    pub activation_findings: Option<ActivationFindings>,
-    /// How a mixture of experts' routing moved.
-    pub routing: Option<document::RoutingFindings>,
-    /// Why there are no activation findings, when a direction was named.
-    pub activation_note: Option<String>,
-    pub claims: Vec<ReportClaim>,
-    pub scorers: Vec<PluginRecord>,
-    pub mappers: Vec<PluginRecord>,
-    pub failures: Vec<PluginFailure>,
-    pub bundles: BTreeMap<String, BundleRecord>,
+    pub gathered: &'a Gathered,
+    pub traces: &'a SuiteTraces<'a>,
+    pub scores: Scores,
+    pub analysis: Analysis,
+    pub evidence: EvidenceSet,
+    pub claims: Claims,
 }
 
-/// Kinds every trace of both sides holds.
-pub(super) fn kinds_in_both(access: &Access) -> Vec<K> {
-    access
-        .coverage
-        .iter()
-        .filter(|c| c.baseline == c.of_baseline && c.baseline > 0)
-        .filter(|c| c.candidate == c.of_candidate && c.candidate.unwrap_or(0) > 0)
-        .map(|c| c.kind)
-        .collect()
+/// Builds the report document from the stages' values; it computes no
+/// finding of its own, only the sentences that present them.
+pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Report> {
+    let plan = i.plan;
+    let cfg = &plan.config;
+    let a = i.analysis;
+    let models = Sides::from_fn(|side| {
+        model_side(
+            i.traces.first[side][0],
+            side,
+            i.gathered.sides[side].describe.clone(),
+        )
+    });
+    let mut failures = i.scores.failures;
+    failures.extend(i.claims.failures);
+    let summary = summary(plan, &a, &i.claims.claims, failures.len());
+    let limitations = limitations(plan, &a, i.traces.samples, failures.len());
+    let interventions = interventions(plan, &a, &models);
+    let mut categories = BTreeMap::new();
+    for p in &plan.suite.prompts {
+        *categories
+            .entry(p.category.clone().unwrap_or_else(|| "uncategorised".into()))
+            .or_insert(0) += 1;
+    }
+    let mut plugins = i.scores.plugins.clone();
+    plugins.extend(i.claims.plugins.iter().cloned());
+    let reproducibility = reproducibility(i.plan, i.command, i.gathered, &models, plugins, stages)?;
+    let Sides {
+        baseline,
+        candidate,
+    } = models;
+    Ok(Report {
+        schema: document::REPORT_SCHEMA.into(),
+        title: cfg.report.title.clone(),
+        created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        summary,
+        target_change: TargetChange {
+            description: cfg.report.target_change.clone(),
+            transformation_kind: cfg.report.transformation_kind.clone(),
+            transformation_summary: cfg
+                .report
+                .transformation_summary
+                .clone()
+                .or_else(|| candidate.transformation.clone()),
+            baseline,
+            candidate,
+        },
+        evidence: EvidenceSection {
+            prompts: plan.suite.prompts.len(),
+            categories,
+            kinds_in_both: a.kinds_in_both,
+            scorers: i.scores.plugins,
+            claim_mappers: i.claims.plugins,
+            plugin_failures: failures,
+        },
+        access: a.access,
+        claims: i.claims.claims,
+        evidence_set: Some(i.evidence),
+        metric_deltas: a.deltas,
+        distribution: a.distribution,
+        distribution_unavailable: a.distribution_unavailable,
+        activation_findings: a.activation_findings,
+        routing: a.routing,
+        interventions,
+        examples: a.examples,
+        prompts: a.prompts,
+        gates: a.gates,
+        multiple_comparisons: a.multiple_comparisons,
+        limitations,
+        reproducibility,
+    })
 }
 
-fn side_of(t: &Trace, label: &str, describe: Option<String>) -> ModelSide {
+/// A side's model as its first trace recorded it.
+fn model_side(t: &Trace, side: SideName, describe: Option<String>) -> ModelSide {
     ModelSide {
-        label: label.to_owned(),
+        label: side.as_str().to_owned(),
         model_name: t.model.name.clone(),
         model_sha256: t.model.sha256.clone(),
         executor: t.capabilities.executor.clone(),
@@ -77,92 +120,96 @@ fn side_of(t: &Trace, label: &str, describe: Option<String>) -> ModelSide {
     }
 }
 
-/// Per-layer projections of both sides onto the report's direction, when
-/// there is one and the traces hold activations. A configured direction
-/// that cannot be read here (a replay on another machine) gives no findings
-/// and the reason, which the report lists among its limitations.
-pub(super) fn activation_findings(
+/// The headline, the lines under it, and the counts of the summary.
+fn summary(
     plan: &Plan,
-    measured: Option<&Path>,
-    baseline: &Bundle,
-    candidate: &Bundle,
-) -> anyhow::Result<(Option<ActivationFindings>, Option<String>)> {
-    let (v, label, sha) = match report_direction(plan, measured) {
-        Ok(Some(d)) => d,
-        Ok(None) => return Ok((None, None)),
-        Err(why) => {
-            return Ok((None, Some(format!("no activation findings: {why}"))));
-        }
-    };
-    let projections = analyze::projections(
-        &plan.suite,
-        [(Side::Baseline, baseline), (Side::Candidate, candidate)],
-        &v,
-    )?;
-    Ok((analyze::activation_findings(label, sha, projections), None))
-}
-
-/// The unit direction for activation findings, with its label and sha256;
-/// none when the config names none; why not when it names one that cannot
-/// be read.
-fn report_direction(
-    plan: &Plan,
-    measured: Option<&Path>,
-) -> Result<Option<(Vec<f32>, String, String)>, String> {
-    let Some((d, tensor)) = plan.report_direction.as_ref() else {
-        return Ok(None);
-    };
-    let (path, tensor) = match d {
-        DirectionRef::File(p) => (p.clone(), tensor.clone()),
-        DirectionRef::Measured => {
-            let Some(p) = measured
-                .map(Path::to_path_buf)
-                .or_else(|| plan.measure.as_ref().map(|m| m.out.clone()))
-            else {
-                return Err("the report direction is `measured`, but nothing was measured".into());
-            };
-            (
-                p,
-                Some(tensor.clone().unwrap_or_else(|| "direction".into())),
-            )
-        }
-    };
-    let dir = crate::intervene::load_direction(&path, tensor.as_deref(), None, 0)
-        .map_err(|e| format!("the report direction cannot be read here: {e}"))?;
-    let v = dir.basis;
-    Ok(Some((
-        v,
-        format!("{} (tensor {})", path.display(), dir.tensor),
-        dir.file_sha256,
-    )))
-}
-
-/// Builds the report.
-pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Report> {
-    let plan = i.plan;
-    let cfg = &plan.config;
-    let describe = |k: usize| i.sides.and_then(|s| s[k].describe.clone());
-    let baseline = side_of(i.base_traces[0], "baseline", describe(0));
-    let candidate = side_of(i.cand_traces[0], "candidate", describe(1));
-
-    let mut categories = BTreeMap::new();
-    for p in &plan.suite.prompts {
-        *categories
-            .entry(p.category.clone().unwrap_or_else(|| "uncategorised".into()))
-            .or_insert(0) += 1;
+    a: &Analysis,
+    claims: &[document::ReportClaim],
+    plugin_failures: usize,
+) -> Summary {
+    let n = plan.suite.prompts.len();
+    let claims_by = |s: ClaimStatus| claims.iter().filter(|c| c.status == s).count();
+    let significant: Vec<&ReportDelta> = a.deltas.iter().filter(|d| d.significant).collect();
+    let mut lines: Vec<String> = significant.iter().take(5).map(|d| delta_line(d)).collect();
+    if let Some(k) = &a.distribution {
+        lines.push(format!(
+            "next-token KL(baseline ‖ candidate): first token {:.4} nats, mean over the continuation {:.4} nats",
+            k.first_token_kl_mean, k.mean_kl
+        ));
     }
+    for f in a
+        .activation_findings
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .take(2)
+    {
+        lines.push(f.clone());
+    }
+    if let Some(f) = a.routing.as_ref().and_then(|r| r.findings.first()) {
+        lines.push(f.clone());
+    }
+    let gates_failed = a.gates.iter().filter(|g| analyze::gate_fails(g)).count();
+    let headline = format!(
+        "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured ({}); evidence level: {}; claims up to: {}; {} gate(s) failed.",
+        plan.candidate.label,
+        plan.baseline.label,
+        significant.len(),
+        a.deltas.len(),
+        match a.multiple_comparisons.method {
+            Adjustment::None => "p-values not adjusted".to_owned(),
+            m => format!("{} adjusted", m.name()),
+        },
+        a.access.level.as_str().replace('_', " "),
+        a.access.claim_strength.as_str().replace('_', " "),
+        gates_failed
+    );
+    Summary {
+        headline,
+        lines,
+        prompts: n,
+        claims_accepted: claims_by(ClaimStatus::Accepted),
+        claims_downgraded: claims_by(ClaimStatus::Downgraded),
+        claims_rejected: claims_by(ClaimStatus::Rejected),
+        gates_failed,
+        gates_warned: a.gates.iter().filter(|g| g.warns()).count(),
+        plugin_failures,
+    }
+}
 
-    // interventions
-    let mut interventions: BTreeMap<(String, String), InterventionSummary> = BTreeMap::new();
-    for r in &i.access.interventions {
+/// One significant delta as a summary line.
+fn delta_line(d: &ReportDelta) -> String {
+    let quality = serde_json::to_value(d.quality)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    format!(
+        "{}: {:.3} → {:.3} ({:+.3}, 95% CI [{}, {}], p = {}, adjusted {}; {})",
+        d.id,
+        d.baseline_mean,
+        d.candidate_mean,
+        d.delta,
+        d.ci_low.map_or("–".into(), |v| format!("{v:+.3}")),
+        d.ci_high.map_or("–".into(), |v| format!("{v:+.3}")),
+        d.p_value.map_or("–".into(), fmt_p),
+        d.p_adjusted.map_or("–".into(), fmt_p),
+        quality
+    )
+}
+
+/// What the recorded interventions were, one summary per side and mode,
+/// and each side's weight orthogonalization (which leaves no record in
+/// the traces: it changed the weights before any ran).
+fn interventions(plan: &Plan, a: &Analysis, models: &Sides<ModelSide>) -> Vec<InterventionSummary> {
+    let mut by: BTreeMap<(String, String), InterventionSummary> = BTreeMap::new();
+    for r in &a.access.interventions {
         let mode = r.mode();
-        let e = interventions
+        let e = by
             .entry((r.side.as_str().to_owned(), mode.clone()))
             .or_insert_with(|| InterventionSummary {
                 side: r.side,
                 description: match r.side {
-                    Side::Baseline => baseline.transformation.clone(),
-                    _ => candidate.transformation.clone(),
+                    document::Side::Baseline => models.baseline.transformation.clone(),
+                    _ => models.candidate.transformation.clone(),
                 }
                 .unwrap_or_else(|| format!("{mode} intervention")),
                 traces: 0,
@@ -176,95 +223,81 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         }
         e.traces += 1;
     }
-    let mut interventions: Vec<InterventionSummary> = interventions.into_values().collect();
-    for s in &mut interventions {
+    let mut out: Vec<InterventionSummary> = by.into_values().collect();
+    for s in &mut out {
         s.layers.sort_unstable();
         // each trace holds one record per layer
         s.traces /= s.layers.len().max(1);
     }
-    for (k, side) in [(0, &baseline), (1, &candidate)] {
-        if let Some(t) = plan_side_transform(plan, k)
-            && t == crate::config::file::TransformKind::Orthogonalize
-        {
-            interventions.push(InterventionSummary {
-                side: [Side::Baseline, Side::Candidate][k],
-                description: side.transformation.clone().unwrap_or_default(),
+    for (side, model) in models.iter() {
+        let kind = plan.side(side).transform.as_ref().map(|t| t.kind);
+        if kind == Some(TransformKind::Orthogonalize) {
+            out.push(InterventionSummary {
+                side: side.document(),
+                description: model.transformation.clone().unwrap_or_default(),
                 traces: 0,
                 layers: Vec::new(),
                 labels: BTreeMap::from([("kind".into(), "weight_orthogonalization".into())]),
             });
         }
     }
+    out
+}
 
-    let metric_names: Vec<String> = i.declared.iter().map(|d| d.spec.name.clone()).collect();
-    let examples = analyze::examples(
-        &plan.suite,
-        i.base_traces,
-        i.cand_traces,
-        (&i.values[0], &i.values[1]),
-        &metric_names,
-        cfg.report.max_examples,
-        cfg.report.record_outputs,
-    );
-    let prompts = analyze::prompt_rows(
-        &plan.suite,
-        i.base_traces,
-        i.cand_traces,
-        (&i.values[0], &i.values[1]),
-        (&i.spread[0], &i.spread[1]),
-        &metric_names,
-        cfg.report.record_outputs,
-    );
-    let gates = analyze::gates(&cfg.gates, &i.deltas);
-
-    // limitations
+/// What the report cannot say and why, one sentence each.
+fn limitations(
+    plan: &Plan,
+    a: &Analysis,
+    samples: Sides<usize>,
+    plugin_failures: usize,
+) -> Vec<String> {
+    let cfg = &plan.config;
     let mut limitations = Vec::new();
     if let Some(wanted) = cfg.report.claim_strength
-        && wanted > i.access.claim_strength
+        && wanted > a.access.claim_strength
     {
         limitations.push(claim_gap(
             wanted,
-            i.access.claim_strength,
+            a.access.claim_strength,
             "the traces allow at most",
         ));
     }
     let n = plan.suite.prompts.len();
     if n < 30 {
-        let family = match i.multiple_comparisons.method {
+        let family = match a.multiple_comparisons.method {
             Adjustment::None => format!(
                 "the p-values are not corrected for the {} comparisons made",
-                i.deltas.len()
+                a.deltas.len()
             ),
             m => format!(
                 "the p-values are adjusted ({}) over the {} tests made, which lowers the power further",
                 m.name(),
-                i.multiple_comparisons.tests
+                a.multiple_comparisons.tests
             ),
         };
         limitations.push(format!(
             "{n} paired prompts: intervals are wide and only large changes can reach significance; {family}"
         ));
     }
-    for (k, side) in [(0, &plan.baseline), (1, &plan.candidate)] {
-        let g = &side.generation;
-        let name = side.name.as_str();
-        limitations.push(match (g.temperature == 0.0, i.samples[k]) {
+    for side in SideName::BOTH {
+        let g = &plan.side(side).generation;
+        limitations.push(match (g.temperature == 0.0, samples[side]) {
             (true, _) => format!(
-                "{name}: greedy decoding, one completion per prompt, so its sampling variability is not measured"
+                "{side}: greedy decoding, one completion per prompt, so its sampling variability is not measured"
             ),
             (false, 1) => format!(
-                "{name}: sampled decoding (temperature {}, seed {}), one sample per prompt: set observe.samples to measure the spread",
+                "{side}: sampled decoding (temperature {}, seed {}), one sample per prompt: set observe.samples to measure the spread",
                 g.temperature, g.seed
             ),
             (false, s) => format!(
-                "{name}: sampled decoding (temperature {}, seeds {} to {}), {s} samples per prompt; each metric is averaged over a prompt's samples before the paired tests, and the prompt table shows their spread",
+                "{side}: sampled decoding (temperature {}, seeds {} to {}), {s} samples per prompt; each metric is averaged over a prompt's samples before the paired tests, and the prompt table shows their spread",
                 g.temperature,
                 g.seed,
                 g.seed.wrapping_add(s as u64 - 1)
             ),
         });
     }
-    if let Some(d) = &i.distribution
+    if let Some(d) = &a.distribution
         && let (Some(k), Some(rest)) = (d.top_k, d.baseline_rest_mass)
     {
         limitations.push(format!(
@@ -275,19 +308,18 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
     // What the plan found short of exact or of the config (an edit a
     // model's layout makes inexact, generation cut by the context).
     limitations.extend(plan.warnings.iter().cloned());
-    if let Some(why) = &i.distribution_unavailable {
+    if let Some(why) = &a.distribution_unavailable {
         limitations.push(format!("no KL divergence: {why}"));
     }
-    for m in &i.access.missing_evidence {
+    for m in &a.access.missing_evidence {
         limitations.push(format!("missing evidence: {m}"));
     }
-    if let Some(note) = &i.activation_note {
+    if let Some(note) = &a.activation_note {
         limitations.push(note.clone());
     }
-    if !i.failures.is_empty() {
+    if plugin_failures > 0 {
         limitations.push(format!(
-            "{} plugin failure(s): the metrics or claims of those plugins are absent from this report (see Evidence)",
-            i.failures.len()
+            "{plugin_failures} plugin failure(s): the metrics or claims of those plugins are absent from this report (see Evidence)"
         ));
     }
     let redacted = plan
@@ -302,148 +334,64 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
         ));
     }
     limitations.push("metrics are only as good as the scorers: phrase-based refusal detection misses refusals without the listed phrases and counts quoted phrases".into());
+    limitations
+}
 
-    let claims_by = |s: ClaimStatus| i.claims.iter().filter(|c| c.status == s).count();
-    let significant: Vec<&ReportDelta> = i.deltas.iter().filter(|d| d.significant).collect();
-    let mut lines = Vec::new();
-    for d in significant.iter().take(5) {
-        lines.push(format!(
-            "{}: {:.3} → {:.3} ({:+.3}, 95% CI [{}, {}], p = {}, adjusted {}; {})",
-            d.id,
-            d.baseline_mean,
-            d.candidate_mean,
-            d.delta,
-            d.ci_low.map_or("–".into(), |v| format!("{v:+.3}")),
-            d.ci_high.map_or("–".into(), |v| format!("{v:+.3}")),
-            d.p_value.map_or("–".into(), fmt_p),
-            d.p_adjusted.map_or("–".into(), fmt_p),
-            serde_json::to_value(d.quality)?
-                .as_str()
-                .unwrap_or_default()
-        ));
-    }
-    if let Some(k) = &i.distribution {
-        lines.push(format!(
-            "next-token KL(baseline ‖ candidate): first token {:.4} nats, mean over the continuation {:.4} nats",
-            k.first_token_kl_mean, k.mean_kl
-        ));
-    }
-    for f in i
-        .activation_findings
+/// What is needed to repeat the run: the command, the config and suite
+/// digests, each side's weights, the plugins, the bundles, the seeds and
+/// the stages' times.
+fn reproducibility(
+    plan: &Plan,
+    command: &str,
+    gathered: &Gathered,
+    models: &Sides<ModelSide>,
+    plugins: Vec<document::PluginRecord>,
+    stages: &[StageRecord],
+) -> anyhow::Result<Reproducibility> {
+    let digests = models
         .iter()
-        .flat_map(|a| a.findings.iter())
-        .take(2)
-    {
-        lines.push(f.clone());
+        .map(|(side, m)| {
+            let sha = gathered.sides[side]
+                .model_sha256
+                .clone()
+                .or_else(|| m.model_sha256.clone())
+                .unwrap_or_else(|| "unknown".into());
+            (side.as_str().to_owned(), sha)
+        })
+        .collect();
+    let mut bundles = BTreeMap::new();
+    for side in SideName::BOTH {
+        let record = bundle_record(&gathered.bundles[side], gathered.reused[side])?;
+        bundles.insert(side.as_str().to_owned(), record);
     }
-    if let Some(f) = i.routing.as_ref().and_then(|r| r.findings.first()) {
-        lines.push(f.clone());
-    }
-    let gates_failed = gates.iter().filter(|g| analyze::gate_fails(g)).count();
-    let gates_warned = gates.iter().filter(|g| g.warns()).count();
-    let headline = format!(
-        "{} vs {} on {n} paired prompts: {} significant change(s) of {} measured ({}); evidence level: {}; claims up to: {}; {} gate(s) failed.",
-        plan.candidate.label,
-        plan.baseline.label,
-        significant.len(),
-        i.deltas.len(),
-        match i.multiple_comparisons.method {
-            Adjustment::None => "p-values not adjusted".to_owned(),
-            m => format!("{} adjusted", m.name()),
-        },
-        i.access.level.as_str().replace('_', " "),
-        i.access.claim_strength.as_str().replace('_', " "),
-        gates_failed
-    );
-
-    let mut plugins = i.scorers.clone();
-    plugins.extend(i.mappers.iter().cloned());
-    let models = [
-        (SideName::Baseline, &baseline),
-        (SideName::Candidate, &candidate),
-    ]
-    .into_iter()
-    .map(|(side, s)| {
-        (
-            side.as_str().to_owned(),
-            i.sides
-                .and_then(|x| x[side.index()].model_sha256.clone())
-                .or_else(|| s.model_sha256.clone())
-                .unwrap_or_else(|| "unknown".into()),
-        )
-    })
-    .collect();
     let (config_sha256, _) = crate::hash::sha256_file(&plan.config_path)
         .with_context(|| format!("cannot hash {}", plan.config_path.display()))?;
-
-    Ok(Report {
-        schema: document::REPORT_SCHEMA.into(),
-        title: cfg.report.title.clone(),
-        created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        summary: Summary {
-            headline,
-            lines,
-            prompts: n,
-            claims_accepted: claims_by(ClaimStatus::Accepted),
-            claims_downgraded: claims_by(ClaimStatus::Downgraded),
-            claims_rejected: claims_by(ClaimStatus::Rejected),
-            gates_failed,
-            gates_warned,
-            plugin_failures: i.failures.len(),
-        },
-        target_change: TargetChange {
-            description: cfg.report.target_change.clone(),
-            transformation_kind: cfg.report.transformation_kind.clone(),
-            transformation_summary: cfg
-                .report
-                .transformation_summary
-                .clone()
-                .or_else(|| candidate.transformation.clone()),
-            baseline,
-            candidate,
-        },
-        evidence: EvidenceSection {
-            prompts: n,
-            categories,
-            kinds_in_both: i.kinds_in_both,
-            scorers: i.scorers,
-            claim_mappers: i.mappers,
-            plugin_failures: i.failures,
-        },
-        access: i.access,
-        claims: i.claims,
-        metric_deltas: i.deltas,
-        distribution: i.distribution,
-        distribution_unavailable: i.distribution_unavailable,
-        activation_findings: i.activation_findings,
-        routing: i.routing,
-        interventions,
-        examples,
-        prompts,
-        gates,
-        multiple_comparisons: i.multiple_comparisons,
-        limitations,
-        reproducibility: Reproducibility {
-            command: i.command.to_owned(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
-            config_path: plan.config_path.display().to_string(),
-            config_sha256,
-            config_text: config_text(plan),
-            suite_sha256: plan.suite_sha256.clone(),
-            models,
-            plugins,
-            bundles: i.bundles,
-            seeds: crate::config::file::seeds(cfg),
-            stages: stages.to_vec(),
-        },
+    Ok(Reproducibility {
+        command: command.to_owned(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        config_path: plan.config_path.display().to_string(),
+        config_sha256,
+        config_text: config_text(plan),
+        suite_sha256: plan.suite_sha256.clone(),
+        models: digests,
+        plugins,
+        bundles,
+        seeds: crate::config::file::seeds(&plan.config),
+        stages: stages.to_vec(),
     })
 }
 
-fn plan_side_transform(plan: &Plan, k: usize) -> Option<crate::config::file::TransformKind> {
-    [&plan.baseline, &plan.candidate][k]
-        .transform
-        .as_ref()
-        .map(|t| t.kind)
+/// What the report records of a side's bundle.
+fn bundle_record(b: &Bundle, reused: usize) -> anyhow::Result<BundleRecord> {
+    let manifest = b.root().join("manifest.json");
+    let (sha, _) = crate::hash::sha256_file(&manifest)
+        .with_context(|| format!("cannot hash {}", manifest.display()))?;
+    Ok(BundleRecord {
+        path: b.root().display().to_string(),
+        manifest_sha256: sha,
+        traces: b.traces().len(),
+        reused,
+    })
 }
 
 /// Writes the configured formats atomically; the reproducibility section
@@ -470,11 +418,11 @@ pub(super) fn write(plan: &Plan, report: &mut Report) -> anyhow::Result<Vec<Path
 pub(super) fn write_scores(
     plan: &Plan,
     declared: &[Declared],
-    values: &[Values; 2],
+    values: &Sides<Values>,
 ) -> anyhow::Result<PathBuf> {
     let mut text = String::new();
     for p in &plan.suite.prompts {
-        for (side, v) in [Side::Baseline, Side::Candidate].into_iter().zip(values) {
+        for (side, v) in values.iter() {
             for d in declared {
                 let Some(&value) = v.get(&(p.id.clone(), d.spec.name.clone())) else {
                     continue;
@@ -482,7 +430,7 @@ pub(super) fn write_scores(
                 let row = document::ScoreRow {
                     prompt_id: p.id.clone(),
                     category: p.category.clone(),
-                    side,
+                    side: side.document(),
                     scorer: d.scorer.clone(),
                     metric: d.spec.name.clone(),
                     value,

@@ -494,6 +494,7 @@ pub fn sample_report() -> Report {
                 mapper: "overclaimer".into(),
             },
         ],
+        evidence_set: None,
         metric_deltas,
         distribution_unavailable: None,
         distribution: Some(DistributionShift {

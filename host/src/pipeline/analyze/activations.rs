@@ -3,9 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use std::path::Path;
+
 use crate::bundle::Bundle;
 use crate::config::Suite;
-use crate::pipeline::plan::SideName;
+use crate::pipeline::plan::{DirectionRef, Plan};
+use crate::pipeline::sides::{SideName, Sides};
 use crate::report::document::{ActivationFindings, ProjectionSeries, RoutingFindings, Side};
 use crate::trace::{ArtifactData, ArtifactKind as K, Role, Site};
 
@@ -104,6 +107,61 @@ pub fn projections(
     Ok(Some((layers, series)))
 }
 
+/// Layer → (router probabilities, experts, experts used).
+type Routes = BTreeMap<usize, (Vec<f32>, usize, usize)>;
+
+/// Each prompt's tokens and routing, from its first sample's raw router
+/// activations; prompts without any are left out.
+fn routes_of(
+    bundle: &Bundle,
+    side: SideName,
+) -> anyhow::Result<HashMap<String, (Vec<u32>, Routes)>> {
+    let side = side.as_str();
+    let mut prompts = HashMap::new();
+    for t in bundle.traces() {
+        let Some(id) = t.request.prompt_id.clone() else {
+            continue;
+        };
+        if prompts.contains_key(&id) {
+            continue; // another sample of the prompt: its first decides
+        }
+        let tokens = t
+            .artifacts_of(K::Tokens)
+            .find(|a| a.role() == Some(Role::Prompt))
+            .and_then(|a| match &a.data {
+                ArtifactData::TokenIds { ids } => Some(ids.clone()),
+                _ => None,
+            });
+        let mut routes = Routes::new();
+        for a in t.artifacts_of(K::Activation) {
+            if a.site() != Some(Site::Router) {
+                continue;
+            }
+            let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data) else {
+                continue;
+            };
+            let used: usize = match a.labels.get("experts_used").map(|u| u.parse()) {
+                Some(Ok(u)) => u,
+                _ => anyhow::bail!(
+                    "router activation `{}` of trace `{}` in the {side} bundle has no `experts_used` label",
+                    a.id,
+                    t.id
+                ),
+            };
+            let (r, what) = raw_tensor(bundle, side, t, a, "router activation")?;
+            let experts = r.shape.last().copied().unwrap_or(0);
+            if experts == 0 || used == 0 || used > experts {
+                anyhow::bail!("{what} has shape {:?} for {used} experts used", r.shape);
+            }
+            routes.insert(layer, (r.to_f32_vec(), experts, used));
+        }
+        if let (Some(tokens), false) = (tokens, routes.is_empty()) {
+            prompts.insert(id, (tokens, routes));
+        }
+    }
+    Ok(prompts)
+}
+
 /// A mixture of experts' routing, candidate against baseline: per observed
 /// layer, the share of prompt tokens whose chosen experts differ and the
 /// mean total variation between the router distributions, over the
@@ -111,57 +169,9 @@ pub fn projections(
 /// comparable only at the same token in the same context). From the raw
 /// `router` activations (`[1, tokens, experts]`, labelled with the experts
 /// each token used); `None` when a side recorded none.
-pub fn routing(sides: [&Bundle; 2]) -> anyhow::Result<Option<RoutingFindings>> {
-    // prompt id → (prompt tokens, layer → (probabilities, experts, used))
-    type Routes = BTreeMap<usize, (Vec<f32>, usize, usize)>;
-    let mut per_side: Vec<HashMap<String, (Vec<u32>, Routes)>> = Vec::new();
-    for (bundle, side) in sides.into_iter().zip(SideName::BOTH.map(SideName::as_str)) {
-        let mut prompts = HashMap::new();
-        for t in bundle.traces() {
-            let Some(id) = t.request.prompt_id.clone() else {
-                continue;
-            };
-            if prompts.contains_key(&id) {
-                continue; // another sample of the prompt: its first decides
-            }
-            let tokens = t
-                .artifacts_of(K::Tokens)
-                .find(|a| a.role() == Some(Role::Prompt))
-                .and_then(|a| match &a.data {
-                    ArtifactData::TokenIds { ids } => Some(ids.clone()),
-                    _ => None,
-                });
-            let mut routes = Routes::new();
-            for a in t.artifacts_of(K::Activation) {
-                if a.site() != Some(Site::Router) {
-                    continue;
-                }
-                let (Some(layer), ArtifactData::Tensor { raw: true, .. }) = (a.layer, &a.data)
-                else {
-                    continue;
-                };
-                let used: usize = match a.labels.get("experts_used").map(|u| u.parse()) {
-                    Some(Ok(u)) => u,
-                    _ => anyhow::bail!(
-                        "router activation `{}` of trace `{}` in the {side} bundle has no `experts_used` label",
-                        a.id,
-                        t.id
-                    ),
-                };
-                let (r, what) = raw_tensor(bundle, side, t, a, "router activation")?;
-                let experts = r.shape.last().copied().unwrap_or(0);
-                if experts == 0 || used == 0 || used > experts {
-                    anyhow::bail!("{what} has shape {:?} for {used} experts used", r.shape);
-                }
-                routes.insert(layer, (r.to_f32_vec(), experts, used));
-            }
-            if let (Some(tokens), false) = (tokens, routes.is_empty()) {
-                prompts.insert(id, (tokens, routes));
-            }
-        }
-        per_side.push(prompts);
-    }
-    let (base, cand) = (&per_side[0], &per_side[1]);
+pub fn routing(bundles: Sides<&Bundle>) -> anyhow::Result<Option<RoutingFindings>> {
+    let per_side = Sides::try_from_fn(|side| routes_of(bundles[side], side))?;
+    let (base, cand) = (&per_side.baseline, &per_side.candidate);
     // layer → (tokens changed, total variation summed, tokens), and the shared k
     let mut acc: BTreeMap<usize, (usize, f64, usize)> = BTreeMap::new();
     let mut prompts = 0;
@@ -332,4 +342,64 @@ fn signed3(x: f64) -> String {
         s if s == "+0.000" || s == "-0.000" => "0.000".into(),
         s => s,
     }
+}
+
+/// Per-layer projections of both sides onto the report's direction, when
+/// there is one and the traces hold activations. A configured direction
+/// that cannot be read here (a replay on another machine) gives no findings
+/// and the reason, which the report lists among its limitations.
+pub(crate) fn findings_on_direction(
+    plan: &Plan,
+    measured: Option<&Path>,
+    baseline: &Bundle,
+    candidate: &Bundle,
+) -> anyhow::Result<(Option<ActivationFindings>, Option<String>)> {
+    let (v, label, sha) = match report_direction(plan, measured) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok((None, None)),
+        Err(why) => {
+            return Ok((None, Some(format!("no activation findings: {why}"))));
+        }
+    };
+    let projections = projections(
+        &plan.suite,
+        [(Side::Baseline, baseline), (Side::Candidate, candidate)],
+        &v,
+    )?;
+    Ok((activation_findings(label, sha, projections), None))
+}
+
+/// The unit direction for activation findings, with its label and sha256;
+/// none when the config names none; why not when it names one that cannot
+/// be read.
+fn report_direction(
+    plan: &Plan,
+    measured: Option<&Path>,
+) -> Result<Option<(Vec<f32>, String, String)>, String> {
+    let Some((d, tensor)) = plan.report_direction.as_ref() else {
+        return Ok(None);
+    };
+    let (path, tensor) = match d {
+        DirectionRef::File(p) => (p.clone(), tensor.clone()),
+        DirectionRef::Measured => {
+            let Some(p) = measured
+                .map(Path::to_path_buf)
+                .or_else(|| plan.measure.as_ref().map(|m| m.out.clone()))
+            else {
+                return Err("the report direction is `measured`, but nothing was measured".into());
+            };
+            (
+                p,
+                Some(tensor.clone().unwrap_or_else(|| "direction".into())),
+            )
+        }
+    };
+    let dir = crate::intervene::load_direction(&path, tensor.as_deref(), None, 0)
+        .map_err(|e| format!("the report direction cannot be read here: {e}"))?;
+    let v = dir.basis;
+    Ok(Some((
+        v,
+        format!("{} (tensor {})", path.display(), dir.tensor),
+        dir.file_sha256,
+    )))
 }

@@ -205,6 +205,7 @@ fn report() -> Report {
                 mapper: "mapper".into(),
             },
         ],
+        evidence_set: None,
         metric_deltas: vec![delta(None, true), delta(Some("harmful".into()), false)],
         distribution: Some(DistributionShift {
             support: h("support"),
