@@ -760,8 +760,8 @@ fn five_bit_models_run_as_stored() {
 #[test]
 fn host_weights_read_every_type_as_candles_reader_does() {
     use candle_core::quantized::gguf_file::Content;
-    use vauban::executor::candle::model::host_weights::HostWeights;
     use vauban::model::assets::ModelAssets;
+    use vauban::model::host_weights::HostWeights;
     let dir = tempfile::tempdir().unwrap();
     for (dtype, name) in [
         (GgmlDType::F16, "F16"),

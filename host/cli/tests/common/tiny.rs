@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
-use vauban::executor::candle::model::hf::permute_qk;
+use vauban::model::hf::permute_qk;
 use vauban::model::hf_name;
 
 pub const HIDDEN: usize = 64;

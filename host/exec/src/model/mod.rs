@@ -22,6 +22,8 @@ pub mod chat;
 pub mod config;
 pub mod gguf;
 pub mod gguf_reader;
+pub mod hf;
+pub mod host_weights;
 pub mod routing;
 pub mod sample;
 pub mod tokenizer;
@@ -457,6 +459,14 @@ pub fn read_config(path: &Path) -> Result<ModelConfig, ModelError> {
         config::read_gguf_config(path)
     } else {
         Err(not_a_model(path))
+    }
+}
+
+/// candle_core is the array and safetensors library of the shared model
+/// code (GGUF and HF reading, the HF exporter) as well as candle's.
+impl From<candle_core::Error> for ModelError {
+    fn from(e: candle_core::Error) -> Self {
+        ModelError::Compute(Box::new(e))
     }
 }
 

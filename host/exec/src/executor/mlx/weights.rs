@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
-use crate::executor::candle::model::host_weights::HostWeights;
 use crate::model::assets::ModelAssets;
 use crate::model::config::{ModelConfig, RopeStyle};
+use crate::model::host_weights::HostWeights;
 use crate::model::{Matrix as ModelMatrix, ModelError, ModelFormat, hf_name};
 
 /// A matrix packed by MLX's affine quantization: `w` is `[out, in·bits/32]`

@@ -476,13 +476,10 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
         let ops = M::Ops::default();
         let mut dense = Vec::new();
         for (name, t) in self.model.named_weights()? {
-            let (shape, values) = ops.host(&t)?;
-            let t = candle_core::Tensor::from_vec(values, shape, &candle_core::Device::Cpu)
-                .map_err(ModelError::from)?;
-            dense.push((name, t));
+            dense.push((name, ops.host(&t)?));
         }
         let a = &self.assets;
-        crate::executor::candle::model::hf::export_weights(
+        crate::model::hf::export_weights(
             &a.config,
             dense,
             (&a.tokenizer, a.chat_template.as_deref(), &a.special),

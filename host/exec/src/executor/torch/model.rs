@@ -13,12 +13,12 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
-use crate::executor::candle::model::host_weights::HostWeights;
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass, pass_after};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
+use crate::model::host_weights::HostWeights;
 use crate::model::routing::Routing;
 use crate::model::{Dtype, Matrix, ModelError};
 use crate::trace::DeviceKind;

@@ -4,7 +4,6 @@
 
 pub mod gguf;
 pub mod hf;
-pub mod host_weights;
 pub mod llama;
 
 use std::path::Path;
@@ -14,12 +13,6 @@ use candle_core::Device;
 use crate::model::assets::ModelAssets;
 use crate::model::{ModelError, WeightMode, not_a_model};
 use llama::Llama;
-
-impl From<candle_core::Error> for ModelError {
-    fn from(e: candle_core::Error) -> Self {
-        ModelError::Compute(Box::new(e))
-    }
-}
 
 /// A loaded model: its assets (tokenizer, chat template, special tokens,
 /// shape; read as every backend reads them) and candle's weights.

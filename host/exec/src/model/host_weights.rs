@@ -4,10 +4,10 @@
 //! own reader ([`GgufReader::read_f32`]); an HF folder is read through
 //! [`HfWeights`].
 
+use super::assets::ModelAssets;
+use super::gguf_reader::{GgmlType, GgufReader};
 use super::hf::HfWeights;
-use crate::model::assets::ModelAssets;
-use crate::model::gguf_reader::{GgmlType, GgufReader};
-use crate::model::{ModelError, ModelFormat, fused_part};
+use super::{ModelError, ModelFormat, fused_part};
 
 /// A tensor's shape and its f32 values, row-major.
 pub type HostTensor = (Vec<usize>, Vec<f32>);
