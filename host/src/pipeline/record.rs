@@ -13,8 +13,8 @@ use crate::bundle::{Bundle, BundleWriter, WriteMode};
 use crate::config::Prompt;
 use crate::config::file::{PromptFormName, TransformKind};
 use crate::executor::{
-    Backend, Executor, ExecutorError, GenerateOptions, LocalBackend, LocalModel, ModelSpec,
-    PromptForm, ReferenceContinuation, RunOptions,
+    Backend, Executor, ExecutorError, GenerateOptions, LocalBackend, LocalModel, ModelDims,
+    ModelSpec, PromptForm, ReferenceContinuation, RunOptions, TraceOutput,
 };
 use crate::intervene::{Intervention, Mode, Positions, load_direction};
 use crate::model::KvType;
@@ -169,123 +169,140 @@ fn apply_transform(
     local
         .check_layers(&layers)
         .with_context(|| format!("{}.transform.layers", side.name.as_str()))?;
-    let mut interventions = Vec::new();
-    let describe;
-    let transform_fp;
     match t.kind {
+        TransformKind::Intervene => intervene(side, t, dims),
         TransformKind::Ablate | TransformKind::Orthogonalize | TransformKind::Steer => {
-            let (path, tensor) =
-                direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
-            let mut sha = String::new();
-            let mut norm = 0.0;
-            for &layer in &layers {
-                let d = load_direction(&path, tensor.as_deref(), None, layer)
-                    .map_err(|e| e.picked_with(PICK_IN_CONFIG))
-                    .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
-                if d.width() != dims.hidden {
-                    bail!(
-                        "{}.transform.direction: {} has width {} but the model's hidden size is {}",
-                        side.name.as_str(),
-                        path.display(),
-                        d.width(),
-                        dims.hidden
-                    );
-                }
-                norm = d.norms[0];
-                sha = d.file_sha256.clone();
-                match t.kind {
-                    TransformKind::Ablate => interventions.push(Intervention {
-                        layer,
-                        mode: Mode::Subtract,
-                        direction: d.unit()?,
-                        alpha: t.alpha,
-                        value: None,
-                        positions: Positions::All,
-                        condition: None,
-                    }),
-                    // Activation addition takes the direction as the
-                    // file holds it (a difference of means carries its
-                    // own scale), times `alpha`.
-                    TransformKind::Steer => {
-                        let steer = Intervention {
-                            layer,
-                            mode: Mode::Steer,
-                            direction: d,
-                            alpha: t.alpha,
-                            value: None,
-                            positions: Positions::All,
-                            condition: None,
-                        };
-                        steer.check().with_context(|| {
-                            format!("{}.transform.direction", side.name.as_str())
-                        })?;
-                        interventions.push(steer);
-                    }
-                    _ => {
-                        local.orthogonalize(&d.unit()?, &[layer])?;
-                    }
-                }
-            }
-            let what = match t.kind {
-                TransformKind::Ablate => format!(
-                    "directional ablation (subtract, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} blocks",
-                    t.alpha,
-                    path.display(),
-                    tensor.as_deref().unwrap_or("(the only one)"),
-                    layers.len()
-                ),
-                TransformKind::Steer => format!(
-                    "activation addition (steer, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} block(s) {:?}",
-                    t.alpha,
-                    path.display(),
-                    tensor.as_deref().unwrap_or("(the only one)"),
-                    layers.len(),
-                    layers
-                ),
-                _ => format!(
-                    "weights orthogonalized against {} (tensor {}) in {} blocks (attn_output, ffn_down)",
-                    path.display(),
-                    tensor.as_deref().unwrap_or("(the only one)"),
-                    layers.len()
-                ),
-            };
-            transform_fp = json!({
-                "kind": t.kind.as_str(), "direction_sha256": sha, "tensor": tensor,
-                "layers": layers, "alpha": t.alpha,
-            });
-            describe = Some(what);
-        }
-        TransformKind::Intervene => {
-            for spec in &t.interventions {
-                interventions.push(
-                    spec.resolve(dims.hidden, dims.layers).with_context(|| {
-                        format!("{}.transform.interventions", side.name.as_str())
-                    })?,
-                );
-            }
-            transform_fp = json!({
-                "kind": "intervene",
-                "interventions": interventions.iter().map(Intervention::record).collect::<Vec<_>>(),
-            });
-            describe = Some(format!(
-                "{} activation intervention(s): {}",
-                interventions.len(),
-                interventions
-                    .iter()
-                    .map(|i| format!(
-                        "{} at layer {} (alpha {})",
-                        i.mode.as_str(),
-                        i.layer,
-                        i.alpha
-                    ))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
+            along_direction(side, t, local, &layers, measured)
         }
     }
+}
+
+/// Subtracts, adds or orthogonalizes against the transformation's
+/// direction at each of `layers` (read from its file, or the measured one).
+fn along_direction(
+    side: &SidePlan,
+    t: &TransformPlan,
+    local: &mut LocalBackend,
+    layers: &[usize],
+    measured: Option<&Path>,
+) -> anyhow::Result<Applied> {
+    let dims = local.dims();
+    let mut interventions = Vec::new();
+    let (path, tensor) = direction_file(t.direction.as_ref(), t.tensor.as_deref(), measured)?;
+    let mut sha = String::new();
+    let mut norm = 0.0;
+    for &layer in layers {
+        let d = load_direction(&path, tensor.as_deref(), None, layer)
+            .map_err(|e| e.picked_with(PICK_IN_CONFIG))
+            .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
+        if d.width() != dims.hidden {
+            bail!(
+                "{}.transform.direction: {} has width {} but the model's hidden size is {}",
+                side.name.as_str(),
+                path.display(),
+                d.width(),
+                dims.hidden
+            );
+        }
+        norm = d.norms[0];
+        sha = d.file_sha256.clone();
+        match t.kind {
+            TransformKind::Ablate => interventions.push(Intervention {
+                layer,
+                mode: Mode::Subtract,
+                direction: d.unit()?,
+                alpha: t.alpha,
+                value: None,
+                positions: Positions::All,
+                condition: None,
+            }),
+            // Activation addition takes the direction as the
+            // file holds it (a difference of means carries its
+            // own scale), times `alpha`.
+            TransformKind::Steer => {
+                let steer = Intervention {
+                    layer,
+                    mode: Mode::Steer,
+                    direction: d,
+                    alpha: t.alpha,
+                    value: None,
+                    positions: Positions::All,
+                    condition: None,
+                };
+                steer
+                    .check()
+                    .with_context(|| format!("{}.transform.direction", side.name.as_str()))?;
+                interventions.push(steer);
+            }
+            _ => {
+                local.orthogonalize(&d.unit()?, &[layer])?;
+            }
+        }
+    }
+    let what = match t.kind {
+        TransformKind::Ablate => format!(
+            "directional ablation (subtract, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} blocks",
+            t.alpha,
+            path.display(),
+            tensor.as_deref().unwrap_or("(the only one)"),
+            layers.len()
+        ),
+        TransformKind::Steer => format!(
+            "activation addition (steer, alpha {}) of {} (tensor {}, norm {norm:.4}) after {} block(s) {:?}",
+            t.alpha,
+            path.display(),
+            tensor.as_deref().unwrap_or("(the only one)"),
+            layers.len(),
+            layers
+        ),
+        _ => format!(
+            "weights orthogonalized against {} (tensor {}) in {} blocks (attn_output, ffn_down)",
+            path.display(),
+            tensor.as_deref().unwrap_or("(the only one)"),
+            layers.len()
+        ),
+    };
+    let transform_fp = json!({
+        "kind": t.kind.as_str(), "direction_sha256": sha, "tensor": tensor,
+        "layers": layers, "alpha": t.alpha,
+    });
     Ok(Applied {
         interventions,
-        describe,
+        describe: Some(what),
+        fingerprint: transform_fp,
+    })
+}
+
+/// The transformation's own interventions, resolved against the model.
+fn intervene(side: &SidePlan, t: &TransformPlan, dims: ModelDims) -> anyhow::Result<Applied> {
+    let mut interventions = Vec::new();
+    for spec in &t.interventions {
+        interventions.push(
+            spec.resolve(dims.hidden, dims.layers)
+                .with_context(|| format!("{}.transform.interventions", side.name.as_str()))?,
+        );
+    }
+    let transform_fp = json!({
+        "kind": "intervene",
+        "interventions": interventions.iter().map(Intervention::record).collect::<Vec<_>>(),
+    });
+    let describe = format!(
+        "{} activation intervention(s): {}",
+        interventions.len(),
+        interventions
+            .iter()
+            .map(|i| format!(
+                "{} at layer {} (alpha {})",
+                i.mode.as_str(),
+                i.layer,
+                i.alpha
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    Ok(Applied {
+        interventions,
+        describe: Some(describe),
         fingerprint: transform_fp,
     })
 }
@@ -433,9 +450,86 @@ pub fn record_side(
         std::fs::create_dir_all(cache)
             .with_context(|| format!("cannot create {}", cache.display()))?;
     }
-    // Each prompt's samples in a row, the first (seed `seed`, id the
-    // prompt's) first: it is the one examples show and the KL pairs.
-    let runs: Vec<(&Prompt, RunOptions, TraceRequest, PathBuf)> = prompts
+    let runs = plan_runs(side, system, settings, prompts, references, cache);
+    let total = runs.len();
+    let recorded_before = runs.iter().filter(|r| cached && r.dir.exists()).count();
+    if recorded_before > 0 {
+        tracing::info!(
+            target: super::NOTICE,
+            "reusing {recorded_before} of {total} recorded {name} traces"
+        );
+    }
+    // Recorded traces first; the rest go to the executor in one batch,
+    // which an endpoint answers several at a time and a local model in
+    // order. Each trace is kept in the cache the moment it arrives.
+    let mut parts: Vec<Option<Part>> = vec![None; total];
+    let mut pending = Vec::new();
+    for (i, run) in runs.into_iter().enumerate() {
+        match cached.then(|| reuse(&run)).flatten() {
+            Some(part) => {
+                parts[i] = Some(part);
+                progress.inc(1);
+            }
+            None => pending.push((i, run)),
+        }
+    }
+    let reused = total - pending.len();
+    let tracing = Tracing {
+        name,
+        side,
+        cached,
+        cache,
+        total,
+        progress,
+    };
+    if let Some(e) = tracing.trace_pending(&pending, &mut parts) {
+        let kept = parts.iter().filter(|p| p.is_some()).count();
+        return Err(match e.downcast::<crate::interrupt::Interrupted>() {
+            Ok(mut stop) => {
+                stop.kept[0].kept = kept;
+                anyhow::Error::new(stop)
+            }
+            Err(e) if cached && kept > 0 => e.context(format!(
+                "{kept} of {total} {name} traces are kept in {}; run the same command to resume",
+                cache.display()
+            )),
+            Err(e) => e,
+        });
+    }
+    let mut w = BundleWriter::create(bundle_path, WriteMode::Replace)
+        .with_context(|| format!("cannot write {}", bundle_path.display()))?;
+    for (t, tensors) in parts.iter().flatten() {
+        w.add_trace(t, tensors)?;
+    }
+    w.finish()?;
+    let bundle = Bundle::open(bundle_path)?;
+    Ok(Recorded { bundle, reused })
+}
+
+/// A trace and its raw tensors.
+type Part = (Trace, HashMap<String, TensorData>);
+
+/// One trace to record or reuse: a prompt's sample, its request and
+/// options, and where the cache keeps it.
+struct Run<'p> {
+    prompt: &'p Prompt,
+    request: TraceRequest,
+    options: RunOptions,
+    dir: PathBuf,
+}
+
+/// Every trace of the side, in order: each prompt's samples in a row, the
+/// first (seed `seed`, id the prompt's) first: it is the one examples
+/// show and the KL pairs.
+fn plan_runs<'p>(
+    side: &LoadedSide,
+    system: Option<&str>,
+    settings: &RunSettings,
+    prompts: &'p [Prompt],
+    references: &HashMap<String, ReferenceContinuation>,
+    cache: &Path,
+) -> Vec<Run<'p>> {
+    prompts
         .iter()
         .flat_map(|p| (0..settings.samples).map(move |k| (p, k)))
         .map(|(p, k)| {
@@ -453,136 +547,141 @@ pub fn record_side(
                 reference: (k == 0).then(|| references.get(&p.id).cloned()).flatten(),
             };
             let dir = cache.join(cache_key(&side.fingerprint, &request, &options));
-            (p, options, request, dir)
-        })
-        .collect();
-    let total = runs.len();
-    let recorded_before = runs.iter().filter(|r| cached && r.3.exists()).count();
-    if recorded_before > 0 {
-        tracing::info!(
-            target: super::NOTICE,
-            "reusing {recorded_before} of {total} recorded {name} traces"
-        );
-    }
-    // Recorded traces first; the rest go to the executor in one batch,
-    // which an endpoint answers several at a time and a local model in
-    // order. Each trace is kept in the cache the moment it arrives.
-    let mut parts: Vec<Option<(Trace, HashMap<String, TensorData>)>> = vec![None; total];
-    let mut reused = 0;
-    let mut pending = Vec::new();
-    for (i, (p, options, request, dir)) in runs.into_iter().enumerate() {
-        if cached && dir.exists() {
-            match read_cached(&dir) {
-                Ok(part) => {
-                    tracing::debug!("reusing {} for prompt {}", dir.display(), p.id);
-                    parts[i] = Some(part);
-                    reused += 1;
-                    progress.inc(1);
-                    continue;
-                }
-                Err(e) => tracing::warn!(
-                    "re-recording prompt {}: cached trace unusable ({e:#})",
-                    p.id
-                ),
+            Run {
+                prompt: p,
+                request,
+                options,
+                dir,
             }
-        }
-        pending.push((i, p, dir, (request, options)));
+        })
+        .collect()
+}
+
+/// The cached trace of `run`, when one was recorded and reads back; one
+/// that does not is recorded again, with a warning.
+fn reuse(run: &Run<'_>) -> Option<Part> {
+    if !run.dir.exists() {
+        return None;
     }
-    let interrupted = || {
+    match read_cached(&run.dir) {
+        Ok(part) => {
+            tracing::debug!("reusing {} for prompt {}", run.dir.display(), run.prompt.id);
+            Some(part)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "re-recording prompt {}: cached trace unusable ({e:#})",
+                run.prompt.id
+            );
+            None
+        }
+    }
+}
+
+/// What tracing the pending runs of one side needs.
+struct Tracing<'a> {
+    name: &'a str,
+    side: &'a LoadedSide,
+    cached: bool,
+    cache: &'a Path,
+    total: usize,
+    progress: &'a indicatif::ProgressBar,
+}
+
+impl Tracing<'_> {
+    /// Traces the pending runs into `parts`, keeping each in the cache as
+    /// it arrives; the first failure, or the user's stop, when the side
+    /// could not be finished.
+    fn trace_pending(
+        &self,
+        pending: &[(usize, Run<'_>)],
+        parts: &mut [Option<Part>],
+    ) -> Option<anyhow::Error> {
+        if pending.is_empty() {
+            return None;
+        }
+        if self.cached && crate::interrupt::requested() {
+            return Some(self.interrupted());
+        }
+        let jobs: Vec<(TraceRequest, RunOptions)> = pending
+            .iter()
+            .map(|(_, r)| (r.request.clone(), r.options.clone()))
+            .collect();
+        let mut failure: Option<anyhow::Error> = None;
+        let started = std::time::Instant::now();
+        let (mut answered, mut tokens) = (0usize, 0u64);
+        self.side
+            .exec
+            .trace_all(&jobs, self.side.batch, &mut |j, result| {
+                let (i, run) = &pending[j];
+                let step = result
+                    .with_context(|| format!("tracing prompt `{}`", run.prompt.id))
+                    .and_then(|out| self.keep(run, out));
+                match step {
+                    Ok(out) => {
+                        answered += 1;
+                        tokens += out
+                            .0
+                            .spans
+                            .iter()
+                            .filter(|s| s.stage.runs_model())
+                            .map(|s| s.profile.token_count)
+                            .sum::<u64>();
+                        parts[*i] = Some(out);
+                        self.progress.inc(1);
+                        if self.side.exec.device_kind() == DeviceKind::Remote {
+                            let secs = started.elapsed().as_secs_f64().max(1e-9);
+                            self.progress.set_message(format!(
+                                "{} {:.1} req/s {:.0} tok/s",
+                                self.name,
+                                answered as f64 / secs,
+                                tokens as f64 / secs
+                            ));
+                        }
+                    }
+                    Err(e) => {
+                        // The first failure is the one reported; a batch's
+                        // later results still arrive, and are kept.
+                        failure.get_or_insert(e);
+                        return std::ops::ControlFlow::Break(());
+                    }
+                }
+                // Stop before the next prompt; what arrived is kept.
+                match self.cached && answered < jobs.len() && crate::interrupt::requested() {
+                    true => {
+                        failure.get_or_insert_with(|| self.interrupted());
+                        std::ops::ControlFlow::Break(())
+                    }
+                    false => std::ops::ControlFlow::Continue(()),
+                }
+            });
+        failure
+    }
+
+    /// A traced run, its unrequested activations dropped, kept in the
+    /// cache (where the side is cached).
+    fn keep(&self, run: &Run<'_>, mut out: TraceOutput) -> anyhow::Result<Part> {
+        keep_raw_activations_only(&mut out.trace, &mut out.tensors);
+        if self.cached {
+            let mut w = BundleWriter::create(&run.dir, WriteMode::Replace)?;
+            w.add_trace(&out.trace, &out.tensors)?;
+            w.finish()?;
+        }
+        Ok((out.trace, out.tensors))
+    }
+
+    /// The user's stop while tracing this side.
+    fn interrupted(&self) -> anyhow::Error {
         anyhow::Error::new(crate::interrupt::Interrupted {
             at: "while tracing".into(),
             kept: vec![crate::interrupt::Kept {
-                side: name.to_owned(),
+                side: self.name.to_owned(),
                 kept: 0,
-                of: total,
+                of: self.total,
             }],
-            cache: cache.to_path_buf(),
+            cache: self.cache.to_path_buf(),
         })
-    };
-    let jobs: Vec<(TraceRequest, RunOptions)> = pending.iter().map(|r| r.3.clone()).collect();
-    let mut failure: Option<anyhow::Error> = None;
-    let started = std::time::Instant::now();
-    let (mut answered, mut tokens) = (0usize, 0u64);
-    if cached && !jobs.is_empty() && crate::interrupt::requested() {
-        failure = Some(interrupted());
-    } else if !jobs.is_empty() {
-        side.exec.trace_all(&jobs, side.batch, &mut |j, result| {
-            let (i, p, dir, _) = &pending[j];
-            let step = result
-                .with_context(|| format!("tracing prompt `{}`", p.id))
-                .and_then(|mut out| {
-                    keep_raw_activations_only(&mut out.trace, &mut out.tensors);
-                    if cached {
-                        let mut w = BundleWriter::create(dir, WriteMode::Replace)?;
-                        w.add_trace(&out.trace, &out.tensors)?;
-                        w.finish()?;
-                    }
-                    Ok(out)
-                });
-            match step {
-                Ok(out) => {
-                    answered += 1;
-                    tokens += out
-                        .trace
-                        .spans
-                        .iter()
-                        .filter(|s| s.stage.runs_model())
-                        .map(|s| s.profile.token_count)
-                        .sum::<u64>();
-                    parts[*i] = Some((out.trace, out.tensors));
-                    progress.inc(1);
-                    if side.exec.device_kind() == DeviceKind::Remote {
-                        let secs = started.elapsed().as_secs_f64().max(1e-9);
-                        progress.set_message(format!(
-                            "{name} {:.1} req/s {:.0} tok/s",
-                            answered as f64 / secs,
-                            tokens as f64 / secs
-                        ));
-                    }
-                }
-                Err(e) => {
-                    // The first failure is the one reported; a batch's
-                    // later results still arrive, and are kept.
-                    failure.get_or_insert(e);
-                    return std::ops::ControlFlow::Break(());
-                }
-            }
-            // Stop before the next prompt; what arrived is kept.
-            match cached && answered < jobs.len() && crate::interrupt::requested() {
-                true => {
-                    failure.get_or_insert_with(interrupted);
-                    std::ops::ControlFlow::Break(())
-                }
-                false => std::ops::ControlFlow::Continue(()),
-            }
-        });
     }
-    if let Some(e) = failure {
-        let kept = parts.iter().filter(|p| p.is_some()).count();
-        return Err(match e.downcast::<crate::interrupt::Interrupted>() {
-            Ok(mut stop) => {
-                stop.kept[0].kept = kept;
-                anyhow::Error::new(stop)
-            }
-            Err(e) if cached && kept > 0 => e.context(format!(
-                "{kept} of {total} {name} traces are kept in {}; run the same command to resume",
-                cache.display()
-            )),
-            Err(e) => e,
-        });
-    }
-    let parts: Vec<(Trace, HashMap<String, TensorData>)> = parts
-        .into_iter()
-        .map(|p| p.expect("every run was recorded or reused"))
-        .collect();
-    let mut w = BundleWriter::create(bundle_path, WriteMode::Replace)
-        .with_context(|| format!("cannot write {}", bundle_path.display()))?;
-    for (t, tensors) in &parts {
-        w.add_trace(t, tensors)?;
-    }
-    w.finish()?;
-    let bundle = Bundle::open(bundle_path)?;
-    Ok(Recorded { bundle, reused })
 }
 
 /// A trace's id: the prompt's for its first sample, `ID#K` for sample K.
