@@ -155,25 +155,8 @@ pub fn distribution(
     baseline: (&[&Trace], &Bundle),
     candidate: (&[&Trace], &Bundle),
 ) -> anyhow::Result<Result<DistributionShift, String>> {
-    let vocab = |t: &Trace| t.model.tokenizer_sha256.clone();
-    let short = |s: &str| s.chars().take(12).collect::<String>();
-    for (b, c) in baseline.0.iter().zip(candidate.0) {
-        match (vocab(b), vocab(c)) {
-            (Some(x), Some(y)) if x != y => {
-                return Ok(Err(format!(
-                    "the two sides' tokenizers differ (vocabulary sha256 {} vs {}): their next-token distributions are over different tokens, so no KL is computed",
-                    short(&x),
-                    short(&y)
-                )));
-            }
-            (Some(_), Some(_)) => {}
-            _ => {
-                return Ok(Err(format!(
-                    "trace \"{}\" or \"{}\" does not record its tokenizer's vocabulary, so it cannot be checked that the two distributions are over the same tokens",
-                    b.id, c.id
-                )));
-            }
-        }
+    if let Some(why) = vocabulary_mismatch(baseline.0, candidate.0) {
+        return Ok(Err(why));
     }
     let mut per_prompt = Vec::new();
     let mut rows_by_prompt = Vec::new();
@@ -258,6 +241,30 @@ pub fn distribution(
             "no prompt pair holds the baseline's top-k next-token rows and the candidate's scores of them (record both sides together with observe.logprobs = true)".into(),
         ));
     }
+    let support = match shared_support {
+        true => "top_k_shared",
+        false => "top_k",
+    };
+    Ok(Ok(shift(
+        per_prompt,
+        &rows_by_prompt,
+        &rest,
+        k,
+        positions,
+        support,
+    )))
+}
+
+/// The distribution shift from each prompt's figures: means overall and
+/// per category, and per position.
+fn shift(
+    per_prompt: Vec<PromptKl>,
+    rows_by_prompt: &[Vec<f64>],
+    rest: &[f64],
+    k: Option<usize>,
+    positions: KlPositions,
+    support: &str,
+) -> DistributionShift {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let mut by_category: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for kl in &per_prompt {
@@ -268,14 +275,11 @@ pub fn distribution(
                 .push(kl.first_token_kl);
         }
     }
-    Ok(Ok(DistributionShift {
-        support: match shared_support {
-            true => "top_k_shared".into(),
-            false => "top_k".into(),
-        },
+    DistributionShift {
+        support: support.into(),
         positions,
         top_k: k,
-        baseline_rest_mass: Some(mean(&rest)),
+        baseline_rest_mass: Some(mean(rest)),
         first_token_kl_mean: mean(
             &per_prompt
                 .iter()
@@ -283,13 +287,39 @@ pub fn distribution(
                 .collect::<Vec<_>>(),
         ),
         mean_kl: mean(&per_prompt.iter().map(|k| k.mean_kl).collect::<Vec<_>>()),
-        by_position: by_position(&rows_by_prompt),
+        by_position: by_position(rows_by_prompt),
         by_category: by_category
             .into_iter()
             .map(|(c, v)| (c, mean(&v)))
             .collect(),
         per_prompt,
-    }))
+    }
+}
+
+/// Why the two sides' distributions cannot be compared token for token:
+/// their tokenizers differ, or a trace does not say which it used.
+fn vocabulary_mismatch(baseline: &[&Trace], candidate: &[&Trace]) -> Option<String> {
+    let vocab = |t: &Trace| t.model.tokenizer_sha256.clone();
+    let short = |s: &str| s.chars().take(12).collect::<String>();
+    for (b, c) in baseline.iter().zip(candidate) {
+        match (vocab(b), vocab(c)) {
+            (Some(x), Some(y)) if x != y => {
+                return Some(format!(
+                    "the two sides' tokenizers differ (vocabulary sha256 {} vs {}): their next-token distributions are over different tokens, so no KL is computed",
+                    short(&x),
+                    short(&y)
+                ));
+            }
+            (Some(_), Some(_)) => {}
+            _ => {
+                return Some(format!(
+                    "trace \"{}\" or \"{}\" does not record its tokenizer's vocabulary, so it cannot be checked that the two distributions are over the same tokens",
+                    b.id, c.id
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// The baseline's and the candidate's log-probabilities at the generated
