@@ -44,9 +44,85 @@ pub(super) fn record(
         request,
     );
     let tokens = a.completion_tokens.map(|n| n as usize).unwrap_or(lp.len());
-    let mut p = round_trip(exec, &f, tokens as u64);
+    let mut p = answer_profile(exec, request, options, &f, &url, tokens);
+    // The reference continuation: scored through echo, or why not.
+    let scored = match (&options.reference, echoed.as_ref()) {
+        (Some(r), Some(e)) => Some(align(e, r).map(|rows| (r, e, rows))),
+        (Some(_), None) => Some(Err(match exec.probe.prompt_logprobs {
+            false => "the endpoint cannot score a given continuation (it returns no prompt log-probabilities)".to_owned(),
+            true => "echo needs a raw prompt, token ids and a declared `tokenizer`".to_owned(),
+        })),
+        (None, _) => None,
+    };
+    if let Some(Err(why)) = &scored {
+        p.notes.insert(
+            "reference_continuation".into(),
+            format!(
+                "not scored: {why}; the KL is over the generated positions the two sides share"
+            ),
+        );
+    }
+    let span = rec.span(Stage::Decode, p);
+    let text = request.text.as_deref().unwrap_or_default();
+    rec.prompt(&span, Ok(text), None, None);
+    let chosen: Vec<f32> = lp.iter().map(|t| t.logprob).collect();
+    rec.completion(&span, &a.text, ids.as_deref(), &chosen);
+    // The top-k rows, as wide as the narrowest position (a server may
+    // return fewer at some); their ids only when every one has an id.
+    let k = lp.iter().map(|t| t.top.len()).min().unwrap_or(0);
+    if k > 0 {
+        let values: Vec<f32> = lp
+            .iter()
+            .flat_map(|t| t.top[..k].iter().map(|x| x.logprob))
+            .collect();
+        let top_ids: Option<Vec<u32>> = lp
+            .iter()
+            .flat_map(|t| t.top[..k].iter().map(|x| x.id))
+            .collect();
+        rec.continuation_top_k(&span, lp.len(), k, &values, top_ids.as_deref());
+    }
+    if let Some(Ok((r, e, rows))) = &scored {
+        let mut p = round_trip(exec, e, e.answer.prompt_tokens.unwrap_or(0));
+        p.notes.insert(
+            "reference_continuation".into(),
+            format!(
+                "scored by echo: the prompt and the reference's {} tokens sent as text, the echoed token ids checked against the reference's, this model's top {} kept at each of {} positions",
+                r.completion.len(),
+                rows.k,
+                rows.rows
+            ),
+        );
+        let forward = rec.span(Stage::Forward, p);
+        rec.reference_own_top_k(&forward, r, rows.rows, rows.k, &rows.values, &rows.ids);
+    }
+    account(
+        &mut rec,
+        &span,
+        request,
+        &caps,
+        &f,
+        &url,
+        ids.is_none(),
+        tokens,
+    );
+    rec.finish(None)
+}
+
+/// The decode span's profile of an answer: its round trip, with what the
+/// endpoint said of it (served model, cached prefix, fewer top
+/// log-probabilities than asked) in its notes.
+fn answer_profile(
+    exec: &HttpExecutor,
+    request: &TraceRequest,
+    options: &RunOptions,
+    f: &Fetched,
+    url: &str,
+    tokens: usize,
+) -> StageProfile {
+    let a = &f.answer;
+    let mut p = round_trip(exec, f, tokens as u64);
     let notes = [
-        ("endpoint", url.clone()),
+        ("endpoint", url.to_owned()),
         (
             "prompt_form",
             match options.prompt {
@@ -101,66 +177,34 @@ pub(super) fn record(
             ),
         );
     }
-    // The reference continuation: scored through echo, or why not.
-    let scored = match (&options.reference, echoed.as_ref()) {
-        (Some(r), Some(e)) => Some(align(e, r).map(|rows| (r, e, rows))),
-        (Some(_), None) => Some(Err(match exec.probe.prompt_logprobs {
-            false => "the endpoint cannot score a given continuation (it returns no prompt log-probabilities)".to_owned(),
-            true => "echo needs a raw prompt, token ids and a declared `tokenizer`".to_owned(),
-        })),
-        (None, _) => None,
-    };
-    if let Some(Err(why)) = &scored {
-        p.notes.insert(
-            "reference_continuation".into(),
-            format!(
-                "not scored: {why}; the KL is over the generated positions the two sides share"
-            ),
-        );
-    }
-    let span = rec.span(Stage::Decode, p);
-    let text = request.text.as_deref().unwrap_or_default();
-    rec.prompt(&span, Ok(text), None, None);
-    let chosen: Vec<f32> = lp.iter().map(|t| t.logprob).collect();
-    rec.completion(&span, &a.text, ids.as_deref(), &chosen);
-    // The top-k rows, as wide as the narrowest position (a server may
-    // return fewer at some); their ids only when every one has an id.
-    let k = lp.iter().map(|t| t.top.len()).min().unwrap_or(0);
-    if k > 0 {
-        let values: Vec<f32> = lp
-            .iter()
-            .flat_map(|t| t.top[..k].iter().map(|x| x.logprob))
-            .collect();
-        let top_ids: Option<Vec<u32>> = lp
-            .iter()
-            .flat_map(|t| t.top[..k].iter().map(|x| x.id))
-            .collect();
-        rec.continuation_top_k(&span, lp.len(), k, &values, top_ids.as_deref());
-    }
-    if let Some(Ok((r, e, rows))) = &scored {
-        let mut p = round_trip(exec, e, e.answer.prompt_tokens.unwrap_or(0));
-        p.notes.insert(
-            "reference_continuation".into(),
-            format!(
-                "scored by echo: the prompt and the reference's {} tokens sent as text, the echoed token ids checked against the reference's, this model's top {} kept at each of {} positions",
-                r.completion.len(),
-                rows.k,
-                rows.rows
-            ),
-        );
-        let forward = rec.span(Stage::Forward, p);
-        rec.reference_own_top_k(&forward, r, rows.rows, rows.k, &rows.values, &rows.ids);
-    }
+    p
+}
+
+/// What the answer lacks of what the request asked (missing, with the
+/// reason, where the probe promised it), and the run's profile record.
+#[allow(clippy::too_many_arguments)]
+fn account(
+    rec: &mut Recorder,
+    span: &str,
+    request: &TraceRequest,
+    caps: &crate::trace::Capabilities,
+    f: &Fetched,
+    url: &str,
+    no_ids: bool,
+    tokens: usize,
+) {
+    let a = &f.answer;
+    let no_logprobs = a.logprobs.as_deref().unwrap_or_default().is_empty();
     // A kind declared unsupported is listed as such by the recorder; one
     // the probe found and this answer lacks is missing, with the reason.
     let declared = |k| caps.support(k) != crate::trace::SupportLevel::Unsupported;
-    if request.wants(K::Logprobs) && lp.is_empty() && declared(K::Logprobs) {
+    if request.wants(K::Logprobs) && no_logprobs && declared(K::Logprobs) {
         rec.missing(
             K::Logprobs,
             &format!("{url} returned no log-probabilities with this answer"),
         );
     }
-    if request.wants(K::Tokens) && ids.is_none() && declared(K::Tokens) {
+    if request.wants(K::Tokens) && no_ids && declared(K::Tokens) {
         rec.missing(
             K::Tokens,
             &format!("{url} returned no token ids with this answer"),
@@ -169,7 +213,7 @@ pub(super) fn record(
     if request.wants(K::Profile) {
         let secs = f.elapsed.max(Duration::from_nanos(1)).as_secs_f64();
         rec.record(
-            &span,
+            span,
             K::Profile,
             json!({
                 "prompt_tokens": a.prompt_tokens,
@@ -182,7 +226,6 @@ pub(super) fn record(
             }),
         );
     }
-    rec.finish(None)
 }
 
 /// The profile of one request's round trip over `tokens` tokens, with the
