@@ -686,6 +686,91 @@ pub struct Seq<'s> {
     pub at: LogitsAt,
 }
 
+/// Where each sequence's rows sit in rotary space (see
+/// [`Llama::positions`]).
+struct Positions {
+    tables: Vec<RopeTable>,
+    ropes: Vec<Vec<(Tensor, Tensor)>>,
+    masks: BTreeMap<Option<usize>, Vec<Option<Tensor>>>,
+}
+
+/// A batch laid out: each pass's tokens, each sequence's `(first row in
+/// the batch, tokens, absolute position of the first)`, and every token.
+struct Batch<'s> {
+    passes: Vec<std::borrow::Cow<'s, [u32]>>,
+    spans: Vec<(usize, usize, usize)>,
+    ids: Vec<u32>,
+}
+
+/// A view of one sequence's rows of a `[1, rows, width]` batch tensor.
+fn rows_of(
+    y: &Tensor,
+    (start, t, _): (usize, usize, usize),
+    single: bool,
+) -> Result<Tensor, ModelError> {
+    Ok(match single {
+        true => y.clone(),
+        false => y.narrow(1, start, t)?,
+    })
+}
+
+/// What a block wrote, for the hooks after it (the whole batch's rows).
+struct Views<'a> {
+    layer: usize,
+    attn_out: &'a Tensor,
+    mlp_out: &'a Tensor,
+    router: Option<&'a Tensor>,
+}
+
+/// Runs each sequence's hook after block `views.layer` on its rows of the
+/// residual stream `x`; each sequence's rows when some hook replaced
+/// its own (`None`: the stream stays as it is). A hook's time counts in
+/// its sequence's timing.
+fn run_hooks(
+    hooks: &mut [&mut dyn BlockHook],
+    views: &Views<'_>,
+    x: &Tensor,
+    spans: &[(usize, usize, usize)],
+    single: bool,
+    timings: &mut [PassTiming],
+) -> Result<Option<Vec<Tensor>>, ModelError> {
+    let i = views.layer;
+    let part = |y: &Tensor, j: usize| rows_of(y, spans[j], single);
+    let mut parts = Vec::with_capacity(hooks.len());
+    let mut replaced_any = false;
+    for (j, hook) in hooks.iter_mut().enumerate() {
+        let start = std::time::Instant::now();
+        let resid = part(x, j)?;
+        let router = match views.router {
+            Some(r) => Some(part(r, j)?),
+            None => None,
+        };
+        let view = BlockView {
+            layer: i,
+            offset: spans[j].2,
+            attn_out: &part(views.attn_out, j)?,
+            mlp_out: &part(views.mlp_out, j)?,
+            router: router.as_ref(),
+        };
+        match hook.after_block(&view, &resid)? {
+            Some(replaced) if replaced.dims() != resid.dims() => {
+                return Err(ModelError::HookShape {
+                    layer: i,
+                    found: replaced.dims().to_vec(),
+                    expected: resid.dims().to_vec(),
+                });
+            }
+            Some(replaced) => {
+                replaced_any = true;
+                parts.push(replaced);
+            }
+            None => parts.push(resid),
+        }
+        timings[j].hook_ns += start.elapsed().as_nanos() as u64;
+    }
+    Ok(replaced_any.then_some(parts))
+}
+
 /// What one forward pass produced.
 pub struct Forward {
     /// Next-token logits, `[positions, vocab]`, f32.
@@ -1054,6 +1139,185 @@ impl Llama {
     /// and the whole pass's final norm and output projection.
     pub fn run_batch(&self, seqs: &mut [Seq<'_>]) -> Result<Vec<(Tensor, PassTiming)>, ModelError> {
         let c = &self.config;
+        let Batch {
+            passes,
+            spans,
+            ids: all_ids,
+        } = self.plan_batch(seqs)?;
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = seqs.len();
+        let single = batch == 1;
+        let n = all_ids.len();
+        let part = |y: &Tensor, j: usize| rows_of(y, spans[j], single);
+        let join = |mut parts: Vec<Tensor>| -> Result<Tensor, ModelError> {
+            Ok(match parts.len() {
+                1 => parts.pop().expect("one part"),
+                _ => Tensor::cat(&parts, 1)?,
+            })
+        };
+        // Each sequence's cache; a sequence without one gets a scratch
+        // cache for this pass (attention needs its keys somewhere).
+        let mut scratch: Vec<KvCache> = seqs
+            .iter()
+            .filter(|s| s.cache.is_none())
+            .map(|_| self.new_cache())
+            .collect();
+        let mut scratch = scratch.iter_mut();
+        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(seqs.len());
+        let mut hooks: Vec<&mut dyn BlockHook> = Vec::with_capacity(seqs.len());
+        let mut ats = Vec::with_capacity(seqs.len());
+        for s in seqs.iter_mut() {
+            caches.push(match s.cache.as_deref_mut() {
+                Some(c) => c,
+                None => scratch
+                    .next()
+                    .expect("one scratch cache per sequence without"),
+            });
+            hooks.push(&mut *s.hook);
+            ats.push(s.at);
+        }
+        // On the CPU, attention is one fused call per block for the whole
+        // batch (the rotary angles of every row computed once per pass);
+        // on a GPU, tensor operations per sequence.
+        let host = self.fused_attention;
+        let heads = Heads {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+        };
+        let positions = self.positions(&spans, host)?;
+        let (tables, ropes, masks) = (&positions.tables, &positions.ropes, &positions.masks);
+        let mut x = self.embed.lookup(&all_ids, &self.device)?.unsqueeze(0)?;
+        if let Some(scale) = c.block.embed_scale {
+            x = (x * scale as f64)?;
+        }
+        let mut timings = vec![PassTiming::default(); batch];
+        for (i, b) in self.blocks.iter().enumerate() {
+            let h = norm_opt(&x, &b.attn_norm, c.rms_eps)?;
+            let [q, k, v] = Linear::forward_group([&b.q, &b.k, &b.v], &h)?;
+            let (q, k) = (
+                self.qk_norm(&q, &b.q_norm, c.heads)?,
+                self.qk_norm(&k, &b.k_norm, c.kv_heads)?,
+            );
+            let mut ys = Vec::with_capacity(batch);
+            if host {
+                let table = &tables[b.rope];
+                let (q, k, v) = (host_rows(&q)?, host_rows(&k)?, host_rows(&v)?);
+                let mut out = vec![0f32; n * c.heads * c.head_dim];
+                let mut rows = Vec::with_capacity(caches.len());
+                for (cache, &(first, t, offset)) in caches.iter_mut().zip(&spans) {
+                    rows.push(SeqRows {
+                        first,
+                        rows: t,
+                        offset,
+                        cache: cache.host_layer(i)?,
+                    });
+                }
+                attention::attend(&heads, &b.scoring, table, &q, &k, &v, &mut rows, &mut out);
+                ys.push(
+                    Tensor::from_vec(out, (1, n, c.heads * c.head_dim), &self.device)?
+                        .to_dtype(x.dtype())?,
+                );
+            }
+            for (j, cache) in caches.iter_mut().enumerate().filter(|_| !host) {
+                let (q, k, v) = (part(&q, j)?, part(&k, j)?, part(&v, j)?);
+                let mask = masks[&b.scoring.window][j].as_ref();
+                ys.push(self.attend_one(b, i, [&q, &k, &v], cache, &ropes[j][b.rope], mask)?);
+            }
+            let attn_out = norm_opt(&b.o.forward(&join(ys)?)?, &b.post_attn_norm, c.rms_eps)?;
+            x = (x + &attn_out)?;
+            let h = norm_opt(&x, &b.ffn_norm, c.rms_eps)?;
+            let (mlp_out, router) = match &b.ffn {
+                Ffn::Dense(mlp) => (mlp.forward(&h, c.block.activation)?, None),
+                Ffn::Experts(moe) => {
+                    let (out, probs) = moe.forward(&h, c.block.activation)?;
+                    (out, Some(probs))
+                }
+            };
+            let mlp_out = norm_opt(&mlp_out, &b.post_ffn_norm, c.rms_eps)?;
+            x = (x + &mlp_out)?;
+            let views = Views {
+                layer: i,
+                attn_out: &attn_out,
+                mlp_out: &mlp_out,
+                router: router.as_ref(),
+            };
+            if let Some(parts) = run_hooks(&mut hooks, &views, &x, &spans, single, &mut timings)? {
+                x = join(parts)?;
+            }
+        }
+        for ((cache, &(_, t, _)), ids) in caches.iter_mut().zip(&spans).zip(&passes) {
+            cache.len += t;
+            cache.ids.extend_from_slice(ids);
+        }
+        self.lm_head(x, &ats, &spans, timings)
+    }
+
+    /// The rotary embedding and masks of every sequence's positions: on
+    /// the CPU (`host`), one rotary table per kind (a Gemma 3 has two) with
+    /// each sequence's rows at the frequencies its reach gives them; on the
+    /// tensor path, each sequence's tables per base and its masks per
+    /// window the blocks use.
+    fn positions(
+        &self,
+        spans: &[(usize, usize, usize)],
+        host: bool,
+    ) -> Result<Positions, ModelError> {
+        let c = &self.config;
+        // One rotary table per kind (a Gemma 3 has two), each sequence's
+        // rows with the frequencies its reach gives them.
+        let tables: Vec<RopeTable> = match host {
+            true => self
+                .ropes
+                .iter()
+                .map(|sets| {
+                    let mut table = RopeTable::empty(c.rotary_dim / 2);
+                    for &(_, t, offset) in spans {
+                        let (rope, _) = &sets[c.rope_set(offset + t)];
+                        table.extend(&rope.inv_freqs, offset..offset + t, rope.magnitude);
+                    }
+                    table
+                })
+                .collect(),
+            false => Vec::new(),
+        };
+        // On the tensor path: each sequence's rotary tables (per base) and
+        // its masks (per window the blocks use).
+        let mut ropes: Vec<Vec<(Tensor, Tensor)>> = Vec::new();
+        let mut masks: BTreeMap<Option<usize>, Vec<Option<Tensor>>> = BTreeMap::new();
+        if !host {
+            for &(_, t, offset) in spans {
+                ropes.push(
+                    (0..self.ropes.len())
+                        .map(|r| self.rope(r, offset, t))
+                        .collect::<Result<_, _>>()?,
+                );
+            }
+            for window in c.windows.iter().copied() {
+                if let std::collections::btree_map::Entry::Vacant(slot) = masks.entry(window) {
+                    slot.insert(
+                        spans
+                            .iter()
+                            .map(|&(_, t, offset)| causal_mask(offset, t, window, &self.device))
+                            .collect::<Result<_, _>>()?,
+                    );
+                }
+            }
+        }
+        Ok(Positions {
+            tables,
+            ropes,
+            masks,
+        })
+    }
+
+    /// Checks each sequence's pass and lays the batch out: each pass's
+    /// tokens (a sequence that crosses LongRoPE's switch runs from position
+    /// 0 again), and where each sits in the batch.
+    fn plan_batch<'s>(&self, seqs: &mut [Seq<'s>]) -> Result<Batch<'s>, ModelError> {
+        let c = &self.config;
         // A sequence whose pass crosses LongRoPE's switch runs from position
         // 0 again: its cached ids before this pass's, its cache emptied, and
         // the logits asked for still this pass's rows.
@@ -1114,244 +1378,97 @@ impl Llama {
             spans.push((all_ids.len(), t, offset));
             all_ids.extend_from_slice(ids);
         }
-        if seqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = seqs.len();
-        let single = batch == 1;
-        let n = all_ids.len();
-        // A view of each sequence's rows of a `[1, rows, width]` batch tensor.
-        let part = |y: &Tensor, j: usize| -> Result<Tensor, ModelError> {
-            let (start, t, _) = spans[j];
-            Ok(if single {
-                y.clone()
-            } else {
-                y.narrow(1, start, t)?
-            })
-        };
-        let join = |mut parts: Vec<Tensor>| -> Result<Tensor, ModelError> {
-            Ok(match parts.len() {
-                1 => parts.pop().expect("one part"),
-                _ => Tensor::cat(&parts, 1)?,
-            })
-        };
-        // Each sequence's cache; a sequence without one gets a scratch
-        // cache for this pass (attention needs its keys somewhere).
-        let mut scratch: Vec<KvCache> = seqs
-            .iter()
-            .filter(|s| s.cache.is_none())
-            .map(|_| self.new_cache())
-            .collect();
-        let mut scratch = scratch.iter_mut();
-        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(seqs.len());
-        let mut hooks: Vec<&mut dyn BlockHook> = Vec::with_capacity(seqs.len());
-        let mut ats = Vec::with_capacity(seqs.len());
-        for s in seqs.iter_mut() {
-            caches.push(match s.cache.as_deref_mut() {
-                Some(c) => c,
-                None => scratch
-                    .next()
-                    .expect("one scratch cache per sequence without"),
-            });
-            hooks.push(&mut *s.hook);
-            ats.push(s.at);
-        }
-        // On the CPU, attention is one fused call per block for the whole
-        // batch (the rotary angles of every row computed once per pass);
-        // on a GPU, tensor operations per sequence.
-        let host = self.fused_attention;
-        let heads = Heads {
-            heads: c.heads,
-            kv_heads: c.kv_heads,
-            head_dim: c.head_dim,
-        };
-        // One rotary table per kind (a Gemma 3 has two), each sequence's
-        // rows with the frequencies its reach gives them.
-        let tables: Vec<RopeTable> = match host {
-            true => self
-                .ropes
-                .iter()
-                .map(|sets| {
-                    let mut table = RopeTable::empty(c.rotary_dim / 2);
-                    for &(_, t, offset) in &spans {
-                        let (rope, _) = &sets[c.rope_set(offset + t)];
-                        table.extend(&rope.inv_freqs, offset..offset + t, rope.magnitude);
-                    }
-                    table
-                })
-                .collect(),
-            false => Vec::new(),
-        };
-        // On the tensor path: each sequence's rotary tables (per base) and
-        // its masks (per window the blocks use).
-        let mut ropes: Vec<Vec<(Tensor, Tensor)>> = Vec::new();
-        let mut masks: BTreeMap<Option<usize>, Vec<Option<Tensor>>> = BTreeMap::new();
-        if !host {
-            for &(_, t, offset) in &spans {
-                ropes.push(
-                    (0..self.ropes.len())
-                        .map(|r| self.rope(r, offset, t))
-                        .collect::<Result<_, _>>()?,
-                );
-            }
-            for window in c.windows.iter().copied() {
-                if let std::collections::btree_map::Entry::Vacant(slot) = masks.entry(window) {
-                    slot.insert(
-                        spans
-                            .iter()
-                            .map(|&(_, t, offset)| causal_mask(offset, t, window, &self.device))
-                            .collect::<Result<_, _>>()?,
-                    );
-                }
-            }
-        }
-        let mut x = self.embed.lookup(&all_ids, &self.device)?.unsqueeze(0)?;
-        if let Some(scale) = c.block.embed_scale {
-            x = (x * scale as f64)?;
-        }
+        Ok(Batch {
+            passes,
+            spans,
+            ids: all_ids,
+        })
+    }
+
+    /// Attention of one sequence on the tensor path (a GPU): its rows of
+    /// the block's queries, keys and values, rotated, appended to its
+    /// cache, scored (grouped-query, soft-capped and masked as the block
+    /// says) and mixed; `[1, rows, heads · head_dim]`.
+    fn attend_one(
+        &self,
+        b: &Block,
+        i: usize,
+        [q, k, v]: [&Tensor; 3],
+        cache: &mut KvCache,
+        (cos, sin): &(Tensor, Tensor),
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor, ModelError> {
+        let c = &self.config;
+        let t = q.dim(1)?;
         let rep = c.heads / c.kv_heads;
-        let mut timings = vec![PassTiming::default(); batch];
-        for (i, b) in self.blocks.iter().enumerate() {
-            let h = norm_opt(&x, &b.attn_norm, c.rms_eps)?;
-            let [q, k, v] = Linear::forward_group([&b.q, &b.k, &b.v], &h)?;
-            let (q, k) = (
-                self.qk_norm(&q, &b.q_norm, c.heads)?,
-                self.qk_norm(&k, &b.k_norm, c.kv_heads)?,
-            );
-            let mut ys = Vec::with_capacity(batch);
-            if host {
-                let table = &tables[b.rope];
-                let (q, k, v) = (host_rows(&q)?, host_rows(&k)?, host_rows(&v)?);
-                let mut out = vec![0f32; n * c.heads * c.head_dim];
-                let mut rows = Vec::with_capacity(caches.len());
-                for (cache, &(first, t, offset)) in caches.iter_mut().zip(&spans) {
-                    rows.push(SeqRows {
-                        first,
-                        rows: t,
-                        offset,
-                        cache: cache.host_layer(i)?,
-                    });
-                }
-                attention::attend(&heads, &b.scoring, table, &q, &k, &v, &mut rows, &mut out);
-                ys.push(
-                    Tensor::from_vec(out, (1, n, c.heads * c.head_dim), &self.device)?
-                        .to_dtype(x.dtype())?,
-                );
-            }
-            for (j, cache) in caches.iter_mut().enumerate().filter(|_| !host) {
-                let t = spans[j].1;
-                let (cos, sin) = &ropes[j][b.rope];
-                let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
-                    // A partial rotary embedding turns the first dimensions only.
-                    let (turned, kept) = match c.rotary_dim < c.head_dim {
-                        true => (
-                            x.narrow(D::Minus1, 0, c.rotary_dim)?.contiguous()?,
-                            Some(x.narrow(D::Minus1, c.rotary_dim, c.head_dim - c.rotary_dim)?),
-                        ),
-                        false => (x.clone(), None),
-                    };
-                    let turned = match c.rope_style {
-                        RopeStyle::Interleaved => rope_i(&turned, cos, sin)?,
-                        RopeStyle::Half => rope(&turned, cos, sin)?,
-                    };
-                    Ok(match kept {
-                        Some(kept) => Tensor::cat(&[&turned, &kept], D::Minus1)?.contiguous()?,
-                        None => turned,
-                    })
-                };
-                let split = |y: &Tensor, heads: usize| -> Result<Tensor, ModelError> {
-                    Ok(part(y, j)?
-                        .reshape((1, t, heads, c.head_dim))?
-                        .transpose(1, 2)?
-                        .contiguous()?)
-                };
-                let q = rotate(&split(&q, c.heads)?)?;
-                let k = rotate(&split(&k, c.kv_heads)?)?;
-                let v = split(&v, c.kv_heads)?;
-                let (k, v) = cache.append(i, &k, &v)?;
-                let total = k.dim(2)?;
-                // Grouped-query attention without copying keys and values per
-                // query head: the `rep` query heads that share a key/value head
-                // are stacked as rows of one matrix against it.
-                let q = q.reshape((1, c.kv_heads, rep * t, c.head_dim))?;
-                let scores = (q.matmul(&k.t()?)? * b.scoring.scale as f64)?;
-                let scores = match b.scoring.softcap {
-                    Some(cap) => softcap(&scores, cap)?,
-                    None => scores,
-                };
-                let scores = match &masks[&b.scoring.window][j] {
-                    Some(m) => scores
-                        .reshape((1, c.kv_heads, rep, t, total))?
-                        .broadcast_add(m)?
-                        .reshape((1, c.kv_heads, rep * t, total))?,
-                    None => scores,
-                };
-                ys.push(
-                    softmax_last_dim(&scores)?
-                        .matmul(&v)?
-                        .reshape((1, c.heads, t, c.head_dim))?
-                        .transpose(1, 2)?
-                        .reshape((1, t, c.heads * c.head_dim))?,
-                );
-            }
-            let attn_out = norm_opt(&b.o.forward(&join(ys)?)?, &b.post_attn_norm, c.rms_eps)?;
-            x = (x + &attn_out)?;
-            let h = norm_opt(&x, &b.ffn_norm, c.rms_eps)?;
-            let (mlp_out, router) = match &b.ffn {
-                Ffn::Dense(mlp) => (mlp.forward(&h, c.block.activation)?, None),
-                Ffn::Experts(moe) => {
-                    let (out, probs) = moe.forward(&h, c.block.activation)?;
-                    (out, Some(probs))
-                }
+        let rotate = |x: &Tensor| -> Result<Tensor, ModelError> {
+            // A partial rotary embedding turns the first dimensions only.
+            let (turned, kept) = match c.rotary_dim < c.head_dim {
+                true => (
+                    x.narrow(D::Minus1, 0, c.rotary_dim)?.contiguous()?,
+                    Some(x.narrow(D::Minus1, c.rotary_dim, c.head_dim - c.rotary_dim)?),
+                ),
+                false => (x.clone(), None),
             };
-            let mlp_out = norm_opt(&mlp_out, &b.post_ffn_norm, c.rms_eps)?;
-            x = (x + &mlp_out)?;
-            let mut parts = Vec::with_capacity(batch);
-            let mut replaced_any = false;
-            for (j, hook) in hooks.iter_mut().enumerate() {
-                let start = std::time::Instant::now();
-                let resid = part(&x, j)?;
-                let router = match &router {
-                    Some(r) => Some(part(r, j)?),
-                    None => None,
-                };
-                let view = BlockView {
-                    layer: i,
-                    offset: spans[j].2,
-                    attn_out: &part(&attn_out, j)?,
-                    mlp_out: &part(&mlp_out, j)?,
-                    router: router.as_ref(),
-                };
-                match hook.after_block(&view, &resid)? {
-                    Some(replaced) if replaced.dims() != resid.dims() => {
-                        return Err(ModelError::HookShape {
-                            layer: i,
-                            found: replaced.dims().to_vec(),
-                            expected: resid.dims().to_vec(),
-                        });
-                    }
-                    Some(replaced) => {
-                        replaced_any = true;
-                        parts.push(replaced);
-                    }
-                    None => parts.push(resid),
-                }
-                timings[j].hook_ns += start.elapsed().as_nanos() as u64;
-            }
-            if replaced_any {
-                x = join(parts)?;
-            }
-        }
-        for ((cache, &(_, t, _)), ids) in caches.iter_mut().zip(&spans).zip(&passes) {
-            cache.len += t;
-            cache.ids.extend_from_slice(ids);
-        }
-        // The final norm and output projection, on the rows asked for only
-        // (the output matrix is the largest: a decode step needs one row).
+            let turned = match c.rope_style {
+                RopeStyle::Interleaved => rope_i(&turned, cos, sin)?,
+                RopeStyle::Half => rope(&turned, cos, sin)?,
+            };
+            Ok(match kept {
+                Some(kept) => Tensor::cat(&[&turned, &kept], D::Minus1)?.contiguous()?,
+                None => turned,
+            })
+        };
+        let split = |y: &Tensor, heads: usize| -> Result<Tensor, ModelError> {
+            Ok(y.reshape((1, t, heads, c.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?)
+        };
+        let q = rotate(&split(q, c.heads)?)?;
+        let k = rotate(&split(k, c.kv_heads)?)?;
+        let v = split(v, c.kv_heads)?;
+        let (k, v) = cache.append(i, &k, &v)?;
+        let total = k.dim(2)?;
+        // Grouped-query attention without copying keys and values per
+        // query head: the `rep` query heads that share a key/value head
+        // are stacked as rows of one matrix against it.
+        let q = q.reshape((1, c.kv_heads, rep * t, c.head_dim))?;
+        let scores = (q.matmul(&k.t()?)? * b.scoring.scale as f64)?;
+        let scores = match b.scoring.softcap {
+            Some(cap) => softcap(&scores, cap)?,
+            None => scores,
+        };
+        let scores = match mask {
+            Some(m) => scores
+                .reshape((1, c.kv_heads, rep, t, total))?
+                .broadcast_add(m)?
+                .reshape((1, c.kv_heads, rep * t, total))?,
+            None => scores,
+        };
+        Ok(softmax_last_dim(&scores)?
+            .matmul(&v)?
+            .reshape((1, c.heads, t, c.head_dim))?
+            .transpose(1, 2)?
+            .reshape((1, t, c.heads * c.head_dim))?)
+    }
+
+    /// The final norm and output projection, on the rows asked for only
+    /// (the output matrix is the largest: a decode step needs one row);
+    /// each sequence's logits with its timing.
+    fn lm_head(
+        &self,
+        x: Tensor,
+        ats: &[LogitsAt],
+        spans: &[(usize, usize, usize)],
+        timings: Vec<PassTiming>,
+    ) -> Result<Vec<(Tensor, PassTiming)>, ModelError> {
+        let c = &self.config;
+        let n = x.dim(1)?;
+        let single = spans.len() == 1;
         let start = std::time::Instant::now();
         let rows: Vec<(usize, usize)> = ats
             .iter()
-            .zip(&spans)
+            .zip(spans)
             .map(|(at, &(first, t, _))| match at {
                 LogitsAt::All => (first, t),
                 LogitsAt::Last => (first + t - 1, 1),
@@ -1366,7 +1483,10 @@ impl Llama {
             for &(first, n) in &rows {
                 picked.push(x.narrow(1, first, n)?);
             }
-            join(picked)?
+            match picked.len() {
+                1 => picked.pop().expect("one part"),
+                _ => Tensor::cat(&picked, 1)?,
+            }
         };
         let x = rms_norm(&x, &self.norm, c.rms_eps as f32)?;
         let logits = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
@@ -1375,7 +1495,7 @@ impl Llama {
             None => logits,
         };
         let lm_head_ns = start.elapsed().as_nanos() as u64;
-        let mut out = Vec::with_capacity(batch);
+        let mut out = Vec::with_capacity(spans.len());
         let mut row = 0;
         for ((_, n), mut timing) in rows.into_iter().zip(timings) {
             timing.lm_head_ns = lm_head_ns;
