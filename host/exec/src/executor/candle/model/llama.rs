@@ -814,6 +814,10 @@ pub struct Llama {
 /// `Ok(None)` means the file does not hold it.
 pub type LoadFn<'a> = dyn FnMut(&str) -> Result<Option<Weight>, ModelError> + 'a;
 
+/// The weight a GGUF name gives, checked against a shape (an empty shape:
+/// the caller checks); a missing weight is an error naming it.
+type GetWeight<'a> = dyn FnMut(&str, &[usize]) -> Result<Weight, ModelError> + 'a;
+
 impl Llama {
     /// Loads every weight through `load` (GGUF names), checking each shape
     /// against `config`.
@@ -883,87 +887,7 @@ impl Llama {
         };
         let mut blocks = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
-            let n = |s: &str, kind: &str| format!("blk.{i}.{s}.{kind}");
-            let mut lin = |m: Matrix| -> Result<Linear, ModelError> {
-                let (s, (rows, cols)) = (m.gguf_stem(), m.shape(c));
-                let w = get(&n(s, "weight"), &[rows, cols])?;
-                let b = match m.has_bias(c) {
-                    true => Some(get(&n(s, "bias"), &[rows])?.dense(device)?),
-                    false => None,
-                };
-                Linear::new(w, b, mode, device)
-            };
-            let (q, k, v, o) = (
-                lin(Matrix::AttnQ)?,
-                lin(Matrix::AttnK)?,
-                lin(Matrix::AttnV)?,
-                lin(Matrix::AttnOutput)?,
-            );
-            let ffn = match &c.experts {
-                None => Ffn::Dense(Mlp {
-                    gate: lin(Matrix::FfnGate)?,
-                    up: lin(Matrix::FfnUp)?,
-                    down: lin(Matrix::FfnDown)?,
-                }),
-                Some(e) => {
-                    let router = Linear::new(
-                        get(&n("ffn_gate_inp", "weight"), &[e.count, c.hidden])?,
-                        None,
-                        mode,
-                        device,
-                    )?;
-                    // Each stack `[experts, out, in]` as one weight per expert.
-                    let mut stack = |stem: &str, shape| -> Result<Vec<Linear>, ModelError> {
-                        let name = n(stem, "weight");
-                        get(&name, &[])?
-                            .experts(&name, e.count, shape, device)?
-                            .into_iter()
-                            .map(|w| Linear::new(w, None, mode, device))
-                            .collect()
-                    };
-                    let gates = stack("ffn_gate_exps", [e.ffn, c.hidden])?;
-                    let ups = stack("ffn_up_exps", [e.ffn, c.hidden])?;
-                    let downs = stack("ffn_down_exps", [c.hidden, e.ffn])?;
-                    let experts = gates
-                        .into_iter()
-                        .zip(ups)
-                        .zip(downs)
-                        .map(|((gate, up), down)| Mlp { gate, up, down })
-                        .collect();
-                    Ffn::Experts(Moe {
-                        router,
-                        experts,
-                        routing: e.clone(),
-                    })
-                }
-            };
-            let mut norm = |stem: &str| -> Result<Option<Tensor>, ModelError> {
-                match c.norm_width(stem) {
-                    Some(width) => Ok(Some(get(&n(stem, "weight"), &[width])?.dense(device)?)),
-                    None => Ok(None),
-                }
-            };
-            let block = Block {
-                attn_norm: norm("attn_norm")?,
-                q,
-                k,
-                v,
-                q_norm: norm("attn_q_norm")?,
-                k_norm: norm("attn_k_norm")?,
-                o,
-                post_attn_norm: norm("post_attention_norm")?,
-                ffn_norm: norm("ffn_norm")?,
-                ffn,
-                post_ffn_norm: norm("post_ffw_norm")?,
-                scoring: Scoring {
-                    rotary,
-                    scale: c.attn_scale(),
-                    softcap: c.block.attn_softcap,
-                    window: c.windows[i],
-                },
-                rope: usize::from(c.local_rope(i)),
-            };
-            blocks.push(block);
+            blocks.push(Self::load_block(c, i, rotary, mode, &mut get, device)?);
         }
         let norm = get("output_norm.weight", &[c.hidden])?.dense(device)?;
         Ok(Llama {
@@ -986,6 +910,99 @@ impl Llama {
             fused_attention: device.is_cpu(),
             kv_type: KvType::F32,
             device: device.clone(),
+        })
+    }
+
+    /// Block `i`'s weights through `get`: its projections (with biases
+    /// where the family has them), its MLP or experts, its norms, and how
+    /// its attention scores.
+    fn load_block(
+        c: &ModelConfig,
+        i: usize,
+        rotary: Rotary,
+        mode: WeightMode,
+        get: &mut GetWeight<'_>,
+        device: &Device,
+    ) -> Result<Block, ModelError> {
+        let n = |s: &str, kind: &str| format!("blk.{i}.{s}.{kind}");
+        let mut lin = |m: Matrix| -> Result<Linear, ModelError> {
+            let (s, (rows, cols)) = (m.gguf_stem(), m.shape(c));
+            let w = get(&n(s, "weight"), &[rows, cols])?;
+            let b = match m.has_bias(c) {
+                true => Some(get(&n(s, "bias"), &[rows])?.dense(device)?),
+                false => None,
+            };
+            Linear::new(w, b, mode, device)
+        };
+        let (q, k, v, o) = (
+            lin(Matrix::AttnQ)?,
+            lin(Matrix::AttnK)?,
+            lin(Matrix::AttnV)?,
+            lin(Matrix::AttnOutput)?,
+        );
+        let ffn = match &c.experts {
+            None => Ffn::Dense(Mlp {
+                gate: lin(Matrix::FfnGate)?,
+                up: lin(Matrix::FfnUp)?,
+                down: lin(Matrix::FfnDown)?,
+            }),
+            Some(e) => {
+                let router = Linear::new(
+                    get(&n("ffn_gate_inp", "weight"), &[e.count, c.hidden])?,
+                    None,
+                    mode,
+                    device,
+                )?;
+                // Each stack `[experts, out, in]` as one weight per expert.
+                let mut stack = |stem: &str, shape| -> Result<Vec<Linear>, ModelError> {
+                    let name = n(stem, "weight");
+                    get(&name, &[])?
+                        .experts(&name, e.count, shape, device)?
+                        .into_iter()
+                        .map(|w| Linear::new(w, None, mode, device))
+                        .collect()
+                };
+                let gates = stack("ffn_gate_exps", [e.ffn, c.hidden])?;
+                let ups = stack("ffn_up_exps", [e.ffn, c.hidden])?;
+                let downs = stack("ffn_down_exps", [c.hidden, e.ffn])?;
+                let experts = gates
+                    .into_iter()
+                    .zip(ups)
+                    .zip(downs)
+                    .map(|((gate, up), down)| Mlp { gate, up, down })
+                    .collect();
+                Ffn::Experts(Moe {
+                    router,
+                    experts,
+                    routing: e.clone(),
+                })
+            }
+        };
+        let mut norm = |stem: &str| -> Result<Option<Tensor>, ModelError> {
+            match c.norm_width(stem) {
+                Some(width) => Ok(Some(get(&n(stem, "weight"), &[width])?.dense(device)?)),
+                None => Ok(None),
+            }
+        };
+        Ok(Block {
+            attn_norm: norm("attn_norm")?,
+            q,
+            k,
+            v,
+            q_norm: norm("attn_q_norm")?,
+            k_norm: norm("attn_k_norm")?,
+            o,
+            post_attn_norm: norm("post_attention_norm")?,
+            ffn_norm: norm("ffn_norm")?,
+            ffn,
+            post_ffn_norm: norm("post_ffw_norm")?,
+            scoring: Scoring {
+                rotary,
+                scale: c.attn_scale(),
+                softcap: c.block.attn_softcap,
+                window: c.windows[i],
+            },
+            rope: usize::from(c.local_rope(i)),
         })
     }
 
