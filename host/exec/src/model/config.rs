@@ -552,6 +552,9 @@ impl ModelConfig {
     }
 
     /// The config from GGUF metadata.
+    // Long on purpose: one key after another, each with its family's
+    // default, so the whole mapping from GGUF's keys reads in one place
+    // beside `from_hf`'s.
     pub fn from_gguf<R: std::io::Read + std::io::Seek>(
         path: &Path,
         file: &GgufFile<R>,
@@ -724,6 +727,8 @@ impl ModelConfig {
     }
 
     /// The config from an HF `config.json`.
+    // Long on purpose, as `from_gguf`: the whole mapping from config.json's
+    // keys in one place.
     pub fn from_hf(path: &Path, json: &HfConfig) -> Result<Self, ModelError> {
         let bad = |key: &str, problem: String| ModelError::Config {
             path: path.to_path_buf(),

@@ -352,6 +352,43 @@ pub fn export_weights(
     }
     let weights = staging.path().join("model.safetensors");
     candle_core::safetensors::save(&tensors.into_iter().collect(), &weights)?;
+    let config = config_json(c, special)?;
+    let write = |name: &str, text: String| -> Result<(), ModelError> {
+        let p = staging.path().join(name);
+        std::fs::write(&p, text).map_err(io(&p))
+    };
+    write(
+        "config.json",
+        serde_json::to_string_pretty(&config).expect("json values serialize"),
+    )?;
+    let mut tc = serde_json::json!({ "add_bos_token": special.add_bos });
+    if let Some(t) = chat_template {
+        tc["chat_template"] = t.into();
+    }
+    if let Some(bos) = &special.bos {
+        tc["bos_token"] = bos.1.clone().into();
+    }
+    if let Some(eos) = special.eos.first() {
+        tc["eos_token"] = eos.1.clone().into();
+    }
+    write(
+        "tokenizer_config.json",
+        serde_json::to_string_pretty(&tc).expect("json values serialize"),
+    )?;
+    let tok = staging.path().join("tokenizer.json");
+    tokenizer
+        .save(&tok, false)
+        .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tok.display())))?;
+    let staged = staging.keep();
+    std::fs::rename(&staged, dir).map_err(io(dir))?;
+    Ok(())
+}
+
+/// The model's `config.json` as transformers reads it for its family.
+fn config_json(
+    c: &config::ModelConfig,
+    special: &Special,
+) -> Result<serde_json::Value, ModelError> {
     let (model_type, class) = match c.architecture.as_str() {
         "qwen2" => ("qwen2", "Qwen2ForCausalLM"),
         "qwen3" => ("qwen3", "Qwen3ForCausalLM"),
@@ -471,35 +508,7 @@ pub fn export_weights(
             ));
         }
     }
-    let write = |name: &str, text: String| -> Result<(), ModelError> {
-        let p = staging.path().join(name);
-        std::fs::write(&p, text).map_err(io(&p))
-    };
-    write(
-        "config.json",
-        serde_json::to_string_pretty(&config).expect("json values serialize"),
-    )?;
-    let mut tc = serde_json::json!({ "add_bos_token": special.add_bos });
-    if let Some(t) = chat_template {
-        tc["chat_template"] = t.into();
-    }
-    if let Some(bos) = &special.bos {
-        tc["bos_token"] = bos.1.clone().into();
-    }
-    if let Some(eos) = special.eos.first() {
-        tc["eos_token"] = eos.1.clone().into();
-    }
-    write(
-        "tokenizer_config.json",
-        serde_json::to_string_pretty(&tc).expect("json values serialize"),
-    )?;
-    let tok = staging.path().join("tokenizer.json");
-    tokenizer
-        .save(&tok, false)
-        .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tok.display())))?;
-    let staged = staging.keep();
-    std::fs::rename(&staged, dir).map_err(io(dir))?;
-    Ok(())
+    Ok(config)
 }
 
 #[cfg(test)]
