@@ -415,7 +415,6 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
     }
     const WIDTH: f64 = 820.0;
     const PLOT_HEIGHT: f64 = 330.0;
-    const LINE: f64 = 20.0;
     let (left, right, top, bottom) = (70.0, 800.0, 20.0, PLOT_HEIGHT - 45.0);
     let layers: Vec<f64> = findings.layers.iter().map(|&l| l as f64).collect();
     let x = Scale::new(
@@ -429,27 +428,7 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
         .iter()
         .flat_map(|s| s.mean_projection.iter().take(layers.len()).copied());
     let y = Scale::new(extent(values).unwrap_or((0.0, 0.0)), bottom, top).padded(0.05);
-
-    let mut categories: Vec<&str> = Vec::new();
-    for s in &findings.series {
-        if !categories.contains(&s.category.as_str()) {
-            categories.push(&s.category);
-        }
-    }
-    let colour = |s: &crate::document::ProjectionSeries| {
-        PALETTE[categories
-            .iter()
-            .position(|c| *c == s.category)
-            .unwrap_or(0)
-            % PALETTE.len()]
-    };
-    let dash = |s: &crate::document::ProjectionSeries| {
-        if s.side == crate::document::Side::Baseline {
-            String::new()
-        } else {
-            " stroke-dasharray=\"7 4\"".to_owned()
-        }
-    };
+    let style = SeriesStyle::of(findings);
     let labels: Vec<String> = findings
         .series
         .iter()
@@ -468,47 +447,13 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
         })
         .collect();
     let groups = coinciding(&points);
-
-    // The legend below the plot: as many columns as the longest label
-    // allows (at most 3), each label whole unless it alone is wider than
-    // the plot; then one wrapped note per group of coinciding series.
-    const SAMPLE: f64 = 30.0;
-    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
-    let avail = WIDTH - 2.0 * 16.0;
-    let columns = (1..=3)
-        .rev()
-        .find(|&c| avail / c as f64 >= SAMPLE + 8.0 + text_width(longest) + 16.0)
-        .unwrap_or(1);
-    let column_width = avail / columns as f64;
-    let label_chars = ((column_width - SAMPLE - 8.0 - 16.0) / 6.9)
-        .floor()
-        .max(8.0) as usize;
-    let legend_rows = labels.len().div_ceil(columns);
-    let note_chars = ((avail - 16.0) / 6.9).floor().max(20.0) as usize;
-    let notes: Vec<Vec<String>> = groups
-        .iter()
-        .map(|g| {
-            let names: Vec<&str> = g.iter().map(|&i| labels[i].as_str()).collect();
-            wrap(
-                &format!(
-                    "≡ {} series coincide (the same value at every layer), drawn as \
-                     alternating dashes: {}",
-                    g.len(),
-                    names.join("; ")
-                ),
-                note_chars,
-            )
-        })
-        .collect();
-    let note_lines: usize = notes.iter().map(Vec::len).sum();
-    let legend_top = PLOT_HEIGHT + 4.0;
-    let height = legend_top + LINE * (legend_rows + note_lines) as f64 + 10.0;
+    let legend = Legend::lay_out(&labels, &groups, WIDTH, PLOT_HEIGHT + 4.0);
 
     let mut out = String::new();
     open(
         &mut out,
         WIDTH,
-        height,
+        legend.bottom(),
         "projection",
         "Mean projection onto the direction, per layer",
     );
@@ -538,32 +483,93 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
         P((top + bottom) / 2.0)
     );
     for (i, s) in findings.series.iter().enumerate() {
-        let colour = colour(s);
-        // In a group of k coinciding series, the i-th draws every k-th
-        // dash, so the colours alternate along the shared line; its
-        // marker is a ring around the next one's.
-        let (style, radius) = match groups.iter().find(|g| g.contains(&i)) {
-            Some(g) => {
-                let (k, at) = (g.len(), g.iter().position(|&j| j == i).unwrap_or(0));
-                const DASH: f64 = 6.0;
-                (
-                    format!(
-                        " stroke-dasharray=\"{} {}\" stroke-dashoffset=\"{}\"",
-                        P(DASH),
-                        P(DASH * (k - 1) as f64),
-                        P(DASH * ((k - at) % k) as f64)
-                    ),
-                    3.0 + 1.6 * (k - 1 - at) as f64,
-                )
-            }
-            None => (dash(s), 3.0),
+        let (dashes, radius) = match groups.iter().find(|g| g.contains(&i)) {
+            Some(g) => coinciding_style(g, i),
+            None => (style.dash(s), 3.0),
         };
+        let line = Line {
+            label: &labels[i],
+            colour: style.colour(s),
+            dashes: &dashes,
+            radius,
+        };
+        line.draw(&mut out, &points[i]);
+    }
+    legend.draw(&mut out, findings, &labels, &style);
+    out.push_str("</svg>");
+    Some(out)
+}
+
+/// How a projection series is drawn: a colour per category, solid for
+/// the baseline and dashed for the candidate.
+struct SeriesStyle<'a> {
+    categories: Vec<&'a str>,
+}
+
+impl<'a> SeriesStyle<'a> {
+    fn of(findings: &'a ActivationFindings) -> Self {
+        let mut categories: Vec<&str> = Vec::new();
+        for s in &findings.series {
+            if !categories.contains(&s.category.as_str()) {
+                categories.push(&s.category);
+            }
+        }
+        SeriesStyle { categories }
+    }
+
+    fn colour(&self, s: &crate::document::ProjectionSeries) -> &'static str {
+        PALETTE[self
+            .categories
+            .iter()
+            .position(|c| *c == s.category)
+            .unwrap_or(0)
+            % PALETTE.len()]
+    }
+
+    fn dash(&self, s: &crate::document::ProjectionSeries) -> String {
+        if s.side == crate::document::Side::Baseline {
+            String::new()
+        } else {
+            " stroke-dasharray=\"7 4\"".to_owned()
+        }
+    }
+}
+
+/// In a group `g` of k coinciding series, the dashes and marker radius of
+/// series `i`: it draws every k-th dash, so the colours alternate along
+/// the shared line, and its marker is a ring around the next one's.
+fn coinciding_style(g: &[usize], i: usize) -> (String, f64) {
+    let (k, at) = (g.len(), g.iter().position(|&j| j == i).unwrap_or(0));
+    const DASH: f64 = 6.0;
+    (
+        format!(
+            " stroke-dasharray=\"{} {}\" stroke-dashoffset=\"{}\"",
+            P(DASH),
+            P(DASH * (k - 1) as f64),
+            P(DASH * ((k - at) % k) as f64)
+        ),
+        3.0 + 1.6 * (k - 1 - at) as f64,
+    )
+}
+
+/// One series of a line plot: its name, colour, dashes and markers.
+struct Line<'a> {
+    label: &'a str,
+    colour: &'a str,
+    dashes: &'a str,
+    radius: f64,
+}
+
+impl Line<'_> {
+    /// The line through `pts` (when there are two or more) and a marker
+    /// at each, titled with the series' name.
+    fn draw(&self, out: &mut String, pts: &[(f64, f64)]) {
+        let (colour, style) = (self.colour, self.dashes);
         let _ = write!(
             out,
             "<g class=\"series\"><title>{}</title>",
-            escape(&labels[i])
+            escape(self.label)
         );
-        let pts = &points[i];
         if pts.len() > 1 {
             let path: String = pts
                 .iter()
@@ -583,44 +589,113 @@ pub fn projection_plot(findings: &ActivationFindings) -> Option<String> {
                 "<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{colour}\"/>",
                 P(*px),
                 P(*py),
-                P(radius)
+                P(self.radius)
             );
         }
         out.push_str("</g>");
     }
-    // The legend: a line sample in the series' own style, and its name.
-    out.push_str("<g class=\"legend\">");
-    for (i, s) in findings.series.iter().enumerate() {
-        let (row, column) = (i % legend_rows, i / legend_rows);
-        let lx = 16.0 + column_width * column as f64;
-        let ly = legend_top + LINE * row as f64 + 10.0;
-        let _ = write!(
-            out,
-            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" \
-             stroke-width=\"2\"{}/>",
-            P(lx),
-            P(ly),
-            P(lx + SAMPLE),
-            P(ly),
-            colour(s),
-            dash(s)
-        );
-        text(
-            &mut out,
-            lx + SAMPLE + 8.0,
-            ly + 4.0,
-            "start",
-            "legend",
-            &clip(&labels[i], label_chars),
-        );
+}
+
+/// The legend below a projection plot: as many columns as the longest
+/// label allows (at most 3), each label whole unless it alone is wider
+/// than the plot; then one wrapped note per group of coinciding series.
+struct Legend {
+    top: f64,
+    columns: usize,
+    column_width: f64,
+    label_chars: usize,
+    rows: usize,
+    notes: Vec<Vec<String>>,
+}
+
+impl Legend {
+    const LINE: f64 = 20.0;
+    const SAMPLE: f64 = 30.0;
+
+    fn lay_out(labels: &[String], groups: &[Vec<usize>], width: f64, top: f64) -> Legend {
+        let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+        let avail = width - 2.0 * 16.0;
+        let columns = (1..=3)
+            .rev()
+            .find(|&c| avail / c as f64 >= Self::SAMPLE + 8.0 + text_width(longest) + 16.0)
+            .unwrap_or(1);
+        let column_width = avail / columns as f64;
+        let label_chars = ((column_width - Self::SAMPLE - 8.0 - 16.0) / 6.9)
+            .floor()
+            .max(8.0) as usize;
+        let note_chars = ((avail - 16.0) / 6.9).floor().max(20.0) as usize;
+        let notes = groups
+            .iter()
+            .map(|g| {
+                let names: Vec<&str> = g.iter().map(|&i| labels[i].as_str()).collect();
+                wrap(
+                    &format!(
+                        "≡ {} series coincide (the same value at every layer), drawn as \
+                         alternating dashes: {}",
+                        g.len(),
+                        names.join("; ")
+                    ),
+                    note_chars,
+                )
+            })
+            .collect();
+        Legend {
+            top,
+            columns,
+            column_width,
+            label_chars,
+            rows: labels.len().div_ceil(columns),
+            notes,
+        }
     }
-    let mut ly = legend_top + LINE * legend_rows as f64 + 10.0;
-    for line in notes.iter().flatten() {
-        text(&mut out, 16.0, ly + 4.0, "start", "legend note", line);
-        ly += LINE;
+
+    /// The figure's height with the legend under the plot.
+    fn bottom(&self) -> f64 {
+        let note_lines: usize = self.notes.iter().map(Vec::len).sum();
+        self.top + Self::LINE * (self.rows + note_lines) as f64 + 10.0
     }
-    out.push_str("</g></svg>");
-    Some(out)
+
+    /// A line sample in each series' own style, and its name; then the notes.
+    fn draw(
+        &self,
+        out: &mut String,
+        findings: &ActivationFindings,
+        labels: &[String],
+        style: &SeriesStyle<'_>,
+    ) {
+        debug_assert!(self.columns >= 1);
+        out.push_str("<g class=\"legend\">");
+        for (i, s) in findings.series.iter().enumerate() {
+            let (row, column) = (i % self.rows, i / self.rows);
+            let lx = 16.0 + self.column_width * column as f64;
+            let ly = self.top + Self::LINE * row as f64 + 10.0;
+            let _ = write!(
+                out,
+                "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" \
+                 stroke-width=\"2\"{}/>",
+                P(lx),
+                P(ly),
+                P(lx + Self::SAMPLE),
+                P(ly),
+                style.colour(s),
+                style.dash(s)
+            );
+            text(
+                out,
+                lx + Self::SAMPLE + 8.0,
+                ly + 4.0,
+                "start",
+                "legend",
+                &clip(&labels[i], self.label_chars),
+            );
+        }
+        let mut ly = self.top + Self::LINE * self.rows as f64 + 10.0;
+        for line in self.notes.iter().flatten() {
+            text(out, 16.0, ly + 4.0, "start", "legend note", line);
+            ly += Self::LINE;
+        }
+        out.push_str("</g>");
+    }
 }
 
 /// Mean KL(baseline ‖ candidate) by generated position, as bars from zero.
