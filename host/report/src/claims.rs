@@ -37,6 +37,24 @@ pub struct CheckedClaim {
     pub scope: Option<CausalScope>,
 }
 
+impl CheckedClaim {
+    /// The claim as the report lists it: the check's result and the mapper
+    /// that proposed it (the check itself does not depend on who did).
+    pub fn proposed_by(self, mapper: &str) -> crate::document::ReportClaim {
+        crate::document::ReportClaim {
+            statement: self.statement,
+            strength: self.strength,
+            proposed_strength: self.proposed_strength,
+            status: self.status,
+            evidence: self.evidence,
+            limitations: self.limitations,
+            reasons: self.reasons,
+            scope: self.scope,
+            mapper: mapper.to_owned(),
+        }
+    }
+}
+
 /// The artifact kinds (in both models' traces) a strength needs, beyond the
 /// access level's cap: any one of each inner list.
 fn kinds_needed(s: ClaimStrength) -> &'static [&'static [ArtifactKind]] {

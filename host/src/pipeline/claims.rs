@@ -44,19 +44,12 @@ pub(super) fn check(
                 .push(record_of(mapper.plugin(), mapper.info(), "claim-mapper"));
             match mapper.propose(evidence) {
                 Ok(proposed) => {
-                    for checked in crate::report::claims::check_all(&proposed, evidence) {
-                        out.claims.push(ReportClaim {
-                            statement: checked.statement,
-                            strength: checked.strength,
-                            proposed_strength: checked.proposed_strength,
-                            status: checked.status,
-                            evidence: checked.evidence,
-                            limitations: checked.limitations,
-                            reasons: checked.reasons,
-                            scope: checked.scope,
-                            mapper: mapper.info().name.clone(),
-                        });
-                    }
+                    let by = &mapper.info().name;
+                    out.claims.extend(
+                        crate::report::claims::check_all(&proposed, evidence)
+                            .into_iter()
+                            .map(|checked| checked.proposed_by(by)),
+                    );
                 }
                 Err(e) => out.failures.push(failure(&p.name, "propose", &e)),
             }
