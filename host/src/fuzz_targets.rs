@@ -78,9 +78,7 @@ pub fn bundle(data: &[u8]) {
     if let Ok(t) = serde_json::from_slice::<Trace>(data)
         && t.validate().is_ok()
     {
-        let _ = crate::report::access_from_evidence(crate::report::Evidence::Single(
-            std::slice::from_ref(&t),
-        ));
+        let _ = crate::report::access_from_evidence(crate::report::Evidence::Single(&[&t]));
         let _ = t.coverage();
     }
     // The input as the manifest of a bundle whose other files are a

@@ -20,11 +20,11 @@ use crate::trace::{ArtifactKind, SupportLevel, Trace, TraceError, TraceRequest};
 #[derive(Debug, Clone, Copy)]
 pub enum Evidence<'a> {
     /// Traces of one model.
-    Single(&'a [Trace]),
+    Single(&'a [&'a Trace]),
     /// Traces of two models on the same prompts, in the same order.
     Paired {
-        baseline: &'a [Trace],
-        candidate: &'a [Trace],
+        baseline: &'a [&'a Trace],
+        candidate: &'a [&'a Trace],
     },
 }
 
@@ -93,7 +93,7 @@ pub enum AccessError {
 /// must be non-empty, of equal length, and run the same prompt at each
 /// position.
 pub fn access_from_evidence(evidence: Evidence<'_>) -> Result<Access, AccessError> {
-    let sides: Vec<(Side, &[Trace])> = match evidence {
+    let sides: Vec<(Side, &[&Trace])> = match evidence {
         Evidence::Single(traces) => {
             if traces.is_empty() {
                 return Err(AccessError::NoTraces);
@@ -300,7 +300,7 @@ impl Requirement {
         self.kinds.iter().any(|&k| trace.has(k))
     }
 
-    fn met(&self, sides: &[(Side, &[Trace])]) -> bool {
+    fn met(&self, sides: &[(Side, &[&Trace])]) -> bool {
         sides
             .iter()
             .all(|(_, traces)| traces.iter().all(|t| self.holds(t)))
@@ -308,7 +308,7 @@ impl Requirement {
 
     /// What is missing, side by side, followed by the reasons the traces
     /// record for kinds that were requested and not produced.
-    fn gaps(&self, sides: &[(Side, &[Trace])]) -> Vec<String> {
+    fn gaps(&self, sides: &[(Side, &[&Trace])]) -> Vec<String> {
         let counts: Vec<usize> = sides
             .iter()
             .map(|(_, traces)| traces.iter().filter(|t| self.holds(t)).count())
@@ -330,7 +330,7 @@ impl Requirement {
             }
         }
         for &(side, traces) in sides {
-            let lacking: Vec<&Trace> = traces.iter().filter(|t| !self.holds(t)).collect();
+            let lacking: Vec<&Trace> = traces.iter().copied().filter(|t| !self.holds(t)).collect();
             gaps.extend(self.recorded_reasons(side, &lacking));
         }
         gaps
@@ -375,7 +375,7 @@ impl Requirement {
 }
 
 /// The evidence a claim needs and, for paired evidence, what of it is missing.
-fn unclaimable_reason(strength: ClaimStrength, sides: &[(Side, &[Trace])]) -> String {
+fn unclaimable_reason(strength: ClaimStrength, sides: &[(Side, &[&Trace])]) -> String {
     let needs = format!("needs {}", strength.needs());
     if sides.len() < 2 {
         return format!("{needs}; only one model was traced");
@@ -393,12 +393,12 @@ fn unclaimable_reason(strength: ClaimStrength, sides: &[(Side, &[Trace])]) -> St
 }
 
 /// Per-kind trace counts for every kind present in any trace, in report order.
-fn coverage(sides: &[(Side, &[Trace])]) -> Vec<KindCoverage> {
+fn coverage(sides: &[(Side, &[&Trace])]) -> Vec<KindCoverage> {
     let present: BTreeSet<ArtifactKind> = sides
         .iter()
         .flat_map(|(_, traces)| traces.iter().flat_map(|t| t.coverage()))
         .collect();
-    let count = |traces: &[Trace], kind| traces.iter().filter(|t| t.has(kind)).count();
+    let count = |traces: &[&Trace], kind| traces.iter().filter(|t| t.has(kind)).count();
     let baseline = sides[0].1;
     let candidate = sides.get(1).map(|(_, traces)| *traces);
     present
@@ -408,13 +408,13 @@ fn coverage(sides: &[(Side, &[Trace])]) -> Vec<KindCoverage> {
             baseline: count(baseline, kind),
             candidate: candidate.map(|c| count(c, kind)),
             of_baseline: baseline.len(),
-            of_candidate: candidate.map(<[Trace]>::len),
+            of_candidate: candidate.map(<[&Trace]>::len),
         })
         .collect()
 }
 
 /// Every `intervention_result` artifact, side by side, in trace order.
-fn interventions(sides: &[(Side, &[Trace])]) -> Vec<InterventionRef> {
+fn interventions(sides: &[(Side, &[&Trace])]) -> Vec<InterventionRef> {
     sides
         .iter()
         .flat_map(|&(side, traces)| {
@@ -494,7 +494,13 @@ mod tests {
             .collect()
     }
 
+    fn refs(traces: &[Trace]) -> Vec<&Trace> {
+        traces.iter().collect()
+    }
+
     fn paired(baseline: &[Trace], candidate: &[Trace]) -> Result<Access, AccessError> {
+        let (baseline, candidate) = (refs(baseline), refs(candidate));
+        let (baseline, candidate) = (&baseline[..], &candidate[..]);
         access_from_evidence(Evidence::Paired {
             baseline,
             candidate,
@@ -552,7 +558,7 @@ mod tests {
             2,
             &[K::Text, K::Logits, K::Activation, K::WeightSnapshot],
         );
-        let access = access_from_evidence(Evidence::Single(&traces)).unwrap();
+        let access = access_from_evidence(Evidence::Single(&refs(&traces))).unwrap();
         assert_eq!(access.level, AccessLevel::SingleSnapshot);
         assert_eq!(access.claim_strength, ClaimStrength::BehavioralProfile);
         assert_eq!(access.can_claim, vec![ClaimStrength::BehavioralProfile]);

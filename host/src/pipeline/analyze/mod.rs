@@ -70,13 +70,9 @@ pub(super) fn analyze(
 ) -> anyhow::Result<Analysis> {
     let bundles = gathered.bundles.as_ref().map(|b| &**b);
     let access = stages.run("access", |note| {
-        let owned = traces
-            .first
-            .as_ref()
-            .map(|t| t.iter().map(|t| (*t).clone()).collect::<Vec<_>>());
         let a = access_from_evidence(Evidence::Paired {
-            baseline: &owned.baseline,
-            candidate: &owned.candidate,
+            baseline: &traces.first.baseline,
+            candidate: &traces.first.candidate,
         })?;
         *note = format!("level {}", a.level);
         Ok(a)
