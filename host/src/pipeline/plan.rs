@@ -53,7 +53,7 @@ pub struct SidePlan {
     pub weights: WeightMode,
     pub system: Option<String>,
     /// How this side generates (observe's keys and the side's overrides).
-    pub generation: Generation,
+    pub generation: GenerationSettings,
     pub transform: Option<TransformPlan>,
     /// The endpoint, with `executor = "http"` (its response cache is set
     /// when the side is loaded).
@@ -462,7 +462,7 @@ impl<'a> Checker<'a> {
         let at = |key: &str, e: String| self.at(key, e);
         let resolve = |key: &str, p: &Path| self.resolve(key, p);
         let key = name.as_str();
-        let generation = Generation::resolve(&config.observe, s, key, &at)?;
+        let generation = GenerationSettings::resolve(&config.observe, s, key, &at)?;
         let backend = self.executor(key, s)?;
         let http = http_spec(s, backend, key, &resolve, &at)?;
         let (batch, kv_cache, dtype) = self.executor_settings(key, s)?;
@@ -843,7 +843,7 @@ pub const MAX_SAMPLES: usize = 1000;
 /// How one side generates: `observe`'s keys, each overridden by the side's
 /// own (`[baseline]`/`[candidate]`), checked with the key that set it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Generation {
+pub struct GenerationSettings {
     /// 0 is greedy.
     pub temperature: f32,
     pub top_p: f32,
@@ -857,14 +857,14 @@ pub struct Generation {
     pub samples: usize,
 }
 
-impl Generation {
+impl GenerationSettings {
     /// The side's generation settings, checked.
     pub fn resolve(
         o: &crate::config::file::ObserveSection,
         side: &crate::config::file::ModelSection,
         key: &str,
         at: &At<'_>,
-    ) -> anyhow::Result<Generation> {
+    ) -> anyhow::Result<GenerationSettings> {
         // The key a value came from: the side's when it sets it.
         let from = |name: &str, own: bool| match own {
             true => format!("{key}.{name}"),
@@ -914,7 +914,7 @@ impl Generation {
                 "an empty stop string would stop before the first token; remove it".into(),
             ));
         }
-        Ok(Generation {
+        Ok(GenerationSettings {
             temperature,
             top_p,
             top_k,

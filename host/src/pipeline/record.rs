@@ -342,7 +342,7 @@ impl RunSettings {
     pub fn from_plan(
         plan: &Plan,
         side: &LoadedSide,
-        generation: &super::plan::Generation,
+        generation: &super::plan::GenerationSettings,
     ) -> anyhow::Result<RunSettings> {
         let o = &plan.config.observe;
         let g = generation;
