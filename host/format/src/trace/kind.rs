@@ -227,135 +227,108 @@ mod tests {
     }
 }
 
-/// What a text, a list of token ids or a table of log-probabilities is in
-/// the run: the value of an artifact's `role` label. Labels stay strings in
-/// the trace (plugins and the schema see `role = "completion"`), but vauban
-/// writes and reads the ones it interprets through this enum only, and a
-/// bundle's artifact of kind `text`, `tokens` or `logprobs` whose role is
-/// none of these is refused when the trace is validated
-/// ([`super::Problem::UnknownRole`]): a misspelt `continuation` would
-/// otherwise read as "no next-token KL", not as an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
-    /// The prompt as given (`prompt`): its text, its token ids, or the
-    /// tensors computed at its positions.
-    Prompt,
-    /// The prompt as the chat template rendered it (`rendered_prompt`).
-    RenderedPrompt,
-    /// What the run generated (`completion`): its text, its token ids and
-    /// the chosen tokens' log-probabilities.
-    Completion,
-    /// The top-k log-probabilities of every distribution a generation
-    /// sampled from (`continuation`); the next-token KL reads them.
-    Continuation,
-    /// The token ids of [`Role::Continuation`]'s rows
-    /// (`continuation_top_k`).
-    ContinuationTopK,
-    /// The other side's continuation scored under this model
-    /// (`reference_continuation`): its log-probabilities and its tokens.
-    ReferenceContinuation,
-    /// The token ids of a reference continuation's rows where the backend
-    /// returned its own top k instead of the reference's tokens
-    /// (`reference_continuation_top_k`).
-    ReferenceContinuationTopK,
-}
-
-impl Role {
-    /// The label's key.
-    pub const KEY: &'static str = "role";
-
-    /// Every role.
-    pub const ALL: [Role; 7] = [
-        Role::Prompt,
-        Role::RenderedPrompt,
-        Role::Completion,
-        Role::Continuation,
-        Role::ContinuationTopK,
-        Role::ReferenceContinuation,
-        Role::ReferenceContinuationTopK,
-    ];
-
-    /// The label's value, as the trace stores it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Prompt => "prompt",
-            Role::RenderedPrompt => "rendered_prompt",
-            Role::Completion => "completion",
-            Role::Continuation => "continuation",
-            Role::ContinuationTopK => "continuation_top_k",
-            Role::ReferenceContinuation => "reference_continuation",
-            Role::ReferenceContinuationTopK => "reference_continuation_top_k",
+/// A closed set of values of one artifact label: the enum, the label's
+/// key, and each variant's value as the trace stores it. Gives `KEY`,
+/// `ALL`, `as_str`, `from_label`, `valid` (the values, for messages) and
+/// `Display`, the same for every such label.
+macro_rules! label_values {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident in $key:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $value:literal,)+
         }
-    }
-
-    /// The role whose label value is `s`, if any.
-    pub fn from_label(s: &str) -> Option<Role> {
-        Role::ALL.into_iter().find(|r| r.as_str() == s)
-    }
-
-    /// The valid label values, for messages.
-    pub fn valid() -> String {
-        Role::ALL.map(Role::as_str).join(", ")
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where in a block an activation was read: the value of an `activation`
-/// artifact's `site` label. Like [`Role`], a label that stays a string in
-/// the trace, written and read through this enum, and refused by the
-/// trace's rules when an activation's `site` is none of these
-/// ([`super::Problem::UnknownSite`]): the analysis reads the residual
-/// stream by it, and a misspelt one would silently drop the activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Site {
-    /// The residual stream after the block (what `--layers` observes;
-    /// `resid_post`).
-    ResidPost,
-    /// The attention output the block added to the residual stream
-    /// (`attn_out`).
-    AttnOut,
-    /// The MLP output the block added to the residual stream (`mlp_out`).
-    MlpOut,
-    /// A mixture of experts' router probabilities over its experts (which
-    /// experts each token used: those with the highest; `router`).
-    Router,
-}
-
-impl Site {
-    /// The label's key.
-    pub const KEY: &'static str = "site";
-
-    /// Every site.
-    pub const ALL: [Site; 4] = [Site::ResidPost, Site::AttnOut, Site::MlpOut, Site::Router];
-
-    /// The label's value, as the trace stores it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Site::ResidPost => "resid_post",
-            Site::AttnOut => "attn_out",
-            Site::MlpOut => "mlp_out",
-            Site::Router => "router",
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
         }
-    }
 
-    /// The site whose label value is `s`, if any.
-    pub fn from_label(s: &str) -> Option<Site> {
-        Site::ALL.into_iter().find(|r| r.as_str() == s)
-    }
+        impl $name {
+            /// The label's key.
+            pub const KEY: &'static str = $key;
 
-    /// The valid label values, for messages.
-    pub fn valid() -> String {
-        Site::ALL.map(Site::as_str).join(", ")
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The label's value, as the trace stores it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $value,)+
+                }
+            }
+
+            /// The variant whose label value is `s`, if any.
+            pub fn from_label(s: &str) -> Option<$name> {
+                $name::ALL.iter().copied().find(|r| r.as_str() == s)
+            }
+
+            /// The valid label values, for messages.
+            pub fn valid() -> String {
+                $name::ALL
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// What a text, a list of token ids or a table of log-probabilities is in
+    /// the run: the value of an artifact's `role` label. Labels stay strings in
+    /// the trace (plugins and the schema see `role = "completion"`), but vauban
+    /// writes and reads the ones it interprets through this enum only, and a
+    /// bundle's artifact of kind `text`, `tokens` or `logprobs` whose role is
+    /// none of these is refused when the trace is validated
+    /// ([`super::Problem::UnknownRole`]): a misspelt `continuation` would
+    /// otherwise read as "no next-token KL", not as an error.
+    pub enum Role in "role" {
+        /// The prompt as given: its text, its token ids, or the tensors
+        /// computed at its positions.
+        Prompt = "prompt",
+        /// The prompt as the chat template rendered it.
+        RenderedPrompt = "rendered_prompt",
+        /// What the run generated: its text, its token ids and the chosen
+        /// tokens' log-probabilities.
+        Completion = "completion",
+        /// The top-k log-probabilities of every distribution a generation
+        /// sampled from; the next-token KL reads them.
+        Continuation = "continuation",
+        /// The token ids of [`Role::Continuation`]'s rows.
+        ContinuationTopK = "continuation_top_k",
+        /// The other side's continuation scored under this model: its
+        /// log-probabilities and its tokens.
+        ReferenceContinuation = "reference_continuation",
+        /// The token ids of a reference continuation's rows where the
+        /// backend returned its own top k instead of the reference's tokens.
+        ReferenceContinuationTopK = "reference_continuation_top_k",
     }
 }
 
-impl fmt::Display for Site {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+label_values! {
+    /// Where in a block an activation was read: the value of an `activation`
+    /// artifact's `site` label. Like [`Role`], a label that stays a string in
+    /// the trace, written and read through this enum, and refused by the
+    /// trace's rules when an activation's `site` is none of these
+    /// ([`super::Problem::UnknownSite`]): the analysis reads the residual
+    /// stream by it, and a misspelt one would silently drop the activation.
+    pub enum Site in "site" {
+        /// The residual stream after the block (what `--layers` observes).
+        ResidPost = "resid_post",
+        /// The attention output the block added to the residual stream.
+        AttnOut = "attn_out",
+        /// The MLP output the block added to the residual stream.
+        MlpOut = "mlp_out",
+        /// A mixture of experts' router probabilities over its experts
+        /// (which experts each token used: those with the highest).
+        Router = "router",
     }
 }
