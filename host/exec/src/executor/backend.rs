@@ -18,7 +18,7 @@ use super::replay::ReplayExecutor;
 use super::torch;
 use super::{
     Effect, Executor, ExecutorError, InferenceSession, LastTokenState, LocalModel, ModelDims,
-    ModelSpec, PromptForm, RunOptions, StepOutput, TraceOutput, WeightChange,
+    ModelSpec, RunOptions, StepOutput, TraceOutput, WeightChange,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
@@ -119,32 +119,14 @@ impl LocalModel for LocalBackend {
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         Ok(LocalBackend::Candle(CandleExecutor::load(spec)?))
     }
-    fn dims(&self) -> ModelDims {
-        local!(self, e => e.dims())
+    fn assets(&self) -> &crate::model::assets::ModelAssets {
+        local!(self, e => e.assets())
     }
     fn weights_sha256(&self) -> Option<String> {
         local!(self, e => e.weights_sha256())
     }
-    fn architecture(&self) -> String {
-        local!(self, e => e.architecture())
-    }
     fn is_quantized(&self) -> bool {
         local!(self, e => e.is_quantized())
-    }
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        local!(self, e => e.tokenize(text, form))
-    }
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        local!(self, e => e.encode_plain(text))
-    }
-    fn token_name(&self, id: u32) -> Option<String> {
-        local!(self, e => e.token_name(id))
-    }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        local!(self, e => e.detokenize(ids))
-    }
-    fn is_eos(&self, id: u32) -> bool {
-        local!(self, e => e.is_eos(id))
     }
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LocalSession<'a> {
         match self {

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
+use crate::model::assets::ModelAssets;
 use crate::model::{Dtype, KvType, WeightMode};
 use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
@@ -378,25 +379,52 @@ pub trait LocalModel: Executor {
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError>
     where
         Self: Sized;
-    /// The model's width, depth and vocabulary.
-    fn dims(&self) -> ModelDims;
+    /// The model's files as every backend reads them: its shape, tokenizer,
+    /// chat template and special tokens. What follows up to `session` is
+    /// read from them, the same for every backend.
+    fn assets(&self) -> &ModelAssets;
     /// sha256 of the weights as loaded, before any transformation.
     fn weights_sha256(&self) -> Option<String>;
-    /// The model's architecture as GGUF names it (`llama`, `qwen2`...): a
-    /// control vector's `model_hint` is written from it.
-    fn architecture(&self) -> String;
     /// Whether the weights are held quantized.
     fn is_quantized(&self) -> bool;
+    /// The model's width, depth and vocabulary.
+    fn dims(&self) -> ModelDims {
+        let c = &self.assets().config;
+        ModelDims {
+            layers: c.layers,
+            hidden: c.hidden,
+            vocab: c.vocab,
+        }
+    }
+    /// The model's architecture as GGUF names it (`llama`, `qwen2`...): a
+    /// control vector's `model_hint` is written from it.
+    fn architecture(&self) -> String {
+        self.assets().config.architecture.clone()
+    }
     /// Token ids of a prompt in the given form.
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError>;
+    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
+        let a = self.assets();
+        Ok(match form {
+            PromptForm::Raw => a.encode_raw(text)?,
+            PromptForm::Chat { system } => a.encode(&a.render_chat(text, system.as_deref())?)?,
+        })
+    }
     /// Token ids of `text` alone: no BOS, no template.
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError>;
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
+        Ok(self.assets().encode(text)?)
+    }
     /// The tokenizer's name for one token (`ĠI` for " I" in byte-level BPE).
-    fn token_name(&self, id: u32) -> Option<String>;
+    fn token_name(&self, id: u32) -> Option<String> {
+        self.assets().tokenizer.id_to_token(id)
+    }
     /// Text of token ids.
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError>;
+    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
+        Ok(self.assets().decode(ids)?)
+    }
     /// Whether `id` ends a generation for this model.
-    fn is_eos(&self, id: u32) -> bool;
+    fn is_eos(&self, id: u32) -> bool {
+        self.assets().is_eos(id)
+    }
     /// A generation session with `interventions` applied at every step.
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> Self::Session<'a>;
     /// Each prompt's last token: its residual after every block (after

@@ -215,6 +215,10 @@ impl Executor for CandleExecutor {
 impl LocalModel for CandleExecutor {
     type Session<'a> = CandleSession<'a>;
 
+    fn assets(&self) -> &crate::model::assets::ModelAssets {
+        &self.model.assets
+    }
+
     /// Loads the model at `spec.path` on `spec.device`.
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         if spec.dtype != crate::model::Dtype::F32 {
@@ -236,16 +240,6 @@ impl LocalModel for CandleExecutor {
             modified: None,
         })
     }
-
-    fn dims(&self) -> ModelDims {
-        let c = &self.model.config;
-        ModelDims {
-            layers: c.layers,
-            hidden: c.hidden,
-            vocab: c.vocab,
-        }
-    }
-
     /// sha256 of the weights (see [`ModelAssets::weights_sha256`]),
     /// computed once, on first use.
     ///
@@ -255,38 +249,9 @@ impl LocalModel for CandleExecutor {
             .get_or_init(|| self.model.assets.weights_sha256())
             .clone()
     }
-
-    fn architecture(&self) -> String {
-        self.model.config.architecture.clone()
-    }
-
     fn is_quantized(&self) -> bool {
         self.model.model.is_quantized()
     }
-
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        Ok(match form {
-            PromptForm::Raw => self.model.encode_raw(text)?,
-            PromptForm::Chat { .. } => self.model.encode(&self.render(text, form)?)?,
-        })
-    }
-
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        Ok(self.model.encode(text)?)
-    }
-
-    fn token_name(&self, id: u32) -> Option<String> {
-        self.model.tokenizer.id_to_token(id)
-    }
-
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        Ok(self.model.decode(ids)?)
-    }
-
-    fn is_eos(&self, id: u32) -> bool {
-        self.model.is_eos(id)
-    }
-
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
         CandleSession::new(&self.model.model, interventions)
     }

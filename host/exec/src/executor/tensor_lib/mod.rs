@@ -320,6 +320,10 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
     where
         M: 'a;
 
+    fn assets(&self) -> &ModelAssets {
+        &self.assets
+    }
+
     /// Loads the model at `spec.path` on `spec.device`, in `spec.dtype`.
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         if spec.kv_cache != KvType::F32 {
@@ -341,47 +345,13 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
             modified: None,
         })
     }
-
-    fn dims(&self) -> ModelDims {
-        let c = &self.assets.config;
-        ModelDims {
-            layers: c.layers,
-            hidden: c.hidden,
-            vocab: c.vocab,
-        }
-    }
-
     fn weights_sha256(&self) -> Option<String> {
         self.sha256
             .get_or_init(|| self.assets.weights_sha256())
             .clone()
     }
-
-    fn architecture(&self) -> String {
-        self.assets.config.architecture.clone()
-    }
     fn is_quantized(&self) -> bool {
         self.model.is_quantized()
-    }
-    fn tokenize(&self, text: &str, form: &PromptForm) -> Result<Vec<u32>, ExecutorError> {
-        Ok(match form {
-            PromptForm::Raw => self.assets.encode_raw(text)?,
-            PromptForm::Chat { system } => self
-                .assets
-                .encode(&self.assets.render_chat(text, system.as_deref())?)?,
-        })
-    }
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ExecutorError> {
-        Ok(self.assets.encode(text)?)
-    }
-    fn token_name(&self, id: u32) -> Option<String> {
-        self.assets.tokenizer.id_to_token(id)
-    }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, ExecutorError> {
-        Ok(self.assets.decode(ids)?)
-    }
-    fn is_eos(&self, id: u32) -> bool {
-        self.assets.is_eos(id)
     }
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> LibSession<'a, M> {
         LibSession::new(&self.model, interventions)
