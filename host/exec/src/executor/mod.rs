@@ -15,6 +15,7 @@ mod backend;
 pub mod candle;
 pub mod device;
 pub mod generate;
+pub mod hook;
 pub mod http;
 #[cfg(feature = "mlx")]
 pub mod mlx;

@@ -202,8 +202,34 @@ fn change(
 }
 
 /// candle's tensor operations, for the backend-neutral step policy
-/// ([`crate::intervene::policy_step`]).
+/// ([`crate::intervene::policy_step`]) and the shared block hook.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Candle;
+
+/// candle keeps the residual stream as `[1, t, hidden]`, the primitive's
+/// own layout: nothing to convert.
+impl crate::executor::hook::TensorOps for Candle {
+    fn batched(&self, t: &Tensor) -> Result<Tensor, crate::model::ModelError> {
+        Ok(t.clone())
+    }
+    fn unbatched(&self, t: &Tensor) -> Result<Tensor, crate::model::ModelError> {
+        Ok(t.clone())
+    }
+    fn share(&self, t: &Tensor) -> Tensor {
+        t.clone()
+    }
+    /// `[1, t, …]` → `[1, 1, …]`, copied so the pass's activations are not
+    /// kept alive by a view.
+    fn last_row(&self, t: &Tensor) -> Result<Tensor, crate::model::ModelError> {
+        let n = t.dim(1)?;
+        Ok(t.narrow(1, n - 1, 1)?.copy()?)
+    }
+    fn host(&self, t: &Tensor) -> Result<(Vec<usize>, Vec<f32>), crate::model::ModelError> {
+        let shape = t.dims().to_vec();
+        let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok((shape, values))
+    }
+}
 
 impl crate::intervene::Primitive for Candle {
     type Tensor = Tensor;

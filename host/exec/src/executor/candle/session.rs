@@ -1,78 +1,29 @@
 //! A generation session on candle: the KV cache, and the block hook that
 //! applies interventions and keeps observed activations.
 
-use std::collections::HashMap;
-use std::time::Instant;
-
 use candle_core::{DType, Tensor};
 
-use super::intervene::{Candle, apply_with, basis_tensor};
-use super::model::llama::{BlockHook, BlockView, KvCache, Llama, LogitsAt, PassTiming, Seq};
+use super::intervene::Candle;
+use super::model::llama::{KvCache, Llama, LogitsAt, PassTiming, Seq};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::policy::{PolicyLog, StepPolicy};
-use crate::intervene::policy_step;
 use crate::intervene::{Intervention, Positions};
 use crate::model::ModelError;
-use crate::trace::Site;
 
-/// An activation kept by the hook.
-#[derive(Clone)]
-pub struct Kept {
-    pub layer: usize,
-    pub site: Site,
-    pub tensor: Tensor,
-}
+/// An activation kept by the hook, `[1, t, …]`.
+pub type Kept = crate::executor::hook::Kept<Tensor>;
 
-/// Applies interventions after their block and keeps observed activations.
-pub struct RunHook<'a> {
-    pub interventions: &'a [Intervention],
-    pub effects: Vec<Effect>,
-    /// Layers whose activations to keep (empty in plain generation).
-    pub observe: Vec<usize>,
-    /// Also keep attention and MLP outputs at the observed layers.
-    pub block_outputs: bool,
-    /// Keep only each pass's last position of what is observed (all a
-    /// measurement reads), not every position.
-    pub last_only: bool,
-    pub kept: Vec<Kept>,
-    pub intervene_ns: u64,
-    /// A policy deciding ops after its watched blocks, and what it did.
-    pub policy: Option<&'a mut dyn StepPolicy>,
-    pub policy_log: PolicyLog,
-    prefill: bool,
-    /// Each intervention's basis on the model's device, made on first use
-    /// and kept for the session (not rebuilt in every decode step).
-    bases: Vec<Option<Tensor>>,
-    /// The policy's watched directions' bases, by name.
-    policy_bases: HashMap<String, Tensor>,
-}
+/// Applies interventions after their block and keeps observed
+/// activations: the hook every local backend shares, over candle's tensors.
+pub type RunHook<'a> = crate::executor::hook::RunHook<'a, Candle>;
 
-impl<'a> RunHook<'a> {
-    pub fn new(interventions: &'a [Intervention]) -> Self {
-        RunHook {
-            interventions,
-            effects: vec![Effect::default(); interventions.len()],
-            observe: Vec::new(),
-            block_outputs: false,
-            last_only: false,
-            kept: Vec::new(),
-            intervene_ns: 0,
-            policy: None,
-            policy_log: PolicyLog::default(),
-            prefill: true,
-            bases: vec![None; interventions.len()],
-            policy_bases: HashMap::new(),
-        }
-    }
-}
-
-impl RunHook<'_> {
-    /// Joins the activations kept over several passes (a shared opening's,
-    /// then the prompt's rest): one entry per layer and site, positions in
-    /// order.
-    fn merge_kept(&mut self) -> Result<(), ModelError> {
-        let kept = std::mem::take(&mut self.kept);
+/// Joins the activations `hook` kept over several passes (a shared
+/// opening's, then the prompt's rest): one entry per layer and site,
+/// positions in order.
+fn merge_kept(hook: &mut RunHook<'_>) -> Result<(), ModelError> {
+    {
+        let kept = std::mem::take(&mut hook.kept);
         let mut merged: Vec<Kept> = Vec::with_capacity(kept.len());
         for k in kept {
             match merged
@@ -87,91 +38,9 @@ impl RunHook<'_> {
                 None => merged.push(k),
             }
         }
-        self.kept = merged;
-        Ok(())
+        hook.kept = merged;
     }
-}
-
-impl BlockHook for RunHook<'_> {
-    fn after_block(
-        &mut self,
-        v: &BlockView<'_>,
-        resid: &Tensor,
-    ) -> Result<Option<Tensor>, ModelError> {
-        let mut replaced: Option<Tensor> = None;
-        let start = Instant::now();
-        for (i, iv) in self.interventions.iter().enumerate() {
-            if iv.layer != v.layer {
-                continue;
-            }
-            let current = replaced.as_ref().unwrap_or(resid);
-            let hook_error =
-                |e| ModelError::Hook(format!("intervention at layer {}: {e}", v.layer));
-            if self.bases[i].is_none() {
-                self.bases[i] =
-                    Some(basis_tensor(&iv.direction, current.device()).map_err(hook_error)?);
-            }
-            let basis = self.bases[i].as_ref().expect("made above");
-            let out = apply_with(iv, basis, current, v.offset).map_err(hook_error)?;
-            self.effects[i].add(&out, v.offset, self.prefill);
-            if let Some(h) = out.hidden {
-                replaced = Some(h);
-            }
-        }
-        if let Some(policy) = self.policy.as_deref_mut() {
-            let current = replaced.as_ref().unwrap_or(resid);
-            let changed = policy_step(
-                &Candle,
-                policy,
-                &mut self.policy_log,
-                &mut self.policy_bases,
-                (v.layer, v.offset, self.prefill),
-                current,
-            )
-            .map_err(|e| ModelError::Hook(format!("policy at layer {}: {e}", v.layer)))?;
-            if changed.is_some() {
-                replaced = changed;
-            }
-        }
-        self.intervene_ns += start.elapsed().as_nanos() as u64;
-        if self.observe.contains(&v.layer) {
-            let resid = replaced.as_ref().unwrap_or(resid);
-            let tensor = match self.last_only {
-                // [1, t, hidden] → [1, 1, hidden], copied so the pass's
-                // activations are not kept alive by a view.
-                true => {
-                    let t = resid.dim(1)?;
-                    resid.narrow(1, t - 1, 1)?.copy()?
-                }
-                false => resid.clone(),
-            };
-            self.kept.push(Kept {
-                layer: v.layer,
-                site: Site::ResidPost,
-                tensor,
-            });
-            if self.block_outputs {
-                for (site, t) in [(Site::AttnOut, v.attn_out), (Site::MlpOut, v.mlp_out)] {
-                    self.kept.push(Kept {
-                        layer: v.layer,
-                        site,
-                        tensor: t.clone(),
-                    });
-                }
-            }
-            // A mixture of experts' routing at every observed layer: small
-            // (one probability per expert and token) and what a report
-            // needs to say a change moved it.
-            if let Some(r) = v.router {
-                self.kept.push(Kept {
-                    layer: v.layer,
-                    site: Site::Router,
-                    tensor: r.clone(),
-                });
-            }
-        }
-        Ok(replaced)
-    }
+    Ok(())
 }
 
 /// A single-sequence session over a KV cache.
@@ -395,7 +264,7 @@ pub(crate) fn prefill_batch(
     let logits = run_sessions(sessions, &rest, at, Pass::Prompt)?;
     let mut joined = Vec::with_capacity(logits.len());
     for ((s, logits), &at) in sessions.iter_mut().zip(logits).zip(at) {
-        s.hook.merge_kept()?;
+        merge_kept(&mut s.hook)?;
         joined.push(match (&opening_logits, at) {
             (Some(first), LogitsAt::All) => {
                 Tensor::cat(&[first, &logits], 0).map_err(ModelError::from)?

@@ -6,29 +6,29 @@
 //! the activation [`Primitive`]). Everything else is written once, here:
 //!
 //! - [`LibExecutor`]: the model's assets and hashes, and the [`Executor`]
-//!   impl (tokenizing, sessions, measurement, orthogonalization, export);
-//! - [`LibHook`]: applies interventions and a step policy after a block
-//!   and keeps what is observed;
-//! - [`LibSession`]: a generation session over the model's KV cache;
+//!   and [`LocalModel`] impls (sessions, measurement, orthogonalization,
+//!   export);
+//! - [`LibSession`]: a generation session over the model's KV cache, with
+//!   the block hook every local backend shares ([`crate::executor::hook`]);
 //! - `trace`: one traced run, recorded through the shared recorder.
 //!
 //! A new backend over another tensor library is a model and a primitive,
-//! not another pipeline. Candle keeps its own (it batches prompts and
-//! runs quantized weights with its own kernels).
+//! not another pipeline. Candle keeps its own session and traced run (it
+//! batches prompts and runs quantized weights with its own kernels), with
+//! the same hook.
 
-mod hook;
 mod session;
 mod trace;
 
 use std::path::Path;
 use std::sync::OnceLock;
 
-pub use hook::{Kept, LibHook};
+pub use super::hook::{BlockHook, BlockView, Kept, NoHook, RunHook as LibHook, TensorOps};
 pub use session::LibSession;
 
 use super::{
     DeviceSpec, Executor, ExecutorError, LastTokenState, LocalModel, ModelDims, ModelSpec,
-    PromptForm, RunOptions, TraceOutput, WeightChange,
+    RunOptions, TraceOutput, WeightChange,
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention, Primitive};
@@ -41,52 +41,6 @@ use crate::trace::{
 
 /// The tensor type of a model's library.
 pub type TensorOf<M> = <<M as LibModel>::Ops as Primitive>::Tensor;
-
-/// A tensor library's operations, beyond the activation primitive, that
-/// the shared hook, session and trace use.
-pub trait TensorOps: Primitive + Default {
-    /// `[tokens, hidden]` as `[1, tokens, hidden]` (the primitive's input).
-    fn batched(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
-    /// `[1, tokens, hidden]` as `[tokens, hidden]`.
-    fn unbatched(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
-    /// Another handle on the same values (no copy).
-    fn share(&self, t: &Self::Tensor) -> Self::Tensor;
-    /// The last row of `[rows, …]` as a tensor of its own (a view would
-    /// keep every row alive).
-    fn last_row(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
-    /// The shape, and the values as f32 on the host in row-major order.
-    fn host(&self, t: &Self::Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError>;
-}
-
-/// What a hook sees of a block after it ran.
-pub struct BlockView<'a, T> {
-    pub layer: usize,
-    /// Absolute position of the pass's first token.
-    pub offset: usize,
-    /// What the attention added to the residual stream, `[tokens, hidden]`.
-    pub attn_out: &'a T,
-    /// What the MLP added to the residual stream, `[tokens, hidden]`.
-    pub mlp_out: &'a T,
-    /// A mixture of experts' router probabilities, `[tokens, experts]`
-    /// f32 (each token used the experts with the highest).
-    pub router: Option<&'a T>,
-}
-
-/// Called after every block with the residual stream (`[tokens, hidden]`);
-/// a returned tensor of the same shape and dtype replaces it (an
-/// intervention).
-pub trait BlockHook<T> {
-    fn after_block(&mut self, view: &BlockView<'_, T>, resid: &T) -> Result<Option<T>, ModelError>;
-}
-
-/// A hook that does nothing.
-pub struct NoHook;
-
-impl<T> BlockHook<T> for NoHook {
-    fn after_block(&mut self, _: &BlockView<'_, T>, _: &T) -> Result<Option<T>, ModelError> {
-        Ok(None)
-    }
-}
 
 /// Time a pass spent outside the blocks' own arithmetic.
 #[derive(Debug, Clone, Copy, Default)]

@@ -458,39 +458,13 @@ fn softcap(x: &Tensor, cap: f32) -> Result<Tensor, ModelError> {
     Ok(((x / cap as f64)?.tanh()? * cap as f64)?)
 }
 
-/// What the hook sees after one block.
-pub struct BlockView<'a> {
-    pub layer: usize,
-    /// The absolute position of the first token of this pass.
-    pub offset: usize,
-    /// The attention output added to the residual stream, `[1, t, hidden]`.
-    pub attn_out: &'a Tensor,
-    /// The MLP output added to the residual stream, `[1, t, hidden]`.
-    pub mlp_out: &'a Tensor,
-    /// A mixture of experts' router probabilities, `[1, t, experts]`
-    /// (each token used the experts with the highest).
-    pub router: Option<&'a Tensor>,
-}
+/// What the hook sees after one block: on candle every tensor is
+/// `[1, t, …]`, the residual stream `[1, t, hidden]`.
+pub type BlockView<'a> = crate::executor::hook::BlockView<'a, Tensor>;
 
-/// Reads (and may replace) the residual stream after every block.
-pub trait BlockHook {
-    /// `resid`: the residual stream after block `view.layer`, `[1, t, hidden]`.
-    /// Returning `Some` replaces it for the rest of the pass.
-    fn after_block(
-        &mut self,
-        view: &BlockView<'_>,
-        resid: &Tensor,
-    ) -> Result<Option<Tensor>, ModelError>;
-}
-
-/// The hook that does nothing.
-pub struct NoHook;
-
-impl BlockHook for NoHook {
-    fn after_block(&mut self, _: &BlockView<'_>, _: &Tensor) -> Result<Option<Tensor>, ModelError> {
-        Ok(None)
-    }
-}
+/// Reads (and may replace) the residual stream after every block: the
+/// shared hook trait, over candle's tensors.
+pub use crate::executor::hook::{BlockHook, NoHook};
 
 /// Keeps the residual stream after the listed blocks.
 pub struct Observe<'a> {
@@ -498,7 +472,7 @@ pub struct Observe<'a> {
     pub residuals: Vec<(usize, Tensor)>,
 }
 
-impl BlockHook for Observe<'_> {
+impl BlockHook<Tensor> for Observe<'_> {
     fn after_block(
         &mut self,
         v: &BlockView<'_>,
@@ -682,7 +656,7 @@ pub struct Seq<'s> {
     /// What the sequence holds so far (`None`: a pass from position 0
     /// that keeps no cache).
     pub cache: Option<&'s mut KvCache>,
-    pub hook: &'s mut dyn BlockHook,
+    pub hook: &'s mut dyn BlockHook<Tensor>,
     pub at: LogitsAt,
 }
 
@@ -727,7 +701,7 @@ struct Views<'a> {
 /// its own (`None`: the stream stays as it is). A hook's time counts in
 /// its sequence's timing.
 fn run_hooks(
-    hooks: &mut [&mut dyn BlockHook],
+    hooks: &mut [&mut dyn BlockHook<Tensor>],
     views: &Views<'_>,
     x: &Tensor,
     spans: &[(usize, usize, usize)],
@@ -1133,7 +1107,7 @@ impl Llama {
         &self,
         ids: &[u32],
         cache: Option<&mut KvCache>,
-        hook: &mut dyn BlockHook,
+        hook: &mut dyn BlockHook<Tensor>,
         at: LogitsAt,
     ) -> Result<(Tensor, PassTiming), ModelError> {
         let mut seqs = [Seq {
@@ -1183,7 +1157,7 @@ impl Llama {
             .collect();
         let mut scratch = scratch.iter_mut();
         let mut caches: Vec<&mut KvCache> = Vec::with_capacity(seqs.len());
-        let mut hooks: Vec<&mut dyn BlockHook> = Vec::with_capacity(seqs.len());
+        let mut hooks: Vec<&mut dyn BlockHook<Tensor>> = Vec::with_capacity(seqs.len());
         let mut ats = Vec::with_capacity(seqs.len());
         for s in seqs.iter_mut() {
             caches.push(match s.cache.as_deref_mut() {

@@ -1,19 +1,69 @@
-//! The block hook of a tensor-library executor: applies interventions
-//! and a step policy after their blocks and keeps observed activations,
-//! whatever the library (what candle's hook does, on its tensors).
+//! The block hook every local backend runs after each block: applies the
+//! interventions and a step policy and keeps the observed activations,
+//! over the library's tensors ([`TensorOps`]). Written once for candle,
+//! torch and MLX.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{BlockHook, BlockView, TensorOps};
 use crate::executor::Effect;
-use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
-use crate::intervene::policy_step;
+use crate::intervene::{Intervention, Primitive, policy_step};
 use crate::model::ModelError;
 use crate::trace::Site;
 
-/// An activation kept by the hook, `[tokens, hidden]` on the model's device.
+/// A tensor library's operations, beyond the activation primitive, that
+/// the shared hook (and the tensor-library executor's session and trace)
+/// use. A library's residual stream is `[tokens, hidden]` or, as candle
+/// keeps it, already `[1, tokens, hidden]`; `batched` and `unbatched`
+/// convert between it and the primitive's `[1, tokens, hidden]`.
+pub trait TensorOps: Primitive + Default {
+    /// The residual stream as `[1, tokens, hidden]` (the primitive's input).
+    fn batched(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
+    /// `[1, tokens, hidden]` back in the library's layout.
+    fn unbatched(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
+    /// Another handle on the same values (no copy).
+    fn share(&self, t: &Self::Tensor) -> Self::Tensor;
+    /// The last position of an activation as a tensor of its own (a view
+    /// would keep every position alive).
+    fn last_row(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
+    /// The shape, and the values as f32 on the host in row-major order.
+    fn host(&self, t: &Self::Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError>;
+}
+
+/// What a hook sees of a block after it ran.
+pub struct BlockView<'a, T> {
+    pub layer: usize,
+    /// Absolute position of the pass's first token.
+    pub offset: usize,
+    /// What the attention added to the residual stream.
+    pub attn_out: &'a T,
+    /// What the MLP added to the residual stream.
+    pub mlp_out: &'a T,
+    /// A mixture of experts' router probabilities, one row per token, f32
+    /// (each token used the experts with the highest).
+    pub router: Option<&'a T>,
+}
+
+/// Called after every block with the residual stream; a returned tensor
+/// of the same shape and dtype replaces it for the rest of the pass (an
+/// intervention).
+pub trait BlockHook<T> {
+    fn after_block(&mut self, view: &BlockView<'_, T>, resid: &T) -> Result<Option<T>, ModelError>;
+}
+
+/// A hook that does nothing.
+pub struct NoHook;
+
+impl<T> BlockHook<T> for NoHook {
+    fn after_block(&mut self, _: &BlockView<'_, T>, _: &T) -> Result<Option<T>, ModelError> {
+        Ok(None)
+    }
+}
+
+/// An activation kept by the hook, on the model's device, in the
+/// library's layout of the residual stream.
+#[derive(Clone)]
 pub struct Kept<T> {
     pub layer: usize,
     pub site: Site,
@@ -21,8 +71,9 @@ pub struct Kept<T> {
 }
 
 /// Applies interventions and a policy after their blocks and keeps
-/// observed activations.
-pub struct LibHook<'a, O: TensorOps> {
+/// observed activations: the one hook of every local backend, over its
+/// library's [`TensorOps`].
+pub struct RunHook<'a, O: TensorOps> {
     ops: O,
     pub interventions: &'a [Intervention],
     pub effects: Vec<Effect>,
@@ -42,9 +93,9 @@ pub struct LibHook<'a, O: TensorOps> {
     policy_bases: HashMap<String, O::Tensor>,
 }
 
-impl<'a, O: TensorOps> LibHook<'a, O> {
+impl<'a, O: TensorOps> RunHook<'a, O> {
     pub fn new(interventions: &'a [Intervention]) -> Self {
-        LibHook {
+        RunHook {
             ops: O::default(),
             interventions,
             effects: vec![Effect::default(); interventions.len()],
@@ -108,7 +159,7 @@ impl<'a, O: TensorOps> LibHook<'a, O> {
     }
 }
 
-impl<O: TensorOps> BlockHook<O::Tensor> for LibHook<'_, O> {
+impl<O: TensorOps> BlockHook<O::Tensor> for RunHook<'_, O> {
     fn after_block(
         &mut self,
         v: &BlockView<'_, O::Tensor>,
