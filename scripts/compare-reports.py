@@ -17,6 +17,7 @@ import re
 import sys
 
 IGNORED = [
+    r"^created_at$",
     r"^reproducibility\.stages",
     r"^reproducibility\.(created|command|tool_version|output|config_path)",
     r"^reproducibility\.bundles\.[a-z]+\.(sha256|path|manifest_sha256|bytes|reused)",
