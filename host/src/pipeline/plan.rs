@@ -526,7 +526,7 @@ impl<'a> Checker<'a> {
             let checked = ModelCheck {
                 config,
                 model: &model,
-                key,
+                side: name,
                 transform: transform.as_ref(),
                 measures,
             };
@@ -930,7 +930,7 @@ impl GenerationSettings {
 struct ModelCheck<'a> {
     config: &'a crate::config::file::ConfigFile,
     model: &'a Path,
-    key: &'a str,
+    side: SideName,
     transform: Option<&'a TransformPlan>,
     /// Whether `[measure]` runs on this side's model (the baseline).
     measures: bool,
@@ -945,7 +945,7 @@ impl ModelCheck<'_> {
         shape: &crate::model::config::ModelConfig,
         at: &At<'_>,
     ) -> anyhow::Result<Option<String>> {
-        let (config, key) = (self.config, self.key);
+        let (config, key) = (self.config, self.side.as_str());
         let depth = shape.layers;
         let out_of_range = |field: String, layer: usize| {
             at(
@@ -990,9 +990,9 @@ impl ModelCheck<'_> {
                 return Err(out_of_range("measure.layer".into(), l));
             }
         }
-        let max_tokens = match key {
-            "baseline" => config.baseline.max_tokens,
-            _ => config.candidate.max_tokens,
+        let max_tokens = match self.side {
+            SideName::Baseline => config.baseline.max_tokens,
+            SideName::Candidate => config.candidate.max_tokens,
         }
         .unwrap_or(config.observe.max_tokens);
         if let Some(ctx) = shape.context_length
@@ -1018,7 +1018,7 @@ impl ModelCheck<'_> {
         shape: &crate::model::config::ModelConfig,
         at: &At<'_>,
     ) -> anyhow::Result<()> {
-        let key = self.key;
+        let key = self.side.as_str();
         let width_error = |file: &Path, width: usize| {
             format!(
                 "{} has width {width} but {} has hidden size {}; measure the direction on this model",

@@ -116,7 +116,6 @@ fn routes_of(
     bundle: &Bundle,
     side: SideName,
 ) -> anyhow::Result<HashMap<String, (Vec<u32>, Routes)>> {
-    let side = side.as_str();
     let mut prompts = HashMap::new();
     for t in bundle.traces() {
         let Some(id) = t.request.prompt_id.clone() else {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::bundle::Bundle;
 use crate::config::{Prompt, Suite};
 use crate::executor::ReferenceContinuation;
+use crate::pipeline::sides::SideName;
 use crate::report::document::{DistributionShift, KlPositions, PromptKl};
 use crate::trace::{ArtifactData, ArtifactKind as K, Role, Trace};
 
@@ -57,7 +58,7 @@ pub fn continuation_reference(
     bundle: &Bundle,
     t: &Trace,
 ) -> anyhow::Result<Option<ReferenceContinuation>> {
-    let Some(support) = id_rows(bundle, "baseline", t, Role::ContinuationTopK)? else {
+    let Some(support) = id_rows(bundle, SideName::Baseline, t, Role::ContinuationTopK)? else {
         return Ok(None);
     };
     let completion = tokens_of(t, Role::Completion).unwrap_or_default();
@@ -72,7 +73,7 @@ pub fn continuation_reference(
 /// `role`; `None` when the trace has none.
 fn id_rows(
     bundle: &Bundle,
-    side: &str,
+    side: SideName,
     t: &Trace,
     role: Role,
 ) -> anyhow::Result<Option<Vec<Vec<u32>>>> {
@@ -127,7 +128,7 @@ type KlRows = Vec<Vec<f32>>;
 /// `role`, read from `bundle`; `None` when the trace has none.
 fn kl_rows(
     bundle: &Bundle,
-    side: &str,
+    side: SideName,
     t: &Trace,
     role: Role,
 ) -> anyhow::Result<Option<(BTreeMap<String, String>, KlRows)>> {
@@ -170,11 +171,16 @@ pub fn distribution(
         let Some(reference) = continuation_reference(baseline.1, b)? else {
             continue;
         };
-        let Some((_, base_rows)) = kl_rows(baseline.1, "baseline", b, Role::Continuation)? else {
+        let Some((_, base_rows)) = kl_rows(baseline.1, SideName::Baseline, b, Role::Continuation)?
+        else {
             continue;
         };
-        let Some((labels, cand_rows)) =
-            kl_rows(candidate.1, "candidate", c, Role::ReferenceContinuation)?
+        let Some((labels, cand_rows)) = kl_rows(
+            candidate.1,
+            SideName::Candidate,
+            c,
+            Role::ReferenceContinuation,
+        )?
         else {
             // A side that cannot score a given continuation (an endpoint)
             // is compared on the generated positions both sides share.
@@ -202,8 +208,12 @@ pub fn distribution(
         // at each position, compared on the tokens both sides hold.
         let figures = match labels.get("values").map(String::as_str) {
             Some("own_top_k") => {
-                let Some(cand_ids) =
-                    id_rows(candidate.1, "candidate", c, Role::ReferenceContinuationTopK)?
+                let Some(cand_ids) = id_rows(
+                    candidate.1,
+                    SideName::Candidate,
+                    c,
+                    Role::ReferenceContinuationTopK,
+                )?
                 else {
                     mismatched.push(p.id.clone());
                     continue;
@@ -336,13 +346,14 @@ fn shared_generated(
     candidate: &Bundle,
     c: &Trace,
 ) -> anyhow::Result<Option<(Vec<PositionKl>, usize)>> {
-    let Some((_, base_rows)) = kl_rows(baseline, "baseline", b, Role::Continuation)? else {
+    let Some((_, base_rows)) = kl_rows(baseline, SideName::Baseline, b, Role::Continuation)? else {
         return Ok(None);
     };
     let Some(cand_ref) = continuation_reference(candidate, c)? else {
         return Ok(None);
     };
-    let Some((_, cand_rows)) = kl_rows(candidate, "candidate", c, Role::Continuation)? else {
+    let Some((_, cand_rows)) = kl_rows(candidate, SideName::Candidate, c, Role::Continuation)?
+    else {
         return Ok(None);
     };
     let (bc, cc) = (&reference.completion, &cand_ref.completion);

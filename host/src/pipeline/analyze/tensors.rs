@@ -5,6 +5,7 @@
 use anyhow::Context;
 
 use crate::bundle::Bundle;
+use crate::pipeline::sides::SideName;
 use crate::trace::Trace;
 
 /// The raw tensor of artifact `a` of `t`, with the words that name it in
@@ -34,7 +35,7 @@ pub(super) fn raw_tensor<'b>(
 /// trace and the bundle when it cannot be read or is not a non-empty table.
 pub(super) fn table<'b>(
     bundle: &'b Bundle,
-    side: &str,
+    side: SideName,
     t: &Trace,
     a: &crate::trace::Artifact,
     what: &str,
