@@ -17,6 +17,7 @@ pub mod device;
 pub mod generate;
 pub mod hook;
 pub mod http;
+pub mod identity;
 #[cfg(feature = "mlx")]
 pub mod mlx;
 pub mod recorder;

@@ -6,8 +6,8 @@ pub mod model;
 mod session;
 mod trace;
 
+use super::identity::ModelIdentity;
 use std::ops::ControlFlow;
-use std::sync::OnceLock;
 
 use candle_core::{Device, IndexOp};
 
@@ -40,11 +40,8 @@ pub struct CandleExecutor {
     /// `cpu`, `cuda:0`...
     pub device_name: String,
     device_kind: DeviceKind,
-    sha256: OnceLock<Option<String>>,
-    tokenizer_sha256: OnceLock<String>,
-    /// Set when the weights were changed in memory after loading, so the
-    /// file hash no longer describes them.
-    pub modified: Option<String>,
+    /// The digests of its weights and vocabulary, and its changes.
+    pub identity: ModelIdentity,
 }
 
 impl CandleExecutor {
@@ -147,21 +144,7 @@ impl Executor for CandleExecutor {
     }
 
     fn model_ref(&self) -> ModelRef {
-        let (name, sha256) = match &self.modified {
-            None => (self.model.name.clone(), self.weights_sha256()),
-            // The file hash would claim weights the run did not use.
-            Some(how) => (format!("{} ({how})", self.model.name), None),
-        };
-        ModelRef {
-            name,
-            path: Some(self.model.path.display().to_string()),
-            sha256,
-            tokenizer_sha256: Some(
-                self.tokenizer_sha256
-                    .get_or_init(|| self.model.vocabulary_sha256())
-                    .clone(),
-            ),
-        }
+        self.identity.model_ref(&self.model.assets)
     }
 
     fn device_name(&self) -> String {
@@ -235,9 +218,7 @@ impl LocalModel for CandleExecutor {
             device,
             device_name: spec.device.to_string(),
             device_kind: spec.device.kind(),
-            sha256: OnceLock::new(),
-            tokenizer_sha256: OnceLock::new(),
-            modified: None,
+            identity: ModelIdentity::default(),
         })
     }
     /// sha256 of the weights (see [`ModelAssets::weights_sha256`]),
@@ -245,9 +226,7 @@ impl LocalModel for CandleExecutor {
     ///
     /// [`ModelAssets::weights_sha256`]: crate::model::assets::ModelAssets::weights_sha256
     fn weights_sha256(&self) -> Option<String> {
-        self.sha256
-            .get_or_init(|| self.model.assets.weights_sha256())
-            .clone()
+        self.identity.weights_sha256(&self.model.assets)
     }
     fn is_quantized(&self) -> bool {
         self.model.model.is_quantized()
@@ -296,7 +275,7 @@ impl LocalModel for CandleExecutor {
             self.model
                 .model
                 .orthogonalize(&d, layers, &[Matrix::AttnOutput, Matrix::FfnDown])?;
-        self.modified = Some("orthogonalized".into());
+        self.identity.modified = Some("orthogonalized".into());
         Ok(changes
             .into_iter()
             .map(|((layer, m), norm)| WeightChange {

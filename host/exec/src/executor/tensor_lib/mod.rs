@@ -20,8 +20,8 @@
 mod session;
 mod trace;
 
+use super::identity::ModelIdentity;
 use std::path::Path;
-use std::sync::OnceLock;
 
 pub use super::hook::{BlockHook, BlockView, Kept, NoHook, RunHook as LibHook, TensorOps};
 pub use session::LibSession;
@@ -203,10 +203,8 @@ pub struct LibExecutor<M> {
     /// backends' `Sync` impls rely on it).
     model: M,
     device: DeviceSpec,
-    sha256: OnceLock<Option<String>>,
-    tokenizer_sha256: OnceLock<String>,
-    /// Set when the weights were changed in memory after loading.
-    pub modified: Option<String>,
+    /// The digests of its weights and vocabulary, and its changes.
+    pub identity: ModelIdentity,
 }
 
 impl<M: LibModel> LibExecutor<M> {
@@ -232,21 +230,7 @@ impl<M: LibModel> Executor for LibExecutor<M> {
     }
 
     fn model_ref(&self) -> ModelRef {
-        let (name, sha256) = match &self.modified {
-            None => (self.assets.name.clone(), self.weights_sha256()),
-            // The file hash would claim weights the run did not use.
-            Some(how) => (format!("{} ({how})", self.assets.name), None),
-        };
-        ModelRef {
-            name,
-            path: Some(self.assets.path.display().to_string()),
-            sha256,
-            tokenizer_sha256: Some(
-                self.tokenizer_sha256
-                    .get_or_init(|| self.assets.vocabulary_sha256())
-                    .clone(),
-            ),
-        }
+        self.identity.model_ref(&self.assets)
     }
 
     fn device_name(&self) -> String {
@@ -294,15 +278,11 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
             assets,
             model,
             device: spec.device,
-            sha256: OnceLock::new(),
-            tokenizer_sha256: OnceLock::new(),
-            modified: None,
+            identity: ModelIdentity::default(),
         })
     }
     fn weights_sha256(&self) -> Option<String> {
-        self.sha256
-            .get_or_init(|| self.assets.weights_sha256())
-            .clone()
+        self.identity.weights_sha256(&self.assets)
     }
     fn is_quantized(&self) -> bool {
         self.model.is_quantized()
@@ -391,7 +371,7 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
                 });
             }
         }
-        self.modified = Some("orthogonalized".into());
+        self.identity.modified = Some("orthogonalized".into());
         Ok(changes)
     }
     /// The weights as loaded and transformed, as f32 safetensors in an HF
