@@ -26,6 +26,7 @@ pub mod replay;
 pub mod tensor_lib;
 #[cfg(feature = "torch")]
 pub mod torch;
+mod traced;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;

@@ -66,13 +66,13 @@ impl CandleExecutor {
         }
     }
 
-    /// Traces `jobs` as one batch (see [`trace::run_batch`]): one result
-    /// per job, in order.
+    /// Traces `jobs` as one batch, each stage one batched pass over all of
+    /// them (see [`crate::executor::traced`]): one result per job, in order.
     pub fn trace_batch(
         &self,
         jobs: &[(TraceRequest, RunOptions)],
     ) -> Vec<Result<TraceOutput, ExecutorError>> {
-        trace::run_batch(self, jobs)
+        crate::executor::traced::trace_batch(self, jobs)
     }
 
     /// Whether tensors live in another memory than the host's (a GPU's),
@@ -168,7 +168,7 @@ impl Executor for CandleExecutor {
         options: &RunOptions,
         policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options, policy)
+        crate::executor::traced::trace_one(self, request, options, policy)
     }
 
     /// `batch` jobs at a time in one batched pass (see

@@ -13,16 +13,16 @@ use super::model::llama::LogitsAt;
 use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Observed, Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
-    resident_bytes, support_scores, tokenize_prompt,
+    Recorder, check_request, fits_context, log_softmax_data, note_generation, resident_bytes,
+    support_scores, tokenize_prompt,
 };
+use crate::executor::traced::{TracedStages, close, observed};
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
     TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
-use crate::model::{Matrix, ModelError};
-use crate::trace::Site;
+use crate::model::ModelError;
 use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data: one copy, straight from
@@ -49,70 +49,35 @@ fn host_data(t: &Tensor) -> Result<TensorData, ExecutorError> {
     Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
 }
 
-/// One trace: the batch of one every traced run goes through.
-pub(super) fn run(
-    exec: &CandleExecutor,
-    request: &TraceRequest,
-    options: &RunOptions,
-    policy: Option<&mut dyn StepPolicy>,
-) -> Result<TraceOutput, ExecutorError> {
-    // The policy's trait object is reborrowed for the job's lifetime.
-    let policy = policy.map(|p| p as &mut dyn StepPolicy);
-    let mut jobs = vec![begin(exec, request, options, policy)?];
-    run_stages(exec, &mut jobs)?;
-    finish(jobs.pop().expect("one job"))
-}
+/// candle's stages of a traced run: each one batched pass over every job
+/// (or one pass per decode step over the sequences still generating).
+impl TracedStages for CandleExecutor {
+    type Job<'a> = Job<'a>;
 
-/// Traces `jobs` as one batch: their prompts run in one ragged pass,
-/// their generations decode together (one pass per step for every
-/// sequence still generating), and their reference continuations are
-/// scored in one pass. Each trace records what it would alone; its spans
-/// say the batch's size, and their times are the passes' wall-clock times.
-/// A job that cannot start fails alone; a batched pass that fails is run
-/// again one job at a time, so a bad job cannot fail the others.
-pub(super) fn run_batch(
-    exec: &CandleExecutor,
-    jobs: &[(TraceRequest, RunOptions)],
-) -> Vec<Result<TraceOutput, ExecutorError>> {
-    let mut out: Vec<Option<Result<TraceOutput, ExecutorError>>> =
-        jobs.iter().map(|_| None).collect();
-    let mut started = Vec::new();
-    let mut index = Vec::new();
-    for (i, (request, options)) in jobs.iter().enumerate() {
-        match begin(exec, request, options, None) {
-            Ok(job) => {
-                started.push(job);
-                index.push(i);
-            }
-            Err(e) => out[i] = Some(Err(e)),
-        }
+    fn begin<'a>(
+        &'a self,
+        request: &'a TraceRequest,
+        options: &'a RunOptions,
+        policy: Option<&'a mut dyn StepPolicy>,
+    ) -> Result<Job<'a>, ExecutorError> {
+        begin(self, request, options, policy)
     }
-    match run_stages(exec, &mut started) {
-        Ok(()) => {
-            for (i, job) in index.into_iter().zip(started) {
-                out[i] = Some(finish(job));
-            }
-        }
-        Err(e) if started.len() == 1 => out[index[0]] = Some(Err(e)),
-        Err(e) => {
-            tracing::warn!(
-                "a batched pass over {} traces failed ({e}); running them one at a time",
-                started.len()
-            );
-            drop(started);
-            for i in index {
-                let (request, options) = &jobs[i];
-                out[i] = Some(run(exec, request, options, None));
-            }
-        }
+    fn prefill(&self, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+        prefill(jobs)
     }
-    out.into_iter()
-        .map(|r| r.expect("every job is answered"))
-        .collect()
+    fn decode(&self, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+        decode(self, jobs)
+    }
+    fn forward(&self, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
+        score_references(self, jobs)
+    }
+    fn finish(&self, job: Job<'_>) -> Result<TraceOutput, ExecutorError> {
+        finish(job)
+    }
 }
 
 /// A trace in progress.
-struct Job<'a> {
+pub(crate) struct Job<'a> {
     exec: &'a CandleExecutor,
     request: &'a TraceRequest,
     options: &'a RunOptions,
@@ -211,14 +176,6 @@ fn begin<'a>(
     })
 }
 
-/// Prefill, decode and the reference continuations, each one batched pass
-/// (or one pass per decode step) over `jobs`.
-fn run_stages(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorError> {
-    prefill(jobs)?;
-    decode(exec, jobs)?;
-    score_references(exec, jobs)
-}
-
 /// The prompts' forward pass with hooks (prefill), the activations copied
 /// to the host (observe) and the logits (lm_head). An opening every prompt
 /// shares runs once ([`prefill_batch`]).
@@ -303,31 +260,11 @@ impl Job<'_> {
             .saturating_sub(self.session.hook.intervene_ns);
         if self.observe || request.wants(K::WeightSnapshot) {
             let start = Instant::now();
-            let mut pending: Vec<Observed> = Vec::new();
             // A router's probabilities say how many experts each token used.
-            let used = exec
-                .model
-                .model
-                .config()
-                .experts
-                .as_ref()
-                .map(|e| e.used.to_string());
-            for k in &kept {
-                let mut l = labels(&[(Site::KEY, k.site.as_str())]);
-                if let (Site::Router, Some(u)) = (k.site, &used) {
-                    l.insert("experts_used".into(), u.clone());
-                }
-                pending.push((K::Activation, k.layer, l, host_data(&k.tensor)?));
-            }
-            if request.wants(K::WeightSnapshot) {
-                for &layer in &request.layers {
-                    for m in [Matrix::AttnOutput, Matrix::FfnDown] {
-                        let w = exec.model.model.weight(layer, m)?;
-                        let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
-                        pending.push((K::WeightSnapshot, layer, l, host_data(&w)?));
-                    }
-                }
-            }
+            let used = exec.model.model.config().experts.as_ref().map(|e| e.used);
+            let pending = observed(request, &kept, used, host_data, |layer, m| {
+                host_data(&exec.model.model.weight(layer, m)?)
+            })?;
             let mut p = rec.profile(start, n);
             p.duration_ns += observed_ns;
             rec.observe(p, pending, on_device);
@@ -518,22 +455,14 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
     Ok(())
 }
 
-/// The intervene span (what each intervention and the policy did over
-/// prefill and decode), the run's profile, and the finished trace.
-fn finish(mut job: Job<'_>) -> Result<TraceOutput, ExecutorError> {
-    let session = &job.session;
-    let policy = session
-        .hook
-        .policy
-        .as_deref()
-        .map(|p| (p as &dyn StepPolicy, &session.hook.policy_log));
-    job.rec.interventions(
-        &job.options.interventions,
-        session.effects(),
-        policy,
-        session.hook.intervene_ns,
-    );
-    job.rec
-        .run_profile(job.ids.len(), job.prefill_ns, job.generation.as_ref());
-    job.rec.finish(job.generation)
+/// The intervene span, the run's profile, and the finished trace.
+fn finish(job: Job<'_>) -> Result<TraceOutput, ExecutorError> {
+    let prefill = (job.ids.len(), job.prefill_ns);
+    close(
+        job.rec,
+        job.options,
+        &job.session.hook,
+        prefill,
+        job.generation,
+    )
 }

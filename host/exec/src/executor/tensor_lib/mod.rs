@@ -248,7 +248,7 @@ impl<M: LibModel> Executor for LibExecutor<M> {
         options: &RunOptions,
         policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
-        trace::run(self, request, options, policy)
+        crate::executor::traced::trace_one(self, request, options, policy)
     }
 }
 

@@ -1,25 +1,25 @@
-//! One traced run of a tensor-library executor: tokenize, prepare,
+//! The stages of a tensor-library executor's traced run (their order is
+//! the shared driver's, [`crate::executor::traced`]): tokenize, prepare,
 //! prefill (with hooks), observe, lm_head, and optionally decode, forward
 //! (the reference continuation) and intervene, each a span with a
 //! profile, recorded through the shared [`Recorder`] as candle's are.
-//! Jobs run one at a time (no batched passes).
+//! Jobs run one at a time within a stage (no batched passes).
 
 use std::time::Instant;
 
 use super::session::{last_logits, rewind};
 use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
-use crate::executor::generate::Generator;
+use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, fits_context, labels, log_softmax_data, note_generation,
-    resident_bytes, support_scores, tokenize_prompt,
+    Recorder, check_request, fits_context, log_softmax_data, note_generation, resident_bytes,
+    support_scores, tokenize_prompt,
 };
+use crate::executor::traced::{TracedStages, close, observed};
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
     TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
-use crate::model::Matrix;
-use crate::trace::Site;
 use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data, with its shape; with
@@ -37,67 +37,109 @@ fn host_data<O: TensorOps>(
     Ok(TensorData::from_f32(shape, &values).expect("the tensor's shape"))
 }
 
-/// One traced run, span by span in the order every executor records them:
-/// prepare_batch, prefill, observe, lm_head, decode, forward, intervene.
-pub(super) fn run<M: LibModel>(
-    exec: &LibExecutor<M>,
-    request: &TraceRequest,
-    options: &RunOptions,
-    policy: Option<&mut dyn StepPolicy>,
-) -> Result<TraceOutput, ExecutorError> {
-    check_request(exec.dims().layers, request, &options.interventions)?;
-    let mut rec = Recorder::new(
-        options.trace_id.clone(),
-        exec.model_ref(),
-        exec.capabilities(),
-        exec.device_name(),
-        request,
-    );
-    let ids = tokenize_prompt(&mut rec, &exec.assets, request, options)?;
-    let mut run = Run {
-        exec,
-        ops: M::Ops::default(),
-        request,
-        options,
-        session: exec.session(&options.interventions),
-        n: ids.len(),
-        on_device: exec.model().on_device(),
-        rec,
-    };
-    // (Re-wrapped so the policy's trait object takes the run's lifetime.)
-    run.prepare_batch(match policy {
-        Some(p) => Some(p),
-        None => None,
-    })?;
-    let context = exec.assets.config.context_length;
-    let reference = fits_context(request, options, run.n, (exec.dims().vocab, context))?;
-    let prefill = run.prefill(&ids)?;
-    run.observe(prefill.timing)?;
-    let next = run.lm_head(&prefill)?;
-    let generation = match options.generate.max_tokens > 0 {
-        true => Some(run.decode(next, prefill.ns, context)?),
-        false => None,
-    };
-    if let Some(reference) = reference {
-        run.forward(&ids, reference)?;
+/// A trace in progress: its run (session and recorder) and what each
+/// stage hands the next.
+pub(crate) struct Job<'a, M: LibModel> {
+    run: Run<'a, M>,
+    ids: Vec<u32>,
+    context: Option<usize>,
+    /// Another side's continuation to score (checked: its support rows and
+    /// their width).
+    reference: Option<(&'a ReferenceContinuation, usize, usize)>,
+    /// Wall-clock time of the prefill pass (hook and lm_head included).
+    prefill_ns: u64,
+    /// The prompt's last-position logits, where generation starts.
+    next: Vec<f32>,
+    generation: Option<Generation>,
+}
+
+/// The tensor-library executor's stages of a traced run: one job at a
+/// time within each stage (no batched passes).
+impl<M: LibModel> TracedStages for LibExecutor<M> {
+    type Job<'a>
+        = Job<'a, M>
+    where
+        M: 'a;
+
+    fn begin<'a>(
+        &'a self,
+        request: &'a TraceRequest,
+        options: &'a RunOptions,
+        policy: Option<&'a mut dyn StepPolicy>,
+    ) -> Result<Job<'a, M>, ExecutorError> {
+        check_request(self.dims().layers, request, &options.interventions)?;
+        let mut rec = Recorder::new(
+            options.trace_id.clone(),
+            self.model_ref(),
+            self.capabilities(),
+            self.device_name(),
+            request,
+        );
+        let ids = tokenize_prompt(&mut rec, &self.assets, request, options)?;
+        let mut run = Run {
+            exec: self,
+            ops: M::Ops::default(),
+            request,
+            options,
+            session: self.session(&options.interventions),
+            n: ids.len(),
+            on_device: self.model().on_device(),
+            rec,
+        };
+        run.prepare_batch(policy)?;
+        let context = self.assets.config.context_length;
+        let reference = fits_context(request, options, run.n, (self.dims().vocab, context))?;
+        Ok(Job {
+            run,
+            ids,
+            context,
+            reference,
+            prefill_ns: 0,
+            next: Vec::new(),
+            generation: None,
+        })
     }
-    let Run {
-        mut rec, session, ..
-    } = run;
-    // intervene: what each intervention and the policy did.
-    let policy = session
-        .hook
-        .policy
-        .as_deref()
-        .map(|p| (p as &dyn StepPolicy, &session.hook.policy_log));
-    rec.interventions(
-        &options.interventions,
-        session.effects(),
-        policy,
-        session.hook.intervene_ns,
-    );
-    rec.run_profile(ids.len(), prefill.ns, generation.as_ref());
-    rec.finish(generation)
+
+    fn prefill(&self, jobs: &mut [Job<'_, M>]) -> Result<(), ExecutorError> {
+        for job in jobs {
+            let prefill = job.run.prefill(&job.ids)?;
+            job.run.observe(prefill.timing)?;
+            job.next = job.run.lm_head(&prefill)?;
+            job.prefill_ns = prefill.ns;
+        }
+        Ok(())
+    }
+
+    fn decode(&self, jobs: &mut [Job<'_, M>]) -> Result<(), ExecutorError> {
+        for job in jobs
+            .iter_mut()
+            .filter(|j| j.run.options.generate.max_tokens > 0)
+        {
+            let next = std::mem::take(&mut job.next);
+            job.generation = Some(job.run.decode(next, job.prefill_ns, job.context)?);
+        }
+        Ok(())
+    }
+
+    fn forward(&self, jobs: &mut [Job<'_, M>]) -> Result<(), ExecutorError> {
+        for job in jobs {
+            if let Some(reference) = job.reference {
+                job.run.forward(&job.ids, reference)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&self, job: Job<'_, M>) -> Result<TraceOutput, ExecutorError> {
+        let Run {
+            rec,
+            session,
+            options,
+            ..
+        } = job.run;
+        let prefill = (job.ids.len(), job.prefill_ns);
+        close(rec, options, &session.hook, prefill, job.generation)
+    }
 }
 
 /// A traced run in progress: its session and its recorder.
@@ -195,25 +237,13 @@ impl<'a, M: LibModel> Run<'a, M> {
             return Ok(());
         }
         let start = Instant::now();
-        let mut pending = Vec::new();
         // A router's probabilities say how many experts each token used.
-        let used = model.config().experts.as_ref().map(|e| e.used.to_string());
-        for k in &kept {
-            let mut l = labels(&[(Site::KEY, k.site.as_str())]);
-            if let (Site::Router, Some(u)) = (k.site, &used) {
-                l.insert("experts_used".into(), u.clone());
-            }
-            pending.push((K::Activation, k.layer, l, host_data(ops, &k.tensor, true)?));
-        }
-        if request.wants(K::WeightSnapshot) {
-            for &layer in &request.layers {
-                for m in [Matrix::AttnOutput, Matrix::FfnDown] {
-                    let w: TensorOf<M> = model.weight(layer, m)?;
-                    let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
-                    pending.push((K::WeightSnapshot, layer, l, host_data(ops, &w, false)?));
-                }
-            }
-        }
+        let used = model.config().experts.as_ref().map(|e| e.used);
+        let host = |t: &TensorOf<M>| host_data(ops, t, true);
+        let pending = observed(request, &kept, used, host, |layer, m| {
+            let w: TensorOf<M> = model.weight(layer, m)?;
+            host_data(ops, &w, false)
+        })?;
         let settled = model.settle();
         let mut p = self.rec.profile(start, self.n);
         settled.note(&mut p);
@@ -254,7 +284,7 @@ impl<'a, M: LibModel> Run<'a, M> {
         mut next: Vec<f32>,
         prefill_ns: u64,
         context: Option<usize>,
-    ) -> Result<crate::executor::Generation, ExecutorError> {
+    ) -> Result<Generation, ExecutorError> {
         let exec = self.exec;
         let is_eos = |id| exec.is_eos(id);
         let detokenize = |ids: &[u32]| exec.detokenize(ids);

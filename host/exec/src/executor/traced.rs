@@ -1,0 +1,165 @@
+//! The order of a traced run's stages, written once for every local
+//! backend: tokenize and prepare_batch (`begin`), then prefill, observe and
+//! lm_head, then decode, then forward (a reference continuation scored),
+//! then intervene and the run's profile (`finish`). A backend supplies
+//! each stage's body over a slice of jobs, so one that batches (candle)
+//! runs a stage as one pass over all of them and one that does not runs
+//! them one after another; the order, the batch's error handling and the
+//! fallback to one job at a time are the driver's.
+
+use crate::executor::generate::Generation;
+use crate::executor::hook::{Kept, RunHook, TensorOps};
+use crate::executor::recorder::{Observed, Recorder, labels};
+use crate::executor::{ExecutorError, RunOptions, TraceOutput};
+use crate::intervene::policy::StepPolicy;
+use crate::model::Matrix;
+use crate::trace::{ArtifactKind as K, Site, TensorData, TraceRequest};
+
+/// A local backend's stages of a traced run.
+pub(crate) trait TracedStages {
+    /// A trace in progress: its recorder, session and what the stages
+    /// before handed on.
+    type Job<'a>
+    where
+        Self: 'a;
+
+    /// tokenize and prepare_batch: the prompt's tokens, the session, its
+    /// cache and hook (with `policy` deciding ops after its blocks).
+    fn begin<'a>(
+        &'a self,
+        request: &'a TraceRequest,
+        options: &'a RunOptions,
+        policy: Option<&'a mut dyn StepPolicy>,
+    ) -> Result<Self::Job<'a>, ExecutorError>;
+    /// prefill, observe and lm_head of every job.
+    fn prefill(&self, jobs: &mut [Self::Job<'_>]) -> Result<(), ExecutorError>;
+    /// decode: the generation of every job that asks for one.
+    fn decode(&self, jobs: &mut [Self::Job<'_>]) -> Result<(), ExecutorError>;
+    /// forward: every job's reference continuation, scored.
+    fn forward(&self, jobs: &mut [Self::Job<'_>]) -> Result<(), ExecutorError>;
+    /// intervene (what each intervention and the policy did), the run's
+    /// profile, and the finished trace.
+    fn finish(&self, job: Self::Job<'_>) -> Result<TraceOutput, ExecutorError>;
+}
+
+/// One traced run: a batch of one.
+pub(crate) fn trace_one<S: TracedStages>(
+    backend: &S,
+    request: &TraceRequest,
+    options: &RunOptions,
+    policy: Option<&mut dyn StepPolicy>,
+) -> Result<TraceOutput, ExecutorError> {
+    // The policy's trait object is reborrowed for the job's lifetime.
+    let policy = policy.map(|p| p as &mut dyn StepPolicy);
+    let mut jobs = vec![backend.begin(request, options, policy)?];
+    run_stages(backend, &mut jobs)?;
+    backend.finish(jobs.pop().expect("one job"))
+}
+
+/// Traces `jobs` as one batch, each stage over all of them. Each trace
+/// records what it would alone. A job that cannot start fails alone; a
+/// batch whose stages fail is run again one job at a time, so a bad job
+/// cannot fail the others. One result per job, in order.
+pub(crate) fn trace_batch<S: TracedStages>(
+    backend: &S,
+    jobs: &[(TraceRequest, RunOptions)],
+) -> Vec<Result<TraceOutput, ExecutorError>> {
+    let mut out: Vec<Option<Result<TraceOutput, ExecutorError>>> =
+        jobs.iter().map(|_| None).collect();
+    let mut started = Vec::new();
+    let mut index = Vec::new();
+    for (i, (request, options)) in jobs.iter().enumerate() {
+        match backend.begin(request, options, None) {
+            Ok(job) => {
+                started.push(job);
+                index.push(i);
+            }
+            Err(e) => out[i] = Some(Err(e)),
+        }
+    }
+    match run_stages(backend, &mut started) {
+        Ok(()) => {
+            for (i, job) in index.into_iter().zip(started) {
+                out[i] = Some(backend.finish(job));
+            }
+        }
+        Err(e) if started.len() == 1 => out[index[0]] = Some(Err(e)),
+        Err(e) => {
+            tracing::warn!(
+                "a batched pass over {} traces failed ({e}); running them one at a time",
+                started.len()
+            );
+            drop(started);
+            for i in index {
+                let (request, options) = &jobs[i];
+                out[i] = Some(trace_one(backend, request, options, None));
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.expect("every job is answered"))
+        .collect()
+}
+
+/// The stages between `begin` and `finish`, in their order.
+fn run_stages<S: TracedStages>(backend: &S, jobs: &mut [S::Job<'_>]) -> Result<(), ExecutorError> {
+    backend.prefill(jobs)?;
+    backend.decode(jobs)?;
+    backend.forward(jobs)
+}
+
+/// The last stage of every backend's trace: the intervene span (what each
+/// intervention and the policy did over prefill and decode, from the
+/// run's hook), the run's profile, and the finished trace.
+pub(crate) fn close<O: TensorOps>(
+    mut rec: Recorder,
+    options: &RunOptions,
+    hook: &RunHook<'_, O>,
+    (prompt_tokens, prefill_ns): (usize, u64),
+    generation: Option<Generation>,
+) -> Result<TraceOutput, ExecutorError> {
+    let policy = hook
+        .policy
+        .as_deref()
+        .map(|p| (p as &dyn StepPolicy, &hook.policy_log));
+    rec.interventions(
+        &options.interventions,
+        &hook.effects,
+        policy,
+        hook.intervene_ns,
+    );
+    rec.run_profile(prompt_tokens, prefill_ns, generation.as_ref());
+    rec.finish(generation)
+}
+
+/// What the observe span records of a run: each kept activation (labelled
+/// with its site, a router's with how many experts each token used), then
+/// the weight snapshots the request asks for (the two matrices of each
+/// observed block that write into the residual stream). `host` copies an
+/// activation to the host, `weight` a block's matrix.
+pub(crate) fn observed<T>(
+    request: &TraceRequest,
+    kept: &[Kept<T>],
+    experts_used: Option<usize>,
+    host: impl Fn(&T) -> Result<TensorData, ExecutorError>,
+    mut weight: impl FnMut(usize, Matrix) -> Result<TensorData, ExecutorError>,
+) -> Result<Vec<Observed>, ExecutorError> {
+    let used = experts_used.map(|u| u.to_string());
+    let mut out: Vec<Observed> = Vec::new();
+    for k in kept {
+        let mut l = labels(&[(Site::KEY, k.site.as_str())]);
+        if let (Site::Router, Some(u)) = (k.site, &used) {
+            l.insert("experts_used".into(), u.clone());
+        }
+        out.push((K::Activation, k.layer, l, host(&k.tensor)?));
+    }
+    if request.wants(K::WeightSnapshot) {
+        for &layer in &request.layers {
+            for m in [Matrix::AttnOutput, Matrix::FfnDown] {
+                let l = labels(&[("matrix", m.gguf_stem()), ("dequantized", "true")]);
+                out.push((K::WeightSnapshot, layer, l, weight(layer, m)?));
+            }
+        }
+    }
+    Ok(out)
+}
