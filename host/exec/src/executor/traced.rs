@@ -9,11 +9,11 @@
 
 use crate::executor::generate::Generation;
 use crate::executor::hook::{Kept, RunHook, TensorOps};
-use crate::executor::recorder::{Observed, Recorder, labels};
+use crate::executor::recorder::{Observed, Recorder, labels, resident_bytes};
 use crate::executor::{ExecutorError, RunOptions, TraceOutput};
 use crate::intervene::policy::StepPolicy;
 use crate::model::Matrix;
-use crate::trace::{ArtifactKind as K, Site, TensorData, TraceRequest};
+use crate::trace::{ArtifactKind as K, Site, StageProfile, TensorData, TraceRequest};
 
 /// A local backend's stages of a traced run.
 pub(crate) trait TracedStages {
@@ -162,4 +162,19 @@ pub(crate) fn observed<T>(
         }
     }
     Ok(out)
+}
+
+/// What every backend's prefill span says beyond its times: the process's
+/// resident memory, the kernel that ran, that the hook's and the lm_head's
+/// time are in their own spans, and the KV cache (its layout and bytes).
+pub(crate) fn note_prefill(p: &mut StageProfile, kernel: String, kv_cache: String, kv_bytes: u64) {
+    p.memory_bytes = resident_bytes();
+    p.notes.insert("kernel".into(), kernel);
+    p.notes.insert(
+        "excludes".into(),
+        "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
+    );
+    p.notes
+        .insert("kv_cache_bytes".into(), kv_bytes.to_string());
+    p.notes.insert("kv_cache".into(), kv_cache);
 }

@@ -13,10 +13,10 @@ use super::model::llama::LogitsAt;
 use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, fits_context, log_softmax_data, note_generation, resident_bytes,
-    support_scores, tokenize_prompt,
+    Recorder, check_request, fits_context, log_softmax_data, note_generation, support_scores,
+    tokenize_prompt,
 };
-use crate::executor::traced::{TracedStages, close, observed};
+use crate::executor::traced::{TracedStages, close, note_prefill, observed};
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
     TraceOutput,
@@ -230,18 +230,8 @@ impl Job<'_> {
         p.duration_ns = forward_ns;
         // The prompt's ids, uploaded.
         p.host_device_copies = u64::from(on_device);
-        p.memory_bytes = resident_bytes();
-        p.notes.insert("kernel".into(), exec.model.model.kernel());
-        p.notes.insert(
-            "excludes".into(),
-            "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
-        );
-        p.notes.insert(
-            "kv_cache_bytes".into(),
-            self.session.cache_bytes().to_string(),
-        );
-        p.notes
-            .insert("kv_cache".into(), exec.model.model.kv_type().name().into());
+        let (m, kv_bytes) = (&exec.model.model, self.session.cache_bytes());
+        note_prefill(&mut p, m.kernel(), m.kv_type().name().into(), kv_bytes);
         note_batch(&mut p, sequences, batch_tokens);
         if opening > 0 {
             p.notes.insert(

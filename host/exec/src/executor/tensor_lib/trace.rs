@@ -11,10 +11,10 @@ use super::session::{last_logits, rewind};
 use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, fits_context, log_softmax_data, note_generation, resident_bytes,
-    support_scores, tokenize_prompt,
+    Recorder, check_request, fits_context, log_softmax_data, note_generation, support_scores,
+    tokenize_prompt,
 };
-use crate::executor::traced::{TracedStages, close, observed};
+use crate::executor::traced::{TracedStages, close, note_prefill, observed};
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
     TraceOutput,
@@ -214,17 +214,8 @@ impl<'a, M: LibModel> Run<'a, M> {
             p.notes.insert("device_name".into(), name);
         }
         p.duration_ns = ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
-        p.memory_bytes = resident_bytes();
-        p.notes.insert("kernel".into(), model.kernel_note());
-        p.notes.insert(
-            "excludes".into(),
-            "hook (intervene, observe) and lm_head time, recorded in their own spans".into(),
-        );
-        p.notes.insert(
-            "kv_cache_bytes".into(),
-            self.session.cache_bytes().to_string(),
-        );
-        p.notes.insert("kv_cache".into(), model.kv_note());
+        let kv_bytes = self.session.cache_bytes();
+        note_prefill(&mut p, model.kernel_note(), model.kv_note(), kv_bytes);
         self.rec.span(Stage::Prefill, p);
         Ok(Prefilled { logits, ns, timing })
     }
