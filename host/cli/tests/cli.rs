@@ -185,6 +185,77 @@ fn sweep_refuses_unstable_coverage_unless_allowed() {
     );
 }
 
+/// A bundle of a batch-size sweep whose throughput follows the USL with
+/// λ = 1000 tokens/s, σ = 0.05 and κ = 0.002 (each trace: 64 tokens per
+/// sequence, its pass's time), two traces per batch size.
+fn usl_sweep(dir: &std::path::Path) -> std::path::PathBuf {
+    let bundle = dir.join("sweep");
+    let mut w = vauban::bundle::BundleWriter::create(&bundle, vauban::bundle::WriteMode::CreateNew)
+        .unwrap();
+    for n in [1u32, 2, 4, 8, 16, 32] {
+        let x = vauban::report::usl::throughput(1000.0, 0.05, 0.002, f64::from(n));
+        let ns = (64.0 * f64::from(n) / x * 1e9).round() as u64;
+        for k in 0..2 {
+            let t = common::trace_batched(&format!("b{n}-{k}"), 64, n, ns);
+            w.add_trace(&t, &HashMap::new()).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    bundle
+}
+
+#[test]
+fn a_batch_size_sweep_is_fitted_with_the_universal_scalability_law() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = usl_sweep(tmp.path());
+    let b = bundle.to_str().unwrap();
+    let o = vauban(&[
+        "trace",
+        "sweep",
+        b,
+        "--axis",
+        "batch_size",
+        "--fit",
+        "usl",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let usl = &v["usl"];
+    for (param, want) in [("lambda", 1000.0), ("sigma", 0.05), ("kappa", 0.002)] {
+        let got = usl[param]["value"].as_f64().unwrap();
+        // The durations are whole nanoseconds: the fit recovers the
+        // curve to that rounding.
+        assert!(
+            (got - want).abs() <= 1e-4 * want,
+            "{param}: {got} vs {want}"
+        );
+    }
+    assert_eq!(usl["residuals"].as_array().unwrap().len(), 6);
+    let text = stdout(&vauban(&[
+        "trace",
+        "sweep",
+        b,
+        "--axis",
+        "batch_size",
+        "--fit",
+        "usl",
+    ]));
+    for needle in [
+        "USL fit",
+        "σ = 0.05",
+        "κ = 0.002",
+        "peak throughput at N ≈ 21.8",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in {text}");
+    }
+    // Throughput against prompt length is no concurrency sweep.
+    let refused = vauban(&["trace", "sweep", b, "--fit", "usl"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = stderr(&refused);
+    assert!(err.contains("--axis batch_size"), "{err}");
+}
+
 #[test]
 fn each_kind_of_failure_has_its_own_exit_code_and_help_lists_them() {
     // 2: the command line itself is wrong (clap), never a gate.

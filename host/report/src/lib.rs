@@ -11,6 +11,8 @@
 //!   interval, McNemar or sign-flip p-value), as claim mappers see it;
 //! - [`stats`]: paired statistics (Wilson, McNemar exact, paired
 //!   bootstrap, KL divergence) for baseline-versus-candidate deltas;
+//! - [`usl`]: the Universal Scalability Law fitted to a controlled
+//!   concurrency sweep, with bootstrap intervals;
 //! - [`render`]: the report as Markdown and as self-contained HTML with
 //!   inline SVG plots, both printed from one view of the report; its
 //!   [`render::words`] spells the figures and status words (p-values,
@@ -25,6 +27,7 @@ pub mod deltas;
 pub use vauban_format::document;
 pub mod render;
 pub mod stats;
+pub mod usl;
 
 pub use access::{
     Access, AccessError, AccessLevel, ClaimStrength, Evidence, InterventionRef, KindCoverage, Side,

@@ -10,10 +10,10 @@
 //!   and refuses to mix traces that recorded different artifacts (different
 //!   work) unless told to.
 //!
-//! Vauban does not fit a Universal Scalability Law (USL) model, or any other
-//! model, to a sweep: it only groups comparable points and reports their
-//! statistics. Fitting, and judging whether a fit means anything, is left to
-//! whoever reads the points.
+//! - [`fit_usl`] fits the Universal Scalability Law to a concurrency sweep
+//!   (batch size or queue depth): λ, σ and κ with bootstrap intervals and
+//!   the residuals, so a reader can judge the fit; it refuses a sweep that
+//!   cannot support one, saying why.
 //!
 //! [`StageProfile`]: crate::trace::StageProfile
 
@@ -22,7 +22,8 @@ mod sweep;
 
 pub use summary::{StageTotal, TraceProfileSummary, summarize_trace};
 pub use sweep::{
-    Sweep, SweepAxis, SweepError, SweepOptions, SweepPoint, UnknownSweepAxis, summarize_sweep,
+    FitError, Sweep, SweepAxis, SweepError, SweepOptions, SweepPoint, UnknownSweepAxis, fit_usl,
+    summarize_sweep,
 };
 
 /// Valid traces built from a list of spans, for this module's tests.

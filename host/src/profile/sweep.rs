@@ -1,7 +1,6 @@
-//! Traces grouped by one controlled axis into comparable points.
-//!
-//! A sweep only groups and describes: it does not fit a scaling model (USL
-//! or otherwise) to the points.
+//! Traces grouped by one controlled axis into comparable points, and, on a
+//! concurrency axis, the Universal Scalability Law fitted to them
+//! ([`fit_usl`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -130,6 +129,59 @@ pub struct Sweep {
     /// Set when the sweep cannot show what it is for (one axis value only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// The USL fitted to the points' throughput, when asked for
+    /// (`vauban trace sweep --fit usl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usl: Option<crate::report::usl::UslFit>,
+}
+
+/// Why a sweep cannot be fitted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FitError {
+    /// The axis is not a concurrency.
+    #[error(
+        "a USL fit models throughput against concurrency: sweep `--axis batch_size` (or `queue_depth`), not `{0}`"
+    )]
+    NotConcurrency(SweepAxis),
+    /// The points mix different work.
+    #[error(
+        "the sweep's artifact coverage is unstable, so its points measure different work; a fit of them would mean nothing: record the same artifacts in every trace"
+    )]
+    UnstableCoverage,
+    /// A point has no throughput.
+    #[error(
+        "no trace at {axis} = {value} recorded a throughput (tokens through the model over a non-zero time)"
+    )]
+    NoThroughput { axis: SweepAxis, value: u64 },
+    #[error(transparent)]
+    Fit(#[from] crate::report::usl::UslError),
+}
+
+/// Fits the Universal Scalability Law to `sweep`'s throughput against its
+/// concurrency (batch size or queue depth), each point's mean tokens per
+/// second (which counts a batch's every sequence); the intervals come
+/// from a residual bootstrap seeded with `seed`. Refused, saying why, on
+/// another axis, with unstable coverage, or with points the fit cannot use
+/// (fewer than four, a zero throughput).
+pub fn fit_usl(sweep: &Sweep, seed: u64) -> Result<crate::report::usl::UslFit, FitError> {
+    if !matches!(sweep.axis, SweepAxis::BatchSize | SweepAxis::QueueDepth) {
+        return Err(FitError::NotConcurrency(sweep.axis));
+    }
+    if !sweep.coverage_stable {
+        return Err(FitError::UnstableCoverage);
+    }
+    let points = sweep
+        .points
+        .iter()
+        .map(|p| match p.mean_tokens_per_s {
+            Some(x) => Ok((p.axis_value as f64, x)),
+            None => Err(FitError::NoThroughput {
+                axis: sweep.axis,
+                value: p.axis_value,
+            }),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::report::usl::fit(&points, seed)?)
 }
 
 /// Why traces cannot form a sweep.
@@ -261,6 +313,7 @@ pub fn summarize_sweep(
         coverage: common.into_iter().collect(),
         coverage_stable: stable,
         warning,
+        usl: None,
     })
 }
 

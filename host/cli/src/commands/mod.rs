@@ -17,7 +17,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use vauban::bundle::Bundle;
-use vauban::profile::{SweepAxis, SweepOptions, summarize_sweep};
+use vauban::profile::{SweepAxis, SweepOptions, fit_usl, summarize_sweep};
 
 /// `0.1.0 (commit 3d5c255)`: the commit the binary was built from (set by
 /// build.rs; `-dirty` when the tree had changes, `unknown` without git).
@@ -194,6 +194,14 @@ pub struct SweepArgs {
     /// Accept traces whose artifact coverage differs (the points then mix different work).
     #[arg(long)]
     pub allow_unstable_coverage: bool,
+    /// Fit a scaling model to the points: `usl`, the Universal Scalability
+    /// Law, on a `batch_size` or `queue_depth` sweep (λ, σ, κ with 95%
+    /// bootstrap intervals, the peak, and each point's residual).
+    #[arg(long, value_parser = ["usl"])]
+    pub fit: Option<String>,
+    /// The bootstrap's seed, for `--fit`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Print JSON for machines instead of text.
     #[arg(long)]
     pub json: bool,
@@ -288,8 +296,13 @@ fn sweep_bundle(args: &SweepArgs, out: &mut dyn std::io::Write) -> anyhow::Resul
     let options = SweepOptions {
         allow_unstable_coverage: args.allow_unstable_coverage,
     };
-    let sweep = summarize_sweep(bundle.traces(), args.axis, options)
+    let mut sweep = summarize_sweep(bundle.traces(), args.axis, options)
         .with_context(|| format!("cannot sweep the traces of {}", args.bundle.display()))?;
+    if args.fit.is_some() {
+        let fit = fit_usl(&sweep, args.seed)
+            .with_context(|| format!("cannot fit the sweep of {}", args.bundle.display()))?;
+        sweep.usl = Some(fit);
+    }
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &sweep)?;
         writeln!(out)?;
@@ -338,6 +351,58 @@ fn sweep_bundle(args: &SweepArgs, out: &mut dyn std::io::Write) -> anyhow::Resul
     }
     if let Some(w) = &sweep.warning {
         writeln!(out, "warning: {w}")?;
+    }
+    if let Some(f) = &sweep.usl {
+        print_usl(out, sweep.axis, f)?;
+    }
+    Ok(())
+}
+
+/// A USL fit in lines: the parameters with their intervals, the peak, and
+/// each point measured against the curve.
+fn print_usl(
+    out: &mut dyn std::io::Write,
+    axis: SweepAxis,
+    f: &vauban::report::usl::UslFit,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "USL fit: X(N) = λN / (1 + σ(N−1) + κN(N−1)), N = {axis}, X in tokens/s ({} bootstrap resamples, seed {})",
+        f.resamples, f.seed
+    )?;
+    for (name, what, e) in [
+        ("λ", "one sequence's throughput", f.lambda),
+        ("σ", "contention", f.sigma),
+        ("κ", "coherency", f.kappa),
+    ] {
+        writeln!(
+            out,
+            "  {name} = {:.6}  95% CI [{:.6}, {:.6}]  ({what})",
+            e.value, e.ci_low, e.ci_high
+        )?;
+    }
+    match f.peak_n {
+        Some(n) => writeln!(out, "  peak throughput at N ≈ {n:.1}")?,
+        None => writeln!(
+            out,
+            "  no peak: without a coherency cost throughput never falls"
+        )?,
+    }
+    writeln!(out, "  rmse {:.3} tokens/s, R² {:.4}", f.rmse, f.r_squared)?;
+    writeln!(
+        out,
+        "{:>12}  {:>12}  {:>12}  {:>12}",
+        axis.as_str(),
+        "observed",
+        "fitted",
+        "residual"
+    )?;
+    for r in &f.residuals {
+        writeln!(
+            out,
+            "{:>12}  {:>12.1}  {:>12.1}  {:>12.1}",
+            r.n, r.observed, r.fitted, r.residual
+        )?;
     }
     Ok(())
 }

@@ -69,6 +69,16 @@ pub fn trace_text_only(id: &str, tokens: usize) -> Trace {
         .trace()
 }
 
+/// A text-only trace of one pass of `tokens` tokens per sequence over a
+/// batch of `batch` sequences that took `duration_ns`: a point of a
+/// concurrency sweep.
+pub fn trace_batched(id: &str, tokens: usize, batch: u32, duration_ns: u64) -> Trace {
+    let mut t = trace_text_only(id, tokens);
+    t.spans[0].profile.batch_size = batch;
+    t.spans[0].profile.duration_ns = duration_ns;
+    t
+}
+
 /// A trace of a prompt and its completion (text only), with the suite's
 /// expected behaviour, and a metric recorded with it (an external judge's
 /// score, say).
