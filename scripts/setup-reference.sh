@@ -3,7 +3,7 @@
 # Hugging Face transformers on PyTorch, in a virtual environment of its
 # own, installed once from PyPI and cached by the pinned versions under
 #   ${VAUBAN_CACHE:-$HOME/.cache/vauban}/reference/<key>/
-# Prints the environment's python on its last line. About 40 s and 4.9 GB
+# Prints the environment's python on its last line. About 45 s and 5 GB
 # on a fresh machine (the Linux torch wheel brings its CUDA libraries,
 # which `import torch` needs even on a CPU); nothing runs on a GPU.
 #
@@ -14,7 +14,9 @@
 # environment is there, and exits 3 when it is not (what the tests ask).
 set -euo pipefail
 
-# Pinned together: transformers 5.24 runs every family vauban does.
+# Pinned together: transformers 5.24 runs every family vauban does; scipy
+# fits the USL as vauban's `trace sweep --fit usl` does
+# (scripts/reference/fit_usl.py).
 packages=(
   "torch==2.13.0"
   "transformers==5.24.0"
@@ -23,6 +25,7 @@ packages=(
   "numpy==2.4.6"
   "sentencepiece==0.2.3"
   "protobuf==7.36.2"
+  "scipy==1.17.1"
 )
 
 cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
@@ -42,10 +45,12 @@ fi
 echo "setup-reference: installing ${packages[*]} into $prefix (about 40 s, 4.9 GB)" >&2
 rm -rf "$prefix"
 mkdir -p "$(dirname "$prefix")"
+# An environment of other pins is stale (5 GB each): only this one is used.
+find "$(dirname "$prefix")" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
 python3 -m venv "$prefix"
 "$prefix/bin/pip" install --quiet --disable-pip-version-check "${packages[@]}"
-"$prefix/bin/python" -c "import torch, transformers; torch.ones(1)" || {
-  echo "setup-reference: the environment in $prefix cannot import torch and transformers" >&2
+"$prefix/bin/python" -c "import torch, transformers, scipy.optimize; torch.ones(1)" || {
+  echo "setup-reference: the environment in $prefix cannot import torch, transformers and scipy" >&2
   exit 1
 }
 touch "$prefix/done"

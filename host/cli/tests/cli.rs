@@ -188,12 +188,12 @@ fn sweep_refuses_unstable_coverage_unless_allowed() {
 /// A bundle of a batch-size sweep whose throughput follows the USL with
 /// λ = 1000 tokens/s, σ = 0.05 and κ = 0.002 (each trace: 64 tokens per
 /// sequence, its pass's time), two traces per batch size.
-fn usl_sweep(dir: &std::path::Path) -> std::path::PathBuf {
+fn usl_sweep(dir: &std::path::Path, noise: [f64; 6]) -> std::path::PathBuf {
     let bundle = dir.join("sweep");
     let mut w = vauban::bundle::BundleWriter::create(&bundle, vauban::bundle::WriteMode::CreateNew)
         .unwrap();
-    for n in [1u32, 2, 4, 8, 16, 32] {
-        let x = vauban::report::usl::throughput(1000.0, 0.05, 0.002, f64::from(n));
+    for (n, e) in [1u32, 2, 4, 8, 16, 32].into_iter().zip(noise) {
+        let x = vauban::report::usl::throughput(1000.0, 0.05, 0.002, f64::from(n)) * (1.0 + e);
         let ns = (64.0 * f64::from(n) / x * 1e9).round() as u64;
         for k in 0..2 {
             let t = common::trace_batched(&format!("b{n}-{k}"), 64, n, ns);
@@ -207,7 +207,7 @@ fn usl_sweep(dir: &std::path::Path) -> std::path::PathBuf {
 #[test]
 fn a_batch_size_sweep_is_fitted_with_the_universal_scalability_law() {
     let tmp = tempfile::tempdir().unwrap();
-    let bundle = usl_sweep(tmp.path());
+    let bundle = usl_sweep(tmp.path(), [0.0; 6]);
     let b = bundle.to_str().unwrap();
     let o = vauban(&[
         "trace",
@@ -254,6 +254,52 @@ fn a_batch_size_sweep_is_fitted_with_the_universal_scalability_law() {
     assert_eq!(refused.status.code(), Some(1));
     let err = stderr(&refused);
     assert!(err.contains("--axis batch_size"), "{err}");
+}
+
+/// The fit of a noisy sweep is the least-squares optimum scipy's
+/// `curve_fit` finds on the same points (`scripts/reference/fit_usl.py`).
+#[test]
+fn the_usl_fit_is_the_one_scipy_finds() {
+    let Some(python) = common::reference::python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = usl_sweep(tmp.path(), [0.02, -0.015, 0.01, -0.02, 0.015, -0.01]);
+    let o = vauban(&[
+        "trace",
+        "sweep",
+        bundle.to_str().unwrap(),
+        "--axis",
+        "batch_size",
+        "--fit",
+        "usl",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json = tmp.path().join("sweep.json");
+    std::fs::write(&json, &o.stdout).unwrap();
+    let ours: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let scipy = std::process::Command::new(python)
+        .arg(common::reference::root().join("scripts/reference/fit_usl.py"))
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        scipy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scipy.stderr)
+    );
+    let theirs: serde_json::Value = serde_json::from_slice(&scipy.stdout).unwrap();
+    for param in ["lambda", "sigma", "kappa"] {
+        let (a, b) = (
+            ours["usl"][param]["value"].as_f64().unwrap(),
+            theirs[param].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 1e-6 * b.abs(),
+            "{param}: vauban {a}, scipy {b}"
+        );
+    }
 }
 
 #[test]

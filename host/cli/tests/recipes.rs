@@ -42,7 +42,7 @@ impl Cookbook {
         std::fs::create_dir_all(to.join("prompts")).unwrap();
         for entry in std::fs::read_dir(&examples).unwrap() {
             let p = entry.unwrap().path();
-            if p.extension().is_some_and(|e| e == "toml") {
+            if p.extension().is_some_and(|e| e == "toml" || e == "sh") {
                 std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
             }
         }
@@ -241,6 +241,57 @@ fn quantization_then_replay_of_its_bundles() {
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// The batch-size sweep recipe records one bundle with full batches at
+/// each size and fits it. What the fit finds depends on the machine's
+/// timings, so this checks what does not: the sweep's shape, and that the
+/// fit either answers with its parameters and residuals or says why not.
+#[test]
+fn batch_sweep_recipe_records_a_controlled_sweep_and_fits_it() {
+    let Some(m) = model() else { return };
+    let book = Cookbook::new();
+    let o = Command::new("bash")
+        .arg("examples/batch-sweep.sh")
+        .current_dir(book.dir.path())
+        .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
+        .env("VAUBAN_MODELS", m.parent().unwrap())
+        .output()
+        .unwrap();
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    assert!(
+        said.contains("32 traces at batch sizes [1, 2, 4, 8]"),
+        "{said}"
+    );
+    let sweep = book.vauban(
+        &[
+            "trace",
+            "sweep",
+            "out/batch-sweep",
+            "--axis",
+            "batch_size",
+            "--json",
+        ],
+        &[],
+    );
+    let v: Value = serde_json::from_slice(&sweep.stdout).unwrap();
+    let points: Vec<(u64, u64)> = v["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["axis_value"].as_u64().unwrap(),
+                p["samples"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(points, [(1, 8), (2, 8), (4, 8), (8, 8)]);
+    assert_eq!(v["coverage_stable"], true);
+    let fitted = said.contains("USL fit:") && said.contains("residual");
+    let refused = said.contains("cannot fit the sweep");
+    assert!(fitted || refused, "{said}");
 }
 
 #[test]

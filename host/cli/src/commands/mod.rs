@@ -383,6 +383,10 @@ fn print_usl(
     }
     match f.peak_n {
         Some(n) => writeln!(out, "  peak throughput at N ≈ {n:.1}")?,
+        None if f.kappa.value < 0.0 || f.sigma.value < 0.0 => writeln!(
+            out,
+            "  no peak, and a negative parameter: throughput grows faster than the law's contention and coherency allow (a batch amortises weight reads); the curve describes these points, not a ceiling"
+        )?,
         None => writeln!(
             out,
             "  no peak: without a coherency cost throughput never falls"

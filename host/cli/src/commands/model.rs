@@ -324,6 +324,13 @@ pub struct TraceRunArgs {
     /// one at a time.
     #[arg(long, default_value_t = vauban::executor::candle::DEFAULT_BATCH, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: usize,
+    /// Record a controlled batch-size sweep instead (`1,2,4,8`): after one
+    /// warm-up pass that is not recorded, the prompts traced at each batch
+    /// size in full batches of that many distinct prompts (so give at
+    /// least as many prompts as the largest size), trace ids `b{N}-t{i}`.
+    /// Read it with `vauban trace sweep BUNDLE --axis batch_size --fit usl`.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', conflicts_with = "batch", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub sweep_batch: Vec<usize>,
 }
 
 impl TraceRunArgs {
@@ -383,24 +390,32 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let mut writer = BundleWriter::create(bundle_path, mode)
         .with_context(|| format!("cannot write the bundle {}", bundle_path.display()))?;
+    let jobs = |id: &dyn Fn(usize) -> String| -> Vec<(TraceRequest, RunOptions)> {
+        args.prompt
+            .prompt
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let options = RunOptions {
+                    trace_id: id(i),
+                    prompt: args.prompt.form(),
+                    interventions: interventions.clone(),
+                    block_outputs: args.block_outputs,
+                    generate: generate.clone(),
+                    reference: None,
+                };
+                (args.request(text, i), options)
+            })
+            .collect()
+    };
+    if !args.sweep_batch.is_empty() {
+        if policy.is_some() {
+            bail!("--sweep-batch times batched passes, and --policy traces one prompt at a time");
+        }
+        return sweep_batches(&exec, &args.sweep_batch, &jobs, writer, bundle_path, out);
+    }
     let progress = progress_bar(args.prompt.prompt.len() as u64, "tracing");
-    let jobs: Vec<(TraceRequest, RunOptions)> = args
-        .prompt
-        .prompt
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let options = RunOptions {
-                trace_id: format!("t{i}"),
-                prompt: args.prompt.form(),
-                interventions: interventions.clone(),
-                block_outputs: args.block_outputs,
-                generate: generate.clone(),
-                reference: None,
-            };
-            (args.request(text, i), options)
-        })
-        .collect();
+    let jobs = jobs(&|i| format!("t{i}"));
     let mut write =
         |i: usize,
          result: Result<vauban::executor::TraceOutput, vauban::executor::ExecutorError>|
@@ -462,6 +477,71 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         } else {
             "s"
         },
+        bundle_path.display()
+    )?;
+    Ok(())
+}
+
+/// `vauban trace --sweep-batch`: one warm-up pass of the largest batch,
+/// not recorded, then at each batch size the prompts in full batches of
+/// that many, into one bundle.
+fn sweep_batches(
+    exec: &LocalBackend,
+    sizes: &[usize],
+    jobs: &dyn Fn(&dyn Fn(usize) -> String) -> Vec<(TraceRequest, RunOptions)>,
+    mut writer: BundleWriter,
+    bundle_path: &std::path::Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let largest = sizes.iter().copied().max().unwrap_or(1);
+    let all = jobs(&|i| format!("warm-up-{i}"));
+    if all.len() < largest {
+        bail!(
+            "--sweep-batch {largest} needs at least {largest} prompts (a batch of distinct prompts); {} given",
+            all.len()
+        );
+    }
+    let mut failed = None;
+    let mut keep = |result: Result<vauban::executor::TraceOutput, _>,
+                    writer: Option<&mut BundleWriter>|
+     -> std::ops::ControlFlow<()> {
+        let step =
+            result
+                .map_err(anyhow::Error::from)
+                .and_then(|o: vauban::executor::TraceOutput| match writer {
+                    Some(w) => Ok(w.add_trace(&o.trace, &o.tensors)?),
+                    None => Ok(()),
+                });
+        match step {
+            Ok(()) => std::ops::ControlFlow::Continue(()),
+            Err(e) => {
+                failed = Some(e);
+                std::ops::ControlFlow::Break(())
+            }
+        }
+    };
+    // Warm-up: the first pass pays for page faults and thread start-up.
+    exec.trace_all(&all[..largest], largest, &mut |_, r| keep(r, None));
+    let mut traces = 0;
+    for &n in sizes {
+        let jobs = jobs(&|i| format!("b{n}-t{i}"));
+        let full = jobs.len() / n * n;
+        let progress = progress_bar(full as u64, &format!("batch {n}"));
+        exec.trace_all(&jobs[..full], n, &mut |_, r| {
+            progress.inc(1);
+            keep(r, Some(&mut writer))
+        });
+        progress.finish_and_clear();
+        traces += full;
+    }
+    if let Some(e) = failed {
+        return Err(e.context("recording the sweep"));
+    }
+    writer.finish()?;
+    writeln!(
+        out,
+        "wrote {} ({traces} traces at batch sizes {sizes:?}); fit it with `vauban trace sweep {} --axis batch_size --fit usl`",
+        bundle_path.display(),
         bundle_path.display()
     )?;
     Ok(())
