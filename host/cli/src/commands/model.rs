@@ -482,13 +482,16 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The command's jobs, each prompt's trace id given by its index.
+type JobsWithIds<'a> = dyn Fn(&dyn Fn(usize) -> String) -> Vec<(TraceRequest, RunOptions)> + 'a;
+
 /// `vauban trace --sweep-batch`: one warm-up pass of the largest batch,
 /// not recorded, then at each batch size the prompts in full batches of
 /// that many, into one bundle.
 fn sweep_batches(
     exec: &LocalBackend,
     sizes: &[usize],
-    jobs: &dyn Fn(&dyn Fn(usize) -> String) -> Vec<(TraceRequest, RunOptions)>,
+    jobs: &JobsWithIds<'_>,
     mut writer: BundleWriter,
     bundle_path: &std::path::Path,
     out: &mut dyn Write,
