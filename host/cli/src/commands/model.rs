@@ -482,6 +482,28 @@ pub fn trace(args: &TraceRunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a traced run into `writer` (a warm-up run has none); the first
+/// failure is kept in `failed` and stops the pass.
+fn keep(
+    result: Result<vauban::executor::TraceOutput, vauban::executor::ExecutorError>,
+    writer: Option<&mut BundleWriter>,
+    failed: &mut Option<anyhow::Error>,
+) -> std::ops::ControlFlow<()> {
+    let step = result
+        .map_err(anyhow::Error::from)
+        .and_then(|o| match writer {
+            Some(w) => Ok(w.add_trace(&o.trace, &o.tensors)?),
+            None => Ok(()),
+        });
+    match step {
+        Ok(()) => std::ops::ControlFlow::Continue(()),
+        Err(e) => {
+            *failed = Some(e);
+            std::ops::ControlFlow::Break(())
+        }
+    }
+}
+
 /// The command's jobs, each prompt's trace id given by its index.
 type JobsWithIds<'a> = dyn Fn(&dyn Fn(usize) -> String) -> Vec<(TraceRequest, RunOptions)> + 'a;
 
@@ -504,35 +526,22 @@ fn sweep_batches(
             all.len()
         );
     }
-    let mut failed = None;
-    let mut keep = |result: Result<vauban::executor::TraceOutput, _>,
-                    writer: Option<&mut BundleWriter>|
-     -> std::ops::ControlFlow<()> {
-        let step =
-            result
-                .map_err(anyhow::Error::from)
-                .and_then(|o: vauban::executor::TraceOutput| match writer {
-                    Some(w) => Ok(w.add_trace(&o.trace, &o.tensors)?),
-                    None => Ok(()),
-                });
-        match step {
-            Ok(()) => std::ops::ControlFlow::Continue(()),
-            Err(e) => {
-                failed = Some(e);
-                std::ops::ControlFlow::Break(())
-            }
-        }
-    };
     // Warm-up: the first pass pays for page faults and thread start-up.
-    exec.trace_all(&all[..largest], largest, &mut |_, r| keep(r, None));
+    let mut failed = None;
+    exec.trace_all(&all[..largest], largest, &mut |_, r| {
+        keep(r, None, &mut failed)
+    });
     let mut traces = 0;
     for &n in sizes {
+        if failed.is_some() {
+            break;
+        }
         let jobs = jobs(&|i| format!("b{n}-t{i}"));
         let full = jobs.len() / n * n;
         let progress = progress_bar(full as u64, &format!("batch {n}"));
         exec.trace_all(&jobs[..full], n, &mut |_, r| {
             progress.inc(1);
-            keep(r, Some(&mut writer))
+            keep(r, Some(&mut writer), &mut failed)
         });
         progress.finish_and_clear();
         traces += full;
