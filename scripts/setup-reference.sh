@@ -16,7 +16,8 @@ set -euo pipefail
 
 # Pinned together: transformers 5.24 runs every family vauban does; scipy
 # fits the USL as vauban's `trace sweep --fit usl` does
-# (scripts/reference/fit_usl.py).
+# (scripts/reference/fit_usl.py); peft (with the accelerate it needs)
+# loads the LoRA adapters vauban writes (scripts/reference/check_lora.py).
 packages=(
   "torch==2.13.0"
   "transformers==5.24.0"
@@ -26,6 +27,8 @@ packages=(
   "sentencepiece==0.2.3"
   "protobuf==7.36.2"
   "scipy==1.17.1"
+  "peft==0.21.2"
+  "accelerate==1.15.0"
 )
 
 cache="${VAUBAN_CACHE:-$HOME/.cache/vauban}"
@@ -49,8 +52,8 @@ mkdir -p "$(dirname "$prefix")"
 find "$(dirname "$prefix")" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
 python3 -m venv "$prefix"
 "$prefix/bin/pip" install --quiet --disable-pip-version-check "${packages[@]}"
-"$prefix/bin/python" -c "import torch, transformers, scipy.optimize; torch.ones(1)" || {
-  echo "setup-reference: the environment in $prefix cannot import torch, transformers and scipy" >&2
+"$prefix/bin/python" -c "import torch, transformers, scipy.optimize, peft; torch.ones(1)" || {
+  echo "setup-reference: the environment in $prefix cannot import torch, transformers, scipy and peft" >&2
   exit 1
 }
 touch "$prefix/done"

@@ -2,6 +2,7 @@
 //! shell over the library. Errors leave as `anyhow` with context; the binary
 //! prints them and exits non-zero.
 
+mod adapter;
 mod inspect;
 mod measure;
 mod model;
@@ -139,13 +140,19 @@ pub struct TraceArgs {
 pub enum ModelCommand {
     /// Remove a direction from every matrix that writes into the residual
     /// stream (W ← W − r̂(r̂ᵀW) on attn_output and ffn_down; weight-level
-    /// directional ablation) and write the model as an HF folder.
+    /// directional ablation) and write the model as an HF folder, or, with
+    /// --lora, the edit as a rank-1 LoRA adapter.
     Orthogonalize(model::OrthogonalizeArgs),
     /// Write the model, unchanged, as an HF folder (f32 safetensors,
     /// config.json, tokenizer.json, the chat template): the baseline to
     /// compare an edited or fine-tuned HF folder against, or a GGUF's
     /// weights for tools that read HF folders.
     Export(model::ExportArgs),
+    /// Extract the difference between a model and its fine-tune as a LoRA
+    /// adapter of rank R per matrix (truncated SVD), written as a PEFT
+    /// folder and a llama.cpp LoRA GGUF, and print the share of each
+    /// difference's Frobenius norm the adapter keeps.
+    Lora(adapter::LoraArgs),
 }
 
 /// `vauban trace ...`
@@ -234,6 +241,7 @@ impl Cli {
             Command::Serve(args) => serve::run(args, out),
             Command::Model(ModelCommand::Orthogonalize(args)) => model::orthogonalize(args, out),
             Command::Model(ModelCommand::Export(args)) => model::export(args, out),
+            Command::Model(ModelCommand::Lora(args)) => adapter::extract(args, out),
             Command::Measure(args) => measure::run(args, out),
             Command::Plugin(command) => plugin::run(command, out),
             Command::Schema(args) => {

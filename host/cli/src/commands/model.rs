@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -48,6 +48,11 @@ pub struct ModelArgs {
     /// or f16 (for a GPU).
     #[arg(long, default_value = "f32", value_name = "f32|bf16|f16")]
     pub dtype: Dtype,
+    /// A LoRA adapter to apply on top of the model: a PEFT adapter folder
+    /// or a llama.cpp LoRA .gguf (`vauban model lora` and `model
+    /// orthogonalize --lora` write both).
+    #[arg(long, value_name = "PATH")]
+    pub adapter: Option<PathBuf>,
 }
 
 /// The executors that run a model file.
@@ -77,6 +82,18 @@ impl ModelArgs {
             Engine::Mlx => LocalBackend::mlx(&spec),
         }
         .with_context(|| format!("cannot load the model {}", path.display()))?;
+        let mut exec = exec;
+        if let Some(adapter) = &self.adapter {
+            let applied = exec
+                .load_adapter(adapter)
+                .with_context(|| format!("--adapter {}", adapter.display()))?;
+            tracing::info!(
+                "applied the adapter {} ({} matrices, sha256 {})",
+                adapter.display(),
+                applied.changes.len(),
+                &applied.sha256[..12]
+            );
+        }
         let d = exec.dims();
         tracing::info!(
             "loaded {} in {:.2} s ({} layers, hidden {}, vocab {})",
@@ -667,34 +684,41 @@ pub struct OrthogonalizeArgs {
     #[arg(long, value_delimiter = ',')]
     pub layers: Vec<usize>,
     /// The HF folder to write (must not exist).
-    #[arg(long)]
-    pub out: PathBuf,
+    #[arg(long, required_unless_present = "lora", conflicts_with = "lora")]
+    pub out: Option<PathBuf>,
+    /// Write the edit as a rank-1 LoRA adapter into this new folder
+    /// instead of a whole model: a PEFT adapter (adapter_config.json,
+    /// adapter_model.safetensors) and a llama.cpp LoRA (adapter.gguf).
+    #[arg(long, value_name = "DIR")]
+    pub lora: Option<PathBuf>,
 }
 
 /// `vauban model orthogonalize`: removes a direction from every matrix that
 /// writes into the residual stream (`W ← W − r̂(r̂ᵀW)` on attn_output and
 /// ffn_down) and writes the result as an HF folder.
 pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    if args.out.exists() {
+    let target = args
+        .out
+        .as_ref()
+        .or(args.lora.as_ref())
+        .expect("clap requires one");
+    if target.exists() {
         bail!(
-            "{} exists; choose a new folder for the exported model",
-            args.out.display()
+            "{} exists; choose a new folder for the {}",
+            target.display(),
+            if args.lora.is_some() {
+                "adapter"
+            } else {
+                "exported model"
+            }
         );
     }
     no_duplicates(&args.layers)?;
+    if let Some(dir) = &args.lora {
+        return super::adapter::orthogonalization_adapter(args, dir, out);
+    }
     let mut exec = args.model.load()?;
-    // No --layers: every layer, or, for a control vector read by layer,
-    // the layers it holds (a layer it lacks is one it leaves alone).
-    let by_layer = match args.tensor {
-        None => vauban::intervene::control_vector_layers(&args.direction)
-            .with_context(|| format!("--direction {}", args.direction.display()))?,
-        Some(_) => None,
-    };
-    let layers: Vec<usize> = match (args.layers.is_empty(), by_layer) {
-        (true, Some(held)) => held,
-        (true, None) => (0..exec.dims().layers).collect(),
-        (false, _) => args.layers.clone(),
-    };
+    let layers = orthogonalized_layers(args, exec.dims().layers)?;
     exec.check_layers(&layers).context("--layers")?;
     // Said before anything is written: an edit this layout makes inexact.
     if let Some(why) = (args.model.model.as_deref())
@@ -709,31 +733,74 @@ pub fn orthogonalize(args: &OrthogonalizeArgs, out: &mut dyn Write) -> anyhow::R
     {
         writeln!(out, "note: {note}")?;
     }
-    // Each layer's direction: `--tensor`, the file's one tensor,
-    // `direction.L` for layer L (a control vector), or `direction` (the
-    // file `vauban measure` writes).
     let mut changes = Vec::new();
-    let mut used = std::collections::BTreeSet::new();
-    for &layer in &layers {
-        let direction =
-            vauban::intervene::load_direction(&args.direction, args.tensor.as_deref(), None, layer)
-                .map_err(|e| e.picked_with("--tensor NAME"))
-                .with_context(|| format!("--direction for layer {layer}"))?;
-        used.insert(direction.tensor.clone());
-        changes.extend(exec.orthogonalize(&direction, &[layer])?);
+    let directions = layer_directions(args, &layers)?;
+    for (layer, direction) in &directions {
+        changes.extend(exec.orthogonalize(direction, &[*layer])?);
     }
-    exec.export_hf(&args.out)
-        .with_context(|| format!("cannot export to {}", args.out.display()))?;
+    exec.export_hf(target)
+        .with_context(|| format!("cannot export to {}", target.display()))?;
     let total: f32 = changes.iter().map(|c| c.norm * c.norm).sum::<f32>().sqrt();
     writeln!(
         out,
         "orthogonalized {} matrices in {} layers along {} (total change, Frobenius: {total:.4}); wrote {}",
         changes.len(),
         layers.len(),
-        used.into_iter().collect::<Vec<_>>().join(", "),
-        args.out.display()
+        tensors_used(&directions, &args.direction),
+        target.display()
     )?;
     Ok(())
+}
+
+/// The layers `model orthogonalize` edits: `--layers`, or, for a control
+/// vector read by layer, the layers it holds (a layer it lacks is one it
+/// leaves alone), or every one of the model's `count`.
+pub(super) fn orthogonalized_layers(
+    args: &OrthogonalizeArgs,
+    count: usize,
+) -> anyhow::Result<Vec<usize>> {
+    let by_layer = match args.tensor {
+        None => vauban::intervene::control_vector_layers(&args.direction)
+            .with_context(|| format!("--direction {}", args.direction.display()))?,
+        Some(_) => None,
+    };
+    Ok(match (args.layers.is_empty(), by_layer) {
+        (true, Some(held)) => held,
+        (true, None) => (0..count).collect(),
+        (false, _) => args.layers.clone(),
+    })
+}
+
+/// Each layer's direction: `--tensor`, the file's one tensor,
+/// `direction.L` for layer L (a control vector), or `direction` (the file
+/// `vauban measure` writes).
+pub(super) fn layer_directions(
+    args: &OrthogonalizeArgs,
+    layers: &[usize],
+) -> anyhow::Result<Vec<(usize, Direction)>> {
+    layers
+        .iter()
+        .map(|&layer| {
+            let direction = load_direction(&args.direction, args.tensor.as_deref(), None, layer)
+                .map_err(|e| e.picked_with("--tensor NAME"))
+                .with_context(|| format!("--direction for layer {layer}"))?;
+            Ok((layer, direction))
+        })
+        .collect()
+}
+
+/// The direction tensors used, once each, for the summary line (the
+/// file, for a format whose one array has no name: `.npy`).
+pub(super) fn tensors_used(directions: &[(usize, Direction)], file: &Path) -> String {
+    let used: std::collections::BTreeSet<&str> = directions
+        .iter()
+        .map(|(_, d)| d.tensor.as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    match used.is_empty() {
+        true => file.display().to_string(),
+        false => used.into_iter().collect::<Vec<_>>().join(", "),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,7 @@ use super::{
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
+use crate::model::lora::Adapter;
 use crate::trace::{Capabilities, DeviceKind, ModelRef, TraceRequest};
 
 /// A model vauban holds, by backend.
@@ -150,6 +151,9 @@ impl LocalModel for LocalBackend {
         layers: &[usize],
     ) -> Result<Vec<WeightChange>, ExecutorError> {
         local!(self, e => e.orthogonalize(direction, layers))
+    }
+    fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
+        local!(self, e => e.apply_adapter(adapter))
     }
     fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError> {
         local!(self, e => e.export_hf(dir))

@@ -19,6 +19,15 @@ pub struct ModelIdentity {
 }
 
 impl ModelIdentity {
+    /// Records a change made in memory (`orthogonalized`, `LoRA …`), after
+    /// any made before it.
+    pub fn record_change(&mut self, how: &str) {
+        self.modified = Some(match self.modified.take() {
+            None => how.to_owned(),
+            Some(before) => format!("{before}, then {how}"),
+        });
+    }
+
     /// sha256 of the weights as loaded (see [`ModelAssets::weights_sha256`]).
     pub fn weights_sha256(&self, assets: &ModelAssets) -> Option<String> {
         self.weights.get_or_init(|| assets.weights_sha256()).clone()

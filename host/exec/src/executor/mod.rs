@@ -36,6 +36,7 @@ use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
 use crate::model::assets::ModelAssets;
+use crate::model::lora::Adapter;
 use crate::model::{Dtype, KvType, WeightMode};
 use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
@@ -131,6 +132,9 @@ pub enum ExecutorError {
     /// message names the endpoint and the fix).
     #[error("{0}")]
     Http(String),
+    /// A LoRA adapter that cannot be read or does not fit the model.
+    #[error(transparent)]
+    Adapter(#[from] crate::model::lora::AdapterError),
 }
 
 /// What to load and where.
@@ -449,6 +453,20 @@ pub trait LocalModel: Executor {
         direction: &Direction,
         layers: &[usize],
     ) -> Result<Vec<WeightChange>, ExecutorError>;
+    /// Adds each matrix's low-rank change `s·B·A` of `adapter` to the
+    /// weights (in f32; a quantized matrix is kept dense afterwards), as
+    /// PEFT's `merge_and_unload` and llama.cpp's `--lora` do. The model's
+    /// reference then no longer claims the file's hash.
+    fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError>;
+    /// Reads the adapter at `path` (a PEFT folder or a LoRA GGUF), checks
+    /// it against this model's shape and applies it; its digest and what
+    /// it changed.
+    fn load_adapter(&mut self, path: &Path) -> Result<AppliedAdapter, ExecutorError> {
+        let adapter = Adapter::read(path, &self.assets().config)?;
+        let sha256 = adapter.sha256()?;
+        let changes = self.apply_adapter(&adapter)?;
+        Ok(AppliedAdapter { sha256, changes })
+    }
     /// Writes the model as loaded and transformed to an HF folder.
     fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError>;
 
@@ -491,6 +509,14 @@ pub struct WeightChange {
     pub matrix: String,
     /// Frobenius norm of the change.
     pub norm: f32,
+}
+
+/// A LoRA adapter applied to a local model: the sha256 of its files (what
+/// identifies the adapted model) and each matrix's change.
+#[derive(Debug, Clone)]
+pub struct AppliedAdapter {
+    pub sha256: String,
+    pub changes: Vec<WeightChange>,
 }
 
 /// What one intervention did over a run, in prefill and every decode step.

@@ -24,6 +24,7 @@ pub mod gguf;
 pub mod gguf_reader;
 pub mod hf;
 pub mod host_weights;
+pub mod lora;
 pub mod routing;
 pub mod sample;
 pub mod tokenizer;
@@ -271,6 +272,10 @@ pub enum ModelError {
         "{matrix:?} does not write into the residual stream; orthogonalize attn_output and ffn_down"
     )]
     NotResidualWriter { matrix: Matrix },
+    #[error(
+        "{matrix:?} of a mixture of experts is one matrix per expert; an adapter changes the attention's matrices only"
+    )]
+    ExpertMatrix { matrix: Matrix },
     #[error("cannot export: {0}")]
     Export(String),
     #[error("{0}")]

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention};
+use crate::model::lora::Adapter;
 use crate::model::{Matrix, ModelError};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, SupportLevel, TraceRequest,
@@ -275,7 +276,7 @@ impl LocalModel for CandleExecutor {
             self.model
                 .model
                 .orthogonalize(&d, layers, &[Matrix::AttnOutput, Matrix::FfnDown])?;
-        self.identity.modified = Some("orthogonalized".into());
+        self.identity.record_change("orthogonalized");
         Ok(changes
             .into_iter()
             .map(|((layer, m), norm)| WeightChange {
@@ -284,6 +285,27 @@ impl LocalModel for CandleExecutor {
                 norm,
             })
             .collect())
+    }
+
+    fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
+        self.check_layers(&adapter.layers())?;
+        let mut changes = Vec::new();
+        for (m, norm) in adapter.matrices.iter().zip(adapter.change_norms()) {
+            let model = &mut self.model.model;
+            let w = model.weight(m.layer, m.matrix)?;
+            let delta = candle_core::Tensor::from_vec(m.delta(), (m.rows, m.cols), w.device())
+                .map_err(crate::model::ModelError::from)?;
+            let sum = (w.to_dtype(candle_core::DType::F32) + delta)
+                .map_err(crate::model::ModelError::from)?;
+            model.set_weight(m.layer, m.matrix, sum)?;
+            changes.push(WeightChange {
+                layer: m.layer,
+                matrix: m.matrix.gguf_stem().to_owned(),
+                norm,
+            });
+        }
+        self.identity.record_change(&adapter.describe());
+        Ok(changes)
     }
 
     fn export_hf(&self, dir: &std::path::Path) -> Result<(), ExecutorError> {

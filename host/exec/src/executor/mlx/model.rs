@@ -884,6 +884,40 @@ impl LibModel for MlxLlama {
         Ok(squares.sqrt())
     }
 
+    fn add_to_weight(
+        &mut self,
+        layer: usize,
+        m: ModelMatrix,
+        delta: &[f32],
+    ) -> Result<(), ModelError> {
+        let count = self.blocks.len();
+        let b = self
+            .blocks
+            .get_mut(layer)
+            .ok_or(ModelError::LayerOutOfRange { layer, count })?;
+        if matches!(b.ffn, Ffn::Experts(_)) && m.index() >= 4 {
+            return Err(ModelError::ExpertMatrix { matrix: m });
+        }
+        let _lock = super::evaluating();
+        super::use_device(self.on_gpu);
+        let w = &mut b.linears_mut()[m.index()].weight;
+        let dense = w.dense()?;
+        let shape = dense.shape().to_vec();
+        if shape.iter().product::<i32>() as usize != delta.len() {
+            return Err(ModelError::ShapeMismatch {
+                tensor: format!("blk.{layer}.{}.weight", m.gguf_stem()),
+                found: vec![delta.len()],
+                expected: shape.iter().map(|&d| d as usize).collect(),
+                path: None,
+            });
+        }
+        let new_t = dense.add(Array::from_slice(delta, &shape))?.transpose()?;
+        new_t.eval()?;
+        *w = Matrix::DenseT(new_t);
+        self.packed = weights::packings(self.matrices());
+        Ok(())
+    }
+
     fn kernel_note(&self) -> String {
         let device = if self.on_gpu { "gpu, Metal" } else { "cpu" };
         let mut note = format!("MLX {} ({device}), float32", super::mlx_version());

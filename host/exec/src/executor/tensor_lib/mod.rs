@@ -34,6 +34,7 @@ use crate::intervene::policy::StepPolicy;
 use crate::intervene::{Direction, Intervention, Primitive};
 use crate::model::assets::ModelAssets;
 use crate::model::config::ModelConfig;
+use crate::model::lora::Adapter;
 use crate::model::{KvType, Matrix, ModelError};
 use crate::trace::{
     ArtifactKind as K, Capabilities, DeviceKind, ModelRef, StageProfile, SupportLevel, TraceRequest,
@@ -177,6 +178,10 @@ pub trait LibModel: Sized {
     /// at `layer` (`W ← W − r(rᵀW)`, in f32); the Frobenius norm of the
     /// change.
     fn orthogonalize(&mut self, r: &[f32], layer: usize, m: Matrix) -> Result<f32, ModelError>;
+    /// Adds `delta` (`[out, in]` row-major, f32) to the matrix of `m` at
+    /// `layer`, in f32 (a packed matrix is kept dense afterwards). A
+    /// mixture's expert matrices are refused: an adapter names none.
+    fn add_to_weight(&mut self, layer: usize, m: Matrix, delta: &[f32]) -> Result<(), ModelError>;
     /// The prefill span's `kernel` note: the library, its version, the
     /// device, the dtype and where the weights came from.
     fn kernel_note(&self) -> String;
@@ -371,9 +376,24 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
                 });
             }
         }
-        self.identity.modified = Some("orthogonalized".into());
+        self.identity.record_change("orthogonalized");
         Ok(changes)
     }
+    fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
+        self.check_layers(&adapter.layers())?;
+        let mut changes = Vec::new();
+        for (m, norm) in adapter.matrices.iter().zip(adapter.change_norms()) {
+            self.model.add_to_weight(m.layer, m.matrix, &m.delta())?;
+            changes.push(WeightChange {
+                layer: m.layer,
+                matrix: m.matrix.gguf_stem().to_owned(),
+                norm,
+            });
+        }
+        self.identity.record_change(&adapter.describe());
+        Ok(changes)
+    }
+
     /// The weights as loaded and transformed, as f32 safetensors in an HF
     /// folder, written by the same exporter as candle's.
     fn export_hf(&self, dir: &Path) -> Result<(), ExecutorError> {

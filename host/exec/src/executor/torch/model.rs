@@ -770,6 +770,41 @@ impl LibModel for TorchLlama {
         TorchLlama::orthogonalize(self, &Tensor::from_slice(r), layer, m)
     }
 
+    fn add_to_weight(&mut self, layer: usize, m: Matrix, delta: &[f32]) -> Result<(), ModelError> {
+        let count = self.blocks.len();
+        let b = self
+            .blocks
+            .get_mut(layer)
+            .ok_or(ModelError::LayerOutOfRange { layer, count })?;
+        let a = &mut b.attn;
+        let w = match (m, &mut b.ffn) {
+            (Matrix::AttnQ, _) => &mut a.q.weight,
+            (Matrix::AttnK, _) => &mut a.k.weight,
+            (Matrix::AttnV, _) => &mut a.v.weight,
+            (Matrix::AttnOutput, _) => &mut a.o.weight,
+            (Matrix::FfnGate, Ffn::Dense(f)) => &mut f.gate.weight,
+            (Matrix::FfnUp, Ffn::Dense(f)) => &mut f.up.weight,
+            (Matrix::FfnDown, Ffn::Dense(f)) => &mut f.down.weight,
+            (_, Ffn::Experts(_)) => return Err(ModelError::ExpertMatrix { matrix: m }),
+        };
+        let shape = w.size();
+        if shape.iter().product::<i64>() != delta.len() as i64 {
+            return Err(ModelError::ShapeMismatch {
+                tensor: format!("blk.{layer}.{}.weight", m.gguf_stem()),
+                found: vec![delta.len()],
+                expected: shape.iter().map(|&d| d as usize).collect(),
+                path: None,
+            });
+        }
+        tch::no_grad(|| {
+            let d = Tensor::from_slice(delta)
+                .reshape(&shape)
+                .to_device(w.device());
+            *w = (w.to_kind(Kind::Float) + d).to_kind(w.kind());
+        });
+        Ok(())
+    }
+
     fn kernel_note(&self) -> String {
         let mut note = format!(
             "libtorch {} ({:?}), {:?}",
