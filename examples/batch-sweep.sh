@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recipe 10: a batch-size sweep. How does throughput scale with the batch,
+# Recipe 11: a batch-size sweep. How does throughput scale with the batch,
 # and where would it stop scaling?
 #
 # The question: before serving or auditing at scale, how much does

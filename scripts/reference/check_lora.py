@@ -18,6 +18,8 @@
    - a rank-2 change of every block matrix: `vauban model lora --rank 2`
      must recover it (PEFT's base + adapter gives the tuned model's logits,
      every matrix keeps a share of 1);
+   - a change of two matrices in two layers: only those are in the
+     adapter, and PEFT loads it (its modules named exactly);
    - a full-rank change of two matrices and of a norm weight: `--rank 4`
      must report per matrix the share its factors keep (checked from the
      PEFT tensors it wrote), within 0.1% of the best rank-4 share (the
@@ -248,6 +250,28 @@ def extraction(binary, tmp, tok, ids):
                           and out["rank2"]["min_kept_share"] > 1 - 1e-6
                           and out["rank2"]["peft_vs_tuned"] < LOGIT_TOL
                           and out["rank2"]["effect"] > 100 * LOGIT_TOL)
+
+    # Two matrices of two layers: unchanged matrices stay out of the
+    # adapter, so PEFT gets the exact modules (a regular expression).
+    def sparse(name, p):
+        if name in ("model.layers.0.self_attn.o_proj.weight", "model.layers.2.self_attn.q_proj.weight"):
+            return 0.1 * torch.randn(p.shape[0], 1, generator=gen) @ torch.randn(1, p.shape[1], generator=gen)
+        return None
+
+    tuned = tmp / "x.sparse"
+    tuned_copy(folder, tuned, sparse)
+    adapter = tmp / "x.sparse.lora"
+    report = json.loads(ct.run([binary, "model", "lora", "--base", str(folder), "--tuned", str(tuned),
+                                "--rank", "1", "--out", str(adapter), "--json"]))
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    out["sparse"] = {
+        "in_adapter": sorted(f"{m['layer']}.{m['matrix']}" for m in report["matrices"] if m["in_adapter"]),
+        "target_modules": config["target_modules"],
+        "peft_vs_tuned": float(np.abs(peft_logits(folder, adapter, ids) - hf_logits(tuned, ids)).max()),
+    }
+    out["sparse"]["ok"] = (out["sparse"]["in_adapter"] == ["0.attn_output", "2.attn_q"]
+                           and isinstance(config["target_modules"], str)
+                           and out["sparse"]["peft_vs_tuned"] < LOGIT_TOL)
 
     # A full-rank change of q and o (and a norm weight an adapter cannot carry).
     deltas = {}

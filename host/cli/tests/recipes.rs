@@ -15,7 +15,7 @@ use common::plugins;
 use serde_json::Value;
 
 /// The recipes, in the cookbook's order.
-const RECIPES: [&str; 9] = [
+const RECIPES: [&str; 10] = [
     "quantization",
     "system-prompt",
     "steering",
@@ -26,6 +26,7 @@ const RECIPES: [&str; 9] = [
     // Run by families.rs, on a mixture built by transformers.
     "moe-routing",
     "quant-types",
+    "lora-adapter",
 ];
 
 /// `examples/` copied into a temporary folder: every `.toml` and the
@@ -501,6 +502,114 @@ fn weight_edit_recipe_reaches_a_model_change_audit() {
         .collect();
     expected.sort_unstable();
     assert_eq!(cited, expected, "{claim}");
+}
+
+/// Recipe 10: the orthogonalization as a rank-1 adapter on the base file,
+/// audited with `adapter =`; and `model lora` on the same edit written
+/// whole finds it rank 1 in every matrix it changed, and nothing else.
+#[test]
+fn lora_adapter_recipe_audits_an_adapter_and_measures_a_fine_tunes_rank() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let book = Cookbook::new();
+    let direction = "out/lora-adapter/refusal.safetensors";
+    for args in [
+        vec![
+            "measure",
+            "--model",
+            m,
+            "--harmful",
+            "examples/prompts/harmful.jsonl",
+            "--harmless",
+            "examples/prompts/harmless.jsonl",
+            "--out",
+            direction,
+        ],
+        vec![
+            "model",
+            "orthogonalize",
+            "--model",
+            m,
+            "--direction",
+            direction,
+            "--lora",
+            "out/lora-adapter/refusal-lora",
+        ],
+    ] {
+        let o = book.vauban(&args, &[]);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = book.vauban(&["run", "examples/lora-adapter.toml"], &[]);
+    let r = book.report("lora-adapter");
+    assert_eq!(o.status.code(), Some(exit_for(&r)), "{}", text(&o));
+    let kl = r["distribution"]["first_token_kl_mean"].as_f64().unwrap();
+    assert!(kl > 0.01, "the adapter moves the distributions: KL {kl}");
+    assert_eq!(r["access"]["level"], "base_and_transformed");
+    let md = std::fs::read_to_string(book.out("lora-adapter").join("report.md")).unwrap();
+    assert!(
+        md.contains("transformation: LoRA adapter ") && md.contains("refusal-lora (sha256 "),
+        "the report names the adapter: {md}"
+    );
+    let claim = r["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["strength"] == "weight_diff")
+        .unwrap_or_else(|| panic!("no weight claim: {}", r["claims"]));
+    assert_eq!(claim["status"], "accepted", "{claim}");
+    assert_eq!(claim["evidence"].as_array().unwrap().len(), 10, "{claim}");
+
+    // The header's second part: the edit written whole, extracted back.
+    let o = book.vauban(
+        &[
+            "model",
+            "orthogonalize",
+            "--model",
+            m,
+            "--direction",
+            direction,
+            "--out",
+            "out/lora-adapter/edited",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let lora = |rank: &str, out: &str| {
+        let tuned = "out/lora-adapter/edited";
+        book.vauban(
+            &[
+                "model", "lora", "--base", m, "--tuned", tuned, "--rank", rank, "--out", out,
+                "--json",
+            ],
+            &[],
+        )
+    };
+    let o = lora("1", "out/lora-adapter/extracted");
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let matrices = v["matrices"].as_array().unwrap();
+    assert_eq!(matrices.len(), 210, "30 blocks of 7 matrices compared");
+    let (changed, same): (Vec<&Value>, Vec<&Value>) =
+        matrices.iter().partition(|k| k["in_adapter"] == true);
+    assert_eq!(changed.len(), 60, "attn_output and ffn_down of 30 blocks");
+    assert!(changed.iter().all(|k| {
+        matches!(k["matrix"].as_str(), Some("attn_output" | "ffn_down"))
+            && k["kept_share"].as_f64().unwrap() > 0.99999
+    }));
+    assert!(same.iter().all(|k| k["difference_norm"] == 0.0));
+    assert_eq!(v["not_carried"].as_array().unwrap().len(), 0, "{v}");
+    assert!(v["kept_share"].as_f64().unwrap() > 0.99999, "{v}");
+    // A rank no matrix can have is a usage error naming the bound.
+    let o = lora("577", "out/lora-adapter/too-high");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains(
+            "--rank 577 is above the rank attn_q matrices can have ([576, 576]); use at most 576"
+        ),
+        "{}",
+        text(&o)
+    );
+    assert!(!book.out("lora-adapter").join("too-high").exists());
 }
 
 #[test]

@@ -216,6 +216,12 @@ pub struct ModelSection {
     /// (dequantized at load).
     #[serde(default)]
     pub weights: WeightMode,
+    /// A LoRA adapter applied on top of `model` (candle, torch, mlx): a
+    /// PEFT adapter folder or a llama.cpp LoRA `.gguf`, as `vauban model
+    /// lora` and `vauban model orthogonalize --lora` write them. Its shapes
+    /// and targets are checked against the model when the config is.
+    #[serde(default)]
+    pub adapter: Option<PathBuf>,
     /// This side's system message (overrides `observe.system`).
     #[serde(default)]
     pub system: Option<String>,

@@ -55,6 +55,8 @@ pub struct SidePlan {
     /// How this side generates (observe's keys and the side's overrides).
     pub generation: GenerationSettings,
     pub transform: Option<TransformPlan>,
+    /// A LoRA adapter applied to the model before the transformation.
+    pub adapter: Option<PathBuf>,
     /// The endpoint, with `executor = "http"` (its response cache is set
     /// when the side is loaded).
     pub http: Option<crate::executor::http::HttpSpec>,
@@ -500,6 +502,7 @@ impl<'a> Checker<'a> {
             .parse()
             .map_err(|e: String| at(&format!("{key}.device"), e))?;
         let weights = s.weights;
+        let adapter = self.adapter(key, s, &model, recorded || remote)?;
         let transform = match &s.transform {
             None => None,
             Some(t) => Some(transform(
@@ -550,11 +553,47 @@ impl<'a> Checker<'a> {
             system: s.system.clone().or_else(|| config.observe.system.clone()),
             generation,
             transform,
+            adapter,
             http,
             batch,
             kv_cache,
             dtype,
         })
+    }
+
+    /// The side's adapter, read and checked against its model's shape
+    /// now, so a mismatch is named before anything runs; refused on a side
+    /// whose model vauban does not hold.
+    fn adapter(
+        &self,
+        key: &str,
+        s: &ModelSection,
+        model: &Path,
+        not_held: bool,
+    ) -> anyhow::Result<Option<PathBuf>> {
+        let Some(given) = &s.adapter else {
+            return Ok(None);
+        };
+        let at_key = format!("{key}.adapter");
+        if self.replay {
+            // The recording holds the adapted model's runs already.
+            return Ok(None);
+        }
+        if not_held {
+            return Err(self.at(
+                &at_key,
+                format!(
+                    "an adapter is applied to a model vauban holds (executor = \"candle\", \"torch\" or \"mlx\"), and this side's executor is `{}`: serve the adapted model (`llama-server -m MODEL.gguf --lora ADAPTER.gguf`), or record it and replay the bundle",
+                    s.executor
+                ),
+            ));
+        }
+        let path = self.resolve(&at_key, given)?;
+        let shape = crate::model::read_config(model)
+            .map_err(|e| self.at(&format!("{key}.model"), e.to_string()))?;
+        crate::model::lora::Adapter::read(&path, &shape)
+            .map_err(|e| self.at(&at_key, e.to_string()))?;
+        Ok(Some(path))
     }
 
     /// The side's executor, refused when this build lacks it (a replayed

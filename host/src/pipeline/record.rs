@@ -57,6 +57,29 @@ pub fn load_side(
         return Ok(served_as_is(side, exec));
     };
     let model_sha256 = local.weights_sha256();
+    // The adapter first: a transformation applies to the adapted model.
+    let adapter = match &side.adapter {
+        Some(path) => {
+            let applied = local
+                .load_adapter(path)
+                .with_context(|| format!("{}: adapter {}", side.name.as_str(), path.display()))?;
+            tracing::info!(
+                "{}: applied the adapter {} ({} matrices)",
+                side.name.as_str(),
+                path.display(),
+                applied.changes.len()
+            );
+            let describe = format!(
+                "LoRA adapter {} (sha256 {}, {} matrices)",
+                path.display(),
+                applied.sha256,
+                applied.changes.len()
+            );
+            let print = json!({ "path": path.display().to_string(), "sha256": applied.sha256 });
+            Some((print, describe))
+        }
+        None => None,
+    };
     let applied = match &side.transform {
         Some(t) => apply_transform(side, t, local, measured)?,
         None => Applied::default(),
@@ -69,6 +92,18 @@ pub fn load_side(
         "transform": applied.fingerprint,
         "system": side.system,
     });
+    // Named only when there is one, so traces recorded before the setting
+    // existed keep their fingerprint and are reused.
+    let describe = match (adapter, applied.describe) {
+        (Some((print, adapter)), transform) => {
+            fingerprint["adapter"] = print;
+            Some(match transform {
+                Some(t) => format!("{adapter}, then {t}"),
+                None => adapter,
+            })
+        }
+        (None, transform) => transform,
+    };
     // Named only when it is not the default, so traces recorded before the
     // setting existed (all f32) keep their fingerprint and are reused.
     if side.kv_cache != KvType::F32 {
@@ -87,7 +122,7 @@ pub fn load_side(
         exec,
         interventions: applied.interventions,
         fingerprint,
-        describe: applied.describe,
+        describe,
         model_sha256,
         batch: side.batch,
     })

@@ -166,19 +166,27 @@ pub fn extract(args: &LoraArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// What the adapter keeps, per matrix and in total, as a table.
 fn print_kept(e: &Extraction, args: &LoraArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let same = e.kept.iter().filter(|k| k.difference == 0.0).count();
     writeln!(
         out,
         "rank-{} LoRA adapter of {} matrices: keeps {:.4} of the difference's Frobenius norm (‖BA‖/‖Δ‖ over all of them)",
         args.rank,
-        e.kept.len(),
+        e.adapter.matrices.len(),
         e.total_share()
     )?;
+    if same > 0 {
+        writeln!(
+            out,
+            "{same} of the {} matrices compared are the same in both models (not in the adapter)",
+            e.kept.len()
+        )?;
+    }
     writeln!(
         out,
         "{:>5}  {:<12} {:>12} {:>12} {:>8}",
         "layer", "matrix", "‖Δ‖", "‖Δ−BA‖", "kept"
     )?;
-    for k in &e.kept {
+    for k in e.kept.iter().filter(|k| k.difference > 0.0) {
         writeln!(
             out,
             "{:>5}  {:<12} {:>12.5} {:>12.5} {:>8.4}",
@@ -218,6 +226,7 @@ fn to_json(e: &Extraction, args: &LoraArgs) -> serde_json::Value {
             "kept_norm": k.kept,
             "residual_norm": k.residual,
             "kept_share": k.share(),
+            "in_adapter": k.difference > 0.0,
         })).collect::<Vec<_>>(),
         "not_carried": e.outside.iter().map(|(name, d)| serde_json::json!({
             "tensor": name,

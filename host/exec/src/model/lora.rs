@@ -382,6 +382,7 @@ impl Adapter {
         let (rank, alpha) = self.rank_and_alpha()?;
         let mut tensors: Vec<(String, Tensor)> = Vec::new();
         let mut targets = BTreeSet::new();
+        let mut modules = Vec::new();
         let mut by_layer: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
         for m in &self.matrices {
             check_target(c, m.matrix).map_err(AdapterError::Usage)?;
@@ -395,30 +396,37 @@ impl Adapter {
             tensors.push((format!("base_model.model.{module}.lora_A.weight"), a));
             tensors.push((format!("base_model.model.{module}.lora_B.weight"), b));
             targets.insert(leaf(&module).to_owned());
+            modules.push(module);
             by_layer
                 .entry(m.layer)
                 .or_default()
                 .insert(m.matrix.gguf_stem());
         }
-        // PEFT applies `target_modules` in every layer of
-        // `layers_to_transform`: the adapter must change the same matrices
-        // in each of its layers, or PEFT would add zero adapters vauban
-        // did not write.
+        // PEFT applies a list of `target_modules` in every layer of
+        // `layers_to_transform`: the readable form when the adapter changes
+        // the same matrices in each of its layers. Otherwise the exact
+        // modules, as the regular expression PEFT matches whole names
+        // against, so PEFT adds no zero adapter vauban did not write.
         let first = by_layer.values().next().cloned().unwrap_or_default();
-        if let Some((layer, stems)) = by_layer.iter().find(|(_, s)| **s != first) {
-            return Err(AdapterError::Usage(format!(
-                "layer {layer} changes {stems:?} but another layer {first:?}: a PEFT adapter changes the same matrices in every layer it touches"
-            )));
-        }
+        let uniform = by_layer.values().all(|s| *s == first);
         let layers: Vec<usize> = by_layer.keys().copied().collect();
-        let every_layer = layers.len() == c.layers;
+        let every_layer = layers.len() == c.layers || !uniform;
+        let target_modules: serde_json::Value = match uniform {
+            true => targets.into_iter().collect::<Vec<_>>().into(),
+            false => modules
+                .iter()
+                .map(|m| m.replace('.', "\\."))
+                .collect::<Vec<_>>()
+                .join("|")
+                .into(),
+        };
         let config = serde_json::json!({
             "peft_type": "LORA",
             "task_type": "CAUSAL_LM",
             "base_model_name_or_path": base.display().to_string(),
             "r": rank,
             "lora_alpha": alpha,
-            "target_modules": targets.into_iter().collect::<Vec<_>>(),
+            "target_modules": target_modules,
             "layers_to_transform": if every_layer { serde_json::Value::Null } else { layers.into() },
             "layers_pattern": if every_layer { serde_json::Value::Null } else { "layers".into() },
             "lora_dropout": 0.0,
@@ -800,18 +808,17 @@ fn other_tensors(c: &ModelConfig) -> Vec<String> {
         names.push("output.weight".into());
     }
     for l in 0..c.layers {
-        for stem in [
-            "attn_norm",
-            "attn_q_norm",
-            "attn_k_norm",
-            "post_attention_norm",
-            "ffn_norm",
-            "post_ffw_norm",
-        ] {
-            names.push(format!("blk.{l}.{stem}.weight"));
+        // The norms this family's blocks have (an HF name can mean
+        // another norm in another family).
+        for stem in super::config::BLOCK_NORMS {
+            if c.norm_width(stem).is_some() {
+                names.push(format!("blk.{l}.{stem}.weight"));
+            }
         }
         for m in [Matrix::AttnQ, Matrix::AttnK, Matrix::AttnV] {
-            names.push(format!("blk.{l}.{}.bias", m.gguf_stem()));
+            if m.has_bias(c) {
+                names.push(format!("blk.{l}.{}.bias", m.gguf_stem()));
+            }
         }
     }
     names
@@ -840,8 +847,33 @@ fn shape_difference(a: &ModelConfig, b: &ModelConfig) -> Option<String> {
         .map(|(what, x, y)| format!("the base has {what} = {x} and the tuned model {what} = {y}"))
 }
 
+/// A matrix `w` of a model shaped `from`, in the row order of a model
+/// shaped `to`: a GGUF file of the llama family keeps Q and K rows in
+/// llama.cpp's RoPE order, an HF folder in HF's, so a GGUF base and its
+/// fine-tune exported as a folder are compared row for row.
+fn in_layout_of(
+    w: Vec<f32>,
+    m: Matrix,
+    from: &ModelConfig,
+    to: &ModelConfig,
+) -> Result<Vec<f32>, AdapterError> {
+    let (heads_from, heads_to) = (permuted_heads(from, m), permuted_heads(to, m));
+    if heads_from == heads_to {
+        return Ok(w);
+    }
+    let (rows, cols) = m.shape(from);
+    let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu)?;
+    let t = match (heads_from, heads_to) {
+        (Some(h), None) => permute_qk(&t, h, true)?,
+        (None, Some(h)) => permute_qk(&t, h, false)?,
+        _ => t,
+    };
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
 /// The difference `tuned − base` of every matrix in `targets`, as a rank-`rank`
-/// adapter per matrix: the top `rank` singular directions of each
+/// adapter per matrix (in the base's layout; the tuned model's Q and K
+/// rows brought to it where one is a GGUF file and the other a folder): the top `rank` singular directions of each
 /// difference (`B = U_r`, `A = U_rᵀΔ`), found by randomized subspace
 /// iteration (Halko, Martinsson and Tropp, 2011) from a fixed seed, so the
 /// same models give the same adapter. What each keeps is measured on the factors
@@ -880,16 +912,28 @@ pub fn extract(
             let name = format!("blk.{layer}.{}.weight", m.gguf_stem());
             let (rows, cols) = m.shape(cb);
             let wb = base.need(&name, &[rows, cols])?;
-            let wt = tuned.need(&name, &[rows, cols])?;
+            let wt = in_layout_of(tuned.need(&name, &[rows, cols])?, m, ct, cb)?;
             let delta = DMatrix::from_fn(rows, cols, |i, j| {
                 f64::from(wt[i * cols + j]) - f64::from(wb[i * cols + j])
             });
+            let difference = delta.norm();
+            if difference == 0.0 {
+                // The same in both models: nothing to carry.
+                kept.push(Kept {
+                    layer,
+                    matrix: m,
+                    difference,
+                    kept: 0.0,
+                    residual: 0.0,
+                });
+                continue;
+            }
             let (b, a) = truncate(&delta, rank, &mut rng);
             let approx = &b * &a;
             kept.push(Kept {
                 layer,
                 matrix: m,
-                difference: delta.norm(),
+                difference,
                 kept: approx.norm(),
                 residual: (&delta - &approx).norm(),
             });
@@ -905,6 +949,12 @@ pub fn extract(
                 scale: 1.0,
             });
         }
+    }
+    if matrices.is_empty() {
+        return Err(AdapterError::Usage(format!(
+            "every one of the {} matrices is the same in both models: there is no difference to extract",
+            kept.len()
+        )));
     }
     let mut outside = Vec::new();
     for name in other_tensors(cb) {
