@@ -525,3 +525,53 @@ fn peft_and_llama_cpp_load_vaubans_adapters() {
         assert!(real["kl_vauban_vs_llama_server"].as_f64().unwrap() < 0.05);
     }
 }
+
+/// The tensor-library executors apply an adapter as candle does: the same
+/// logits, from the PEFT folder and from the GGUF, on an f32 base and on a
+/// quantized one dequantized at load.
+#[cfg(any(feature = "torch", feature = "mlx"))]
+#[test]
+fn the_adapter_applies_alike_on_every_executor() {
+    let executors = [
+        #[cfg(feature = "torch")]
+        "torch",
+        #[cfg(feature = "mlx")]
+        "mlx",
+    ];
+    for dtype in [GgmlDType::F32, GgmlDType::Q8_0] {
+        let e = edit(dtype);
+        let dir = e.dir.path();
+        let gguf = e.lora.join("adapter.gguf");
+        let f32 = ["--weights", "f32"];
+        let candle = logits(
+            dir,
+            "candle",
+            &e.model,
+            &["--adapter", s(&e.lora), f32[0], f32[1]],
+        );
+        let base = logits(dir, "base", &e.model, &f32);
+        for executor in executors {
+            for (name, adapter) in [("peft", e.lora.as_path()), ("gguf", gguf.as_path())] {
+                let other = logits(
+                    dir,
+                    &format!("{executor}-{name}"),
+                    &e.model,
+                    &[
+                        "--adapter",
+                        s(adapter),
+                        "--executor",
+                        executor,
+                        f32[0],
+                        f32[1],
+                    ],
+                );
+                let d = max_diff(&other, &candle);
+                assert!(d < 1e-4, "{executor} {dtype:?} {name}: {d}");
+                assert!(
+                    max_diff(&other, &base) > 1e-2,
+                    "{executor}: the adapter applied"
+                );
+            }
+        }
+    }
+}
