@@ -40,11 +40,8 @@ import json
 import math
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 import numpy as np
 import torch
@@ -94,32 +91,13 @@ def vauban_logits(binary, model, bundle, adapter=None):
 def server_run(llama, gguf, prompt, vocab, lora=None, n=8):
     """llama-server's greedy ids after `prompt` (ids) and each step's
     next-token distribution ({id: logprob}, all `vocab` tokens)."""
-    port = cl.free_port()
-    cmd = [str(llama / "bin/llama-server"), "-m", str(gguf), "--port", str(port), "-c", "256", "-t", "2",
-           "--no-warmup", "--cache-type-k", "f32", "--cache-type-v", "f32", "-fa", "off"]
-    if lora:
-        cmd += ["--lora", str(lora)]
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.time() > deadline:
-                sys.exit(f"llama-server did not start on {gguf} (lora {lora}):\n{server.stderr.read()[-3000:]}")
-            time.sleep(0.2)
+    extra = ("--lora", str(lora)) if lora else ()
+    with cl.serving(llama, gguf, extra) as port:
         out = cl.post(port, "/completion", {"prompt": prompt, "n_predict": n, "temperature": 0.0,
                                             "n_probs": vocab, "cache_prompt": False,
                                             "samplers": ["top_k"], "top_k": 1})
-        probs = out["completion_probabilities"]
-        return [p["id"] for p in probs], [{q["id"]: q["logprob"] for q in p["top_logprobs"]} for p in probs]
-    finally:
-        server.kill()
-        server.wait()
+    probs = out["completion_probabilities"]
+    return [p["id"] for p in probs], [{q["id"]: q["logprob"] for q in p["top_logprobs"]} for p in probs]
 
 
 def kl(p_logs, q_logs):

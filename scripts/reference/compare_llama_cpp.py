@@ -35,6 +35,7 @@ earlier one built and a change to any of those builds afresh.
 """
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
@@ -479,18 +480,16 @@ def post(port, path, body):
         sys.exit(f"llama-server {path} answered {e.code}: {e.read().decode(errors='replace')[:2000]}")
 
 
-def llama_server(llama, gguf, vocab):
-    """llama.cpp's prompt ids, greedy ids, their log-probabilities, by
-    how much each beat the runner-up (its log-probability's margin), and
-    each step's next-token distribution ({id: log-probability}, every one
-    of the `vocab` tokens)."""
+@contextlib.contextmanager
+def serving(llama, gguf, extra=()):
+    """llama-server on `gguf` (with `extra` arguments), ready; its port."""
     port = free_port()
     server = subprocess.Popen([str(llama / "bin/llama-server"), "-m", str(gguf), "--port", str(port),
                                "-c", "256", "-t", "2", "--no-warmup",
                                # Keys and values as computed, as vauban's default cache keeps them.
                                "--cache-type-k", "f32", "--cache-type-v", "f32",
                                # Its CPU flash attention rounds (to ~2e-3 here).
-                               "-fa", "off"],
+                               "-fa", "off", *extra],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 60
@@ -502,8 +501,21 @@ def llama_server(llama, gguf, vocab):
             except OSError:
                 pass
             if server.poll() is not None or time.time() > deadline:
-                sys.exit(f"llama-server did not start on {gguf}:\n{server.stderr.read()[-3000:]}")
+                sys.exit(f"llama-server did not start on {gguf} {' '.join(map(str, extra))}:\n"
+                         f"{server.stderr.read()[-3000:]}")
             time.sleep(0.2)
+        yield port
+    finally:
+        server.kill()
+        server.wait()
+
+
+def llama_server(llama, gguf, vocab):
+    """llama.cpp's prompt ids, greedy ids, their log-probabilities, by
+    how much each beat the runner-up (its log-probability's margin), and
+    each step's next-token distribution ({id: log-probability}, every one
+    of the `vocab` tokens)."""
+    with serving(llama, gguf) as port:
         every = [post(port, "/tokenize", {"content": t, "add_special": True})["tokens"]
                  for t in [TEXT] + HARD]
         # `n_probs` ranks the full distribution, before sampling.
@@ -515,9 +527,6 @@ def llama_server(llama, gguf, vocab):
                    for p in probs]
         dists = [{q["id"]: q["logprob"] for q in p["top_logprobs"]} for p in probs]
         return every, [p["id"] for p in probs], [p["logprob"] for p in probs], margins, dists
-    finally:
-        server.kill()
-        server.wait()
 
 
 def vauban(binary, gguf, bundle, vocab, weights="native"):

@@ -96,6 +96,22 @@ impl Cookbook {
     }
 }
 
+/// `vauban measure` of the refusal direction from the cookbook's prompt
+/// sets into `out`, as the weight-edit and adapter recipes prepare it.
+fn measure_args<'a>(model: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "measure",
+        "--model",
+        model,
+        "--harmful",
+        "examples/prompts/harmful.jsonl",
+        "--harmless",
+        "examples/prompts/harmless.jsonl",
+        "--out",
+        out,
+    ]
+}
+
 /// The SmolLM2 GGUF the recipes name, or `None` (the test skips) when
 /// `scripts/fetch-model.sh` has not run.
 fn model() -> Option<PathBuf> {
@@ -430,17 +446,7 @@ fn weight_edit_recipe_reaches_a_model_change_audit() {
     let book = Cookbook::new();
     // The header's preparation, command by command.
     for args in [
-        vec![
-            "measure",
-            "--model",
-            m,
-            "--harmful",
-            "examples/prompts/harmful.jsonl",
-            "--harmless",
-            "examples/prompts/harmless.jsonl",
-            "--out",
-            "out/weight-edit/refusal.safetensors",
-        ],
+        measure_args(m, "out/weight-edit/refusal.safetensors"),
         vec![
             "model",
             "export",
@@ -514,17 +520,7 @@ fn lora_adapter_recipe_audits_an_adapter_and_measures_a_fine_tunes_rank() {
     let book = Cookbook::new();
     let direction = "out/lora-adapter/refusal.safetensors";
     for args in [
-        vec![
-            "measure",
-            "--model",
-            m,
-            "--harmful",
-            "examples/prompts/harmful.jsonl",
-            "--harmless",
-            "examples/prompts/harmless.jsonl",
-            "--out",
-            direction,
-        ],
+        measure_args(m, direction),
         vec![
             "model",
             "orthogonalize",

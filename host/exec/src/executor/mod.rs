@@ -511,6 +511,24 @@ pub struct WeightChange {
     pub norm: f32,
 }
 
+/// Adds each of `adapter`'s matrices to a model through `add` (the
+/// backend's own weight update), in order; what each changed.
+pub(crate) fn add_adapter(
+    adapter: &Adapter,
+    mut add: impl FnMut(&crate::model::lora::LowRank) -> Result<(), ExecutorError>,
+) -> Result<Vec<WeightChange>, ExecutorError> {
+    let mut changes = Vec::new();
+    for (m, norm) in adapter.matrices.iter().zip(adapter.change_norms()) {
+        add(m)?;
+        changes.push(WeightChange {
+            layer: m.layer,
+            matrix: m.matrix.gguf_stem().to_owned(),
+            norm,
+        });
+    }
+    Ok(changes)
+}
+
 /// A LoRA adapter applied to a local model: the sha256 of its files (what
 /// identifies the adapted model) and each matrix's change.
 #[derive(Debug, Clone)]

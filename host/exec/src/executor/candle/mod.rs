@@ -289,21 +289,14 @@ impl LocalModel for CandleExecutor {
 
     fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
         self.check_layers(&adapter.layers())?;
-        let mut changes = Vec::new();
-        for (m, norm) in adapter.matrices.iter().zip(adapter.change_norms()) {
-            let model = &mut self.model.model;
+        let model = &mut self.model.model;
+        let changes = super::add_adapter(adapter, |m| {
             let w = model.weight(m.layer, m.matrix)?;
-            let delta = candle_core::Tensor::from_vec(m.delta(), (m.rows, m.cols), w.device())
-                .map_err(crate::model::ModelError::from)?;
-            let sum = (w.to_dtype(candle_core::DType::F32) + delta)
-                .map_err(crate::model::ModelError::from)?;
-            model.set_weight(m.layer, m.matrix, sum)?;
-            changes.push(WeightChange {
-                layer: m.layer,
-                matrix: m.matrix.gguf_stem().to_owned(),
-                norm,
-            });
-        }
+            let sum = candle_core::Tensor::from_vec(m.delta(), (m.rows, m.cols), w.device())
+                .and_then(|delta| w.to_dtype(candle_core::DType::F32)? + delta)
+                .map_err(ModelError::from)?;
+            Ok(model.set_weight(m.layer, m.matrix, sum)?)
+        })?;
         self.identity.record_change(&adapter.describe());
         Ok(changes)
     }

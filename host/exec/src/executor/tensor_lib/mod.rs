@@ -381,15 +381,9 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
     }
     fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
         self.check_layers(&adapter.layers())?;
-        let mut changes = Vec::new();
-        for (m, norm) in adapter.matrices.iter().zip(adapter.change_norms()) {
-            self.model.add_to_weight(m.layer, m.matrix, &m.delta())?;
-            changes.push(WeightChange {
-                layer: m.layer,
-                matrix: m.matrix.gguf_stem().to_owned(),
-                norm,
-            });
-        }
+        let changes = super::add_adapter(adapter, |m| {
+            Ok(self.model.add_to_weight(m.layer, m.matrix, &m.delta())?)
+        })?;
         self.identity.record_change(&adapter.describe());
         Ok(changes)
     }
