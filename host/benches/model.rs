@@ -89,6 +89,7 @@ fn main() -> anyhow::Result<()> {
             weights: mode,
             kv_cache: KvType::F32,
             dtype: Default::default(),
+            primitive: Default::default(),
         })?;
         let text = "The quick brown fox jumps over the lazy dog. ".repeat(prompt_tokens);
         let mut ids = exec.model.encode(&text)?;

@@ -242,6 +242,7 @@ fn preset_rows(
             weights: WeightMode::Native,
             kv_cache: KvType::F32,
             dtype: Default::default(),
+            primitive: Default::default(),
         })?;
         let ours = core_figures(&exec, reps)?;
         let kernel = exec.model.model.kernel();
@@ -356,6 +357,7 @@ fn main() -> anyhow::Result<()> {
             weights,
             kv_cache,
             dtype: Default::default(),
+            primitive: Default::default(),
         })
     };
     let load = |weights| load_kv(weights, KvType::F32);

@@ -53,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         weights: WeightMode::Native,
         kv_cache: KvType::F32,
         dtype,
+        primitive: Default::default(),
     })?;
     println!(
         "loaded {} on {device} as {} in {:.2} s",

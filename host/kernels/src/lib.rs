@@ -27,6 +27,7 @@ pub mod gate;
 mod packed;
 pub mod pool;
 mod portable;
+pub mod primitive;
 pub mod softmax;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::suite::Prompt;
-use crate::model::{Dtype, KvType, WeightMode};
+use crate::model::{Dtype, KvType, PrimitivePath, WeightMode};
 
 /// The whole config file.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -203,6 +203,13 @@ pub struct ModelSection {
     /// f16; a trace records which).
     #[serde(default)]
     pub kv_cache: Option<KvType>,
+    /// `executor = "candle"`: how the activation primitive runs on CPU
+    /// activations: `fused` (vauban-kernels' one pass per token, the
+    /// default) or `tensor` (candle's tensor operations, the reference
+    /// path it is checked against). The intervene span's `primitive` note
+    /// records which ran.
+    #[serde(default)]
+    pub primitive: Option<PrimitivePath>,
     /// `executor = "torch"`: the dtype of the weights and activations:
     /// `f32` (the default), `bf16` or `f16` (for a GPU; norms and the
     /// softmax are computed in f32 whatever it is). `executor = "mlx"`

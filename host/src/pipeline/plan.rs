@@ -12,7 +12,7 @@ use crate::config::file::{
 };
 use crate::config::{Redaction, Suite};
 use crate::executor::DeviceSpec;
-use crate::model::{Dtype, KvType, WeightMode};
+use crate::model::{Dtype, KvType, PrimitivePath, WeightMode};
 use crate::report::{AccessLevel, ClaimStrength};
 
 pub use super::sides::SideName;
@@ -66,6 +66,8 @@ pub struct SidePlan {
     pub kv_cache: KvType,
     /// The Torch executor's dtype.
     pub dtype: Dtype,
+    /// How candle applies the activation primitive.
+    pub primitive: PrimitivePath,
 }
 
 impl SidePlan {
@@ -468,6 +470,18 @@ impl<'a> Checker<'a> {
         let backend = self.executor(key, s)?;
         let http = http_spec(s, backend, key, &resolve, &at)?;
         let (batch, kv_cache, dtype) = self.executor_settings(key, s)?;
+        let primitive = match (s.primitive, s.executor) {
+            (None, _) => PrimitivePath::default(),
+            (Some(p), ExecutorKind::Candle) => p,
+            (Some(_), other) => {
+                return Err(at(
+                    &format!("{key}.primitive"),
+                    format!(
+                        "`primitive` is a setting of executor = \"candle\", and this side's executor is `{other}`"
+                    ),
+                ));
+            }
+        };
         if backend == ExecutorKind::Http && !replay {
             self.served_as_is(name, s, has_measure)?;
         }
@@ -558,6 +572,7 @@ impl<'a> Checker<'a> {
             batch,
             kv_cache,
             dtype,
+            primitive,
         })
     }
 

@@ -17,8 +17,8 @@ use crate::executor::{
     ModelSpec, PromptForm, ReferenceContinuation, RunOptions, TraceOutput,
 };
 use crate::intervene::{Intervention, Mode, Positions, load_direction};
-use crate::model::KvType;
 use crate::model::sample::Sampling;
+use crate::model::{KvType, PrimitivePath};
 use crate::trace::{ArtifactData, ArtifactKind as K, DeviceKind, TensorData, Trace, TraceRequest};
 
 use super::plan::{DirectionRef, PICK_IN_CONFIG, Plan, SidePlan, TransformPlan};
@@ -94,6 +94,10 @@ pub fn load_side(
     });
     // Named only when there is one, so traces recorded before the setting
     // existed keep their fingerprint and are reused.
+    // Named only when it is not the default, as `kv_cache`.
+    if side.primitive != PrimitivePath::default() {
+        fingerprint["primitive"] = json!(side.primitive.name());
+    }
     let describe = match (adapter, applied.describe) {
         (Some((print, adapter)), transform) => {
             fingerprint["adapter"] = print;
@@ -136,6 +140,7 @@ fn open_executor(side: &SidePlan, output: &Path) -> Result<Backend, ExecutorErro
         weights: side.weights,
         kv_cache: side.kv_cache,
         dtype: side.dtype,
+        primitive: side.primitive,
     };
     Ok(match side.backend {
         ExecutorKind::Candle => LocalBackend::load(&spec)?.into(),

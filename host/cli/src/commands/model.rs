@@ -15,7 +15,7 @@ use vauban::executor::{
 };
 use vauban::intervene::{Direction, Intervention, InterventionSpec, load_direction};
 use vauban::model::sample::Sampling;
-use vauban::model::{Dtype, KvType, WeightMode};
+use vauban::model::{Dtype, KvType, PrimitivePath, WeightMode};
 use vauban::pipeline::progress_bar;
 use vauban::plugin::policy::PolicyRun;
 use vauban::plugin::{HostOptions, PluginHost, Policy, SandboxOptions};
@@ -48,6 +48,11 @@ pub struct ModelArgs {
     /// or f16 (for a GPU).
     #[arg(long, default_value = "f32", value_name = "f32|bf16|f16")]
     pub dtype: Dtype,
+    /// How candle applies the activation primitive (--intervene, policies)
+    /// to CPU activations: fused (vauban-kernels' one pass per token) or
+    /// tensor (candle's tensor operations, the reference path).
+    #[arg(long, default_value = "fused", value_name = "fused|tensor")]
+    pub primitive: PrimitivePath,
     /// A LoRA adapter to apply on top of the model: a PEFT adapter folder
     /// or a llama.cpp LoRA .gguf (`vauban model lora` and `model
     /// orthogonalize --lora` write both).
@@ -74,6 +79,7 @@ impl ModelArgs {
             weights: self.weights,
             kv_cache: self.kv_cache,
             dtype: self.dtype,
+            primitive: self.primitive,
         };
         let start = std::time::Instant::now();
         let exec = match self.executor {

@@ -29,6 +29,11 @@ pub trait TensorOps: Primitive + Default {
     fn last_row(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
     /// The shape, and the values as f32 on the host in row-major order.
     fn host(&self, t: &Self::Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError>;
+    /// How this library applies the activation primitive, for the
+    /// intervene span's `primitive` note.
+    fn primitive_note(&self) -> String {
+        "the library's tensor operations".into()
+    }
 }
 
 /// What a hook sees of a block after it ran.
@@ -95,8 +100,13 @@ pub struct RunHook<'a, O: TensorOps> {
 
 impl<'a, O: TensorOps> RunHook<'a, O> {
     pub fn new(interventions: &'a [Intervention]) -> Self {
+        RunHook::with_ops(interventions, O::default())
+    }
+
+    /// A hook over `ops` (a library's operations with its settings).
+    pub fn with_ops(interventions: &'a [Intervention], ops: O) -> Self {
         RunHook {
-            ops: O::default(),
+            ops,
             interventions,
             effects: vec![Effect::default(); interventions.len()],
             observe: Vec::new(),
@@ -110,6 +120,11 @@ impl<'a, O: TensorOps> RunHook<'a, O> {
             bases: (0..interventions.len()).map(|_| None).collect(),
             policy_bases: HashMap::new(),
         }
+    }
+
+    /// How the primitive was applied (the intervene span's note).
+    pub fn primitive_note(&self) -> String {
+        self.ops.primitive_note()
     }
 
     /// Applies the interventions at `v.layer`, then the policy, to

@@ -37,7 +37,7 @@ use crate::intervene::{Direction, Intervention};
 use crate::model::ModelError;
 use crate::model::assets::ModelAssets;
 use crate::model::lora::Adapter;
-use crate::model::{Dtype, KvType, WeightMode};
+use crate::model::{Dtype, KvType, PrimitivePath, WeightMode};
 use crate::trace::{
     Capabilities, DeviceKind, ModelRef, TensorData, Trace, TraceError, TraceRequest,
 };
@@ -150,6 +150,9 @@ pub struct ModelSpec {
     /// The Torch executor's weights and activations (candle refuses
     /// anything but f32 here: it picks its own).
     pub dtype: Dtype,
+    /// How candle applies the activation primitive to CPU activations
+    /// (the fused kernel, or the reference path's tensor operations).
+    pub primitive: PrimitivePath,
 }
 
 impl ModelSpec {
@@ -162,6 +165,7 @@ impl ModelSpec {
             weights: WeightMode::default(),
             kv_cache: KvType::default(),
             dtype: Dtype::default(),
+            primitive: PrimitivePath::default(),
         }
     }
 }

@@ -370,7 +370,7 @@ impl Recorder {
         interventions: &[Intervention],
         effects: &[Effect],
         policy: Option<(&dyn StepPolicy, &PolicyLog)>,
-        intervene_ns: u64,
+        (intervene_ns, primitive): (u64, String),
     ) {
         if interventions.is_empty() && policy.is_none() {
             if self.wants(K::InterventionResult) {
@@ -393,6 +393,7 @@ impl Recorder {
             "timing".into(),
             "accumulated inside the prefill and decode passes, after each intervened block".into(),
         );
+        p.notes.insert("primitive".into(), primitive);
         let span = self.builder.span(Stage::Intervene, p);
         for (iv, effect) in interventions.iter().zip(effects) {
             let value = serde_json::json!({
@@ -787,7 +788,7 @@ mod tests {
         let mut rec = recorder(&req);
         let span = rec.span(Stage::Tokenize, rec.profile(Instant::now(), 1));
         rec.prompt(&span, Err("detokenized".into()), None, Some(&[1]));
-        rec.interventions(&[], &[], None, 0);
+        rec.interventions(&[], &[], None, (0, String::new()));
         let out = rec.finish(None).unwrap();
         let missing = &out.trace.missing;
         assert_eq!(missing.len(), 1, "{missing:?}");

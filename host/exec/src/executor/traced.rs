@@ -126,7 +126,7 @@ pub(crate) fn close<O: TensorOps>(
         &options.interventions,
         &hook.effects,
         policy,
-        hook.intervene_ns,
+        (hook.intervene_ns, hook.primitive_note()),
     );
     rec.run_profile(prompt_tokens, prefill_ns, generation.as_ref());
     rec.finish(generation)

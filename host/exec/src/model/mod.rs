@@ -30,6 +30,7 @@ pub mod sample;
 pub mod tokenizer;
 
 pub use vauban_kernels::attention::KvType;
+pub use vauban_kernels::primitive::PrimitivePath;
 
 use std::path::{Path, PathBuf};
 

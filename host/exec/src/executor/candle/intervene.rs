@@ -7,6 +7,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::intervene::{Direction, InterveneError, Intervention, Mode, Positions, When};
+use crate::model::PrimitivePath;
 
 /// A failure inside the primitive: a candle error or a refused
 /// intervention, so `?` works on both; callers see an [`InterveneError`].
@@ -202,9 +203,12 @@ fn change(
 }
 
 /// candle's tensor operations, for the backend-neutral step policy
-/// ([`crate::intervene::policy_step`]) and the shared block hook.
+/// ([`crate::intervene::policy_step`]) and the shared block hook, with how
+/// the primitive runs on CPU activations.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Candle;
+pub struct Candle {
+    pub primitive: PrimitivePath,
+}
 
 /// candle keeps the residual stream as `[1, t, hidden]`, the primitive's
 /// own layout: nothing to convert.
@@ -229,6 +233,17 @@ impl crate::executor::hook::TensorOps for Candle {
         let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         Ok((shape, values))
     }
+    fn primitive_note(&self) -> String {
+        match self.primitive {
+            PrimitivePath::Fused => format!(
+                "fused: vauban-kernels' one pass per token on f32 CPU activations ({} threads); the tensor path elsewhere",
+                vauban_kernels::pool::Pool::global().threads()
+            ),
+            PrimitivePath::Tensor => {
+                "tensor: candle's tensor operations (the reference path)".into()
+            }
+        }
+    }
 }
 
 impl crate::intervene::Primitive for Candle {
@@ -243,8 +258,96 @@ impl crate::intervene::Primitive for Candle {
         h: &Tensor,
         offset: usize,
     ) -> Result<Outcome, InterveneError> {
-        apply_with(iv, basis, h, offset)
+        let fused = self.primitive == PrimitivePath::Fused
+            && h.dtype() == DType::F32
+            && h.device().is_cpu();
+        match fused {
+            true => apply_fused(iv, h, offset),
+            false => apply_with(iv, basis, h, offset),
+        }
     }
+}
+
+/// [`apply`] through vauban-kernels' fused pass ([`vauban_kernels::primitive`]):
+/// `h` f32 on the CPU, copied out once and back once. The same outcome as
+/// the tensor path up to f32 summation order (the gate tests say how
+/// close).
+pub fn apply_fused(
+    iv: &Intervention,
+    h: &Tensor,
+    offset: usize,
+) -> Result<Outcome, InterveneError> {
+    Ok(try_fused(iv, h, offset)?)
+}
+
+fn try_fused(iv: &Intervention, h: &Tensor, offset: usize) -> Result<Outcome, Fail> {
+    use vauban_kernels::primitive::{self as kernel, Change, Condition};
+    iv.check()?;
+    let (b, t, d) = match *h.dims() {
+        [b, t, d] if h.dtype() == DType::F32 => (b, t, d),
+        _ => {
+            return Err(Fail::Intervene(InterveneError::BadActivation {
+                shape: h.dims().to_vec(),
+                dtype: format!("{:?}", h.dtype()),
+            }));
+        }
+    };
+    let width = iv.direction.width();
+    if width != d {
+        return Err(InterveneError::WidthMismatch { width, hidden: d }.into());
+    }
+    let n = b * t;
+    let selected: Vec<bool> = (0..n)
+        .map(|r| iv.positions.selects(r % t, t, offset))
+        .collect();
+    let none_selected = !selected.iter().any(|&s| s);
+    let alpha = iv.alpha;
+    let change = match iv.mode {
+        Mode::Project | Mode::SubspaceProject => Change::None,
+        Mode::Subtract | Mode::SubspaceRemove => Change::Scale(-alpha),
+        Mode::Add | Mode::SubspaceAdd => Change::Scale(alpha),
+        Mode::Clamp => Change::Clamp {
+            alpha,
+            value: iv.value.unwrap_or(0.0),
+        },
+        Mode::Steer => Change::Steer(alpha),
+    };
+    let condition = match iv.condition {
+        None => Condition::Always,
+        Some(c) => match c.when {
+            When::Above => Condition::Above(c.threshold),
+            When::Below => Condition::Below(c.threshold),
+        },
+    };
+    let k = iv.direction.rows();
+    let op = kernel::Op {
+        basis: &iv.direction.basis,
+        k,
+        change,
+        condition,
+        subspace: iv.mode.subspace(),
+    };
+    let mut x = h.flatten_all()?.to_vec1::<f32>()?;
+    let summary = kernel::apply(&mut x, d, &selected, &op);
+    let hidden = match iv.mode {
+        Mode::Project | Mode::SubspaceProject => None,
+        _ if none_selected => Some(h.clone()),
+        _ => Some(Tensor::from_vec(x, h.shape(), h.device())?),
+    };
+    let delta_norm = match hidden.is_some() && !none_selected {
+        true => summary.delta_squared.sqrt() as f32,
+        false => 0.0,
+    };
+    Ok(Outcome {
+        hidden,
+        projections: summary
+            .projections
+            .chunks(k.max(1))
+            .map(<[f32]>::to_vec)
+            .collect(),
+        applied: summary.applied,
+        delta_norm,
+    })
 }
 
 #[cfg(test)]
@@ -642,7 +745,7 @@ mod tests {
         let h = Tensor::new(&[[[0.5f32, 1.0], [3.0, 1.0], [2.0, -1.0]]], &Device::Cpu).unwrap();
         assert!(
             policy_step(
-                &Candle,
+                &Candle::default(),
                 &mut gate,
                 &mut log,
                 &mut HashMap::new(),
@@ -654,7 +757,7 @@ mod tests {
             "layer 1 is not watched"
         );
         let out = policy_step(
-            &Candle,
+            &Candle::default(),
             &mut gate,
             &mut log,
             &mut HashMap::new(),
@@ -672,5 +775,128 @@ mod tests {
             (log.decisions, log.ops, log.tokens_changed_prefill),
             (1, 1, 2)
         );
+    }
+
+    /// The verification gate of the fused kernel (seed 003): on every mode,
+    /// positions rule and condition, one direction and a subspace, a decode
+    /// step's one token and a batch of prompts, in prefill and at an
+    /// offset, the fused pass gives the tensor path's outcome: the same
+    /// tokens applied, and projections, activation and change norm within
+    /// f32 summation order.
+    #[test]
+    fn the_fused_kernel_gives_the_tensor_paths_outcome() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut checked = 0;
+        for (b, t, d) in [(1, 1, 64), (1, 7, 64), (3, 5, 96), (2, 33, 576)] {
+            let values: Vec<f32> = (0..b * t * d)
+                .map(|_| rng.random_range(-3.0..3.0))
+                .collect();
+            let h = Tensor::from_vec(values, (b, t, d), &Device::Cpu).unwrap();
+            for k in [1usize, 3] {
+                // Orthonormal rows (Gram-Schmidt): what clamp and the
+                // subspace modes require.
+                let mut rows: Vec<Vec<f32>> = Vec::new();
+                for _ in 0..k {
+                    let mut r: Vec<f32> = (0..d).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    for q in &rows {
+                        let dot: f32 = r.iter().zip(q).map(|(a, b)| a * b).sum();
+                        r.iter_mut().zip(q).for_each(|(a, b)| *a -= dot * b);
+                    }
+                    let norm = r.iter().map(|a| a * a).sum::<f32>().sqrt();
+                    rows.push(r.iter().map(|a| a / norm).collect());
+                }
+                let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+                let modes: &[Mode] = match k {
+                    1 => &[
+                        Mode::Project,
+                        Mode::Subtract,
+                        Mode::Add,
+                        Mode::Clamp,
+                        Mode::Steer,
+                    ],
+                    _ => &[
+                        Mode::SubspaceProject,
+                        Mode::SubspaceRemove,
+                        Mode::SubspaceAdd,
+                    ],
+                };
+                for &mode in modes {
+                    for positions in [
+                        Positions::All,
+                        Positions::Last,
+                        Positions::Range {
+                            start: 2,
+                            end: Some(4),
+                        },
+                        Positions::Range {
+                            start: 50,
+                            end: None,
+                        },
+                    ] {
+                        for condition in [
+                            None,
+                            Some(Condition {
+                                when: When::Above,
+                                threshold: 0.2,
+                            }),
+                            Some(Condition {
+                                when: When::Below,
+                                threshold: -0.1,
+                            }),
+                        ] {
+                            for offset in [0, 3] {
+                                let mut v = iv(mode, &refs, 0.7);
+                                v.value = (mode == Mode::Clamp).then_some(0.25);
+                                v.positions = positions;
+                                v.condition = condition;
+                                let tensor = apply(&v, &h, offset).unwrap();
+                                let fused = apply_fused(&v, &h, offset).unwrap();
+                                let what = format!(
+                                    "{b}x{t}x{d} k{k} {mode:?} {positions:?} {condition:?} @{offset}"
+                                );
+                                assert_eq!(fused.applied, tensor.applied, "{what}");
+                                assert_eq!(
+                                    fused.projections.len(),
+                                    tensor.projections.len(),
+                                    "{what}"
+                                );
+                                for (f, r) in fused
+                                    .projections
+                                    .iter()
+                                    .flatten()
+                                    .zip(tensor.projections.iter().flatten())
+                                {
+                                    assert!((f - r).abs() < 1e-5, "{what}: projection {f} vs {r}");
+                                }
+                                assert!(
+                                    (fused.delta_norm - tensor.delta_norm).abs()
+                                        < 1e-4 * (1.0 + tensor.delta_norm),
+                                    "{what}: change {} vs {}",
+                                    fused.delta_norm,
+                                    tensor.delta_norm
+                                );
+                                match (&fused.hidden, &tensor.hidden) {
+                                    (None, None) => {}
+                                    (Some(f), Some(r)) => {
+                                        let diff =
+                                            (f - r).unwrap().abs().unwrap().max_all().unwrap();
+                                        assert!(
+                                            diff.to_scalar::<f32>().unwrap() < 1e-5,
+                                            "{what}: {diff}"
+                                        );
+                                    }
+                                    _ => panic!(
+                                        "{what}: one path changed the activation, the other did not"
+                                    ),
+                                }
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 4 * (5 + 3) * 4 * 3 * 2);
     }
 }

@@ -43,6 +43,8 @@ pub struct CandleExecutor {
     device_kind: DeviceKind,
     /// The digests of its weights and vocabulary, and its changes.
     pub identity: ModelIdentity,
+    /// How the activation primitive runs on CPU activations.
+    pub primitive: crate::model::PrimitivePath,
 }
 
 impl CandleExecutor {
@@ -220,6 +222,7 @@ impl LocalModel for CandleExecutor {
             device_name: spec.device.to_string(),
             device_kind: spec.device.kind(),
             identity: ModelIdentity::default(),
+            primitive: spec.primitive,
         })
     }
     /// sha256 of the weights (see [`ModelAssets::weights_sha256`]),
@@ -233,7 +236,10 @@ impl LocalModel for CandleExecutor {
         self.model.model.is_quantized()
     }
     fn session<'a>(&'a self, interventions: &'a [Intervention]) -> CandleSession<'a> {
-        CandleSession::new(&self.model.model, interventions)
+        let ops = intervene::Candle {
+            primitive: self.primitive,
+        };
+        CandleSession::new(&self.model.model, interventions, ops)
     }
 
     /// One batched prefill (a shared opening run once), every block

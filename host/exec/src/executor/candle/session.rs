@@ -53,11 +53,15 @@ pub struct CandleSession<'a> {
 }
 
 impl<'a> CandleSession<'a> {
-    pub(crate) fn new(model: &'a Llama, interventions: &'a [Intervention]) -> Self {
+    pub(crate) fn new(
+        model: &'a Llama,
+        interventions: &'a [Intervention],
+        ops: super::intervene::Candle,
+    ) -> Self {
         CandleSession {
             model,
             cache: model.new_cache(),
-            hook: RunHook::new(interventions),
+            hook: RunHook::with_ops(interventions, ops),
             timing: PassTiming::default(),
         }
     }
