@@ -118,6 +118,10 @@ pub struct Summary {
     pub delta_squared: f64,
 }
 
+/// One task's rows, their coordinates and flags, and its rows' squared
+/// change.
+type Part<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [bool], f64);
+
 /// Rows per task: a decode step's row (or a few) stays on the calling
 /// thread; a prompt's rows split across the pool.
 const ROWS_PER_TASK: usize = 16;
@@ -178,11 +182,11 @@ fn row(
     }
     before.clear();
     before.extend_from_slice(x);
-    for j in 0..op.k {
+    for (j, &cj) in c.iter().enumerate() {
         let coef = match op.change {
             Change::None => 0.0,
-            Change::Scale(s) => s * c[j],
-            Change::Clamp { alpha, value } => alpha * (value - c[j]),
+            Change::Scale(s) => s * cj,
+            Change::Clamp { alpha, value } => alpha * (value - cj),
             Change::Steer(alpha) => alpha,
         };
         add_scaled(x, coef, &op.basis[j * d..(j + 1) * d]);
@@ -202,7 +206,7 @@ fn row(
 /// Panics when the shapes disagree (a caller's bug: the host checks
 /// widths and ranks before it calls).
 pub fn apply(x: &mut [f32], d: usize, selected: &[bool], op: &Op<'_>) -> Summary {
-    assert!(d > 0 && x.len() % d == 0, "x is [n, {d}]");
+    assert!(d > 0 && x.len().is_multiple_of(d), "x is [n, {d}]");
     let n = x.len() / d;
     assert_eq!(selected.len(), n, "one selection per row");
     assert!(
@@ -216,7 +220,7 @@ pub fn apply(x: &mut [f32], d: usize, selected: &[bool], op: &Op<'_>) -> Summary
     let mut projections = vec![0f32; n * op.k];
     let mut applied = vec![false; n];
     let tasks = n.div_ceil(ROWS_PER_TASK);
-    let parts: Vec<Mutex<(&mut [f32], &mut [f32], &mut [bool], f64)>> = x
+    let parts: Vec<Mutex<Part<'_>>> = x
         .chunks_mut(ROWS_PER_TASK * d)
         .zip(projections.chunks_mut(ROWS_PER_TASK * op.k))
         .zip(applied.chunks_mut(ROWS_PER_TASK))
@@ -297,8 +301,8 @@ mod tests {
                         }
                         Change::Steer(a) => f64::from(a),
                     };
-                    for i in 0..d {
-                        new[i] += coef * f64::from(op.basis[j * d + i]);
+                    for (v, &w) in new.iter_mut().zip(&op.basis[j * d..(j + 1) * d]) {
+                        *v += coef * f64::from(w);
                     }
                 }
             }
