@@ -134,14 +134,16 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
+    // Plain products and sums, not `mul_add`: without FMA enabled at
+    // build time `mul_add` is a call to libm's software `fmaf` per value.
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
+            acc[l] += x[l] * y[l];
         }
     }
     let mut tail = 0f32;
     for (x, y) in ra.iter().zip(rb) {
-        tail = x.mul_add(*y, tail);
+        tail += x * y;
     }
     acc.iter().sum::<f32>() + tail
 }
@@ -150,7 +152,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// holds it (a change measured on what the caller gets back).
 fn add_scaled(x: &mut [f32], s: f32, b: &[f32]) {
     for (v, &w) in x.iter_mut().zip(b) {
-        *v = s.mul_add(w, *v);
+        *v += s * w;
     }
 }
 
