@@ -24,6 +24,7 @@ use vauban_format::{evidence, text, trace};
 pub mod access;
 pub mod claims;
 pub mod deltas;
+pub mod judged;
 pub use vauban_format::document;
 pub mod render;
 pub mod stats;
