@@ -4,6 +4,7 @@
 
 mod adapter;
 mod inspect;
+mod judge;
 mod measure;
 mod model;
 mod plugin;
@@ -80,6 +81,10 @@ pub enum Command {
     /// Change a model's weights and export the result.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Ask a model a judge's question: the probability of each answer of a
+    /// closed set (--choices Yes,No) or a short generation (--max-tokens),
+    /// as judged scorers ask their judges.
+    Judge(judge::JudgeArgs),
     /// Measure a model's refusal direction from a harmful and a harmless
     /// prompt set (difference of means, layer chosen on held-out prompts)
     /// and write it as a .safetensors direction file.
@@ -243,6 +248,7 @@ impl Cli {
             Command::Model(ModelCommand::Export(args)) => model::export(args, out),
             Command::Model(ModelCommand::Lora(args)) => adapter::extract(args, out),
             Command::Measure(args) => measure::run(args, out),
+            Command::Judge(args) => judge::ask(args, out),
             Command::Plugin(command) => plugin::run(command, out),
             Command::Schema(args) => {
                 let schema = match args.which {

@@ -1,0 +1,149 @@
+//! `vauban judge` on the tiny test model: a closed set's log-probabilities
+//! are the model's next-token distribution as `vauban trace` records it
+//! (another path through the executor: one batched forward per prefix
+//! against a traced prefill), and requests that cannot be answered are
+//! refused by name.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use candle_core::quantized::GgmlDType;
+use common::tiny;
+
+fn vauban(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(args)
+        .output()
+        .expect("the vauban binary runs")
+}
+
+fn said(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn a_closed_sets_logprobs_are_the_models_next_token_distribution() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 9, GgmlDType::F32);
+    let prompt = "the cat sat in";
+    let o = vauban(&[
+        "judge",
+        "--model",
+        s(&model),
+        "--prompt",
+        prompt,
+        "--raw",
+        "--choices",
+        "a,h,t",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let choices = v["answer"]["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    let total: f64 = choices
+        .iter()
+        .map(|c| c["probability"].as_f64().unwrap())
+        .sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    assert_eq!(v["answer"]["answer_tokens"], 3, "one token each");
+    assert!(v["judge"]["sha256"].is_string(), "{v}");
+    // The same distribution, from a traced prefill with every token's
+    // log-probability kept.
+    let bundle = dir.path().join("b");
+    let vocab = tiny::vocab_size().to_string();
+    let o = vauban(&[
+        "trace",
+        "--model",
+        s(&model),
+        "--prompt",
+        prompt,
+        "--raw",
+        "--logprobs",
+        "--raw-tensors",
+        "--max-tokens",
+        "1",
+        "--top-logprobs",
+        &vocab,
+        "--out",
+        s(&bundle),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let b = vauban::bundle::Bundle::open(&bundle).unwrap();
+    let t = b.trace("t0").unwrap();
+    let raw = b.raw_tensors(t).unwrap();
+    let find = |kind: &str, role: &str| {
+        let a = t
+            .artifacts
+            .iter()
+            .find(|a| {
+                a.kind.as_str() == kind && a.labels.get("role").map(String::as_str) == Some(role)
+            })
+            .unwrap();
+        &raw[&a.id]
+    };
+    let top = find("logprobs", "continuation").as_ref().to_f32_vec();
+    let ids: Vec<u32> = find("tokens", "continuation_top_k")
+        .bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let tok = tiny::tokenizer();
+    for c in choices {
+        let option = c["option"].as_str().unwrap();
+        let id = tok.token_to_id(option).unwrap();
+        let at = ids.iter().position(|&i| i == id).unwrap();
+        let traced = f64::from(top[at]);
+        let judged = c["logprob"].as_f64().unwrap();
+        assert!(
+            (traced - judged).abs() < 1e-4,
+            "{option}: traced {traced}, judged {judged}"
+        );
+    }
+}
+
+#[test]
+fn a_request_that_cannot_be_answered_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 9, GgmlDType::F32);
+    let m = s(&model);
+    let o = vauban(&["judge", "--model", m, "--prompt", "x", "--choices", "a"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        said(&o).contains("a closed set of 1 answer(s): give at least two"),
+        "{}",
+        said(&o)
+    );
+    let o = vauban(&["judge", "--model", m, "--prompt", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(said(&o).contains("ask for --choices A,B"), "{}", said(&o));
+    let o = vauban(&["judge", "--model", m, "--prompt", "x", "--max-tokens", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        said(&o).contains("a generation of 0 tokens"),
+        "{}",
+        said(&o)
+    );
+    let o = vauban(&[
+        "judge",
+        "--model",
+        m,
+        "--prompt",
+        "the",
+        "--raw",
+        "--max-tokens",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    assert!(said(&o).contains("answer tokens)"), "{}", said(&o));
+}
