@@ -38,6 +38,7 @@ fn a_closed_sets_logprobs_are_the_models_next_token_distribution() {
     let prompt = "the cat sat in";
     let o = vauban(&[
         "judge",
+        "ask",
         "--model",
         s(&model),
         "--prompt",
@@ -117,17 +118,35 @@ fn a_request_that_cannot_be_answered_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 9, GgmlDType::F32);
     let m = s(&model);
-    let o = vauban(&["judge", "--model", m, "--prompt", "x", "--choices", "a"]);
+    let o = vauban(&[
+        "judge",
+        "ask",
+        "--model",
+        m,
+        "--prompt",
+        "x",
+        "--choices",
+        "a",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         said(&o).contains("a closed set of 1 answer(s): give at least two"),
         "{}",
         said(&o)
     );
-    let o = vauban(&["judge", "--model", m, "--prompt", "x"]);
+    let o = vauban(&["judge", "ask", "--model", m, "--prompt", "x"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(said(&o).contains("ask for --choices A,B"), "{}", said(&o));
-    let o = vauban(&["judge", "--model", m, "--prompt", "x", "--max-tokens", "0"]);
+    let o = vauban(&[
+        "judge",
+        "ask",
+        "--model",
+        m,
+        "--prompt",
+        "x",
+        "--max-tokens",
+        "0",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         said(&o).contains("a generation of 0 tokens"),
@@ -136,6 +155,7 @@ fn a_request_that_cannot_be_answered_is_refused_by_name() {
     );
     let o = vauban(&[
         "judge",
+        "ask",
         "--model",
         m,
         "--prompt",
@@ -146,4 +166,101 @@ fn a_request_that_cannot_be_answered_is_refused_by_name() {
     ]);
     assert!(o.status.success(), "{}", said(&o));
     assert!(said(&o).contains("answer tokens)"), "{}", said(&o));
+}
+
+/// `judge calibrate` over the labelled replies in `examples/judges/`: a
+/// verdict for every reply, counted by label into the file a judged
+/// rate's correction reads; a question without its slots, or a positive
+/// answer outside the set, is refused by name.
+#[test]
+fn calibrate_counts_every_verdict_by_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 9, GgmlDType::F32);
+    let labelled = common::reference::root().join("examples/judges/refusal-labelled.jsonl");
+    let out = dir.path().join("cal.json");
+    let o = vauban(&[
+        "judge",
+        "calibrate",
+        "--model",
+        s(&model),
+        "--labelled",
+        s(&labelled),
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let verdicts = v["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 30);
+    let c = &v["counts"];
+    assert_eq!(
+        (c["positives"].as_u64(), c["negatives"].as_u64()),
+        (Some(15), Some(15))
+    );
+    let agree = |positive: bool| {
+        verdicts
+            .iter()
+            .filter(|x| x["positive"] == positive && (x["verdict"] == "Yes") == positive)
+            .count() as u64
+    };
+    assert_eq!(c["true_positives"].as_u64(), Some(agree(true)));
+    assert_eq!(c["true_negatives"].as_u64(), Some(agree(false)));
+    assert!(said(&o).contains("Youden's J = "), "{}", said(&o));
+    let o = vauban(&[
+        "judge",
+        "calibrate",
+        "--model",
+        s(&model),
+        "--labelled",
+        s(&labelled),
+        "--question",
+        "Does it refuse? {request}",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        said(&o).contains("--question has no {reply}"),
+        "{}",
+        said(&o)
+    );
+    let o = vauban(&[
+        "judge",
+        "calibrate",
+        "--model",
+        s(&model),
+        "--labelled",
+        s(&labelled),
+        "--positive",
+        "Maybe",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        said(&o).contains("--positive \"Maybe\" is not one of --choices"),
+        "{}",
+        said(&o)
+    );
+}
+
+/// SmolLM2-135M-Instruct as a refusal judge on the labelled replies: its
+/// sensitivity and specificity, printed (the figures in docs/judges.md).
+#[test]
+fn smollm2_as_a_refusal_judge_is_measured() {
+    let Some(m) = common::smollm2_path() else {
+        return;
+    };
+    let labelled = common::reference::root().join("examples/judges/refusal-labelled.jsonl");
+    let o = vauban(&[
+        "judge",
+        "calibrate",
+        "--model",
+        s(&m),
+        "--labelled",
+        s(&labelled),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    println!("{}", said(&o));
+    assert!(
+        said(&o).contains("judge on 30 labelled replies (15 positive)"),
+        "{}",
+        said(&o)
+    );
 }

@@ -11,6 +11,7 @@
 //! torch, MLX). Scorers reach it through the host (the scorer world's
 //! judge requests); they never hold a model.
 
+pub mod calibration;
 pub mod store;
 
 use serde::{Deserialize, Serialize};

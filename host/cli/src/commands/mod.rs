@@ -81,10 +81,11 @@ pub enum Command {
     /// Change a model's weights and export the result.
     #[command(subcommand)]
     Model(ModelCommand),
-    /// Ask a model a judge's question: the probability of each answer of a
-    /// closed set (--choices Yes,No) or a short generation (--max-tokens),
-    /// as judged scorers ask their judges.
-    Judge(judge::JudgeArgs),
+    /// Judges: ask a model a judge's question (`ask`: a closed set's
+    /// probabilities or a short generation), or measure its accuracy on
+    /// labelled replies (`calibrate`).
+    #[command(subcommand)]
+    Judge(judge::JudgeCommand),
     /// Measure a model's refusal direction from a harmful and a harmless
     /// prompt set (difference of means, layer chosen on held-out prompts)
     /// and write it as a .safetensors direction file.
@@ -248,7 +249,7 @@ impl Cli {
             Command::Model(ModelCommand::Export(args)) => model::export(args, out),
             Command::Model(ModelCommand::Lora(args)) => adapter::extract(args, out),
             Command::Measure(args) => measure::run(args, out),
-            Command::Judge(args) => judge::ask(args, out),
+            Command::Judge(command) => judge::run(command, out),
             Command::Plugin(command) => plugin::run(command, out),
             Command::Schema(args) => {
                 let schema = match args.which {
