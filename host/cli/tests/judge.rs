@@ -264,3 +264,104 @@ fn smollm2_as_a_refusal_judge_is_measured() {
         said(&o)
     );
 }
+
+/// The judges a scorer reaches: answered once and kept, read back on
+/// replay without the model, each request refused alone when it names an
+/// undeclared judge, passes the budget, is too long or was never recorded.
+#[test]
+fn the_judge_service_keeps_answers_and_refuses_by_request() {
+    use std::collections::BTreeMap;
+    use vauban::executor::{LocalBackend, LocalModel as _, ModelSpec};
+    use vauban::judge::service::{Budget, JudgeModel, JudgeService, RequestError};
+    use vauban::judge::store::JudgeStore;
+    use vauban::judge::{Ask, JudgeRequest, LocalJudge};
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 9, GgmlDType::F32);
+    let local = LocalJudge::new(LocalBackend::load(&ModelSpec::new(&model)).unwrap());
+    let identity = local.identity();
+    let judge = JudgeModel::Local(Box::new(local));
+    let store = JudgeStore::new(&dir.path().join("judges"));
+    let request = |prompt: &str| JudgeRequest {
+        prompt: prompt.into(),
+        system: None,
+        raw: true,
+        ask: Ask::Choices {
+            options: vec!["a".into(), "h".into()],
+        },
+    };
+    let budget = Budget {
+        requests: 3,
+        tokens: 1000,
+        prompt_bytes: 40,
+    };
+    let bound = || BTreeMap::from([("judge".to_owned(), ("tiny".to_owned(), &judge))]);
+    let mut service = JudgeService::new(bound(), &store, budget);
+    let asked = vec![
+        ("judge".to_owned(), request("the cat")),
+        ("other".to_owned(), request("the cat")),
+        ("judge".to_owned(), request(&"x".repeat(41))),
+        ("judge".to_owned(), request("then a mat")),
+    ];
+    let answers = service.answer(&asked);
+    assert!(answers[0].is_ok() && answers[3].is_ok(), "{answers:?}");
+    assert_eq!(
+        answers[1],
+        Err(RequestError::Undeclared {
+            asked: "other".into(),
+            allowed: "judge".into()
+        })
+    );
+    assert_eq!(
+        answers[2],
+        Err(RequestError::TooLong {
+            bytes: 41,
+            limit: 40
+        })
+    );
+    let kept = std::fs::read_dir(dir.path().join("judges"))
+        .unwrap()
+        .count();
+    assert_eq!(kept, 2, "each answered request kept once");
+    // The budget: a third request is answered, a fourth is not.
+    let more = service.answer(&[
+        ("judge".to_owned(), request("a hat")),
+        ("judge".to_owned(), request("in")),
+    ]);
+    assert!(more[0].is_ok());
+    assert_eq!(
+        more[1],
+        Err(RequestError::Budget {
+            what: "requests",
+            limit: 3
+        })
+    );
+    // Replay: the same answers from the store, with no model; a question
+    // the run never asked has no answer.
+    let recorded = JudgeModel::Recorded {
+        identity: identity.clone(),
+    };
+    let mut replay = JudgeService::new(
+        BTreeMap::from([("judge".to_owned(), ("tiny".to_owned(), &recorded))]),
+        &store,
+        Budget::default(),
+    );
+    let again = replay.answer(&[asked[0].clone(), ("judge".to_owned(), request("never"))]);
+    assert_eq!(again[0], answers[0]);
+    assert_eq!(
+        again[1],
+        Err(RequestError::NotRecorded {
+            judge: "tiny".into()
+        })
+    );
+    // Another judge identity misses the store.
+    let other = JudgeModel::Recorded {
+        identity: serde_json::json!({ "model": "another" }),
+    };
+    let mut elsewhere = JudgeService::new(
+        BTreeMap::from([("judge".to_owned(), ("tiny".to_owned(), &other))]),
+        &store,
+        Budget::default(),
+    );
+    assert!(elsewhere.answer(&asked[..1])[0].is_err());
+}

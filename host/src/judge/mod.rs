@@ -12,6 +12,7 @@
 //! judge requests); they never hold a model.
 
 pub mod calibration;
+pub mod service;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
