@@ -12,6 +12,7 @@
 //! judge requests); they never hold a model.
 
 pub mod calibration;
+pub mod http;
 pub mod service;
 pub mod store;
 
@@ -71,14 +72,24 @@ pub struct Choice {
     pub logprob: f64,
     /// `exp(logprob)` renormalised over the set.
     pub probability: f64,
+    /// `logprob` is an upper bound, not the value: an endpoint did not
+    /// return this answer among its most likely first tokens, so it is at
+    /// most as likely as the least likely one returned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bounded: bool,
 }
 
 impl JudgeAnswer {
-    /// The most probable option of a closed set.
+    /// The most probable option of a closed set (an option scored exactly
+    /// before a bounded one it ties with).
     pub fn verdict(&self) -> Option<&str> {
         self.choices
             .iter()
-            .max_by(|a, b| a.logprob.total_cmp(&b.logprob))
+            .max_by(|a, b| {
+                a.logprob
+                    .total_cmp(&b.logprob)
+                    .then(b.bounded.cmp(&a.bounded))
+            })
             .map(|c| c.option.as_str())
     }
 }
@@ -205,6 +216,7 @@ impl LocalJudge {
                 option: o.clone(),
                 logprob: l,
                 probability: (l - max).exp() / sum,
+                bounded: false,
             })
             .collect();
         Ok(JudgeAnswer {

@@ -15,6 +15,8 @@ use super::{JudgeAnswer, JudgeRequest, LocalJudge};
 /// identity its recorded answers were kept under.
 pub enum JudgeModel {
     Local(Box<LocalJudge>),
+    /// An OpenAI-compatible endpoint.
+    Http(Box<super::http::HttpJudge>),
     /// Answers come from the store alone (`vauban diff`, `plugin test`).
     Recorded {
         identity: serde_json::Value,
@@ -25,6 +27,7 @@ impl JudgeModel {
     fn identity(&self) -> serde_json::Value {
         match self {
             JudgeModel::Local(j) => j.identity(),
+            JudgeModel::Http(j) => j.identity(),
             JudgeModel::Recorded { identity } => identity.clone(),
         }
     }
@@ -150,9 +153,14 @@ impl<'a> JudgeService<'a> {
             (None, JudgeModel::Recorded { .. }) => {
                 return Err(RequestError::NotRecorded { judge });
             }
-            (None, JudgeModel::Local(local)) => {
+            (None, asked) => {
                 let start = Instant::now();
-                let answer = local.answer(r).map_err(|e| RequestError::Failed {
+                let answer = match asked {
+                    JudgeModel::Local(j) => j.answer(r),
+                    JudgeModel::Http(j) => j.answer(r),
+                    JudgeModel::Recorded { .. } => unreachable!("answered above"),
+                }
+                .map_err(|e| RequestError::Failed {
                     judge: judge.clone(),
                     reason: e.to_string(),
                 })?;

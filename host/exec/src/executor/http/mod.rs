@@ -233,6 +233,27 @@ impl HttpExecutor {
         &self.transport.base
     }
 
+    /// The model name every request sends.
+    pub fn model_name(&self) -> &str {
+        &self.spec.model
+    }
+
+    /// POSTs `body` to `path` under the base URL and reads the answer as
+    /// JSON: a blocking call on the executor's runtime, with its retries and
+    /// deadlines, for callers that speak the OpenAI API themselves (judges).
+    pub fn post_json(&self, path: &str, body: &Value) -> Result<Value, ExecutorError> {
+        let reply = self
+            .runtime
+            .block_on(self.transport.post(path, body))
+            .map_err(|e| ExecutorError::Http(e.to_string()))?;
+        serde_json::from_slice(&reply.body).map_err(|e| {
+            ExecutorError::Http(format!(
+                "{}: the answer is not JSON: {e}",
+                self.transport.url(path)
+            ))
+        })
+    }
+
     /// What identifies the endpoint in cache keys and trace fingerprints:
     /// a server that starts serving another model (or the same name from
     /// other weights, where it reports a fingerprint) is another endpoint.
