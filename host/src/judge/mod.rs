@@ -262,16 +262,23 @@ mod tests {
                     option: "yes".into(),
                     logprob: -2.0,
                     probability: 0.1,
+                    bounded: false,
                 },
                 Choice {
                     option: "no".into(),
                     logprob: -0.1,
                     probability: 0.9,
+                    bounded: false,
                 },
             ],
             prompt_tokens: 3,
             answer_tokens: 2,
         };
         assert_eq!(a.verdict(), Some("no"));
+        // A tie: the answer scored exactly, not the bound.
+        let mut tie = a.clone();
+        tie.choices[0].logprob = -0.1;
+        tie.choices[1].bounded = true;
+        assert_eq!(tie.verdict(), Some("yes"));
     }
 }
