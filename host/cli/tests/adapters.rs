@@ -16,30 +16,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
-use common::tiny;
-
-fn vauban(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args(args)
-        .output()
-        .expect("the vauban binary runs")
-}
-
-fn said(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{arg as s, output_text as said, run_vauban as vauban, tiny};
 
 /// A direction file of width `width` (no component zero).
 fn direction(dir: &Path, width: usize) -> PathBuf {

@@ -6,30 +6,8 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use candle_core::quantized::GgmlDType;
-use common::tiny;
-
-fn vauban(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args(args)
-        .output()
-        .expect("the vauban binary runs")
-}
-
-fn said(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{arg as s, output_text as said, run_vauban as vauban, tiny};
 
 #[test]
 fn a_closed_sets_logprobs_are_the_models_next_token_distribution() {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use candle_core::quantized::GgmlDType;
-use common::{plugins, tiny};
+use common::{arg as s, output_text as said, plugins, tiny};
 use serde_json::Value;
 
 fn vauban(args: &[&str]) -> Output {
@@ -30,18 +30,6 @@ fn vauban(args: &[&str]) -> Output {
         )
         .output()
         .expect("the vauban binary runs")
-}
-
-fn said(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// A unit direction of the tiny model's width.

@@ -47,9 +47,13 @@ impl Cookbook {
                 std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
             }
         }
-        for entry in std::fs::read_dir(examples.join("prompts")).unwrap() {
-            let p = entry.unwrap().path();
-            std::fs::copy(&p, to.join("prompts").join(p.file_name().unwrap())).unwrap();
+        // The data the recipes read: prompt suites, labelled replies.
+        for data in ["prompts", "judges"] {
+            std::fs::create_dir_all(to.join(data)).unwrap();
+            for entry in std::fs::read_dir(examples.join(data)).unwrap() {
+                let p = entry.unwrap().path();
+                std::fs::copy(&p, to.join(data).join(p.file_name().unwrap())).unwrap();
+            }
         }
         Cookbook { dir }
     }
@@ -88,6 +92,18 @@ impl Cookbook {
         let o = self.vauban(args, env);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
         String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    /// Runs a shell recipe (`examples/NAME.sh`) as its header says, with
+    /// this build's binary and the model folder of `model`.
+    fn script(&self, name: &str, model: &std::path::Path) -> Output {
+        Command::new("bash")
+            .arg(format!("examples/{name}.sh"))
+            .current_dir(self.dir.path())
+            .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
+            .env("VAUBAN_MODELS", model.parent().unwrap())
+            .output()
+            .unwrap()
     }
 
     fn report(&self, name: &str) -> Value {
@@ -260,6 +276,35 @@ fn quantization_then_replay_of_its_bundles() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
+/// The judge recipe measures SmolLM2 as a refusal judge on the 30
+/// labelled replies: a verdict for each, counted by label into the file
+/// it writes, the intervals printed from those counts; then one question.
+#[test]
+fn judge_recipe_measures_a_judge_on_labelled_replies() {
+    let Some(m) = model() else { return };
+    let book = Cookbook::new();
+    let o = book.script("judge-calibrate", &m);
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    assert!(
+        said.contains("judge on 30 labelled replies (15 positive)"),
+        "{said}"
+    );
+    let cal: Value = serde_json::from_str(
+        &std::fs::read_to_string(book.out("judge").join("calibration.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cal["verdicts"].as_array().unwrap().len(), 30);
+    let c = &cal["counts"];
+    let (tp, tn) = (
+        c["true_positives"].as_u64().unwrap(),
+        c["true_negatives"].as_u64().unwrap(),
+    );
+    assert!(said.contains(&format!("sensitivity {tp}/15 = ")), "{said}");
+    assert!(said.contains(&format!("specificity {tn}/15 = ")), "{said}");
+    assert!(said.contains("verdict: "), "{said}");
+}
+
 /// The batch-size sweep recipe records one bundle with full batches at
 /// each size and fits it. What the fit finds depends on the machine's
 /// timings, so this checks what does not: the sweep's shape, and that the
@@ -268,13 +313,7 @@ fn quantization_then_replay_of_its_bundles() {
 fn batch_sweep_recipe_records_a_controlled_sweep_and_fits_it() {
     let Some(m) = model() else { return };
     let book = Cookbook::new();
-    let o = Command::new("bash")
-        .arg("examples/batch-sweep.sh")
-        .current_dir(book.dir.path())
-        .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
-        .env("VAUBAN_MODELS", m.parent().unwrap())
-        .output()
-        .unwrap();
+    let o = book.script("batch-sweep", &m);
     let said = text(&o);
     assert!(o.status.success(), "{said}");
     assert!(

@@ -228,3 +228,16 @@ pub fn output_text(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// Runs this build's `vauban` with `args`.
+pub fn run_vauban(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vauban"))
+        .args(args)
+        .output()
+        .expect("the vauban binary runs")
+}
+
+/// A path as a command line takes it.
+pub fn arg(p: &std::path::Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}

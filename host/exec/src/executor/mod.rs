@@ -516,14 +516,17 @@ pub struct WeightChange {
 }
 
 /// Adds each of `adapter`'s matrices to a model through `add` (the
-/// backend's own weight update), in order; what each changed.
+/// backend's own weight update, given the dense change `s·B·A`, made once
+/// per matrix), in order; what each changed.
 pub(crate) fn add_adapter(
     adapter: &Adapter,
-    mut add: impl FnMut(&crate::model::lora::LowRank) -> Result<(), ExecutorError>,
+    mut add: impl FnMut(&crate::model::lora::LowRank, Vec<f32>) -> Result<(), ExecutorError>,
 ) -> Result<Vec<WeightChange>, ExecutorError> {
     let mut changes = Vec::new();
-    for (m, norm) in adapter.matrices.iter().zip(adapter.change_norms()) {
-        add(m)?;
+    for m in &adapter.matrices {
+        let delta = m.delta();
+        let norm = crate::model::lora::frobenius(&delta);
+        add(m, delta)?;
         changes.push(WeightChange {
             layer: m.layer,
             matrix: m.matrix.gguf_stem().to_owned(),

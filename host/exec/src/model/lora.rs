@@ -63,6 +63,15 @@ impl From<candle_core::Error> for AdapterError {
     }
 }
 
+/// The Frobenius norm of `values`, summed in f64.
+pub fn frobenius(values: &[f32]) -> f32 {
+    values
+        .iter()
+        .map(|&x| f64::from(x).powi(2))
+        .sum::<f64>()
+        .sqrt() as f32
+}
+
 /// One matrix's factors, in GGUF's layout: `ΔW = scale·B·A`.
 #[derive(Debug, Clone)]
 pub struct LowRank {
@@ -273,13 +282,7 @@ impl Adapter {
     pub fn change_norms(&self) -> Vec<f32> {
         self.matrices
             .iter()
-            .map(|m| {
-                m.delta()
-                    .iter()
-                    .map(|&x| f64::from(x).powi(2))
-                    .sum::<f64>()
-                    .sqrt() as f32
-            })
+            .map(|m| frobenius(&m.delta()))
             .collect()
     }
 

@@ -296,9 +296,9 @@ impl LocalModel for CandleExecutor {
     fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
         self.check_layers(&adapter.layers())?;
         let model = &mut self.model.model;
-        let changes = super::add_adapter(adapter, |m| {
+        let changes = super::add_adapter(adapter, |m, delta| {
             let w = model.weight(m.layer, m.matrix)?;
-            let sum = candle_core::Tensor::from_vec(m.delta(), (m.rows, m.cols), w.device())
+            let sum = candle_core::Tensor::from_vec(delta, (m.rows, m.cols), w.device())
                 .and_then(|delta| w.to_dtype(candle_core::DType::F32)? + delta)
                 .map_err(ModelError::from)?;
             Ok(model.set_weight(m.layer, m.matrix, sum)?)

@@ -381,8 +381,8 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
     }
     fn apply_adapter(&mut self, adapter: &Adapter) -> Result<Vec<WeightChange>, ExecutorError> {
         self.check_layers(&adapter.layers())?;
-        let changes = super::add_adapter(adapter, |m| {
-            Ok(self.model.add_to_weight(m.layer, m.matrix, &m.delta())?)
+        let changes = super::add_adapter(adapter, |m, delta| {
+            Ok(self.model.add_to_weight(m.layer, m.matrix, &delta)?)
         })?;
         self.identity.record_change(&adapter.describe());
         Ok(changes)
