@@ -156,7 +156,7 @@ fn inspect_names_the_older_wit_a_plugin_was_built_against() {
     assert!(o.status.success(), "{:?}", text(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["wit"], "vauban:plugin@0.1.0");
-    assert_eq!(j["host_wit"], "vauban:plugin@0.2.0");
+    assert_eq!(j["host_wit"], "vauban:plugin@0.3.0");
     assert_eq!(j["describe"]["plugin"]["name"], "v0-1-scorer");
 }
 
@@ -167,8 +167,8 @@ fn inspect_names_world_version_needs_metrics_imports_and_sha256() {
     assert!(o.status.success(), "{:?}", text(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["world"], "scorer");
-    assert_eq!(j["wit"], "vauban:plugin@0.2.0");
-    assert_eq!(j["host_wit"], "vauban:plugin@0.2.0");
+    assert_eq!(j["wit"], "vauban:plugin@0.3.0");
+    assert_eq!(j["host_wit"], "vauban:plugin@0.3.0");
     assert_eq!(j["describe"]["plugin"]["name"], "vauban-plugin-logprob");
     assert_eq!(j["describe"]["needs"], serde_json::json!(["logprobs"]));
     let metrics: Vec<&str> = j["describe"]["metrics"]

@@ -1110,7 +1110,7 @@ fn a_plugin_built_for_another_wit_version_is_refused_naming_both() {
     let text = e.to_string();
     assert!(matches!(e, PluginError::Refused { .. }));
     assert!(
-        text.contains("vauban:plugin@0.9.0") && text.contains("vauban:plugin@0.2.0"),
+        text.contains("vauban:plugin@0.9.0") && text.contains("vauban:plugin@0.3.0"),
         "{text}"
     );
 }

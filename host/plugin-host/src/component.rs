@@ -12,9 +12,9 @@ use super::wit::WitVersion;
 /// The WIT package the host implements (`wit/plugin.wit`).
 pub const WIT_PACKAGE: &str = "vauban:plugin";
 /// Its current version. For 0.x the minor version is the breaking one: a
-/// component built against 0.2.y loads in a host of 0.2.z; the host also
-/// runs the earlier versions `WitVersion` names (0.1.0).
-pub const WIT_VERSION: &str = "0.2.0";
+/// component built against 0.3.y loads in a host of 0.3.z; the host also
+/// runs the earlier versions `WitVersion` names (0.1.0, 0.2.0).
+pub const WIT_VERSION: &str = "0.3.0";
 
 /// The three plugin worlds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -182,7 +182,8 @@ fn check_import(import: &str, world: World) -> Result<(), ComponentProblem> {
         || bare.starts_with("wasi:cli/terminal-")
         // `types` carries only types; components import it to name them.
         || bare == "vauban:plugin/types"
-        || (world == World::Scorer && bare == "vauban:plugin/tensors");
+        || (world == World::Scorer
+            && matches!(bare, "vauban:plugin/tensors" | "vauban:plugin/scoring"));
     if allowed {
         return Ok(());
     }

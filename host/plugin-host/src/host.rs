@@ -98,6 +98,11 @@ impl PluginHost {
             wasmtime::component::HasSelf<_>,
         >(&mut scorer_linker, |s| s)
         .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
+        wit::since_v0_2_0::scorer::vauban::plugin::tensors::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut scorer_linker, |s| s)
+        .map_err(|e| PluginError::Sandbox(format!("{e:#}")))?;
         wit::since_v0_1_0::scorer::vauban::plugin::tensors::add_to_linker::<
             _,
             wasmtime::component::HasSelf<_>,

@@ -17,7 +17,7 @@ use super::wit::current::scorer as b;
 use super::wit::{ScorerInstance, ScorerPre};
 use super::{Live, World, check_info, provisional_info, typed_pre};
 
-use b::exports::vauban::plugin::scorer as ws;
+use b::vauban::plugin::scoring as ws;
 pub use vauban_format::evidence::Polarity;
 
 /// Who a plugin says it is.

@@ -41,7 +41,8 @@ pub mod scorer {
         default_bindings_module: "vauban_plugin_sdk::scorer",
     });
 
-    pub use exports::vauban::plugin::scorer::{Guest, Metric, MetricSpec, ScorerInfo, TraceView};
+    pub use exports::vauban::plugin::scorer::Guest;
+    pub use vauban::plugin::scoring::{Metric, MetricSpec, ScorerInfo, TraceView};
     pub use vauban::plugin::tensors::{Tensor, TensorInfo, open};
     pub use vauban::plugin::types::{
         ArtifactKind, PluginError, PluginInfo, Polarity, TensorSummary,

@@ -9,8 +9,9 @@
 
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
+pub mod since_v0_3_0;
 
-pub use since_v0_2_0 as current;
+pub use since_v0_3_0 as current;
 
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
@@ -19,18 +20,19 @@ use super::sandbox::SandboxState;
 
 use current::claims::exports::vauban::plugin::claim_mapper as wc;
 use current::policy::exports::vauban::plugin::intervention_policy as wp;
-use current::scorer::exports::vauban::plugin::scorer as ws;
+use current::scorer::vauban::plugin::scoring as ws;
 
 /// A `vauban:plugin` version the host runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WitVersion {
     V0_1,
     V0_2,
+    V0_3,
 }
 
 impl WitVersion {
     /// The version the SDK and first-party plugins are built against.
-    pub const CURRENT: WitVersion = WitVersion::V0_2;
+    pub const CURRENT: WitVersion = WitVersion::V0_3;
 
     /// The version a component's `vauban:plugin/...@VERSION` names belong
     /// to: same major, and for 0.x the same minor (semver for WIT).
@@ -45,6 +47,7 @@ impl WitVersion {
         match (major, minor) {
             (0, 1) => Some(WitVersion::V0_1),
             (0, 2) => Some(WitVersion::V0_2),
+            (0, 3) => Some(WitVersion::V0_3),
             _ => None,
         }
     }
@@ -55,19 +58,22 @@ type Guest<T> = Result<T, current::scorer::vauban::plugin::types::PluginError>;
 /// A scorer, linked and type-checked for its version.
 pub enum ScorerPre {
     V0_1(since_v0_1_0::scorer::ScorerPluginPre<SandboxState>),
-    V0_2(current::scorer::ScorerPluginPre<SandboxState>),
+    V0_2(since_v0_2_0::scorer::ScorerPluginPre<SandboxState>),
+    V0_3(current::scorer::ScorerPluginPre<SandboxState>),
 }
 
 pub enum ScorerInstance {
     V0_1(since_v0_1_0::scorer::ScorerPlugin),
-    V0_2(current::scorer::ScorerPlugin),
+    V0_2(since_v0_2_0::scorer::ScorerPlugin),
+    V0_3(current::scorer::ScorerPlugin),
 }
 
 impl ScorerPre {
     pub fn new(pre: InstancePre<SandboxState>, v: WitVersion) -> wasmtime::Result<ScorerPre> {
         Ok(match v {
             WitVersion::V0_1 => ScorerPre::V0_1(since_v0_1_0::scorer::ScorerPluginPre::new(pre)?),
-            WitVersion::V0_2 => ScorerPre::V0_2(current::scorer::ScorerPluginPre::new(pre)?),
+            WitVersion::V0_2 => ScorerPre::V0_2(since_v0_2_0::scorer::ScorerPluginPre::new(pre)?),
+            WitVersion::V0_3 => ScorerPre::V0_3(current::scorer::ScorerPluginPre::new(pre)?),
         })
     }
 
@@ -75,6 +81,7 @@ impl ScorerPre {
         Ok(match self {
             ScorerPre::V0_1(p) => ScorerInstance::V0_1(p.instantiate(s)?),
             ScorerPre::V0_2(p) => ScorerInstance::V0_2(p.instantiate(s)?),
+            ScorerPre::V0_3(p) => ScorerInstance::V0_3(p.instantiate(s)?),
         })
     }
 }
@@ -83,7 +90,8 @@ impl ScorerInstance {
     pub fn describe(&self, s: &mut Store<SandboxState>) -> wasmtime::Result<ws::ScorerInfo> {
         match self {
             ScorerInstance::V0_1(i) => Ok(i.vauban_plugin_scorer().call_describe(s)?.into()),
-            ScorerInstance::V0_2(i) => i.vauban_plugin_scorer().call_describe(s),
+            ScorerInstance::V0_2(i) => Ok(i.vauban_plugin_scorer().call_describe(s)?.into()),
+            ScorerInstance::V0_3(i) => i.vauban_plugin_scorer().call_describe(s),
         }
     }
 
@@ -95,6 +103,7 @@ impl ScorerInstance {
         match self {
             ScorerInstance::V0_1(i) => i.vauban_plugin_scorer().call_configure(s, json),
             ScorerInstance::V0_2(i) => i.vauban_plugin_scorer().call_configure(s, json),
+            ScorerInstance::V0_3(i) => i.vauban_plugin_scorer().call_configure(s, json),
         }
     }
 
@@ -109,7 +118,12 @@ impl ScorerInstance {
                 let r = i.vauban_plugin_scorer().call_score(s, &views)?;
                 Ok(r.map(|ms| ms.into_iter().map(Into::into).collect()))
             }
-            ScorerInstance::V0_2(i) => i.vauban_plugin_scorer().call_score(s, views),
+            ScorerInstance::V0_2(i) => {
+                let views: Vec<_> = views.iter().map(since_v0_2_0::trace_view).collect();
+                let r = i.vauban_plugin_scorer().call_score(s, &views)?;
+                Ok(r.map(|ms| ms.into_iter().map(Into::into).collect()))
+            }
+            ScorerInstance::V0_3(i) => i.vauban_plugin_scorer().call_score(s, views),
         }
     }
 }
@@ -119,12 +133,14 @@ type PolicyGuest<T> = Result<T, current::policy::vauban::plugin::types::PluginEr
 /// An intervention policy, linked and type-checked for its version.
 pub enum PolicyPre {
     V0_1(since_v0_1_0::policy::InterventionPolicyPluginPre<SandboxState>),
-    V0_2(current::policy::InterventionPolicyPluginPre<SandboxState>),
+    V0_2(since_v0_2_0::policy::InterventionPolicyPluginPre<SandboxState>),
+    V0_3(current::policy::InterventionPolicyPluginPre<SandboxState>),
 }
 
 pub enum PolicyInstance {
     V0_1(since_v0_1_0::policy::InterventionPolicyPlugin),
-    V0_2(current::policy::InterventionPolicyPlugin),
+    V0_2(since_v0_2_0::policy::InterventionPolicyPlugin),
+    V0_3(current::policy::InterventionPolicyPlugin),
 }
 
 impl PolicyPre {
@@ -134,7 +150,10 @@ impl PolicyPre {
                 PolicyPre::V0_1(since_v0_1_0::policy::InterventionPolicyPluginPre::new(pre)?)
             }
             WitVersion::V0_2 => {
-                PolicyPre::V0_2(current::policy::InterventionPolicyPluginPre::new(pre)?)
+                PolicyPre::V0_2(since_v0_2_0::policy::InterventionPolicyPluginPre::new(pre)?)
+            }
+            WitVersion::V0_3 => {
+                PolicyPre::V0_3(current::policy::InterventionPolicyPluginPre::new(pre)?)
             }
         })
     }
@@ -143,6 +162,7 @@ impl PolicyPre {
         Ok(match self {
             PolicyPre::V0_1(p) => PolicyInstance::V0_1(p.instantiate(s)?),
             PolicyPre::V0_2(p) => PolicyInstance::V0_2(p.instantiate(s)?),
+            PolicyPre::V0_3(p) => PolicyInstance::V0_3(p.instantiate(s)?),
         })
     }
 }
@@ -154,7 +174,11 @@ impl PolicyInstance {
                 .vauban_plugin_intervention_policy()
                 .call_describe(s)?
                 .into()),
-            PolicyInstance::V0_2(i) => i.vauban_plugin_intervention_policy().call_describe(s),
+            PolicyInstance::V0_2(i) => Ok(i
+                .vauban_plugin_intervention_policy()
+                .call_describe(s)?
+                .into()),
+            PolicyInstance::V0_3(i) => i.vauban_plugin_intervention_policy().call_describe(s),
         }
     }
 
@@ -168,6 +192,9 @@ impl PolicyInstance {
                 .vauban_plugin_intervention_policy()
                 .call_configure(s, json),
             PolicyInstance::V0_2(i) => i
+                .vauban_plugin_intervention_policy()
+                .call_configure(s, json),
+            PolicyInstance::V0_3(i) => i
                 .vauban_plugin_intervention_policy()
                 .call_configure(s, json),
         }
@@ -184,7 +211,12 @@ impl PolicyInstance {
                 let r = i.vauban_plugin_intervention_policy().call_decide(s, &obs)?;
                 Ok(r.map(|ops| ops.into_iter().map(Into::into).collect()))
             }
-            PolicyInstance::V0_2(i) => i
+            PolicyInstance::V0_2(i) => {
+                let obs: Vec<_> = observations.iter().map(since_v0_2_0::observation).collect();
+                let r = i.vauban_plugin_intervention_policy().call_decide(s, &obs)?;
+                Ok(r.map(|ops| ops.into_iter().map(Into::into).collect()))
+            }
+            PolicyInstance::V0_3(i) => i
                 .vauban_plugin_intervention_policy()
                 .call_decide(s, observations),
         }
@@ -196,12 +228,14 @@ type ClaimsGuest<T> = Result<T, current::claims::vauban::plugin::types::PluginEr
 /// A claim mapper, linked and type-checked for its version.
 pub enum ClaimMapperPre {
     V0_1(since_v0_1_0::claims::ClaimMapperPluginPre<SandboxState>),
-    V0_2(current::claims::ClaimMapperPluginPre<SandboxState>),
+    V0_2(since_v0_2_0::claims::ClaimMapperPluginPre<SandboxState>),
+    V0_3(current::claims::ClaimMapperPluginPre<SandboxState>),
 }
 
 pub enum ClaimMapperInstance {
     V0_1(since_v0_1_0::claims::ClaimMapperPlugin),
-    V0_2(current::claims::ClaimMapperPlugin),
+    V0_2(since_v0_2_0::claims::ClaimMapperPlugin),
+    V0_3(current::claims::ClaimMapperPlugin),
 }
 
 impl ClaimMapperPre {
@@ -211,7 +245,10 @@ impl ClaimMapperPre {
                 ClaimMapperPre::V0_1(since_v0_1_0::claims::ClaimMapperPluginPre::new(pre)?)
             }
             WitVersion::V0_2 => {
-                ClaimMapperPre::V0_2(current::claims::ClaimMapperPluginPre::new(pre)?)
+                ClaimMapperPre::V0_2(since_v0_2_0::claims::ClaimMapperPluginPre::new(pre)?)
+            }
+            WitVersion::V0_3 => {
+                ClaimMapperPre::V0_3(current::claims::ClaimMapperPluginPre::new(pre)?)
             }
         })
     }
@@ -223,6 +260,7 @@ impl ClaimMapperPre {
         Ok(match self {
             ClaimMapperPre::V0_1(p) => ClaimMapperInstance::V0_1(p.instantiate(s)?),
             ClaimMapperPre::V0_2(p) => ClaimMapperInstance::V0_2(p.instantiate(s)?),
+            ClaimMapperPre::V0_3(p) => ClaimMapperInstance::V0_3(p.instantiate(s)?),
         })
     }
 }
@@ -235,6 +273,7 @@ impl ClaimMapperInstance {
         match self {
             ClaimMapperInstance::V0_1(i) => i.vauban_plugin_claim_mapper().call_describe(s),
             ClaimMapperInstance::V0_2(i) => i.vauban_plugin_claim_mapper().call_describe(s),
+            ClaimMapperInstance::V0_3(i) => i.vauban_plugin_claim_mapper().call_describe(s),
         }
     }
 
@@ -246,6 +285,7 @@ impl ClaimMapperInstance {
         match self {
             ClaimMapperInstance::V0_1(i) => i.vauban_plugin_claim_mapper().call_configure(s, json),
             ClaimMapperInstance::V0_2(i) => i.vauban_plugin_claim_mapper().call_configure(s, json),
+            ClaimMapperInstance::V0_3(i) => i.vauban_plugin_claim_mapper().call_configure(s, json),
         }
     }
 
@@ -263,6 +303,11 @@ impl ClaimMapperInstance {
                 Ok(r.map(|cs| cs.into_iter().map(Into::into).collect()))
             }
             ClaimMapperInstance::V0_2(i) => {
+                let old = since_v0_2_0::evidence_set(evidence);
+                let r = i.vauban_plugin_claim_mapper().call_propose(s, &old)?;
+                Ok(r.map(|cs| cs.into_iter().map(Into::into).collect()))
+            }
+            ClaimMapperInstance::V0_3(i) => {
                 i.vauban_plugin_claim_mapper().call_propose(s, evidence)
             }
         }
@@ -278,7 +323,8 @@ mod tests {
         assert_eq!(WitVersion::of("0.1.0"), Some(WitVersion::V0_1));
         assert_eq!(WitVersion::of("0.1.7"), Some(WitVersion::V0_1));
         assert_eq!(WitVersion::of("0.2.0"), Some(WitVersion::V0_2));
-        assert_eq!(WitVersion::of("0.3.0"), None);
+        assert_eq!(WitVersion::of("0.3.0"), Some(WitVersion::V0_3));
+        assert_eq!(WitVersion::of("0.4.0"), None);
         assert_eq!(WitVersion::of("0.0.9"), None);
         assert_eq!(WitVersion::of("1.1.0"), None);
         assert_eq!(WitVersion::of("0.1.x"), None);

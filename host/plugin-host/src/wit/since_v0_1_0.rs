@@ -43,12 +43,12 @@ pub mod claims {
 
 // ---- scorer --------------------------------------------------------------
 
-use current::scorer::exports::vauban::plugin::scorer as ws;
+use current::scorer::vauban::plugin::scoring as ws;
 use current::scorer::vauban::plugin::tensors as wt;
 use scorer::exports::vauban::plugin::scorer as os;
 use scorer::vauban::plugin::tensors as ot;
 
-/// A 0.2 trace view as 0.1 spelled it (the same fields).
+/// A current trace view as 0.1 spelled it (the same fields).
 pub fn trace_view(v: &ws::TraceView) -> os::TraceView {
     os::TraceView {
         id: v.id.clone(),
