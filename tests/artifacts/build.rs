@@ -15,7 +15,7 @@ use std::process::Command;
 
 /// Every plugin crate: first-party (`plugins/`), test (`tests/plugins/`)
 /// and example (`examples/plugins/`).
-const PACKAGES: [&str; 14] = [
+const PACKAGES: [&str; 15] = [
     "vauban-plugin-refusal",
     "vauban-plugin-behavior",
     "vauban-plugin-logprob",
@@ -29,6 +29,7 @@ const PACKAGES: [&str; 14] = [
     "vauban-test-v0-1-scorer",
     "vauban-test-v0-1-policy",
     "vauban-test-v0-1-claims",
+    "vauban-test-v0-2-claims",
     "uppercase-scorer",
 ];
 

@@ -671,6 +671,38 @@ fn a_claim_mapper_built_against_wit_0_1_sees_what_0_1_carried_and_is_checked() {
     assert_eq!(checked.scope.unwrap().layers, [3]);
 }
 
+/// A claim mapper built against 0.2.0 runs in a host of 0.3: it is shown
+/// every record of the evidence set, every field as the host holds it (the
+/// frozen version's conversion loses nothing), and its claim is checked.
+#[test]
+fn a_claim_mapper_built_against_wit_0_2_sees_the_whole_evidence_set() {
+    use vauban::report::claims::{ClaimStatus, check};
+    let host = host();
+    let plugin = load(&host, "vauban-test-v0-2-claims");
+    assert_eq!(plugin.facts.wit_version, "0.2.0");
+    let m = ClaimMapper::new(plugin, "{}", SandboxOptions::default()).unwrap();
+    let e = full_evidence();
+    let claims = m.propose(&e).unwrap();
+    assert_eq!(claims.len(), 1);
+    let said = &claims[0].statement;
+    for part in [
+        "base_and_transformed Strength::ModelChangeAudit kinds 4",
+        "delta d-ppl perplexity None 6 6.1 0.1 Some(0.05) Some(0.4) Some(0.001) 20 Polarity::Neutral",
+        "rests-on 2",
+        "kl kl:first_token first token 0.2 20",
+        "kl kl:continuation continuation 0.1 20",
+        "activation projection:layer3 3 d.safetensors (tensor direction) 2 0.1 20",
+        "activation projection:layer5 5",
+        "weight weights:layer3.ffn_down 3 ffn_down 10 9.5 true",
+        "intervention candidate:p1:a7 candidate p1 subtract Some(3) Some(\"d.safetensors:direction\") Some(1.0)",
+    ] {
+        assert!(said.contains(part), "{part:?} missing from {said}");
+    }
+    assert_eq!(said.matches("delta ").count(), 2, "{said}");
+    let checked = check(&claims[0], &e);
+    assert_eq!(checked.status, ClaimStatus::Accepted, "{checked:#?}");
+}
+
 #[test]
 fn a_plugin_of_the_wrong_world_is_refused_for_that_use() {
     let host = host();
