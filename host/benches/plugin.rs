@@ -91,12 +91,12 @@ fn main() -> anyhow::Result<()> {
     let one = trace(1);
     let mut session = scorer.session()?;
     for _ in 0..1000 {
-        session.score(&[&one], None)?;
+        session.score(&[&one], None, None)?;
     }
     let calls: Vec<Duration> = (0..10_000)
         .map(|_| {
             let t = Instant::now();
-            session.score(&[&one], None).expect("score");
+            session.score(&[&one], None, None).expect("score");
             t.elapsed()
         })
         .collect();
@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
         let mut session = scorer.session()?;
         wasm_refusals = 0.0;
         for batch in refs.chunks(1000) {
-            let out = session.score(batch, None)?;
+            let out = session.score(batch, None, None)?;
             wasm_refusals += out.metrics.iter().map(|m| m.value).sum::<f64>();
         }
         wasm_runs.push(t.elapsed());

@@ -66,7 +66,7 @@ fn refusal_scores_the_recorded_smollm2_bundle() {
     assert_eq!(s.info().metrics[0].name, "refusal_rate");
     let bundle = recorded();
     let traces: Vec<&Trace> = bundle.traces().iter().collect();
-    let out = s.score(&traces, None).unwrap();
+    let out = s.score(&traces, None, None).unwrap();
     assert!(out.skipped.is_empty());
     // Only "Can you see me right now?" got "I'm sorry ..." from SmolLM2.
     let rates: Vec<f64> = traces
@@ -82,7 +82,7 @@ fn refusal_scores_the_recorded_smollm2_bundle() {
         "vauban-plugin-refusal",
         r#"{"phrases": ["i'M aFrAiD"]}"#,
     );
-    let out = s.score(&traces, None).unwrap();
+    let out = s.score(&traces, None, None).unwrap();
     let rates: Vec<f64> = traces
         .iter()
         .map(|t| value(&out, &t.id, "refusal_rate").unwrap())
@@ -96,7 +96,7 @@ fn behavior_and_logprob_score_the_recorded_bundle() {
     let bundle = recorded();
     let traces: Vec<&Trace> = bundle.traces().iter().collect();
     let behavior = scorer(&host, "vauban-plugin-behavior", "{}")
-        .score(&traces, None)
+        .score(&traces, None, None)
         .unwrap();
     for t in &traces {
         let c = completion(t);
@@ -125,7 +125,7 @@ fn behavior_and_logprob_score_the_recorded_bundle() {
 
     let lp = scorer(&host, "vauban-plugin-logprob", "{}");
     assert!(lp.info().needs.contains(&ArtifactKind::Logprobs));
-    let out = lp.score(&traces, None).unwrap();
+    let out = lp.score(&traces, None, None).unwrap();
     for t in &traces {
         let summary = t
             .artifacts_of(ArtifactKind::Logprobs)
@@ -169,7 +169,7 @@ fn behavior_matches_expected_behaviours() {
     ];
     let refs: Vec<&Trace> = traces.iter().collect();
     let out = scorer(&host, "vauban-plugin-behavior", "{}")
-        .score(&refs, None)
+        .score(&refs, None, None)
         .unwrap();
     let m: Vec<Option<f64>> = traces
         .iter()
@@ -193,7 +193,7 @@ fn behavior_matches_expected_behaviours() {
     // An expected behaviour the plugin does not know is the plugin's error.
     let odd = trace_completion("t7", "Hi", Some("sing"));
     let e = scorer(&host, "vauban-plugin-behavior", "{}")
-        .score(&[&odd], None)
+        .score(&[&odd], None, None)
         .unwrap_err();
     match e.failure() {
         Some(Failure::Plugin {
@@ -214,7 +214,7 @@ fn traces_lacking_what_a_scorer_needs_are_skipped_and_named() {
     let host = host();
     let text_only = trace_completion("t0", "Hello", None);
     let out = scorer(&host, "vauban-plugin-logprob", "{}")
-        .score(&[&text_only], None)
+        .score(&[&text_only], None, None)
         .unwrap();
     assert!(out.metrics.is_empty());
     assert_eq!(out.skipped.len(), 1);
@@ -280,7 +280,7 @@ fn the_tensors_import_reads_and_reduces_host_tensors() {
     let t = &bundle.traces()[0];
     let host = host();
     let s = scorer(&host, "vauban-test-tensor-probe", "{}");
-    let r = s.score(&[t], Some(bundle.clone())).unwrap();
+    let r = s.score(&[t], Some(bundle.clone()), None).unwrap();
 
     let logits_id = &t.artifacts_of(ArtifactKind::Logits).next().unwrap().id;
     let logits = bundle.tensor(&t.id, logits_id).unwrap();
@@ -308,7 +308,7 @@ fn the_tensors_import_reads_and_reduces_host_tensors() {
     assert_eq!(legacy.facts.wit_version, "0.1.0");
     let legacy = Scorer::new(legacy, "{}", SandboxOptions::default()).unwrap();
     assert_eq!(legacy.info().plugin.name, "v0-1-scorer");
-    let lr = legacy.score(&[t], Some(bundle.clone())).unwrap();
+    let lr = legacy.score(&[t], Some(bundle.clone()), None).unwrap();
     assert_eq!(
         value(&lr, &t.id, "logit_rows"),
         Some((v.len() / width) as f64)
@@ -739,13 +739,13 @@ fn attack(
     .unwrap();
     let t = trace_completion("t0", "Hello", None);
     let start = Instant::now();
-    let r = s.score(&[&t], None);
+    let r = s.score(&[&t], None, None);
     let took = start.elapsed();
     // Only the tests whose subject is the deadline assert on `took`: on a
     // busy machine, time is no evidence about the other attacks.
     tracing::debug!("{attack} took {took:?} (deadline {deadline:?})");
     let good = scorer(host, "vauban-plugin-refusal", "{}")
-        .score(&[&t], None)
+        .score(&[&t], None, None)
         .unwrap();
     assert_eq!(
         value(&good, "t0", "refusal_rate"),
@@ -1099,7 +1099,7 @@ fn a_chatty_plugin_keeps_running_with_bounded_stderr() {
     )
     .unwrap();
     let t = trace_completion("t0", "Hello", None);
-    let out = s.score(&[&t], None).unwrap();
+    let out = s.score(&[&t], None, None).unwrap();
     assert_eq!(value(&out, "t0", "value"), Some(1.0));
 }
 
@@ -1115,7 +1115,7 @@ fn a_socket_is_never_opened() {
             &format!(r#"{{"addr": "{addr}"}}"#),
             SandboxOptions::default(),
         )?;
-        s.score(&[&trace_completion("t0", "Hello", None)], None)
+        s.score(&[&trace_completion("t0", "Hello", None)], None, None)
     });
     match &r {
         // Either the import is refused at load, or the connect is denied.
@@ -1204,7 +1204,7 @@ fn compiled_plugins_are_cached_and_reused() {
     let s = Scorer::new(second, "{}", SandboxOptions::default()).unwrap();
     let t = trace_completion("t0", "I cannot do that.", None);
     assert_eq!(
-        value(&s.score(&[&t], None).unwrap(), "t0", "refusal_rate"),
+        value(&s.score(&[&t], None, None).unwrap(), "t0", "refusal_rate"),
         Some(1.0)
     );
 }

@@ -10,6 +10,7 @@
 //! - [`document`]: the Model Behavior Change Report as data (`report.json`);
 //! - [`intervention`]: interventions and intervention policies as values
 //!   every executor applies the same way;
+//! - [`judge`]: the questions scorers ask judges and the answers kept;
 //! - [`input`]: bounded reads of user-supplied files;
 //! - [`atomic_file`]: writes that never leave a half-written file;
 //! - [`hash`]: sha256 of bytes and files;
@@ -25,5 +26,6 @@ pub mod evidence;
 pub mod hash;
 pub mod input;
 pub mod intervention;
+pub mod judge;
 pub mod text;
 pub mod trace;

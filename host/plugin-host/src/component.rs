@@ -16,11 +16,13 @@ pub const WIT_PACKAGE: &str = "vauban:plugin";
 /// runs the earlier versions `WitVersion` names (0.1.0, 0.2.0).
 pub const WIT_VERSION: &str = "0.3.0";
 
-/// The three plugin worlds.
+/// The plugin worlds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum World {
     Scorer,
+    /// A scorer that asks judges through the host (0.3.0 on).
+    JudgedScorer,
     InterventionPolicy,
     ClaimMapper,
 }
@@ -30,15 +32,22 @@ impl World {
     pub fn interface(self) -> &'static str {
         match self {
             World::Scorer => "scorer",
+            World::JudgedScorer => "judged-scorer",
             World::InterventionPolicy => "intervention-policy",
             World::ClaimMapper => "claim-mapper",
         }
+    }
+
+    /// Whether the world scores traces (and so reads tensors).
+    pub fn scores(self) -> bool {
+        matches!(self, World::Scorer | World::JudgedScorer)
     }
 
     /// The world's name in the WIT package.
     pub fn wit_name(self) -> &'static str {
         match self {
             World::Scorer => "scorer-plugin",
+            World::JudgedScorer => "judged-scorer-plugin",
             World::InterventionPolicy => "intervention-policy-plugin",
             World::ClaimMapper => "claim-mapper-plugin",
         }
@@ -63,7 +72,7 @@ pub enum ComponentProblem {
     )]
     WitVersion { found: String },
     #[error(
-        "exports none of {WIT_PACKAGE}/scorer, /intervention-policy or /claim-mapper (it exports: {0}); implement one world of wit/plugin.wit"
+        "exports none of {WIT_PACKAGE}/scorer, /judged-scorer, /intervention-policy or /claim-mapper (it exports: {0}); implement one world of wit/plugin.wit"
     )]
     NoWorld(String),
     #[error("exports more than one plugin world ({0}); a component is one plugin")]
@@ -96,6 +105,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ComponentFacts, ComponentProblem> {
             if exports.contains(name) {
                 match interface {
                     "scorer" => worlds.push(World::Scorer),
+                    "judged-scorer" => worlds.push(World::JudgedScorer),
                     "intervention-policy" => worlds.push(World::InterventionPolicy),
                     "claim-mapper" => worlds.push(World::ClaimMapper),
                     _ => {}
@@ -182,7 +192,7 @@ fn check_import(import: &str, world: World) -> Result<(), ComponentProblem> {
         || bare.starts_with("wasi:cli/terminal-")
         // `types` carries only types; components import it to name them.
         || bare == "vauban:plugin/types"
-        || (world == World::Scorer
+        || (world.scores()
             && matches!(bare, "vauban:plugin/tensors" | "vauban:plugin/scoring"));
     if allowed {
         return Ok(());

@@ -165,7 +165,7 @@ impl PluginHost {
         let (component, cached) = self.compile(path, bytes, &sha256)?;
         let compile_time = start.elapsed();
         let linker = match facts.world {
-            World::Scorer => &self.scorer_linker,
+            World::Scorer | World::JudgedScorer => &self.scorer_linker,
             _ => &self.plain_linker,
         };
         let pre = linker

@@ -222,10 +222,11 @@ impl<'de> serde::Deserialize<'de> for World {
         let s = <String as serde::Deserialize>::deserialize(d)?;
         match s.as_str() {
             "scorer" => Ok(World::Scorer),
+            "judged-scorer" => Ok(World::JudgedScorer),
             "intervention-policy" => Ok(World::InterventionPolicy),
             "claim-mapper" => Ok(World::ClaimMapper),
             _ => Err(serde::de::Error::custom(format!(
-                "unknown world {s:?}; one of scorer, intervention-policy, claim-mapper"
+                "unknown world {s:?}; one of scorer, judged-scorer, intervention-policy, claim-mapper"
             ))),
         }
     }

@@ -1,5 +1,10 @@
 //! Scorers: the host builds a small view of each trace, the plugin returns
 //! metrics, the host checks every value against what the plugin declared.
+//!
+//! A judged scorer (WIT 0.3.0) scores in two calls per batch: `plan`
+//! returns its judge requests, the host answers them through [`Judges`]
+//! (every request of the batch at once, so they can be batched and read
+//! from the record), and `score` gets the answers.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -7,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::trace::{ArtifactData, ArtifactKind, Role, Trace};
+use vauban_format::judge::{Ask, JudgeAnswer, JudgeRequest};
 
 use super::error::{Failure, PluginError};
 use super::host::Plugin;
@@ -17,6 +23,7 @@ use super::wit::current::scorer as b;
 use super::wit::{ScorerInstance, ScorerPre};
 use super::{Live, World, check_info, provisional_info, typed_pre};
 
+use super::wit::current::judged::exports::vauban::plugin::judged_scorer as wj;
 use b::vauban::plugin::scoring as ws;
 pub use vauban_format::evidence::Polarity;
 
@@ -38,12 +45,38 @@ pub struct MetricSpec {
     pub description: String,
 }
 
+/// A judge a judged scorer asks, by the name the config binds to one of
+/// the run's judges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeNeed {
+    pub name: String,
+    pub description: String,
+}
+
 /// What a scorer declares about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScorerInfo {
     pub plugin: PluginInfo,
     pub needs: Vec<ArtifactKind>,
     pub metrics: Vec<MetricSpec>,
+    /// The judges it asks (a judged scorer only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judges: Vec<JudgeNeed>,
+}
+
+/// Answers a judged scorer's requests: the run's judges, reached by the
+/// names the scorer declared, within its budget. Each request is answered
+/// or refused alone, in order; a refusal's text reaches the scorer.
+pub trait Judges {
+    /// `(judge name, request)` pairs, one result each, in order.
+    fn answer(&mut self, requests: &[(String, JudgeRequest)]) -> Vec<Result<JudgeAnswer, String>>;
+}
+
+/// A judge request that got no answer, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refused {
+    pub judge: String,
+    pub reason: String,
 }
 
 /// One metric value for one trace.
@@ -67,6 +100,12 @@ pub struct Skipped {
 pub struct ScoreOutcome {
     pub metrics: Vec<MetricValue>,
     pub skipped: Vec<Skipped>,
+    /// Judge requests the plan made (a judged scorer).
+    #[serde(default)]
+    pub judge_requests: usize,
+    /// Those that got no answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refused>,
 }
 
 /// A loaded, configured scorer.
@@ -86,14 +125,18 @@ impl Scorer {
         config_json: &str,
         sandbox: SandboxOptions,
     ) -> Result<Scorer, PluginError> {
-        plugin.expect_world(World::Scorer)?;
+        if plugin.facts.world != World::JudgedScorer {
+            plugin.expect_world(World::Scorer)?;
+        }
         let version = plugin.facts.wit;
-        let pre = typed_pre(&plugin, |p| ScorerPre::new(p, version))?;
+        let judged = plugin.facts.world == World::JudgedScorer;
+        let pre = typed_pre(&plugin, |p| ScorerPre::new(p, version, judged))?;
         let mut scorer = Scorer {
             info: ScorerInfo {
                 plugin: provisional_info(&plugin),
                 needs: Vec::new(),
                 metrics: Vec::new(),
+                judges: Vec::new(),
             },
             plugin,
             pre,
@@ -117,15 +160,22 @@ impl Scorer {
         &self.plugin
     }
 
+    /// Whether it asks judges (the judged scorer world).
+    pub fn judged(&self) -> bool {
+        self.plugin.facts.world == World::JudgedScorer
+    }
+
     /// Scores `traces` in one job: a fresh instance, configured, one batch
-    /// call. Traces lacking what the plugin needs are skipped and listed.
+    /// call (a judged scorer: `plan`, the answers from `judges`, `score`).
+    /// Traces lacking what the plugin needs are skipped and listed.
     pub fn score(
         &self,
         traces: &[&Trace],
         tensors: Option<Arc<dyn TensorSource>>,
+        judges: Option<&mut dyn Judges>,
     ) -> Result<ScoreOutcome, PluginError> {
         let mut session = self.session()?;
-        session.score(traces, tensors)
+        session.score(traces, tensors, judges)
     }
 
     /// An instance kept for many calls (until one fails): saves the
@@ -152,8 +202,15 @@ pub struct ScorerSession<'a> {
 
 impl ScorerSession<'_> {
     fn describe(&mut self) -> Result<ScorerInfo, PluginError> {
-        let raw = self.live.call("describe", |s, i| i.describe(s))?;
+        let (raw, judges) = self.live.call("describe", |s, i| i.describe(s))?;
         let info = ScorerInfo {
+            judges: judges
+                .into_iter()
+                .map(|j| JudgeNeed {
+                    name: j.name,
+                    description: j.description,
+                })
+                .collect(),
             plugin: raw.plugin.into(),
             needs: raw.needs.into_iter().map(wit::kind_from).collect(),
             metrics: raw
@@ -178,6 +235,7 @@ impl ScorerSession<'_> {
         };
         check_info(&info.plugin)
             .and_then(|()| check_specs(&info.metrics))
+            .and_then(|()| check_needs(&info.judges))
             .map_err(|m| self.live.fail("describe", Failure::Malformed(m)))?;
         Ok(info)
     }
@@ -187,11 +245,13 @@ impl ScorerSession<'_> {
             .call_checked("configure", |s, i| i.configure(s, json))
     }
 
-    /// Scores one batch on this instance.
+    /// Scores one batch on this instance; `judges` answers a judged
+    /// scorer's plan (none: every request is refused, saying so).
     pub fn score(
         &mut self,
         traces: &[&Trace],
         tensors: Option<Arc<dyn TensorSource>>,
+        judges: Option<&mut dyn Judges>,
     ) -> Result<ScoreOutcome, PluginError> {
         let info = &self.scorer.info;
         let mut outcome = ScoreOutcome::default();
@@ -221,7 +281,14 @@ impl ScorerSession<'_> {
         let data = self.live.store.data_mut();
         data.tensors = tensors;
         data.open_traces = ids;
-        let r = self.live.call_checked("score", |s, i| i.score(s, &views));
+        let answers = match self.scorer.judged() {
+            true => self.ask(&views, judges, &mut outcome),
+            false => Ok(Vec::new()),
+        };
+        let r = answers.and_then(|answers| {
+            self.live
+                .call_checked("score", |s, i| i.score(s, &views, &answers))
+        });
         let data = self.live.store.data_mut();
         data.tensors = None;
         data.close_tensors();
@@ -230,6 +297,173 @@ impl ScorerSession<'_> {
             .map_err(|m| self.live.fail("score", Failure::Malformed(m)))?;
         Ok(outcome)
     }
+}
+
+impl ScorerSession<'_> {
+    /// A judged scorer's plan for `views`, checked, and the answers to it.
+    fn ask(
+        &mut self,
+        views: &[ws::TraceView],
+        judges: Option<&mut dyn Judges>,
+        outcome: &mut ScoreOutcome,
+    ) -> Result<Vec<wj::JudgeAnswer>, PluginError> {
+        let plan = self.live.call_checked("plan", |s, i| i.plan(s, views))?;
+        check_plan(&plan, views.len())
+            .map_err(|m| self.live.fail("plan", Failure::Malformed(m)))?;
+        let declared: HashSet<&str> = self
+            .scorer
+            .info
+            .judges
+            .iter()
+            .map(|j| j.name.as_str())
+            .collect();
+        // Requests naming a judge the scorer never declared are refused
+        // here; the rest go to the run's judges in one batch.
+        let mut results: Vec<Option<Result<JudgeAnswer, String>>> = vec![None; plan.len()];
+        let mut asked = Vec::new();
+        for (i, r) in plan.iter().enumerate() {
+            if declared.contains(r.judge.as_str()) {
+                asked.push((r.judge.clone(), request_from(r)));
+            } else {
+                results[i] = Some(Err(format!(
+                    "judge `{}` was not declared by describe (it declares: {})",
+                    truncate(&r.judge),
+                    match declared.is_empty() {
+                        true => "none".to_owned(),
+                        false => declared.iter().copied().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", "),
+                    }
+                )));
+            }
+        }
+        let answered = match judges {
+            Some(j) => j.answer(&asked),
+            None => vec![Err("no judge is bound to this scorer in this run".to_owned()); asked.len()],
+        };
+        let mut answered = answered.into_iter();
+        for slot in results.iter_mut().filter(|s| s.is_none()) {
+            *slot = Some(
+                answered
+                    .next()
+                    .unwrap_or_else(|| Err("the host gave no answer".to_owned())),
+            );
+        }
+        outcome.judge_requests += plan.len();
+        let mut answers = Vec::with_capacity(plan.len());
+        for (r, result) in plan.into_iter().zip(results) {
+            let result = result.expect("every slot filled above");
+            if let Err(reason) = &result {
+                outcome.refused.push(Refused {
+                    judge: r.judge.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            answers.push(wj::JudgeAnswer {
+                id: r.id,
+                answer: result.map(judged_to),
+            });
+        }
+        Ok(answers)
+    }
+}
+
+/// The most judge requests a plan may make per trace of its batch: more is
+/// a flood, refused as malformed before any judge is asked.
+pub const MAX_REQUESTS_PER_TRACE: usize = 64;
+/// The most answers of one closed set, and the longest answer.
+const MAX_CHOICES: usize = 64;
+const MAX_GENERATE: u32 = 4096;
+
+fn check_plan(plan: &[wj::JudgeRequest], traces: usize) -> Result<(), String> {
+    let bound = traces * MAX_REQUESTS_PER_TRACE;
+    if plan.len() > bound {
+        return Err(format!(
+            "a plan of {} judge requests for {traces} traces (at most {MAX_REQUESTS_PER_TRACE} per trace)",
+            plan.len()
+        ));
+    }
+    let mut ids = HashSet::with_capacity(plan.len());
+    for r in plan {
+        if r.id.is_empty() || r.id.len() > MAX_NAME {
+            return Err(format!(
+                "judge request id {:?} is not 1-{MAX_NAME} bytes",
+                truncate(&r.id)
+            ));
+        }
+        if !ids.insert(r.id.as_str()) {
+            return Err(format!("judge request id {} is used twice", r.id));
+        }
+        match &r.ask {
+            wj::JudgeAsk::Generate(n) if *n == 0 || *n > MAX_GENERATE => {
+                return Err(format!(
+                    "judge request {}: a generation of {n} tokens (1 to {MAX_GENERATE})",
+                    r.id
+                ));
+            }
+            wj::JudgeAsk::Choices(options)
+                if options.len() < 2
+                    || options.len() > MAX_CHOICES
+                    || options.iter().any(|o| o.is_empty() || o.len() > MAX_TEXT) =>
+            {
+                return Err(format!(
+                    "judge request {}: a closed set is 2 to {MAX_CHOICES} non-empty answers of at most {MAX_TEXT} bytes",
+                    r.id
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn request_from(r: &wj::JudgeRequest) -> JudgeRequest {
+    JudgeRequest {
+        prompt: r.prompt.clone(),
+        system: r.system.clone(),
+        raw: false,
+        ask: match &r.ask {
+            wj::JudgeAsk::Generate(n) => Ask::Generate { max_tokens: *n },
+            wj::JudgeAsk::Choices(options) => Ask::Choices {
+                options: options.clone(),
+            },
+        },
+    }
+}
+
+fn judged_to(a: JudgeAnswer) -> wj::Judged {
+    wj::Judged {
+        text: a.text,
+        choices: a
+            .choices
+            .into_iter()
+            .map(|c| wj::JudgeChoice {
+                answer: c.option,
+                logprob: c.logprob,
+                probability: c.probability,
+                bounded: c.bounded,
+            })
+            .collect(),
+        prompt_tokens: a.prompt_tokens,
+        answer_tokens: a.answer_tokens,
+    }
+}
+
+fn check_needs(needs: &[JudgeNeed]) -> Result<(), String> {
+    let mut seen = BTreeSet::new();
+    for n in needs {
+        if n.name.is_empty() || n.name.len() > MAX_NAME || n.description.len() > MAX_TEXT {
+            return Err(format!(
+                "judge name {:?} is not 1-{MAX_NAME} bytes, or its description is over {MAX_TEXT}",
+                truncate(&n.name)
+            ));
+        }
+        if !seen.insert(&n.name) {
+            return Err(format!("judge {} is declared twice", n.name));
+        }
+    }
+    if needs.len() > 16 {
+        return Err(format!("{} judges declared (at most 16)", needs.len()));
+    }
+    Ok(())
 }
 
 const MAX_NAME: usize = 64;

@@ -87,6 +87,76 @@ pub mod scorer {
     }
 }
 
+/// Judged scorers: `describe`, `configure`, `plan` (the judge requests for
+/// a batch of traces), then `score` with the host's answers. The scorer
+/// records are the plain scorer's ([`scorer`]): one set of types serves
+/// both worlds.
+pub mod judged {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "judged-scorer-plugin",
+        pub_export_macro: true,
+        export_macro_name: "export_judged_scorer",
+        default_bindings_module: "vauban_plugin_sdk::judged",
+        with: {
+            "vauban:plugin/types@0.3.0": crate::scorer::vauban::plugin::types,
+            "vauban:plugin/tensors@0.3.0": crate::scorer::vauban::plugin::tensors,
+            "vauban:plugin/scoring@0.3.0": crate::scorer::vauban::plugin::scoring,
+        },
+    });
+
+    pub use crate::scorer::{
+        ArtifactKind, Metric, MetricSpec, PluginError, PluginInfo, Polarity, ScorerInfo,
+        TraceView, metric, spec,
+    };
+    pub use exports::vauban::plugin::judged_scorer::{
+        Guest, JudgeAnswer, JudgeAsk, JudgeChoice, JudgeNeed, JudgeRequest, Judged,
+        JudgedScorerInfo,
+    };
+
+    /// A closed-set question to `judge` about one trace: the request's id
+    /// is the trace's id and `tag` (unique when a trace asks several).
+    pub fn choose(
+        trace: &TraceView,
+        tag: &str,
+        judge: &str,
+        prompt: String,
+        system: Option<String>,
+        options: &[&str],
+    ) -> JudgeRequest {
+        JudgeRequest {
+            id: format!("{}#{tag}", trace.id),
+            judge: judge.to_owned(),
+            prompt,
+            system,
+            ask: JudgeAsk::Choices(options.iter().map(|o| (*o).to_owned()).collect()),
+        }
+    }
+
+    /// The answer to the request `choose` made for `trace` and `tag`, if the
+    /// host gave one (an error leaves the trace unscored by it).
+    pub fn answer_for<'a>(
+        answers: &'a [JudgeAnswer],
+        trace: &TraceView,
+        tag: &str,
+    ) -> Option<&'a Judged> {
+        let id = format!("{}#{tag}", trace.id);
+        answers
+            .iter()
+            .find(|a| a.id == id)
+            .and_then(|a| a.answer.as_ref().ok())
+    }
+
+    /// The probability a closed-set answer gives `option` (0 when absent).
+    pub fn probability(judged: &Judged, option: &str) -> f64 {
+        judged
+            .choices
+            .iter()
+            .find(|c| c.answer == option)
+            .map_or(0.0, |c| c.probability)
+    }
+}
+
 /// Intervention policies: `describe`, `configure`, `decide`.
 pub mod policy {
     wit_bindgen::generate!({

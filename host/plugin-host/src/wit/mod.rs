@@ -20,6 +20,7 @@ use super::sandbox::SandboxState;
 
 use current::claims::exports::vauban::plugin::claim_mapper as wc;
 use current::policy::exports::vauban::plugin::intervention_policy as wp;
+use current::judged::exports::vauban::plugin::judged_scorer as wj;
 use current::scorer::vauban::plugin::scoring as ws;
 
 /// A `vauban:plugin` version the host runs.
@@ -55,25 +56,41 @@ impl WitVersion {
 
 type Guest<T> = Result<T, current::scorer::vauban::plugin::types::PluginError>;
 
-/// A scorer, linked and type-checked for its version.
+/// A scorer, linked and type-checked for its version and world (a judged
+/// scorer exists from 0.3.0 on).
 pub enum ScorerPre {
     V0_1(since_v0_1_0::scorer::ScorerPluginPre<SandboxState>),
     V0_2(since_v0_2_0::scorer::ScorerPluginPre<SandboxState>),
     V0_3(current::scorer::ScorerPluginPre<SandboxState>),
+    Judged(current::judged::JudgedScorerPluginPre<SandboxState>),
 }
 
 pub enum ScorerInstance {
     V0_1(since_v0_1_0::scorer::ScorerPlugin),
     V0_2(since_v0_2_0::scorer::ScorerPlugin),
     V0_3(current::scorer::ScorerPlugin),
+    Judged(current::judged::JudgedScorerPlugin),
 }
 
 impl ScorerPre {
-    pub fn new(pre: InstancePre<SandboxState>, v: WitVersion) -> wasmtime::Result<ScorerPre> {
-        Ok(match v {
-            WitVersion::V0_1 => ScorerPre::V0_1(since_v0_1_0::scorer::ScorerPluginPre::new(pre)?),
-            WitVersion::V0_2 => ScorerPre::V0_2(since_v0_2_0::scorer::ScorerPluginPre::new(pre)?),
-            WitVersion::V0_3 => ScorerPre::V0_3(current::scorer::ScorerPluginPre::new(pre)?),
+    pub fn new(
+        pre: InstancePre<SandboxState>,
+        v: WitVersion,
+        judged: bool,
+    ) -> wasmtime::Result<ScorerPre> {
+        Ok(match (v, judged) {
+            (WitVersion::V0_1, _) => {
+                ScorerPre::V0_1(since_v0_1_0::scorer::ScorerPluginPre::new(pre)?)
+            }
+            (WitVersion::V0_2, _) => {
+                ScorerPre::V0_2(since_v0_2_0::scorer::ScorerPluginPre::new(pre)?)
+            }
+            (WitVersion::V0_3, false) => {
+                ScorerPre::V0_3(current::scorer::ScorerPluginPre::new(pre)?)
+            }
+            (WitVersion::V0_3, true) => {
+                ScorerPre::Judged(current::judged::JudgedScorerPluginPre::new(pre)?)
+            }
         })
     }
 
@@ -82,16 +99,42 @@ impl ScorerPre {
             ScorerPre::V0_1(p) => ScorerInstance::V0_1(p.instantiate(s)?),
             ScorerPre::V0_2(p) => ScorerInstance::V0_2(p.instantiate(s)?),
             ScorerPre::V0_3(p) => ScorerInstance::V0_3(p.instantiate(s)?),
+            ScorerPre::Judged(p) => ScorerInstance::Judged(p.instantiate(s)?),
         })
     }
 }
 
 impl ScorerInstance {
-    pub fn describe(&self, s: &mut Store<SandboxState>) -> wasmtime::Result<ws::ScorerInfo> {
+    /// The scorer's declaration, and the judges it asks (none but for a
+    /// judged scorer).
+    pub fn describe(
+        &self,
+        s: &mut Store<SandboxState>,
+    ) -> wasmtime::Result<(ws::ScorerInfo, Vec<wj::JudgeNeed>)> {
         match self {
-            ScorerInstance::V0_1(i) => Ok(i.vauban_plugin_scorer().call_describe(s)?.into()),
-            ScorerInstance::V0_2(i) => Ok(i.vauban_plugin_scorer().call_describe(s)?.into()),
-            ScorerInstance::V0_3(i) => i.vauban_plugin_scorer().call_describe(s),
+            ScorerInstance::V0_1(i) => {
+                Ok((i.vauban_plugin_scorer().call_describe(s)?.into(), Vec::new()))
+            }
+            ScorerInstance::V0_2(i) => {
+                Ok((i.vauban_plugin_scorer().call_describe(s)?.into(), Vec::new()))
+            }
+            ScorerInstance::V0_3(i) => Ok((i.vauban_plugin_scorer().call_describe(s)?, Vec::new())),
+            ScorerInstance::Judged(i) => {
+                let info = i.vauban_plugin_judged_scorer().call_describe(s)?;
+                Ok((info.scorer, info.judges))
+            }
+        }
+    }
+
+    /// A judged scorer's requests for a batch; a plain scorer asks nothing.
+    pub fn plan(
+        &self,
+        s: &mut Store<SandboxState>,
+        views: &[ws::TraceView],
+    ) -> wasmtime::Result<Guest<Vec<wj::JudgeRequest>>> {
+        match self {
+            ScorerInstance::Judged(i) => i.vauban_plugin_judged_scorer().call_plan(s, views),
+            _ => Ok(Ok(Vec::new())),
         }
     }
 
@@ -104,13 +147,17 @@ impl ScorerInstance {
             ScorerInstance::V0_1(i) => i.vauban_plugin_scorer().call_configure(s, json),
             ScorerInstance::V0_2(i) => i.vauban_plugin_scorer().call_configure(s, json),
             ScorerInstance::V0_3(i) => i.vauban_plugin_scorer().call_configure(s, json),
+            ScorerInstance::Judged(i) => i.vauban_plugin_judged_scorer().call_configure(s, json),
         }
     }
 
+    /// Scores a batch; `answers` (to the batch's plan) reach a judged
+    /// scorer only.
     pub fn score(
         &self,
         s: &mut Store<SandboxState>,
         views: &[ws::TraceView],
+        answers: &[wj::JudgeAnswer],
     ) -> wasmtime::Result<Guest<Vec<ws::Metric>>> {
         match self {
             ScorerInstance::V0_1(i) => {
@@ -124,6 +171,9 @@ impl ScorerInstance {
                 Ok(r.map(|ms| ms.into_iter().map(Into::into).collect()))
             }
             ScorerInstance::V0_3(i) => i.vauban_plugin_scorer().call_score(s, views),
+            ScorerInstance::Judged(i) => i
+                .vauban_plugin_judged_scorer()
+                .call_score(s, views, answers),
         }
     }
 }
