@@ -15,8 +15,10 @@ use std::process::Command;
 
 /// Every plugin crate: first-party (`plugins/`), test (`tests/plugins/`)
 /// and example (`examples/plugins/`).
-const PACKAGES: [&str; 15] = [
+const PACKAGES: [&str; 18] = [
     "vauban-plugin-refusal",
+    "vauban-plugin-refusal-judge",
+    "vauban-plugin-over-refusal-judge",
     "vauban-plugin-behavior",
     "vauban-plugin-logprob",
     "vauban-plugin-steer-gate",
@@ -30,6 +32,7 @@ const PACKAGES: [&str; 15] = [
     "vauban-test-v0-1-policy",
     "vauban-test-v0-1-claims",
     "vauban-test-v0-2-claims",
+    "vauban-test-judge-abuse",
     "uppercase-scorer",
 ];
 

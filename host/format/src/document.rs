@@ -168,6 +168,37 @@ pub struct EvidenceSection {
     pub claim_mappers: Vec<PluginRecord>,
     /// Plugins that failed; the run carried on without their output.
     pub plugin_failures: Vec<PluginFailure>,
+    /// The judges judged scorers asked (docs/judges.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judges: Vec<ReportJudge>,
+}
+
+/// A judge as the report names it: the model behind every judged metric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportJudge {
+    /// The judge's name in the config (`[judges.NAME]`).
+    pub name: String,
+    /// The model as its executor names it (an endpoint: the model it serves).
+    pub model: String,
+    /// sha256 of the model's weights, where vauban holds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Who ran it (`candle`, `torch`, `mlx`, an endpoint's URL).
+    pub executor: String,
+    /// The scorers that asked it, by the config's name.
+    pub scorers: Vec<String>,
+    /// Requests asked of it (answered, run or read from the record, or
+    /// refused).
+    pub requests: usize,
+    /// Those refused (budget, prompt too long, not recorded, failed).
+    pub refused: usize,
+    /// Where its answers are kept: the run's `traces/judges/`, or the
+    /// record a replay read.
+    pub record: String,
+    /// Why it answered nothing, when it could not load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// A plugin as the report identifies it.
@@ -294,6 +325,10 @@ pub struct ReportDelta {
     /// holds claims citing it to. Empty: text only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rests_on: Vec<ArtifactKind>,
+    /// The judges (config names) behind the metric, when a judged scorer
+    /// made it: its values are a model's verdicts, not observations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judged_by: Vec<String>,
 }
 
 impl ReportDelta {

@@ -100,9 +100,10 @@ pub struct Skipped {
 pub struct ScoreOutcome {
     pub metrics: Vec<MetricValue>,
     pub skipped: Vec<Skipped>,
-    /// Judge requests the plan made (a judged scorer).
-    #[serde(default)]
-    pub judge_requests: usize,
+    /// Judge requests the plan made (a judged scorer), per judge as the
+    /// scorer names it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub judge_requests: std::collections::BTreeMap<String, usize>,
     /// Those that got no answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<Refused>,
@@ -347,7 +348,9 @@ impl ScorerSession<'_> {
                     .unwrap_or_else(|| Err("the host gave no answer".to_owned())),
             );
         }
-        outcome.judge_requests += plan.len();
+        for r in &plan {
+            *outcome.judge_requests.entry(r.judge.clone()).or_default() += 1;
+        }
         let mut answers = Vec::with_capacity(plan.len());
         for (r, result) in plan.into_iter().zip(results) {
             let result = result.expect("every slot filled above");

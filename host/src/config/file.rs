@@ -30,6 +30,11 @@ pub struct ConfigFile {
     /// Measures a refusal direction before the run (`vauban measure`).
     #[serde(default)]
     pub measure: Option<MeasureSection>,
+    /// Judges judged scorers may ask, by name: a model any executor runs
+    /// (a local file on candle, torch or MLX, or an OpenAI-compatible
+    /// endpoint), answering at temperature 0 (issue 37, docs/judges.md).
+    #[serde(default)]
+    pub judges: BTreeMap<String, ModelSection>,
     #[serde(default)]
     pub scorers: Vec<PluginSection>,
     #[serde(default)]
@@ -401,6 +406,29 @@ pub struct PluginSection {
     pub deadline_ms: Option<u64>,
     #[serde(default)]
     pub memory_mib: Option<u64>,
+    /// A judged scorer's judges: the name it asks by → a `[judges.NAME]`
+    /// of the config (`judges = { judge = "referee" }`).
+    #[serde(default)]
+    pub judges: BTreeMap<String, String>,
+    /// What a judged scorer may spend on its judges in one run.
+    #[serde(default)]
+    pub judge_budget: Option<JudgeBudgetSection>,
+}
+
+/// A judged scorer's budget, per run (both sides together). A request
+/// beyond it is refused to the scorer, which scores without it.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeBudgetSection {
+    /// Requests, answered or read from the record (default 10000).
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Prompt and answer tokens together (default 4000000).
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    /// Bytes of one request's prompt (default 65536).
+    #[serde(default)]
+    pub prompt_bytes: Option<usize>,
 }
 
 /// A regression gate on one metric's delta.

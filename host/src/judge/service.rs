@@ -24,7 +24,8 @@ pub enum JudgeModel {
 }
 
 impl JudgeModel {
-    fn identity(&self) -> serde_json::Value {
+    /// What identifies the judge's answers in the store.
+    pub fn identity(&self) -> serde_json::Value {
         match self {
             JudgeModel::Local(j) => j.identity(),
             JudgeModel::Http(j) => j.identity(),
@@ -181,5 +182,19 @@ impl<'a> JudgeService<'a> {
         };
         self.spent_tokens += u64::from(answer.prompt_tokens) + u64::from(answer.answer_tokens);
         Ok(answer)
+    }
+}
+
+/// A judged scorer's judges are this service: each request answered or
+/// refused alone, the refusal's words passed to the scorer.
+impl crate::plugin::scorer::Judges for JudgeService<'_> {
+    fn answer(
+        &mut self,
+        requests: &[(String, JudgeRequest)],
+    ) -> Vec<Result<JudgeAnswer, String>> {
+        JudgeService::answer(self, requests)
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect()
     }
 }

@@ -62,6 +62,51 @@ impl JudgeStore {
         }
     }
 
+    /// The identities of the judge named `judge` in the kept records, the
+    /// most recently kept first: what a replay asks the record under.
+    pub fn identities(&self, judge: &str) -> Vec<serde_json::Value> {
+        let mut found: Vec<(std::time::SystemTime, serde_json::Value)> = Vec::new();
+        for (when, record) in self.records().filter(|(_, r)| r.judge == judge) {
+            match found.iter_mut().find(|(_, id)| *id == record.identity) {
+                Some(seen) => seen.0 = seen.0.max(when),
+                None => found.push((when, record.identity)),
+            }
+        }
+        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The names of the judges the record holds answers of, sorted.
+    pub fn judges(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<String> =
+            self.records().map(|(_, r)| r.judge).collect();
+        names.into_iter().collect()
+    }
+
+    /// Every readable record, with when it was kept.
+    fn records(&self) -> impl Iterator<Item = (std::time::SystemTime, JudgeRecord)> {
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| {
+                let record = std::fs::read(e.path())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<JudgeRecord>(&b).ok())?;
+                let when = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                Some((when, record))
+            })
+    }
+
+    /// The folder the answers are kept in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Keeps `record` under `key`.
     pub fn put(&self, key: &str, record: &JudgeRecord) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;

@@ -11,6 +11,7 @@ pub mod analyze;
 mod claims;
 mod evidence;
 mod gather;
+mod judges;
 pub mod plan;
 mod plugins;
 pub mod progress;

@@ -31,6 +31,13 @@ pub struct Plan {
     pub baseline: SidePlan,
     pub candidate: SidePlan,
     pub measure: Option<MeasurePlan>,
+    /// The judges judged scorers ask, by the config's name.
+    pub judges: std::collections::BTreeMap<String, JudgePlan>,
+    /// Where the judges' answers are read from when they are replayed
+    /// (`vauban diff`): no judge model is loaded, and a request the record
+    /// lacks is refused. None: the judges run, their answers kept under
+    /// the output's `traces/judges/`.
+    pub judge_record: Option<PathBuf>,
     pub scorers: Vec<PluginPlan>,
     pub claim_mappers: Vec<PluginPlan>,
     /// Where activation findings' direction comes from, when any.
@@ -118,11 +125,31 @@ pub struct PluginPlan {
     pub data_dir: Option<PathBuf>,
     pub deadline_ms: Option<u64>,
     pub memory_mib: Option<u64>,
+    /// A judged scorer's judges: the name it asks by → the config's judge.
+    pub judges: std::collections::BTreeMap<String, String>,
+    pub judge_budget: crate::judge::service::Budget,
+}
+
+/// A judge of the config, checked: the model and the executor that runs it.
+#[derive(Debug, Clone)]
+pub struct JudgePlan {
+    pub name: String,
+    pub backend: ExecutorKind,
+    /// The model file or folder, or the name an endpoint serves.
+    pub model: PathBuf,
+    pub device: DeviceSpec,
+    pub weights: WeightMode,
+    pub kv_cache: KvType,
+    pub dtype: Dtype,
+    pub adapter: Option<PathBuf>,
+    pub http: Option<crate::executor::http::HttpSpec>,
 }
 
 /// First-party plugins, by the name a config uses, with their crate.
-pub const FIRST_PARTY: [(&str, &str); 5] = [
+pub const FIRST_PARTY: [(&str, &str); 7] = [
     ("refusal", "vauban-plugin-refusal"),
+    ("refusal-judge", "vauban-plugin-refusal-judge"),
+    ("over-refusal-judge", "vauban-plugin-over-refusal-judge"),
     ("behavior", "vauban-plugin-behavior"),
     ("logprob", "vauban-plugin-logprob"),
     ("steer-gate", "vauban-plugin-steer-gate"),
@@ -216,6 +243,7 @@ impl Plan {
                 config.observe.samples
             ));
         }
+        let judges = check.judges()?;
         let scorers = check.plugins("scorers", &config.scorers)?;
         let claim_mappers = check.plugins("claim_mappers", &config.claim_mappers)?;
         if scorers.is_empty() {
@@ -266,6 +294,8 @@ impl Plan {
             baseline,
             candidate,
             measure,
+            judges,
+            judge_record: None,
             scorers,
             claim_mappers,
             report_direction,
@@ -777,6 +807,44 @@ impl<'a> Checker<'a> {
             }
             None => None,
         };
+        // Bindings name judges of the config; whether the plugin asks
+        // them by these names is checked when it is loaded (`validate`,
+        // and `run` before anything is traced).
+        for (asked, judge) in &s.judges {
+            if !self.config.judges.contains_key(judge) {
+                return Err(at(
+                    &format!("{key}.judges.{asked}"),
+                    format!(
+                        "no `[judges.{judge}]` in this config (it declares: {}); declare the judge, or bind `{asked}` to one it declares",
+                        names_or_none(self.config.judges.keys())
+                    ),
+                ));
+            }
+        }
+        let judge_budget = match &s.judge_budget {
+            None => crate::judge::service::Budget::default(),
+            Some(b) => {
+                let d = crate::judge::service::Budget::default();
+                let budget = crate::judge::service::Budget {
+                    requests: b.requests.unwrap_or(d.requests),
+                    tokens: b.tokens.unwrap_or(d.tokens),
+                    prompt_bytes: b.prompt_bytes.unwrap_or(d.prompt_bytes),
+                };
+                if budget.requests == 0 || budget.tokens == 0 || budget.prompt_bytes == 0 {
+                    return Err(at(
+                        &format!("{key}.judge_budget"),
+                        "0 allows nothing: give a judged scorer at least 1 request, 1 token and 1 byte of prompt (or no judge_budget for the defaults)".into(),
+                    ));
+                }
+                budget
+            }
+        };
+        if s.judges.is_empty() && s.judge_budget.is_some() {
+            return Err(at(
+                &format!("{key}.judge_budget"),
+                "a budget without judges: bind the scorer's judges with `judges = { NAME = \"JUDGE\" }`".into(),
+            ));
+        }
         Ok(PluginPlan {
             name,
             path: file,
@@ -784,7 +852,104 @@ impl<'a> Checker<'a> {
             data_dir,
             deadline_ms: s.deadline_ms,
             memory_mib: s.memory_mib,
+            judges: s.judges.clone(),
+            judge_budget,
         })
+    }
+
+    /// Every `[judges.NAME]`: its executor, model, device and adapter
+    /// checked as a side's are; what only a side has (a transformation,
+    /// generation settings: a judge answers greedily, with the request's
+    /// own system message) refused by name.
+    fn judges(&self) -> anyhow::Result<std::collections::BTreeMap<String, JudgePlan>> {
+        let mut out = std::collections::BTreeMap::new();
+        for (name, s) in &self.config.judges {
+            let key = format!("judges.{name}");
+            let at = |k: &str, e: String| self.at(k, e);
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+            if !valid {
+                return Err(at(
+                    &key,
+                    "a judge's name is 1-64 letters, digits, '-' and '_'".into(),
+                ));
+            }
+            let side_only = [
+                ("label", s.label.is_some()),
+                ("transform", s.transform.is_some()),
+                ("system", s.system.is_some()),
+                ("temperature", s.temperature.is_some()),
+                ("top_p", s.top_p.is_some()),
+                ("top_k", s.top_k.is_some()),
+                ("seed", s.seed.is_some()),
+                ("max_tokens", s.max_tokens.is_some()),
+                ("stop", s.stop.is_some()),
+                ("primitive", s.primitive.is_some()),
+            ];
+            if let Some((k, _)) = side_only.iter().find(|(_, on)| *on) {
+                return Err(at(
+                    &format!("{key}.{k}"),
+                    format!(
+                        "`{k}` is a setting of a compared side, not of a judge: a judge answers greedily, and each request carries its own system message"
+                    ),
+                ));
+            }
+            let backend = self.executor(&key, s)?;
+            if backend == ExecutorKind::Replay {
+                return Err(at(
+                    &format!("{key}.executor"),
+                    "a judge is a model vauban runs or an endpoint (candle, torch, mlx or http); a recorded judge is replayed from its answers by `vauban diff` and `vauban plugin test --judges`".into(),
+                ));
+            }
+            let resolve = |k: &str, p: &Path| self.resolve(k, p);
+            let http = http_spec(s, backend, &key, &resolve, &at)?;
+            let (_, kv_cache, dtype) = self.executor_settings(&key, s)?;
+            let remote = backend == ExecutorKind::Http;
+            let model = match remote || self.replay {
+                true => s.model.clone(),
+                false => resolve(&format!("{key}.model"), &s.model)?,
+            };
+            if !remote && !self.replay && !model.exists() {
+                return Err(at(
+                    &format!("{key}.model"),
+                    format!(
+                        "{} does not exist (a .gguf file or an HF folder)",
+                        model.display()
+                    ),
+                ));
+            }
+            let device: DeviceSpec = s
+                .device
+                .parse()
+                .map_err(|e: String| at(&format!("{key}.device"), e))?;
+            if !remote && !self.replay {
+                match backend {
+                    ExecutorKind::Torch => crate::executor::check_torch_device(device),
+                    ExecutorKind::Mlx => crate::executor::check_mlx_device(device),
+                    _ => crate::executor::check_device(device),
+                }
+                .map_err(|e| at(&format!("{key}.device"), e))?;
+            }
+            let adapter = self.adapter(&key, s, &model, remote)?;
+            out.insert(
+                name.clone(),
+                JudgePlan {
+                    name: name.clone(),
+                    backend,
+                    model,
+                    device,
+                    weights: s.weights,
+                    kv_cache,
+                    dtype,
+                    adapter,
+                    http,
+                },
+            );
+        }
+        Ok(out)
     }
 
     /// Every gate bounds its metric, and names a category the suite has.
@@ -1334,4 +1499,13 @@ fn http_spec(
         spec.tokenizer = Some(p);
     }
     Ok(Some(spec))
+}
+
+/// `a, b` or `none`.
+fn names_or_none<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<&str> = names.map(String::as_str).collect();
+    match v.is_empty() {
+        true => "none".into(),
+        false => v.join(", "),
+    }
 }

@@ -75,6 +75,14 @@ pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
     for p in &plan.scorers {
         let s = Scorer::new(host.load(&p.path)?, &p.config_json, sandbox(plan, p))
             .with_context(|| format!("scorer `{}` ({})", p.name, p.path.display()))?;
+        super::judges::check_bindings(p, &s.info().judges).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: scorer `{}` ({}): {e}",
+                plan.config_path.display(),
+                p.name,
+                p.path.display()
+            )
+        })?;
         lines.push(format!(
             "scorer {} {}: {}",
             s.info().plugin.name,

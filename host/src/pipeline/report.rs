@@ -89,6 +89,7 @@ pub(super) fn build(i: Inputs<'_>, stages: &[StageRecord]) -> anyhow::Result<Rep
             scorers: i.scores.plugins,
             claim_mappers: i.claims.plugins,
             plugin_failures: failures,
+            judges: i.scores.judges,
         },
         access: a.access,
         claims: i.claims.claims,

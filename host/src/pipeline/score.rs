@@ -1,18 +1,21 @@
 //! The score stage: every scorer plugin, in its sandbox, over every
 //! sample of both sides. A scorer that fails to load or to score is a
-//! failure the report lists; the run carries on without its metrics.
+//! failure the report lists; the run carries on without its metrics. A
+//! judged scorer's requests go to the run's judges ([`super::judges`]),
+//! within its budget; the requests refused are listed as its failures.
 
 use std::sync::Arc;
 
 use super::analyze::{self, Declared, Samples, Values};
 use super::gather::{Gathered, SuiteTraces};
+use super::judges::{self, RunJudges};
 use super::plugins::{failure, record_of, sandbox};
 use super::sides::{SideName, Sides};
 use super::{Plan, Stages, progress};
 use crate::plugin::PluginHost;
-use crate::plugin::scorer::Scorer;
+use crate::plugin::scorer::{Judges, Scorer};
 use crate::plugin::tensors::TensorSource;
-use crate::report::document::{PluginFailure, PluginRecord};
+use crate::report::document::{PluginFailure, PluginRecord, ReportJudge};
 use crate::trace::Trace;
 
 /// What the scorers measured.
@@ -28,6 +31,8 @@ pub(crate) struct Scores {
     /// The scorers that loaded.
     pub plugins: Vec<PluginRecord>,
     pub failures: Vec<PluginFailure>,
+    /// The judges judged scorers asked.
+    pub judges: Vec<ReportJudge>,
 }
 
 pub(super) fn score(
@@ -44,7 +49,12 @@ pub(super) fn score(
             spread: Sides::default(),
             plugins: Vec::new(),
             failures: Vec::new(),
+            judges: Vec::new(),
         };
+        let mut run_judges = RunJudges::new(plan);
+        // Per judge: the scorers that asked it, requests, refusals.
+        let mut asked: std::collections::BTreeMap<String, (Vec<String>, usize, usize)> =
+            Default::default();
         let mut per_sample: Sides<Samples> = Sides::default();
         // One step per scorer and side.
         let bar = progress::bar(2 * plan.scorers.len() as u64, "scoring");
@@ -60,20 +70,69 @@ pub(super) fn score(
                     continue;
                 }
             };
+            let world = match scorer.judged() {
+                true => "judged-scorer",
+                false => "scorer",
+            };
             scores
                 .plugins
-                .push(record_of(scorer.plugin(), &scorer.info().plugin, "scorer"));
+                .push(record_of(scorer.plugin(), &scorer.info().plugin, world));
+            if let Err(e) = judges::check_bindings(p, &scorer.info().judges) {
+                scores.failures.push(judge_failure(&p.name, "judges", e));
+                bar.inc(2);
+                continue;
+            }
+            let mut service = match scorer.judged() {
+                true => match run_judges.service(p, &scorer.info().judges) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        scores.failures.push(judge_failure(&p.name, "judges", e));
+                        for judge in p.judges.values() {
+                            asked.entry(judge.clone()).or_default().0.push(p.name.clone());
+                        }
+                        bar.inc(2);
+                        continue;
+                    }
+                },
+                false => None,
+            };
             let mut ok = true;
             for side in SideName::BOTH {
                 bar.set_message(format!("{} {side}", p.name));
                 let source: Arc<dyn TensorSource> = gathered.bundles[side].clone();
-                let scored = scorer.score(&traces.all[side], Some(source));
+                let judges = service.as_mut().map(|s| s as &mut dyn Judges);
+                let scored = scorer.score(&traces.all[side], Some(source), judges);
                 bar.inc(1);
                 match scored {
                     Ok(outcome) => {
                         keep(&mut per_sample[side], &traces.all[side], outcome.metrics);
                         if let Some(f) = skipped(&p.name, side, &outcome.skipped) {
                             scores.failures.push(f);
+                        }
+                        for judge in p.judges.values() {
+                            let a = asked.entry(judge.clone()).or_default();
+                            if !a.0.contains(&p.name) {
+                                a.0.push(p.name.clone());
+                            }
+                        }
+                        // Requests to a name the config does not bind (the
+                        // scorer asked a judge it never declared) count for no
+                        // judge: they are refused and listed below.
+                        for (by, n) in &outcome.judge_requests {
+                            if let Some(judge) = p.judges.get(by) {
+                                asked.entry(judge.clone()).or_default().1 += n;
+                            }
+                        }
+                        for r in &outcome.refused {
+                            if let Some(judge) = p.judges.get(&r.judge) {
+                                asked.entry(judge.clone()).or_default().2 += 1;
+                            }
+                        }
+                        let requests = outcome.judge_requests.values().sum();
+                        if let Some(line) = judges::refusals_line(&outcome.refused, requests) {
+                            scores
+                                .failures
+                                .push(judge_failure(&p.name, &format!("judge {side}"), line));
                         }
                     }
                     Err(e) => {
@@ -91,10 +150,20 @@ pub(super) fn score(
                         scorer: info.plugin.name.clone(),
                         spec: m.clone(),
                         needs: info.needs.clone(),
+                        judged_by: p.judges.values().cloned().collect(),
                     }));
             }
         }
         bar.finish_and_clear();
+        let record = run_judges.dir().display().to_string();
+        scores.judges = run_judges
+            .uses()
+            .into_iter()
+            .map(|u| {
+                let (scorers, requests, refused) = asked.remove(&u.name).unwrap_or_default();
+                report_judge(u, scorers, requests, refused, &record)
+            })
+            .collect();
         *note = format!(
             "{} metric(s) from {} scorer(s)",
             scores.declared.len(),
@@ -145,4 +214,50 @@ fn skipped(
                 .join(", ")
         ),
     })
+}
+
+/// A judged scorer's judges failing it, as the report lists it.
+fn judge_failure(plugin: &str, stage: &str, message: String) -> PluginFailure {
+    PluginFailure {
+        plugin: plugin.to_owned(),
+        stage: stage.to_owned(),
+        failure: Some("judge".into()),
+        message,
+    }
+}
+
+/// A judge as the report names it, from what identifies its answers.
+fn report_judge(
+    u: judges::JudgeUse,
+    scorers: Vec<String>,
+    requests: usize,
+    refused: usize,
+    record: &str,
+) -> ReportJudge {
+    let id = &u.identity;
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    let (model, sha256, executor) = match id.get("endpoint") {
+        // An endpoint: the model it serves and its URL.
+        Some(e) => (
+            text(&e["model"]).unwrap_or_default(),
+            None,
+            text(&e["url"]).unwrap_or_else(|| "http".into()),
+        ),
+        None => (
+            text(&id["model"]).unwrap_or_default(),
+            text(&id["sha256"]),
+            text(&id["executor"]).unwrap_or_default(),
+        ),
+    };
+    ReportJudge {
+        name: u.name,
+        model,
+        sha256,
+        executor,
+        scorers,
+        requests,
+        refused,
+        record: record.to_owned(),
+        unavailable: u.unavailable,
+    }
 }

@@ -25,6 +25,7 @@
 
 pub mod config;
 pub mod refusal;
+pub mod rubric;
 pub mod text;
 
 /// Re-exported so the export macros resolve from a plugin crate.
@@ -145,6 +146,20 @@ pub mod judged {
             .iter()
             .find(|a| a.id == id)
             .and_then(|a| a.answer.as_ref().ok())
+    }
+
+    /// The most probable answer of a closed set (an answer scored exactly
+    /// before a bounded one it ties with), as the host's `verdict`.
+    pub fn verdict(judged: &Judged) -> Option<&str> {
+        judged
+            .choices
+            .iter()
+            .max_by(|x, y| {
+                x.logprob
+                    .total_cmp(&y.logprob)
+                    .then(y.bounded.cmp(&x.bounded))
+            })
+            .map(|c| c.answer.as_str())
     }
 
     /// The probability a closed-set answer gives `option` (0 when absent).

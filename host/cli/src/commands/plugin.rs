@@ -72,6 +72,12 @@ pub struct TestArgs {
     /// offset, projections} (intervention policies).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["traces", "evidence"])]
     pub observations: Option<PathBuf>,
+    /// A judged scorer: the recorded answers of its judges (a judged
+    /// run's `traces/judges/`), replayed without the judge models. Each
+    /// name the scorer asks by is the recorded judge of that name, or the
+    /// only judge recorded.
+    #[arg(long, value_name = "DIR", requires = "traces")]
+    pub judges: Option<PathBuf>,
     /// A golden file: fail, with the differences, unless the output matches.
     #[arg(long, value_name = "GOLDEN")]
     pub expect: Option<PathBuf>,
@@ -196,7 +202,7 @@ fn test(args: &TestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let world = plugin.world();
     let start = Instant::now();
     let golden = match world {
-        World::Scorer => {
+        World::Scorer | World::JudgedScorer => {
             let Some(bundle_path) = &args.traces else {
                 bail!(
                     "{} is a scorer: give it recorded traces with --traces BUNDLE",
@@ -209,7 +215,31 @@ fn test(args: &TestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             );
             let scorer = Scorer::new(plugin, &config, sandbox)?;
             let traces: Vec<&Trace> = bundle.traces().iter().collect();
-            let outcome = scorer.score(&traces, Some(bundle.clone()))?;
+            let recorded = match (&args.judges, scorer.judged()) {
+                (Some(dir), true) => Some(RecordedJudges::open(dir, &scorer.info().judges)?),
+                (None, true) => bail!(
+                    "{} is a judged scorer: give it its judges' recorded answers with --judges DIR (a judged run's traces/judges/)",
+                    args.plugin.display()
+                ),
+                (Some(_), false) => bail!(
+                    "{} asks no judge: drop --judges",
+                    args.plugin.display()
+                ),
+                (None, false) => None,
+            };
+            let mut service = recorded.as_ref().map(RecordedJudges::service);
+            let judges = service
+                .as_mut()
+                .map(|s| s as &mut dyn vauban::plugin::scorer::Judges);
+            let outcome = scorer.score(&traces, Some(bundle.clone()), judges)?;
+            if let Some(first) = outcome.refused.first() {
+                bail!(
+                    "{} of the scorer's judge requests have no recorded answer in {} (the first: {}); record them with a judged `vauban run` on these traces",
+                    outcome.refused.len(),
+                    args.judges.as_deref().unwrap_or(Path::new("")).display(),
+                    first.reason
+                );
+            }
             let mut metrics: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
             for m in outcome.metrics {
                 metrics.entry(m.trace).or_default().insert(m.name, m.value);
@@ -433,7 +463,7 @@ fn print_text(g: &Golden, took: Duration, out: &mut dyn Write) -> anyhow::Result
         g.world,
         took.as_secs_f64() * 1e3
     )?;
-    if g.world == World::Scorer {
+    if g.world.scores() {
         let names: std::collections::BTreeSet<&String> =
             g.metrics.values().flat_map(|m| m.keys()).collect();
         let width = g.metrics.keys().map(|t| t.len()).max().unwrap_or(5).max(5);
@@ -510,7 +540,7 @@ fn inspect(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // Describing runs the plugin (configure, then describe) in the sandbox;
     // a plugin that needs a config says so here.
     let describe: anyhow::Result<serde_json::Value> = match facts.world {
-        World::Scorer => Scorer::new(plugin, &config, sandbox)
+        World::Scorer | World::JudgedScorer => Scorer::new(plugin, &config, sandbox)
             .map_err(Into::into)
             .and_then(|s| Ok(serde_json::to_value(s.info())?)),
         World::InterventionPolicy => Policy::new(plugin, &config, sandbox)
@@ -629,4 +659,62 @@ fn inspect(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "    {e}")?;
     }
     Ok(())
+}
+
+/// A judged scorer's judges as a recording: each name it asks by bound to
+/// the recorded judge of that name (or the only one recorded), answered
+/// from the record alone.
+struct RecordedJudges {
+    store: vauban::judge::store::JudgeStore,
+    models: BTreeMap<String, (String, vauban::judge::service::JudgeModel)>,
+}
+
+impl RecordedJudges {
+    fn open(dir: &Path, needs: &[vauban::plugin::scorer::JudgeNeed]) -> anyhow::Result<Self> {
+        use vauban::judge::service::JudgeModel;
+        if !dir.is_dir() {
+            bail!(
+                "--judges {}: not a folder (a judged run keeps its judges' answers in OUTPUT/traces/judges/)",
+                dir.display()
+            );
+        }
+        let store = vauban::judge::store::JudgeStore::new(dir);
+        let recorded = store.judges();
+        let mut models = BTreeMap::new();
+        for need in needs {
+            let judge = match (recorded.contains(&need.name), recorded.as_slice()) {
+                (true, _) => need.name.clone(),
+                (false, [only]) => only.clone(),
+                (false, _) => bail!(
+                    "--judges {}: the scorer asks judge `{}`, and the record holds {}: name the folder of a run that bound it",
+                    dir.display(),
+                    need.name,
+                    match recorded.is_empty() {
+                        true => "no answer".to_owned(),
+                        false => format!("the judges {}", recorded.join(", ")),
+                    }
+                ),
+            };
+            let identity = store
+                .identities(&judge)
+                .into_iter()
+                .next()
+                .expect("a recorded judge has an identity");
+            models.insert(need.name.clone(), (judge, JudgeModel::Recorded { identity }));
+        }
+        Ok(RecordedJudges { store, models })
+    }
+
+    fn service(&self) -> vauban::judge::service::JudgeService<'_> {
+        let bound = self
+            .models
+            .iter()
+            .map(|(asked, (judge, model))| (asked.clone(), (judge.clone(), model)))
+            .collect();
+        vauban::judge::service::JudgeService::new(
+            bound,
+            &self.store,
+            vauban::judge::service::Budget::default(),
+        )
+    }
 }

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use anyhow::bail;
 use clap::Args;
 
 use vauban::pipeline::{self, Plan};
@@ -32,6 +33,12 @@ pub struct DiffArgs {
     /// The output folder (default: the config's `output`).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Where the judges' recorded answers are (a judged run's
+    /// `traces/judges/`; default: the `judges/` folder beside the
+    /// baseline's bundle). Judged scorers are answered from it alone: no
+    /// judge model is loaded.
+    #[arg(long, value_name = "DIR")]
+    pub judges: Option<PathBuf>,
 }
 
 /// Arguments of `vauban validate`.
@@ -108,6 +115,24 @@ pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // `diff` is `run` with both sides replayed from their bundles.
     plan.baseline.replay(args.baseline.clone());
     plan.candidate.replay(args.candidate.clone());
+    // A judged run's answers are kept beside its bundles
+    // (`OUTPUT/traces/judges/` next to `OUTPUT/traces/baseline/`).
+    plan.judge_record = Some(match &args.judges {
+        Some(dir) => {
+            if !dir.is_dir() {
+                bail!(
+                    "--judges {}: not a folder (a judged run keeps its judges' answers in OUTPUT/traces/judges/)",
+                    dir.display()
+                );
+            }
+            dir.clone()
+        }
+        None => args
+            .baseline
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("judges"),
+    });
     stop_between_prompts_on_ctrl_c();
     finish(pipeline::run(&plan, &command_line())?, out)
 }

@@ -46,6 +46,8 @@ pub struct Declared {
     pub spec: MetricSpec,
     /// The artifact kinds the scorer reads: what its metrics rest on.
     pub needs: Vec<K>,
+    /// The judges behind its values (a judged scorer), by config name.
+    pub judged_by: Vec<String>,
 }
 
 fn better(p: Polarity) -> Better {
@@ -130,6 +132,7 @@ pub fn deltas(
                 significant: false,
                 quality: quality(md.delta, ci, better(d.spec.polarity)),
                 rests_on: d.needs.clone(),
+                judged_by: d.judged_by.clone(),
             };
             out.push(rd);
         }

@@ -40,6 +40,7 @@ fn declared(polarity: Polarity) -> Vec<Declared> {
             description: "d".into(),
         },
         needs: vec![K::Text, K::Logprobs],
+        judged_by: Vec::new(),
     }]
 }
 
