@@ -123,14 +123,30 @@ impl LocalJudge {
                 prefixes.push(p);
             }
         }
-        let refs: Vec<&[u32]> = prefixes.iter().map(Vec::as_slice).collect();
-        let states = self.exec.last_token_states(&[], &refs);
-        let mut states = states.into_iter();
+        // Answers of one token all follow the prompt alone: each distinct
+        // prefix is run once.
+        let mut distinct: Vec<&[u32]> = Vec::new();
+        let at: Vec<usize> = prefixes
+            .iter()
+            .map(|p| match distinct.iter().position(|d| *d == p.as_slice()) {
+                Some(i) => i,
+                None => {
+                    distinct.push(p);
+                    distinct.len() - 1
+                }
+            })
+            .collect();
+        let states = self
+            .exec
+            .last_token_states(&[], &distinct)
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut at = at.into_iter();
         let mut logprobs = Vec::new();
         for ids in &tokens {
             let mut total = 0f64;
             for &t in ids {
-                let s = states.next().expect("one state per prefix")?;
+                let s = &states[at.next().expect("one state per prefix")];
                 total += log_softmax_at(&s.logits, t as usize);
             }
             logprobs.push(total);
