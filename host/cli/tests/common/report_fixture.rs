@@ -97,6 +97,7 @@ fn delta(
         percent_change: (baseline_mean != 0.0).then(|| 100.0 * delta / baseline_mean.abs()),
         ci_low: ci.map(|c| c.0),
         ci_high: ci.map(|c| c.1),
+        judged_by: Vec::new(),
         baseline_rate_ci: rate_ci(baseline_mean),
         candidate_rate_ci: rate_ci(candidate_mean),
         interval: IntervalMethod::PairedBootstrap,
@@ -444,6 +445,7 @@ pub fn sample_report() -> Report {
                 plugin("refusal-claims", "claim-mapper", 'c'),
                 plugin("overclaimer", "claim-mapper", 'd'),
             ],
+            judges: Vec::new(),
             plugin_failures: vec![PluginFailure {
                 plugin: "slow-scorer".into(),
                 stage: "score candidate".into(),

@@ -106,6 +106,7 @@ fn delta(category: Option<String>, rates: bool) -> ReportDelta {
         significant: false,
         quality: Quality::Improved,
         rests_on: Vec::new(),
+        judged_by: Vec::new(),
     }
 }
 
@@ -174,6 +175,7 @@ fn report() -> Report {
             kinds_in_both: vec![ArtifactKind::Text],
             scorers: vec![plugin("scorer")],
             claim_mappers: vec![plugin("mapper")],
+            judges: Vec::new(),
             plugin_failures: vec![PluginFailure {
                 plugin: "slow".into(),
                 stage: h("stage"),

@@ -1,0 +1,173 @@
+//! Judged scorers (issue 37): a sandboxed scorer asks judges through the
+//! host, the answers are kept and replayed, and a scorer that misuses its
+//! judges ends in a typed error or typed refusals within its budget, with
+//! the host alive and the other scorers unaffected.
+//!
+//! The judge is the tiny model the tests build (its verdicts mean nothing;
+//! what is checked is the plumbing), and, where the test model is present,
+//! SmolLM2 answering the first-party rubric on the labelled replies.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use candle_core::quantized::GgmlDType;
+use common::plugins::wasm;
+use common::tiny;
+use common::trace_completion;
+use vauban::executor::{LocalBackend, LocalModel as _, ModelSpec};
+use vauban::judge::LocalJudge;
+use vauban::judge::service::{Budget, JudgeModel, JudgeService};
+use vauban::judge::store::JudgeStore;
+use vauban::plugin::scorer::{Judges, ScoreOutcome};
+use vauban::plugin::{Failure, HostOptions, PluginError, PluginHost, SandboxOptions, Scorer, World};
+use vauban::trace::Trace;
+
+fn host() -> PluginHost {
+    PluginHost::new(HostOptions::default()).expect("plugin host")
+}
+
+fn abuse(host: &PluginHost, mode: &str, sandbox: SandboxOptions) -> Scorer {
+    let plugin = host.load(wasm("vauban-test-judge-abuse")).unwrap();
+    Scorer::new(plugin, &format!(r#"{{"mode": "{mode}"}}"#), sandbox).unwrap()
+}
+
+fn traces() -> Vec<Trace> {
+    ["Sure, here it is.", "No.", "Thank you for asking!"]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| trace_completion(&format!("t{i}"), c, None))
+        .collect()
+}
+
+fn tiny_judge(dir: &std::path::Path) -> JudgeModel {
+    let model = tiny::write_gguf(&dir.join("judge.gguf"), 3, GgmlDType::F32);
+    let exec = LocalBackend::load(&ModelSpec::new(&model)).unwrap();
+    JudgeModel::Local(Box::new(LocalJudge::new(exec)))
+}
+
+fn service<'a>(model: &'a JudgeModel, store: &'a JudgeStore, budget: Budget) -> JudgeService<'a> {
+    let bound = BTreeMap::from([("judge".to_owned(), ("referee".to_owned(), model))]);
+    JudgeService::new(bound, store, budget)
+}
+
+fn score(scorer: &Scorer, traces: &[Trace], judges: Option<&mut dyn Judges>) -> Result<ScoreOutcome, PluginError> {
+    let refs: Vec<&Trace> = traces.iter().collect();
+    scorer.score(&refs, None, judges)
+}
+
+fn metric(o: &ScoreOutcome, trace: &str, name: &str) -> Option<f64> {
+    o.metrics
+        .iter()
+        .find(|m| m.trace == trace && m.name == name)
+        .map(|m| m.value)
+}
+
+#[test]
+fn a_judged_scorer_is_answered_kept_and_replayed_without_the_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host();
+    let scorer = abuse(&host, "honest", SandboxOptions::default());
+    assert_eq!(scorer.plugin().world(), World::JudgedScorer);
+    assert_eq!(scorer.info().judges[0].name, "judge");
+    let traces = traces();
+    let judge = tiny_judge(dir.path());
+    let store = JudgeStore::new(&dir.path().join("judges"));
+    let mut live = service(&judge, &store, Budget::default());
+    let asked = score(&scorer, &traces, Some(&mut live)).unwrap();
+    assert_eq!(asked.judge_requests["judge"], 3);
+    assert!(asked.refused.is_empty(), "{:?}", asked.refused);
+    for t in ["t0", "t1", "t2"] {
+        assert_eq!(metric(&asked, t, "answered"), Some(1.0));
+        let p = metric(&asked, t, "said_yes").unwrap();
+        assert!(p > 0.0 && p < 1.0, "{t}: p(yes) = {p}");
+    }
+    // Different replies, different questions: the probabilities differ.
+    let ps: Vec<f64> = ["t0", "t1", "t2"].iter().map(|t| metric(&asked, t, "said_yes").unwrap()).collect();
+    assert!(ps[0] != ps[1] || ps[1] != ps[2], "{ps:?}");
+    assert_eq!(store.judges(), vec!["referee".to_owned()]);
+    assert_eq!(std::fs::read_dir(store.dir()).unwrap().count(), 3);
+
+    // The replay: no model, the identity the answers were kept under.
+    let identity = store.identities("referee").remove(0);
+    assert_eq!(identity, judge.identity());
+    let recorded = JudgeModel::Recorded { identity };
+    let mut replay = service(&recorded, &store, Budget::default());
+    let replayed = score(&scorer, &traces, Some(&mut replay)).unwrap();
+    assert_eq!(replayed.metrics, asked.metrics, "the replay gives the same values, bit for bit");
+
+    // A question the record lacks is refused on replay, by name.
+    let other = vec![trace_completion("t9", "Something never asked about", None)];
+    let mut replay = service(&recorded, &store, Budget::default());
+    let missing = score(&scorer, &other, Some(&mut replay)).unwrap();
+    assert_eq!(missing.refused.len(), 1);
+    assert!(missing.refused[0].reason.contains("no recorded answer"), "{:?}", missing.refused);
+    assert_eq!(metric(&missing, "t9", "answered"), Some(0.0));
+    assert_eq!(metric(&missing, "t9", "said_yes"), None, "nothing invented");
+}
+
+/// Each misuse ends in its typed error or typed refusals; an honest scorer
+/// on the same host, with the same judge, scores after every one of them.
+#[test]
+fn a_scorer_that_misuses_its_judges_gets_a_typed_error_and_the_host_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host();
+    let traces = traces();
+    let judge = tiny_judge(dir.path());
+    let store = JudgeStore::new(&dir.path().join("judges"));
+    let honest = abuse(&host, "honest", SandboxOptions::default());
+    let still_fine = |store: &JudgeStore| {
+        let mut s = service(&judge, store, Budget::default());
+        let o = score(&honest, &traces, Some(&mut s)).unwrap();
+        assert_eq!(metric(&o, "t2", "answered"), Some(1.0));
+    };
+
+    // A flood: 100 requests per trace, over the bound of 64: refused as
+    // malformed before any judge is asked.
+    let mut s = service(&judge, &store, Budget::default());
+    let e = score(&abuse(&host, "flood", SandboxOptions::default()), &traces, Some(&mut s)).unwrap_err();
+    assert!(matches!(&e, PluginError::Call { call: "plan", failure: Failure::Malformed(m), .. } if m.contains("per trace")), "{e}");
+    assert_eq!(s.spent(), (0, 0), "no judge was asked");
+    still_fine(&store);
+
+    // Within the bound, over the budget: 5 answered, the other 19 refused
+    // with the budget's error; the scorer scores with what it got.
+    let budget = Budget { requests: 5, ..Budget::default() };
+    let mut s = service(&judge, &store, budget);
+    let o = score(&abuse(&host, "spend", SandboxOptions::default()), &traces, Some(&mut s)).unwrap();
+    assert_eq!(o.judge_requests["judge"], 24);
+    assert_eq!(o.refused.len(), 19);
+    assert!(o.refused.iter().all(|r| r.reason.contains("budget is spent (requests: 5)")), "{:?}", o.refused[0]);
+    assert_eq!(s.spent().0, 5);
+    assert_eq!(metric(&o, "t0", "answered"), Some(5.0 / 8.0));
+    assert_eq!(metric(&o, "t1", "answered"), Some(0.0));
+    still_fine(&store);
+
+    // An undeclared judge: refused by the host, never reaching a judge.
+    let mut s = service(&judge, &store, Budget::default());
+    let o = score(&abuse(&host, "undeclared", SandboxOptions::default()), &traces, Some(&mut s)).unwrap();
+    assert_eq!(o.refused.len(), 3);
+    assert!(o.refused[0].reason.contains("judge `oracle` was not declared by describe"), "{:?}", o.refused[0]);
+    assert_eq!(s.spent(), (0, 0));
+    still_fine(&store);
+
+    // A huge prompt: refused by its size, before the judge tokenizes it.
+    let mut s = service(&judge, &store, Budget::default());
+    let o = score(&abuse(&host, "huge", SandboxOptions::default()), &traces, Some(&mut s)).unwrap();
+    assert_eq!(o.refused.len(), 3);
+    assert!(o.refused[0].reason.contains("1048576 bytes, over the limit of 65536"), "{:?}", o.refused[0]);
+    still_fine(&store);
+
+    // Looping on its answers: the deadline stops it.
+    let sandbox = SandboxOptions { deadline: Duration::from_millis(300), ..SandboxOptions::default() };
+    let mut s = service(&judge, &store, Budget::default());
+    let e = score(&abuse(&host, "loop", sandbox), &traces, Some(&mut s)).unwrap_err();
+    assert!(matches!(&e, PluginError::Call { call: "score", failure: Failure::Timeout { .. }, .. }), "{e}");
+    still_fine(&store);
+
+    // No judge bound at all: every request refused, saying so.
+    let o = score(&honest, &traces, None).unwrap();
+    assert_eq!(o.refused.len(), 3);
+    assert!(o.refused[0].reason.contains("no judge is bound"), "{:?}", o.refused[0]);
+}
