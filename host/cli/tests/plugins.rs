@@ -410,6 +410,7 @@ fn evidence(p: f64) -> EvidenceSet {
                 n: 20,
                 polarity: Polarity::Neutral,
                 rests_on: vec![ArtifactKind::Text],
+                judged_by: Vec::new(),
             },
             MetricDelta {
                 id: "d-ppl".into(),
@@ -424,6 +425,7 @@ fn evidence(p: f64) -> EvidenceSet {
                 n: 20,
                 polarity: Polarity::Neutral,
                 rests_on: vec![ArtifactKind::Text],
+                judged_by: Vec::new(),
             },
         ],
         distribution: vec![],

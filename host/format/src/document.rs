@@ -350,6 +350,7 @@ impl ReportDelta {
             n: u32::try_from(self.n).unwrap_or(u32::MAX),
             polarity: self.polarity,
             rests_on: self.rests_on.clone(),
+            judged_by: self.judged_by.clone(),
         }
     }
 }

@@ -233,6 +233,11 @@ pub struct MetricDelta {
     /// declared needs): what the delta rests on. Empty: text only.
     #[serde(default)]
     pub rests_on: Vec<ArtifactKind>,
+    /// The judges (their config names) whose verdicts the values are,
+    /// when a judged scorer made the metric: a claim resting on it rests
+    /// on a model's reading of the replies, and says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judged_by: Vec<String>,
 }
 
 /// A next-token distribution shift between the two models (KL divergence).

@@ -174,6 +174,7 @@ fn to_wire(e: &EvidenceSet) -> wc::EvidenceSet {
                 n: d.n,
                 polarity: polarity(d.polarity),
                 rests_on: d.rests_on.iter().map(kind).collect(),
+                judged_by: d.judged_by.clone(),
             })
             .collect(),
         distribution: e

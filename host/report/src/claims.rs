@@ -226,6 +226,7 @@ fn check_indexed(
     if let Some(s) = &scope {
         limitations.push(s.describe());
     }
+    limitations.extend(judged(&cited, evidence));
     CheckedClaim {
         statement: claim.statement.clone(),
         strength: Some(strength),
@@ -240,6 +241,27 @@ fn check_indexed(
         reasons,
         scope,
     }
+}
+
+/// One limitation per cited metric a judge scored: its values are a
+/// model's verdicts on the replies, as accurate as that judge is.
+fn judged(cited: &[String], evidence: &EvidenceSet) -> Vec<String> {
+    evidence
+        .deltas
+        .iter()
+        .filter(|d| !d.judged_by.is_empty() && cited.contains(&d.id))
+        .map(|d| {
+            format!(
+                "`{}` is judged by {}: its values are a model's verdicts, as accurate as that judge (see the report's judges and their calibration)",
+                d.id,
+                d.judged_by
+                    .iter()
+                    .map(|j| format!("`{j}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        })
+        .collect()
 }
 
 /// The union of what the cited intervention records cover, if any are cited.
@@ -296,6 +318,7 @@ mod tests {
             n: 20,
             polarity: Polarity::Neutral,
             rests_on: rests_on.to_vec(),
+            judged_by: Vec::new(),
         }
     }
 
@@ -368,6 +391,27 @@ mod tests {
         ArtifactKind::WeightSnapshot,
         ArtifactKind::Activation,
     ];
+
+    #[test]
+    fn a_claim_resting_on_a_judged_metric_names_its_judge() {
+        let mut e = evidence(
+            ClaimStrength::BlackBoxBehavioralDiff,
+            &[ArtifactKind::Text],
+            &[],
+        );
+        e.deltas[0].judged_by = vec!["referee".into()];
+        let judged = check(&claim(ClaimStrength::BlackBoxBehavioralDiff, &["d1"]), &e);
+        assert_eq!(judged.status, ClaimStatus::Accepted, "{judged:?}");
+        assert_eq!(judged.limitations.len(), 1, "{judged:?}");
+        assert!(
+            judged.limitations[0].contains("`d1` is judged by `referee`"),
+            "{:?}",
+            judged.limitations
+        );
+        // A claim citing only observed metrics carries no such limitation.
+        let observed = check(&claim(ClaimStrength::BehavioralProfile, &["lp"]), &e);
+        assert!(observed.limitations.is_empty(), "{observed:?}");
+    }
 
     #[test]
     fn a_claim_within_the_evidence_is_accepted() {

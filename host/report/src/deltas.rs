@@ -91,6 +91,7 @@ pub fn paired_delta(
     };
     Some(MetricDelta {
         rests_on: Vec::new(),
+        judged_by: Vec::new(),
         id: id.to_owned(),
         metric: metric.to_owned(),
         category: category.map(str::to_owned),

@@ -21,7 +21,7 @@ use vauban::report::document::{
     ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection, Example,
     GateOutcome, GateResult, IntervalMethod, InterventionSummary, ModelSide, MultipleComparisons,
     PairedTest, PluginFailure, PluginRecord, ProjectionSeries, PromptKl, PromptRow, REPORT_SCHEMA,
-    Redaction, Report, ReportClaim, ReportDelta, Reproducibility, Severity, StageRecord, Summary,
+    Redaction, Report, ReportClaim, ReportDelta, ReportJudge, Reproducibility, Severity, StageRecord, Summary,
     TargetChange, first_difference,
 };
 use vauban::report::stats::Quality;
@@ -234,7 +234,7 @@ pub fn sample_report() -> Report {
             q,
         )
     };
-    let metric_deltas = vec![
+    let mut metric_deltas = vec![
         refusal(
             None,
             (0.5, 0.125),
@@ -305,6 +305,11 @@ pub fn sample_report() -> Report {
             Quality::Unchanged,
         ),
     ];
+
+    // Helpfulness is a judge's verdict here: a judged scorer made it.
+    for d in metric_deltas.iter_mut().filter(|d| d.metric == "helpfulness") {
+        d.judged_by = vec!["referee".into()];
+    }
 
     let per_prompt = (0..8)
         .map(|i| PromptKl {
@@ -445,7 +450,17 @@ pub fn sample_report() -> Report {
                 plugin("refusal-claims", "claim-mapper", 'c'),
                 plugin("overclaimer", "claim-mapper", 'd'),
             ],
-            judges: Vec::new(),
+            judges: vec![ReportJudge {
+                name: "referee".into(),
+                model: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+                sha256: Some("e".repeat(64)),
+                executor: "candle".into(),
+                scorers: vec!["helpfulness-judge".into()],
+                requests: 16,
+                refused: 1,
+                record: "out/traces/judges".into(),
+                unavailable: None,
+            }],
             plugin_failures: vec![PluginFailure {
                 plugin: "slow-scorer".into(),
                 stage: "score candidate".into(),

@@ -92,7 +92,10 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
                 plain(words::polarity(first.polarity)),
                 plain(", scorer "),
                 code(&first.scorer),
-            ]),
+            ]
+            .into_iter()
+            .chain(judged_by(first))
+            .collect()),
         ]));
         let mut table = delta_table(&rows);
         for (row, d) in table.rows.iter_mut().zip(&rows) {
@@ -113,6 +116,17 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
         blocks.push(Block::Table(table));
     }
     blocks
+}
+
+/// `, judged by referee` for a judged metric: its values are a model's
+/// verdicts.
+fn judged_by(d: &ReportDelta) -> Vec<Inline> {
+    let mut out = Vec::new();
+    for (i, j) in d.judged_by.iter().enumerate() {
+        out.push(plain(if i == 0 { ", judged by " } else { " and " }));
+        out.push(code(j));
+    }
+    out
 }
 
 /// What `*` means: the adjusted p-value, the method and the family.

@@ -387,6 +387,44 @@ pub(super) fn evidence(r: &Report) -> Vec<Block> {
     } else {
         Block::Table(plugins_table(&e.scorers, false))
     });
+    if !e.judges.is_empty() {
+        blocks.push(Block::Subheading("Judges"));
+        blocks.push(Block::Paragraph(vec![plain(
+            "Models the judged scorers asked about the replies: a judged metric's values \
+             are these models' verdicts. Every question and answer is kept in the record, \
+             which a replay reads instead of the judge.",
+        )]));
+        let rows = e
+            .judges
+            .iter()
+            .map(|j| {
+                vec![
+                    vec![code(&j.name)],
+                    vec![text(&j.model)],
+                    vec![match &j.sha256 {
+                        Some(h) => Inline::Hash(h.clone()),
+                        None => Inline::Missing("n/a"),
+                    }],
+                    vec![text(&j.executor)],
+                    vec![codes(&j.scorers.iter().map(String::as_str).collect::<Vec<_>>())],
+                    vec![plain(j.requests.to_string())],
+                    vec![match (&j.unavailable, j.refused) {
+                        (Some(why), _) => Inline::Badge(Tone::Bad, format!("unavailable: {why}")),
+                        (None, 0) => plain("0"),
+                        (None, n) => Inline::Badge(Tone::Warn, n.to_string()),
+                    }],
+                    vec![code(&j.record)],
+                ]
+            })
+            .collect();
+        blocks.push(Block::Table(Table::new(
+            &[
+                "judge", "model", "sha256", "executor", "asked by", "requests", "refused", "record",
+            ],
+            "lllllrrl",
+            rows,
+        )));
+    }
     blocks.push(Block::Subheading("Claim mappers"));
     blocks.push(if e.claim_mappers.is_empty() {
         Block::Note("No claim mapper ran.".into())
