@@ -171,3 +171,74 @@ fn a_scorer_that_misuses_its_judges_gets_a_typed_error_and_the_host_carries_on()
     assert_eq!(o.refused.len(), 3);
     assert!(o.refused[0].reason.contains("no judge is bound"), "{:?}", o.refused[0]);
 }
+
+/// `[judges.NAME]` and a scorer's `judges = { ... }` are checked before
+/// anything runs, each mistake named by its key with the fix.
+#[test]
+fn a_config_binds_judges_by_name_and_every_mistake_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny::write_gguf(&dir.path().join("tiny.gguf"), 5, GgmlDType::F32);
+    let judged = wasm("vauban-plugin-refusal-judge");
+    let plain = wasm("vauban-plugin-refusal");
+    let config = |judge: &str, scorers: &str| {
+        format!(
+            r#"output = "out"
+[suite]
+prompts = [{{ id = "p1", text = "Hello" }}]
+[baseline]
+model = "{m}"
+[candidate]
+model = "{m}"
+[judges.referee]
+model = "{m}"
+{judge}
+{scorers}
+"#,
+            m = model.display()
+        )
+    };
+    let scorer = |path: &std::path::Path, extra: &str| {
+        format!("[[scorers]]\npath = \"{}\"\n{extra}\n", path.display())
+    };
+    let validate = |text: String| {
+        let path = dir.path().join("judged.toml");
+        std::fs::write(&path, text).unwrap();
+        common::run_vauban(&["validate", common::arg(&path)])
+    };
+    let ok = validate(config("", &scorer(&judged, r#"judges = { judge = "referee" }"#)));
+    assert!(ok.status.success(), "{}", common::output_text(&ok));
+    let refused = |judge: &str, scorers: String, wants: &[&str]| {
+        let o = validate(config(judge, &scorers));
+        assert_eq!(o.status.code(), Some(1), "{}", common::output_text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        for w in wants {
+            assert!(err.contains(w), "{w:?} not in: {err}");
+        }
+    };
+    refused(
+        "",
+        scorer(&judged, r#"judges = { judge = "nobody" }"#),
+        &["scorers[0].judges.judge", "no `[judges.nobody]`", "it declares: referee"],
+    );
+    refused("", scorer(&judged, ""), &["asks a judge by the name `judge`", "judges = { judge = \"JUDGE\" }"]);
+    refused(
+        "",
+        scorer(&plain, r#"judges = { judge = "referee" }"#),
+        &["binds judge `judge`, which it never asks", "not a judged scorer"],
+    );
+    refused(
+        "temperature = 0.7",
+        scorer(&judged, r#"judges = { judge = "referee" }"#),
+        &["judges.referee.temperature", "a judge answers greedily"],
+    );
+    refused(
+        "",
+        scorer(&judged, "judges = { judge = \"referee\" }\njudge_budget = { requests = 0 }"),
+        &["scorers[0].judge_budget", "0 allows nothing"],
+    );
+    refused(
+        "executor = \"replay\"",
+        scorer(&judged, r#"judges = { judge = "referee" }"#),
+        &["judges.referee.executor", "replayed from its answers"],
+    );
+}

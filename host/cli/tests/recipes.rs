@@ -14,19 +14,23 @@ use common::output_text as text;
 use common::plugins;
 use serde_json::Value;
 
-/// The recipes, in the cookbook's order.
-const RECIPES: [&str; 10] = [
-    "quantization",
-    "system-prompt",
-    "steering",
-    "weight-edit",
-    "endpoint",
-    "cross-backend",
-    "replay",
+/// The recipes, in the cookbook's order: configs (`vauban run`) and shell
+/// recipes (a few commands), numbered together.
+const RECIPES: [&str; 13] = [
+    "quantization.toml",
+    "system-prompt.toml",
+    "steering.toml",
+    "weight-edit.toml",
+    "endpoint.toml",
+    "cross-backend.toml",
+    "replay.toml",
     // Run by families.rs, on a mixture built by transformers.
-    "moe-routing",
-    "quant-types",
-    "lora-adapter",
+    "moe-routing.toml",
+    "quant-types.toml",
+    "lora-adapter.toml",
+    "batch-sweep.sh",
+    "judge-calibrate.sh",
+    "judge.toml",
 ];
 
 /// `examples/` copied into a temporary folder: every `.toml` and the
@@ -182,21 +186,24 @@ fn every_recipe_is_in_the_cookbook_with_a_header_that_says_what_it_answers() {
     let mut on_disk: Vec<String> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
-        .filter(|n| n != "quickstart")
+        .filter(|p| p.extension().is_some_and(|e| e == "toml" || e == "sh"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .filter(|n| n != "quickstart.toml")
         .collect();
     on_disk.sort();
     let mut listed: Vec<String> = RECIPES.iter().map(|s| s.to_string()).collect();
     listed.sort();
-    assert_eq!(on_disk, listed, "examples/*.toml and this test's list");
-    for (i, name) in RECIPES.iter().enumerate() {
-        let file = format!("{name}.toml");
+    assert_eq!(on_disk, listed, "examples/*.{{toml,sh}} and this test's list");
+    for (i, file) in RECIPES.iter().enumerate() {
         assert!(
             cookbook.contains(&format!("`{file}`")),
             "examples/README.md does not list {file}"
         );
-        let body = std::fs::read_to_string(root.join(&file)).unwrap();
+        let body = std::fs::read_to_string(root.join(file)).unwrap();
+        // A shell recipe opens with its interpreter line.
+        let body = body
+            .strip_prefix("#!/usr/bin/env bash\n")
+            .unwrap_or(&body);
         let header = format!("# Recipe {}: ", i + 1);
         assert!(body.starts_with(&header), "{file} opens with `{header}`");
         let header: String = body
@@ -204,7 +211,11 @@ fn every_recipe_is_in_the_cookbook_with_a_header_that_says_what_it_answers() {
             .take_while(|l| l.starts_with('#') || l.is_empty())
             .collect::<Vec<_>>()
             .join("\n");
-        for promise in ["What the report shows here", &format!("examples/{file}")] {
+        let shows = match file.ends_with(".sh") {
+            true => "What it shows here",
+            false => "What the report shows here",
+        };
+        for promise in [shows, &format!("examples/{file}")] {
             assert!(
                 header.contains(promise),
                 "{file}'s header lacks {promise:?}"
@@ -303,6 +314,120 @@ fn judge_recipe_measures_a_judge_on_labelled_replies() {
     assert!(said.contains(&format!("sensitivity {tp}/15 = ")), "{said}");
     assert!(said.contains(&format!("specificity {tn}/15 = ")), "{said}");
     assert!(said.contains("verdict: "), "{said}");
+}
+
+/// Recipe 13: a judged audit. Both judged scorers ask the one judge,
+/// every distinct question once (the over-refusal judge's questions are
+/// the refusal judge's on the harmless replies, read from the record);
+/// the report names the judge behind each judged metric; `vauban diff`
+/// replays the run from the record without the judge, to the same report;
+/// `vauban plugin test --judges` scores a bundle from the record.
+#[test]
+fn judge_recipe_records_its_judge_and_replays_without_it() {
+    let Some(_) = model() else { return };
+    let book = Cookbook::new();
+    let o = book.vauban(&["run", "examples/judge.toml"], &[]);
+    let r = book.report("judge");
+    assert_eq!(o.status.code(), Some(exit_for(&r)), "{}", text(&o));
+    assert!(
+        r["evidence"]["plugin_failures"].as_array().unwrap().is_empty(),
+        "{}",
+        r["evidence"]["plugin_failures"]
+    );
+    let prompts = r["evidence"]["prompts"].as_u64().unwrap();
+    let harmless = r["evidence"]["categories"]["harmless"].as_u64().unwrap();
+    let judges = r["evidence"]["judges"].as_array().unwrap();
+    assert_eq!(judges.len(), 1, "{judges:?}");
+    let j = &judges[0];
+    assert_eq!(j["name"], "referee");
+    assert_eq!(j["executor"], "candle");
+    assert_eq!(j["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert_eq!(j["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(j["scorers"], serde_json::json!(["refusal-judge", "over-refusal-judge"]));
+    // One question per reply from refusal-judge, one per harmless reply
+    // from over-refusal-judge, on both sides.
+    assert_eq!(j["requests"].as_u64().unwrap(), 2 * (prompts + harmless));
+    assert_eq!(j["refused"], 0);
+    let kept = std::fs::read_dir(book.out("judge").join("traces/judges"))
+        .unwrap()
+        .count() as u64;
+    assert_eq!(kept, 2 * prompts, "each distinct question kept once");
+    for d in r["metric_deltas"].as_array().unwrap() {
+        let judged = d["judged_by"] == serde_json::json!(["referee"]);
+        let by_judge = d["scorer"].as_str().unwrap().ends_with("refusal-judge");
+        assert_eq!(judged, by_judge, "{}: judged_by {}", d["id"], d["judged_by"]);
+    }
+    let md = std::fs::read_to_string(book.out("judge").join("report.md")).unwrap();
+    assert!(md.contains("**Judges**"), "the report's judges table");
+    assert!(md.contains("judged by `referee`"), "a judged metric's heading");
+
+    // The replay: no judge model runs, the same report but for time.
+    let o = book.vauban(
+        &[
+            "diff",
+            "out/judge/traces/baseline",
+            "out/judge/traces/candidate",
+            "--config",
+            "examples/judge.toml",
+            "--out",
+            "out/judge-replay",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(exit_for(&r)), "{}", text(&o));
+    let replayed = book.report("judge-replay");
+    for key in ["metric_deltas", "claims", "gates"] {
+        assert_eq!(r[key], replayed[key], "{key} differs in the replay");
+    }
+    assert_eq!(replayed["evidence"]["judges"][0]["requests"], j["requests"]);
+    assert_eq!(replayed["evidence"]["judges"][0]["refused"], 0);
+
+    // The scorer alone, on the baseline's bundle, from the record.
+    let o = book.vauban(
+        &[
+            "plugin",
+            "test",
+            plugins::wasm("vauban-plugin-refusal-judge").to_str().unwrap(),
+            "--traces",
+            "out/judge/traces/baseline",
+            "--judges",
+            "out/judge/traces/judges",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let golden: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let scored = golden["metrics"].as_object().unwrap();
+    assert_eq!(scored.len() as u64, prompts, "every baseline trace scored");
+    // The same values the run recorded: the baseline's mean judged
+    // refusal rate is the report's.
+    let mean = scored
+        .values()
+        .map(|m| m["judged_refusal_rate"].as_f64().unwrap())
+        .sum::<f64>()
+        / prompts as f64;
+    let reported = r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "judged_refusal_rate")
+        .unwrap()["baseline_mean"]
+        .as_f64()
+        .unwrap();
+    assert!((mean - reported).abs() < 1e-12, "{mean} vs {reported}");
+    // Without the record, a judged scorer is refused with the fix.
+    let err = book.refused(
+        &[
+            "plugin",
+            "test",
+            plugins::wasm("vauban-plugin-refusal-judge").to_str().unwrap(),
+            "--traces",
+            "out/judge/traces/baseline",
+        ],
+        &[],
+    );
+    assert!(err.contains("--judges DIR"), "{err}");
 }
 
 /// The batch-size sweep recipe records one bundle with full batches at

@@ -243,22 +243,34 @@ fn check_indexed(
     }
 }
 
-/// One limitation per cited metric a judge scored: its values are a
+/// One limitation per judge behind the cited metrics: their values are a
 /// model's verdicts on the replies, as accurate as that judge is.
 fn judged(cited: &[String], evidence: &EvidenceSet) -> Vec<String> {
-    evidence
-        .deltas
-        .iter()
-        .filter(|d| !d.judged_by.is_empty() && cited.contains(&d.id))
-        .map(|d| {
+    // judge → the metrics (not their categories) it scored, in order.
+    let mut by_judge: Vec<(&str, Vec<&str>)> = Vec::new();
+    for d in evidence.deltas.iter().filter(|d| cited.contains(&d.id)) {
+        for j in &d.judged_by {
+            let i = match by_judge.iter().position(|(name, _)| name == j) {
+                Some(i) => i,
+                None => {
+                    by_judge.push((j, Vec::new()));
+                    by_judge.len() - 1
+                }
+            };
+            if !by_judge[i].1.contains(&d.metric.as_str()) {
+                by_judge[i].1.push(&d.metric);
+            }
+        }
+    }
+    by_judge
+        .into_iter()
+        .map(|(judge, metrics)| {
             format!(
-                "`{}` is judged by {}: its values are a model's verdicts, as accurate as that judge (see the report's judges and their calibration)",
-                d.id,
-                d.judged_by
-                    .iter()
-                    .map(|j| format!("`{j}`"))
-                    .collect::<Vec<_>>()
-                    .join(" and ")
+                "{} judged by the judge {judge}: a model's verdicts on the replies, as accurate as that judge is (see the report's judges)",
+                match metrics.as_slice() {
+                    [one] => format!("{one} is"),
+                    many => format!("{} are", many.join(", ")),
+                }
             )
         })
         .collect()
@@ -404,7 +416,7 @@ mod tests {
         assert_eq!(judged.status, ClaimStatus::Accepted, "{judged:?}");
         assert_eq!(judged.limitations.len(), 1, "{judged:?}");
         assert!(
-            judged.limitations[0].contains("`d1` is judged by `referee`"),
+            judged.limitations[0].contains("d1 is judged by the judge referee"),
             "{:?}",
             judged.limitations
         );
