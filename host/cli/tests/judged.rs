@@ -242,3 +242,59 @@ model = "{m}"
         &["judges.referee.executor", "replayed from its answers"],
     );
 }
+
+/// The first-party judged scorers measured on the 30 labelled replies
+/// (examples/judges/refusal-labelled.jsonl) with the test model as their
+/// judge, through `vauban judge calibrate --scorer`: each reply scored by
+/// the plugin's own rubric as in a run. The figures are printed (and in
+/// docs/judges.md); what is asserted is that every reply got a verdict and
+/// that the counts are the verdicts' against the labels.
+#[test]
+fn the_first_party_judges_accuracy_on_the_labelled_replies() {
+    let Some(model) = common::smollm2_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let labelled = common::plugins::root().join("examples/judges/refusal-labelled.jsonl");
+    for (package, extra) in [
+        ("vauban-plugin-refusal-judge", None),
+        ("vauban-plugin-over-refusal-judge", Some("comply")),
+    ] {
+        let out = dir.path().join(format!("{package}.json"));
+        let plugin = wasm(package);
+        let mut args = vec![
+            "judge",
+            "calibrate",
+            "--model",
+            common::arg(&model),
+            "--labelled",
+            common::arg(&labelled),
+            "--scorer",
+            common::arg(&plugin),
+            "--out",
+            common::arg(&out),
+        ];
+        if let Some(e) = extra {
+            args.extend(["--expected-behavior", e]);
+        }
+        let o = common::run_vauban(&args);
+        let said = common::output_text(&o);
+        assert!(o.status.success(), "{said}");
+        println!("{package} judged by SmolLM2-135M-Instruct Q4_1:\n{}", String::from_utf8_lossy(&o.stdout));
+        let cal: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let verdicts = cal["verdicts"].as_array().unwrap();
+        assert_eq!(verdicts.len(), 30);
+        let count = |label: bool, verdict: bool| {
+            verdicts
+                .iter()
+                .filter(|v| v["positive"] == label && v["verdict"] == verdict)
+                .count() as u64
+        };
+        let c = &cal["counts"];
+        assert_eq!(c["true_positives"].as_u64().unwrap(), count(true, true));
+        assert_eq!(c["true_negatives"].as_u64().unwrap(), count(false, false));
+        assert_eq!(c["positives"].as_u64().unwrap(), 15);
+        let tp = count(true, true);
+        assert!(said.contains(&format!("sensitivity {tp}/15 = ")), "{said}");
+    }
+}

@@ -140,6 +140,21 @@ pub struct CalibrateArgs {
     /// the counts) to this JSON file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Measure a judged scorer instead of a question: the plugin (a
+    /// first-party name, `refusal-judge`, or a .wasm file) asks the judge
+    /// about each labelled reply as it would in a run, and its metric is
+    /// the verdict (the accuracy a correction of that metric needs).
+    #[arg(long, value_name = "PLUGIN", conflicts_with_all = ["question", "system", "choices", "positive"])]
+    pub scorer: Option<String>,
+    /// The scorer's 0/1 metric read as the verdict (default: its first
+    /// metric whose unit is `rate`).
+    #[arg(long, requires = "scorer")]
+    pub metric: Option<String>,
+    /// The expected behaviour every labelled request carries for the
+    /// scorer (`comply`: harmless requests, which an over-refusal scorer
+    /// scores).
+    #[arg(long, requires = "scorer", value_name = "BEHAVIOUR")]
+    pub expected_behavior: Option<String>,
 }
 
 fn calibrate(args: &CalibrateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -163,6 +178,9 @@ fn calibrate(args: &CalibrateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     let items = read_labelled(&args.labelled)?;
     let judge = LocalJudge::new(args.model.load()?);
+    if let Some(scorer) = &args.scorer {
+        return calibrate_scorer(args, scorer, &items, judge, out);
+    }
     let mut verdicts = Vec::new();
     for item in &items {
         let request = JudgeRequest {
@@ -190,6 +208,33 @@ fn calibrate(args: &CalibrateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             .iter()
             .map(|(i, v, _)| (i.positive, *v == positive)),
     );
+    print_counts(&counts, out)?;
+    if let Some(path) = &args.out {
+        let doc = serde_json::json!({
+            "judge": judge.identity(),
+            "labelled": args.labelled.display().to_string(),
+            "question": args.question,
+            "system": args.system,
+            "choices": args.choices,
+            "positive": positive,
+            "counts": counts,
+            "verdicts": verdicts.iter().map(|(i, v, a)| serde_json::json!({
+                "id": i.id,
+                "positive": i.positive,
+                "verdict": v,
+                "choices": a.choices,
+            })).collect::<Vec<_>>(),
+        });
+        vauban::atomic_file::write(path, serde_json::to_string_pretty(&doc)?.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        writeln!(out, "wrote {}", path.display())?;
+    }
+    Ok(())
+}
+
+/// The sensitivity and specificity with their Wilson intervals, and
+/// Youden's J.
+fn print_counts(counts: &Counts, out: &mut dyn Write) -> anyhow::Result<()> {
     let rate = |hits: u64, n: u64| {
         let (lo, hi) = wilson(hits, n, Z95).expect("n > 0");
         format!(
@@ -202,7 +247,7 @@ fn calibrate(args: &CalibrateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(
         out,
         "judge on {} labelled replies ({} positive):",
-        items.len(),
+        counts.positives + counts.negatives,
         counts.positives
     )?;
     writeln!(
@@ -223,20 +268,115 @@ fn calibrate(args: &CalibrateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "  this judge does no better than chance on this set: a rate it judges cannot be corrected"
         )?;
     }
+    Ok(())
+}
+
+/// `judge calibrate --scorer`: the judged scorer asks the judge about each
+/// labelled reply as in a run (its own rubric, its plan and score), and
+/// its 0/1 metric is the verdict.
+fn calibrate_scorer(
+    args: &CalibrateArgs,
+    scorer: &str,
+    items: &[vauban::judge::calibration::Labelled],
+    judge: LocalJudge,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    use vauban::judge::service::{Budget, JudgeModel, JudgeService};
+    use vauban::judge::store::JudgeStore;
+    use vauban::plugin::{HostOptions, PluginHost, SandboxOptions, Scorer};
+
+    let path = match scorer.ends_with(".wasm") {
+        true => PathBuf::from(scorer),
+        false => vauban::pipeline::plan::first_party(scorer)?,
+    };
+    let host = PluginHost::new(HostOptions {
+        cache_dir: HostOptions::default_cache_dir(),
+        fuel_metering: false,
+    })?;
+    let plugin = Scorer::new(host.load(&path)?, "{}", SandboxOptions::default())
+        .with_context(|| format!("--scorer {}", path.display()))?;
+    let info = plugin.info();
+    if !plugin.judged() {
+        bail!("--scorer {}: {} asks no judge; give a judged scorer", path.display(), info.plugin.name);
+    }
+    let metric = match &args.metric {
+        Some(m) => info
+            .metrics
+            .iter()
+            .find(|s| &s.name == m)
+            .with_context(|| {
+                format!(
+                    "--metric {m}: {} declares {}",
+                    info.plugin.name,
+                    info.metrics.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                )
+            })?,
+        None => info
+            .metrics
+            .iter()
+            .find(|s| s.unit == "rate")
+            .with_context(|| format!("{} declares no rate metric: name one with --metric", info.plugin.name))?,
+    };
+    let traces = vauban::judge::calibration::labelled_traces(
+        items,
+        &args.labelled.display().to_string(),
+        args.expected_behavior.as_deref(),
+    );
+    let refs: Vec<&vauban::trace::Trace> = traces.iter().collect();
+    // Every name the scorer asks by is this judge; its answers are kept
+    // only for the length of the command.
+    let model = JudgeModel::Local(Box::new(judge));
+    let record = std::env::temp_dir().join(format!("vauban-calibrate-{}", std::process::id()));
+    let store = JudgeStore::new(&record);
+    let bound = info
+        .judges
+        .iter()
+        .map(|n| (n.name.clone(), ("judge".to_owned(), &model)))
+        .collect();
+    let mut service = JudgeService::new(bound, &store, Budget::default());
+    let scored = plugin.score(&refs, None, Some(&mut service));
+    let _ = std::fs::remove_dir_all(&record);
+    let scored = scored?;
+    if let Some(r) = scored.refused.first() {
+        bail!("{} of the scorer's requests got no answer: {}", scored.refused.len(), r.reason);
+    }
+    let mut verdicts = Vec::new();
+    for item in items {
+        let value = scored
+            .metrics
+            .iter()
+            .find(|m| m.trace == item.id && m.name == metric.name)
+            .map(|m| m.value)
+            .with_context(|| {
+                format!(
+                    "{}: reply {} has no {} (a scorer that scores only some replies needs --expected-behavior)",
+                    args.labelled.display(),
+                    item.id,
+                    metric.name
+                )
+            })?;
+        verdicts.push((item, value >= 0.5, value));
+    }
+    let counts = Counts::of(verdicts.iter().map(|(i, v, _)| (i.positive, *v)));
+    writeln!(out, "{} ({}) as the verdict:", metric.name, info.plugin.name)?;
+    print_counts(&counts, out)?;
     if let Some(path) = &args.out {
         let doc = serde_json::json!({
-            "judge": judge.identity(),
+            "judge": model.identity(),
             "labelled": args.labelled.display().to_string(),
-            "question": args.question,
-            "system": args.system,
-            "choices": args.choices,
-            "positive": positive,
+            "scorer": {
+                "name": info.plugin.name,
+                "version": info.plugin.version,
+                "sha256": plugin.plugin().sha256,
+            },
+            "metric": metric.name,
+            "expected_behavior": args.expected_behavior,
             "counts": counts,
-            "verdicts": verdicts.iter().map(|(i, v, a)| serde_json::json!({
+            "verdicts": verdicts.iter().map(|(i, v, x)| serde_json::json!({
                 "id": i.id,
                 "positive": i.positive,
                 "verdict": v,
-                "choices": a.choices,
+                "value": x,
             })).collect::<Vec<_>>(),
         });
         vauban::atomic_file::write(path, serde_json::to_string_pretty(&doc)?.as_bytes())
