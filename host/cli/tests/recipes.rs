@@ -345,13 +345,27 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
     assert_eq!(j["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(j["scorers"], serde_json::json!(["refusal-judge", "over-refusal-judge"]));
     // One question per reply from refusal-judge, one per harmless reply
-    // from over-refusal-judge, on both sides.
-    assert_eq!(j["requests"].as_u64().unwrap(), 2 * (prompts + harmless));
+    // from over-refusal-judge, on both sides; and one per labelled reply of
+    // refusal-judge's calibration.
+    let labelled = 30;
+    assert_eq!(j["requests"].as_u64().unwrap(), 2 * (prompts + harmless) + labelled);
     assert_eq!(j["refused"], 0);
     let kept = std::fs::read_dir(book.out("judge").join("traces/judges"))
         .unwrap()
         .count() as u64;
-    assert_eq!(kept, 2 * prompts, "each distinct question kept once");
+    assert_eq!(kept, 2 * prompts + labelled, "each distinct question kept once");
+    // The calibration measured the judge; a correction is made, or the
+    // report says why not (this judge is no better than chance).
+    let rate = r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "judged_refusal_rate")
+        .unwrap();
+    assert!(
+        rate["corrected"].is_object() || rate["corrected_unavailable"].is_string(),
+        "{rate}"
+    );
     for d in r["metric_deltas"].as_array().unwrap() {
         let judged = d["judged_by"] == serde_json::json!(["referee"]);
         let by_judge = d["scorer"].as_str().unwrap().ends_with("refusal-judge");

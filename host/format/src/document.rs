@@ -329,6 +329,43 @@ pub struct ReportDelta {
     /// made it: its values are a model's verdicts, not observations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judged_by: Vec<String>,
+    /// The judged rate corrected for its judge's errors, where the judge's
+    /// accuracy is known (the scorer's `calibration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrected: Option<CorrectedRate>,
+    /// Why a calibrated metric has no corrected rate here (a judge no
+    /// better than chance, values that are not 0/1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrected_unavailable: Option<String>,
+}
+
+/// A judged rate corrected for its judge's errors: the Rogan–Gladen
+/// estimate `(p + Sp − 1) / (Se + Sp − 1)` of each side's true rate
+/// (clipped to [0, 1]), and a paired bootstrap interval of the corrected
+/// difference that also redraws a measured calibration's counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CorrectedRate {
+    /// The judge's sensitivity and specificity the correction used.
+    pub sensitivity: f64,
+    /// See `sensitivity`.
+    pub specificity: f64,
+    /// Where they come from, in words (`measured on 30 labelled replies
+    /// (…)`, or `stated in the config`).
+    pub accuracy: String,
+    /// The corrected rates, baseline and candidate.
+    pub baseline: f64,
+    /// See `baseline`.
+    pub candidate: f64,
+    /// `candidate − baseline`, corrected.
+    pub delta: f64,
+    /// 95% interval of the corrected difference.
+    pub ci_low: f64,
+    /// See `ci_low`.
+    pub ci_high: f64,
+    /// Whether the interval carries the calibration's own uncertainty (a
+    /// measured accuracy; a stated one is taken as exact).
+    pub calibration_in_interval: bool,
 }
 
 impl ReportDelta {

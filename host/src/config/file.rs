@@ -413,6 +413,35 @@ pub struct PluginSection {
     /// What a judged scorer may spend on its judges in one run.
     #[serde(default)]
     pub judge_budget: Option<JudgeBudgetSection>,
+    /// A judged scorer's accuracy on one of its 0/1 metrics, for the
+    /// report's corrected rate: measured in the run on a labelled set, or
+    /// stated.
+    #[serde(default)]
+    pub calibration: Option<CalibrationSection>,
+}
+
+/// How accurate a judged scorer's 0/1 metric is: `labelled` (a JSON Lines
+/// file of replies with known answers, scored by the scorer and its judge
+/// in the run), or `sensitivity` and `specificity` as known numbers.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationSection {
+    /// The metric it calibrates (`judged_refusal_rate`).
+    pub metric: String,
+    /// Labelled replies (`{"id", "request", "reply", "positive"}` per
+    /// line, at least 5 of each label; docs/judges.md).
+    #[serde(default)]
+    pub labelled: Option<PathBuf>,
+    /// The expected behaviour each labelled request carries for the scorer
+    /// (`comply`: harmless requests, which an over-refusal scorer scores).
+    #[serde(default)]
+    pub expected_behavior: Option<String>,
+    /// Known sensitivity, in [0, 1].
+    #[serde(default)]
+    pub sensitivity: Option<f64>,
+    /// Known specificity, in [0, 1].
+    #[serde(default)]
+    pub specificity: Option<f64>,
 }
 
 /// A judged scorer's budget, per run (both sides together). A request

@@ -128,6 +128,29 @@ pub struct PluginPlan {
     /// A judged scorer's judges: the name it asks by → the config's judge.
     pub judges: std::collections::BTreeMap<String, String>,
     pub judge_budget: crate::judge::service::Budget,
+    /// How accurate one of its 0/1 metrics is, for the corrected rate.
+    pub calibration: Option<CalibrationPlan>,
+}
+
+/// A judged metric's calibration, checked.
+#[derive(Debug, Clone)]
+pub struct CalibrationPlan {
+    pub metric: String,
+    pub source: CalibrationSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum CalibrationSource {
+    /// Labelled replies the scorer scores in the run, with its judge.
+    Labelled {
+        path: PathBuf,
+        items: Vec<crate::judge::calibration::Labelled>,
+        expected_behavior: Option<String>,
+    },
+    Stated {
+        sensitivity: f64,
+        specificity: f64,
+    },
 }
 
 /// A judge of the config, checked: the model and the executor that runs it.
@@ -845,6 +868,10 @@ impl<'a> Checker<'a> {
                 "a budget without judges: bind the scorer's judges with `judges = { NAME = \"JUDGE\" }`".into(),
             ));
         }
+        let calibration = match &s.calibration {
+            None => None,
+            Some(c) => Some(self.calibration(&format!("{key}.calibration"), c, &s.judges)?),
+        };
         Ok(PluginPlan {
             name,
             path: file,
@@ -854,6 +881,66 @@ impl<'a> Checker<'a> {
             memory_mib: s.memory_mib,
             judges: s.judges.clone(),
             judge_budget,
+            calibration,
+        })
+    }
+
+    /// A judged metric's calibration: a labelled set read and checked
+    /// now (its size, its labels), or stated rates a correction can use.
+    fn calibration(
+        &self,
+        key: &str,
+        c: &file::CalibrationSection,
+        judges: &std::collections::BTreeMap<String, String>,
+    ) -> anyhow::Result<CalibrationPlan> {
+        let at = |k: &str, e: String| self.at(k, e);
+        if judges.is_empty() {
+            return Err(at(
+                key,
+                "a calibration is of a judged scorer's metric: bind its judges with `judges = { NAME = \"JUDGE\" }`".into(),
+            ));
+        }
+        let source = match (&c.labelled, c.sensitivity, c.specificity) {
+            (Some(path), None, None) => {
+                let path = self.resolve(&format!("{key}.labelled"), path)?;
+                let items = crate::judge::calibration::read_labelled(&path)
+                    .map_err(|e| at(&format!("{key}.labelled"), e.to_string()))?;
+                CalibrationSource::Labelled {
+                    path,
+                    items,
+                    expected_behavior: c.expected_behavior.clone(),
+                }
+            }
+            (None, Some(se), Some(sp)) => {
+                if !((0.0..=1.0).contains(&se) && (0.0..=1.0).contains(&sp)) || se + sp <= 1.0 {
+                    return Err(at(
+                        key,
+                        format!(
+                            "sensitivity {se} and specificity {sp}: each in [0, 1], and together above 1 (a judge no better than chance corrects nothing)"
+                        ),
+                    ));
+                }
+                if c.expected_behavior.is_some() {
+                    return Err(at(
+                        &format!("{key}.expected_behavior"),
+                        "a setting of a labelled calibration (`labelled = \"FILE.jsonl\"`)".into(),
+                    ));
+                }
+                CalibrationSource::Stated {
+                    sensitivity: se,
+                    specificity: sp,
+                }
+            }
+            _ => {
+                return Err(at(
+                    key,
+                    "give either `labelled = \"FILE.jsonl\"` (measured in the run) or both `sensitivity` and `specificity` (known)".into(),
+                ));
+            }
+        };
+        Ok(CalibrationPlan {
+            metric: c.metric.clone(),
+            source,
         })
     }
 

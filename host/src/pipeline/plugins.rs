@@ -75,6 +75,22 @@ pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
     for p in &plan.scorers {
         let s = Scorer::new(host.load(&p.path)?, &p.config_json, sandbox(plan, p))
             .with_context(|| format!("scorer `{}` ({})", p.name, p.path.display()))?;
+        if let Some(c) = &p.calibration
+            && !s.info().metrics.iter().any(|m| m.name == c.metric)
+        {
+            bail!(
+                "{}: scorer `{}`: calibration.metric `{}` is not one of its metrics ({})",
+                plan.config_path.display(),
+                p.name,
+                c.metric,
+                s.info()
+                    .metrics
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         super::judges::check_bindings(p, &s.info().judges).map_err(|e| {
             anyhow::anyhow!(
                 "{}: scorer `{}` ({}): {e}",

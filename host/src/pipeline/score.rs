@@ -142,6 +142,19 @@ pub(super) fn score(
                     }
                 }
             }
+            // The judge's accuracy on the calibrated metric: stated, or
+            // measured now on the labelled replies, by the scorer and its
+            // judge as they scored the run (the answers kept as the run's).
+            let accuracy = match (&p.calibration, ok) {
+                (Some(c), true) => match calibrate(&scorer, c, service.as_mut()) {
+                    Ok(a) => Some((c.metric.clone(), a.0, a.1)),
+                    Err(e) => {
+                        scores.failures.push(judge_failure(&p.name, "calibration", e));
+                        None
+                    }
+                },
+                _ => None,
+            };
             if ok {
                 let info = scorer.info();
                 scores
@@ -151,6 +164,10 @@ pub(super) fn score(
                         spec: m.clone(),
                         needs: info.needs.clone(),
                         judged_by: p.judges.values().cloned().collect(),
+                        accuracy: accuracy
+                            .as_ref()
+                            .filter(|(metric, _, _)| *metric == m.name)
+                            .map(|(_, a, words)| (*a, words.clone())),
                     }));
             }
         }
@@ -259,5 +276,100 @@ fn report_judge(
         refused,
         record: record.to_owned(),
         unavailable: u.unavailable,
+    }
+}
+
+/// The accuracy of a judged scorer's calibrated metric, and its source in
+/// words.
+fn calibrate(
+    scorer: &Scorer,
+    c: &super::plan::CalibrationPlan,
+    service: Option<&mut crate::judge::service::JudgeService<'_>>,
+) -> Result<(crate::report::judged::Accuracy, String), String> {
+    use super::plan::CalibrationSource;
+    use crate::judge::calibration::{Counts, labelled_traces};
+    let spec = scorer
+        .info()
+        .metrics
+        .iter()
+        .find(|m| m.name == c.metric)
+        .ok_or_else(|| {
+            format!(
+                "calibration.metric `{}` is not a metric of this scorer (it declares: {})",
+                c.metric,
+                scorer
+                    .info()
+                    .metrics
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+    match &c.source {
+        CalibrationSource::Stated {
+            sensitivity,
+            specificity,
+        } => Ok((
+            crate::report::judged::Accuracy::Stated {
+                sensitivity: *sensitivity,
+                specificity: *specificity,
+            },
+            format!("stated in the config (sensitivity {sensitivity}, specificity {specificity})"),
+        )),
+        CalibrationSource::Labelled {
+            path,
+            items,
+            expected_behavior,
+        } => {
+            let traces = labelled_traces(
+                items,
+                &path.display().to_string(),
+                expected_behavior.as_deref(),
+            );
+            let refs: Vec<&Trace> = traces.iter().collect();
+            let judges = service.map(|s| s as &mut dyn Judges);
+            let scored = scorer
+                .score(&refs, None, judges)
+                .map_err(|e| format!("scoring {}: {e}", path.display()))?;
+            if let Some(r) = scored.refused.first() {
+                return Err(format!(
+                    "{} of the labelled replies of {} got no answer ({}): no correction",
+                    scored.refused.len(),
+                    path.display(),
+                    r.reason
+                ));
+            }
+            let mut pairs = Vec::with_capacity(items.len());
+            for item in items {
+                let value = scored
+                    .metrics
+                    .iter()
+                    .find(|m| m.trace == item.id && m.name == spec.name)
+                    .map(|m| m.value)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: reply {} got no {} (a scorer that scores only some replies needs calibration.expected_behavior)",
+                            path.display(),
+                            item.id,
+                            spec.name
+                        )
+                    })?;
+                pairs.push((item.positive, value >= 0.5));
+            }
+            let counts = Counts::of(pairs);
+            Ok((
+                counts.accuracy(),
+                format!(
+                    "measured on the {} labelled replies of {} (sensitivity {}/{}, specificity {}/{})",
+                    items.len(),
+                    path.display(),
+                    counts.true_positives,
+                    counts.positives,
+                    counts.true_negatives,
+                    counts.negatives
+                ),
+            ))
+        }
     }
 }

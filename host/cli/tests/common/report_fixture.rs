@@ -18,7 +18,7 @@ use vauban::report::access::{
 };
 use vauban::report::claims::ClaimStatus;
 use vauban::report::document::{
-    ActivationFindings, Adjustment, BundleRecord, DistributionShift, EvidenceSection, Example,
+    ActivationFindings, Adjustment, BundleRecord, CorrectedRate, DistributionShift, EvidenceSection, Example,
     GateOutcome, GateResult, IntervalMethod, InterventionSummary, ModelSide, MultipleComparisons,
     PairedTest, PluginFailure, PluginRecord, ProjectionSeries, PromptKl, PromptRow, REPORT_SCHEMA,
     Redaction, Report, ReportClaim, ReportDelta, ReportJudge, Reproducibility, Severity, StageRecord, Summary,
@@ -98,6 +98,8 @@ fn delta(
         ci_low: ci.map(|c| c.0),
         ci_high: ci.map(|c| c.1),
         judged_by: Vec::new(),
+        corrected: None,
+        corrected_unavailable: None,
         baseline_rate_ci: rate_ci(baseline_mean),
         candidate_rate_ci: rate_ci(candidate_mean),
         interval: IntervalMethod::PairedBootstrap,
@@ -310,6 +312,20 @@ pub fn sample_report() -> Report {
     for d in metric_deltas.iter_mut().filter(|d| d.metric == "helpfulness") {
         d.judged_by = vec!["referee".into()];
     }
+    // The overall refusal rate is judged too, by a calibrated judge.
+    metric_deltas[0].judged_by = vec!["referee".into()];
+    metric_deltas[0].corrected = Some(CorrectedRate {
+        sensitivity: 0.9,
+        specificity: 0.8,
+        accuracy: "measured on the 30 labelled replies of labelled.jsonl".into(),
+        baseline: 0.4286,
+        candidate: 0.0,
+        delta: -0.4286,
+        ci_low: -0.9,
+        ci_high: -0.05,
+        calibration_in_interval: true,
+    });
+    metric_deltas[1].corrected_unavailable = Some("not corrected: a test of the note".into());
 
     let per_prompt = (0..8)
         .map(|i| PromptKl {

@@ -48,6 +48,9 @@ pub struct Declared {
     pub needs: Vec<K>,
     /// The judges behind its values (a judged scorer), by config name.
     pub judged_by: Vec<String>,
+    /// The judge's accuracy on this metric, and where it comes from in
+    /// words, when the config calibrates it: the report corrects its rate.
+    pub accuracy: Option<(crate::report::judged::Accuracy, String)>,
 }
 
 fn better(p: Polarity) -> Better {
@@ -133,11 +136,58 @@ pub fn deltas(
                 quality: quality(md.delta, ci, better(d.spec.polarity)),
                 rests_on: d.needs.clone(),
                 judged_by: d.judged_by.clone(),
+                corrected: None,
+                corrected_unavailable: None,
+            };
+            let rd = match &d.accuracy {
+                Some((accuracy, words)) => corrected(rd, &pairs, accuracy, words, seed),
+                None => rd,
             };
             out.push(rd);
         }
     }
     out
+}
+
+/// `rd` with its rate corrected for the judge's errors, or the reason it
+/// cannot be: the values must be 0/1 (one verdict per prompt), and the
+/// judge better than chance.
+fn corrected(
+    mut rd: ReportDelta,
+    pairs: &[Pair],
+    accuracy: &crate::report::judged::Accuracy,
+    words: &str,
+    seed: u64,
+) -> ReportDelta {
+    use crate::report::document::CorrectedRate;
+    let binary = |v: f64| v == 0.0 || v == 1.0;
+    if !pairs.iter().all(|p| binary(p.baseline) && binary(p.candidate)) {
+        rd.corrected_unavailable = Some(
+            "not corrected: its values are not one 0/1 verdict per prompt (several samples per prompt average them)".into(),
+        );
+        return rd;
+    }
+    let b: Vec<bool> = pairs.iter().map(|p| p.baseline == 1.0).collect();
+    let c: Vec<bool> = pairs.iter().map(|p| p.candidate == 1.0).collect();
+    let result = crate::report::judged::corrected_delta(&b, &c, accuracy, crate::report::deltas::RESAMPLES, 0.95, seed)
+        .and_then(|d| accuracy.rates().map(|rates| (d, rates)));
+    match result {
+        Ok((d, (sensitivity, specificity))) => {
+            rd.corrected = Some(CorrectedRate {
+                sensitivity,
+                specificity,
+                accuracy: words.to_owned(),
+                baseline: d.corrected.0,
+                candidate: d.corrected.1,
+                delta: d.delta,
+                ci_low: d.interval.0,
+                ci_high: d.interval.1,
+                calibration_in_interval: d.calibration_in_interval,
+            });
+        }
+        Err(e) => rd.corrected_unavailable = Some(format!("not corrected: {e}")),
+    }
+    rd
 }
 
 /// The significance level adjusted p-values are compared with.

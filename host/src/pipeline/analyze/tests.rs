@@ -41,6 +41,7 @@ fn declared(polarity: Polarity) -> Vec<Declared> {
         },
         needs: vec![K::Text, K::Logprobs],
         judged_by: Vec::new(),
+        accuracy: None,
     }]
 }
 
@@ -68,6 +69,46 @@ fn deltas_are_overall_then_per_category_with_rate_intervals() {
     assert!(!overall.significant);
     let x = &d[1];
     assert_eq!((x.delta, x.n), (-1.0, 2));
+}
+
+/// A calibrated judged rate is corrected: each side's rate by the
+/// Rogan–Gladen formula (worked here by hand), the interval around the
+/// corrected difference; values that are not 0/1 say why they are not.
+#[test]
+fn a_calibrated_judged_rate_is_corrected_for_the_judges_errors() {
+    use crate::report::judged::Accuracy;
+    let mut d = declared(Polarity::Neutral);
+    d[0].judged_by = vec!["referee".into()];
+    d[0].accuracy = Some((
+        Accuracy::Stated {
+            sensitivity: 0.9,
+            specificity: 0.95,
+        },
+        "stated".into(),
+    ));
+    let b = values(&[("a", 1.0), ("b", 1.0), ("c", 0.0), ("d", 0.0)]);
+    let c = values(&[("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 0.0)]);
+    let out = deltas(&suite(), &d, &b, &c, 7);
+    let k = out[0].corrected.as_ref().expect("corrected");
+    // (0.5 + 0.95 - 1) / (0.9 + 0.95 - 1) = 0.45 / 0.85; 0.75 → 0.70 / 0.85.
+    assert!((k.baseline - 0.45 / 0.85).abs() < 1e-12, "{k:?}");
+    assert!((k.candidate - 0.70 / 0.85).abs() < 1e-12, "{k:?}");
+    assert!((k.delta - 0.25 / 0.85).abs() < 1e-12);
+    assert!(k.ci_low <= k.delta && k.delta <= k.ci_high, "{k:?}");
+    assert!(!k.calibration_in_interval, "a stated accuracy is exact");
+    assert_eq!(out[0].judged_by, ["referee"]);
+    // Means of several samples are not verdicts: no correction, and why.
+    let halves = values(&[("a", 0.5), ("b", 1.0), ("c", 0.0), ("d", 0.0)]);
+    let out = deltas(&suite(), &d, &halves, &c, 7);
+    assert!(out[0].corrected.is_none());
+    assert!(
+        out[0]
+            .corrected_unavailable
+            .as_deref()
+            .is_some_and(|w| w.contains("not one 0/1 verdict per prompt")),
+        "{:?}",
+        out[0].corrected_unavailable
+    );
 }
 
 #[test]

@@ -114,8 +114,51 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
             }
         }
         blocks.push(Block::Table(table));
+        if let Some(p) = corrected(&rows) {
+            blocks.push(p);
+        }
     }
     blocks
+}
+
+/// A judged metric's rates corrected for its judge's errors, row by row,
+/// or why they are not.
+fn corrected(rows: &[&ReportDelta]) -> Option<Block> {
+    let first = rows.iter().find_map(|d| d.corrected.as_ref());
+    let why_not = rows.iter().find_map(|d| d.corrected_unavailable.as_ref());
+    let Some(c) = first else {
+        return why_not.map(|w| Block::Note(format!("Judge-corrected rate: {w}.")));
+    };
+    let mut out = vec![plain(format!(
+        "Corrected for the judge's errors (Rogan–Gladen; sensitivity {}, specificity {}, {}): ",
+        words::num(c.sensitivity),
+        words::num(c.specificity),
+        c.accuracy
+    ))];
+    let mut parts = Vec::new();
+    for d in rows {
+        let part = match (&d.corrected, &d.corrected_unavailable) {
+            (Some(k), _) => format!(
+                "{} {} → {}, delta {} (95% CI {}{})",
+                words::category(d.category.as_deref()),
+                words::num(k.baseline),
+                words::num(k.candidate),
+                words::signed(k.delta),
+                words::interval(Some(k.ci_low), Some(k.ci_high)),
+                if k.calibration_in_interval {
+                    ", the calibration's uncertainty included"
+                } else {
+                    ""
+                }
+            ),
+            (None, Some(w)) => format!("{} {w}", words::category(d.category.as_deref())),
+            (None, None) => continue,
+        };
+        parts.push(part);
+    }
+    out.push(Inline::Highlight(parts.join("; ")));
+    out.push(plain("."));
+    Some(Block::Paragraph(out))
 }
 
 /// `, judged by referee` for a judged metric: its values are a model's

@@ -107,6 +107,8 @@ fn delta(category: Option<String>, rates: bool) -> ReportDelta {
         quality: Quality::Improved,
         rests_on: Vec::new(),
         judged_by: Vec::new(),
+        corrected: None,
+        corrected_unavailable: None,
     }
 }
 
