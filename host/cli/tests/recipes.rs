@@ -193,7 +193,10 @@ fn every_recipe_is_in_the_cookbook_with_a_header_that_says_what_it_answers() {
     on_disk.sort();
     let mut listed: Vec<String> = RECIPES.iter().map(|s| s.to_string()).collect();
     listed.sort();
-    assert_eq!(on_disk, listed, "examples/*.{{toml,sh}} and this test's list");
+    assert_eq!(
+        on_disk, listed,
+        "examples/*.{{toml,sh}} and this test's list"
+    );
     for (i, file) in RECIPES.iter().enumerate() {
         assert!(
             cookbook.contains(&format!("`{file}`")),
@@ -201,9 +204,7 @@ fn every_recipe_is_in_the_cookbook_with_a_header_that_says_what_it_answers() {
         );
         let body = std::fs::read_to_string(root.join(file)).unwrap();
         // A shell recipe opens with its interpreter line.
-        let body = body
-            .strip_prefix("#!/usr/bin/env bash\n")
-            .unwrap_or(&body);
+        let body = body.strip_prefix("#!/usr/bin/env bash\n").unwrap_or(&body);
         let header = format!("# Recipe {}: ", i + 1);
         assert!(body.starts_with(&header), "{file} opens with `{header}`");
         let header: String = body
@@ -330,7 +331,10 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
     let r = book.report("judge");
     assert_eq!(o.status.code(), Some(exit_for(&r)), "{}", text(&o));
     assert!(
-        r["evidence"]["plugin_failures"].as_array().unwrap().is_empty(),
+        r["evidence"]["plugin_failures"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
         "{}",
         r["evidence"]["plugin_failures"]
     );
@@ -343,17 +347,27 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
     assert_eq!(j["executor"], "candle");
     assert_eq!(j["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
     assert_eq!(j["sha256"].as_str().unwrap().len(), 64);
-    assert_eq!(j["scorers"], serde_json::json!(["refusal-judge", "over-refusal-judge"]));
+    assert_eq!(
+        j["scorers"],
+        serde_json::json!(["refusal-judge", "over-refusal-judge"])
+    );
     // One question per reply from refusal-judge, one per harmless reply
     // from over-refusal-judge, on both sides; and one per labelled reply of
     // refusal-judge's calibration.
     let labelled = 30;
-    assert_eq!(j["requests"].as_u64().unwrap(), 2 * (prompts + harmless) + labelled);
+    assert_eq!(
+        j["requests"].as_u64().unwrap(),
+        2 * (prompts + harmless) + labelled
+    );
     assert_eq!(j["refused"], 0);
     let kept = std::fs::read_dir(book.out("judge").join("traces/judges"))
         .unwrap()
         .count() as u64;
-    assert_eq!(kept, 2 * prompts + labelled, "each distinct question kept once");
+    assert_eq!(
+        kept,
+        2 * prompts + labelled,
+        "each distinct question kept once"
+    );
     // The calibration measured the judge; a correction is made, or the
     // report says why not (this judge is no better than chance).
     let rate = r["metric_deltas"]
@@ -369,11 +383,18 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
     for d in r["metric_deltas"].as_array().unwrap() {
         let judged = d["judged_by"] == serde_json::json!(["referee"]);
         let by_judge = d["scorer"].as_str().unwrap().ends_with("refusal-judge");
-        assert_eq!(judged, by_judge, "{}: judged_by {}", d["id"], d["judged_by"]);
+        assert_eq!(
+            judged, by_judge,
+            "{}: judged_by {}",
+            d["id"], d["judged_by"]
+        );
     }
     let md = std::fs::read_to_string(book.out("judge").join("report.md")).unwrap();
     assert!(md.contains("**Judges**"), "the report's judges table");
-    assert!(md.contains("judged by `referee`"), "a judged metric's heading");
+    assert!(
+        md.contains("judged by `referee`"),
+        "a judged metric's heading"
+    );
 
     // The replay: no judge model runs, the same report but for time.
     let o = book.vauban(
@@ -401,7 +422,9 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
         &[
             "plugin",
             "test",
-            plugins::wasm("vauban-plugin-refusal-judge").to_str().unwrap(),
+            plugins::wasm("vauban-plugin-refusal-judge")
+                .to_str()
+                .unwrap(),
             "--traces",
             "out/judge/traces/baseline",
             "--judges",
@@ -435,7 +458,9 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
         &[
             "plugin",
             "test",
-            plugins::wasm("vauban-plugin-refusal-judge").to_str().unwrap(),
+            plugins::wasm("vauban-plugin-refusal-judge")
+                .to_str()
+                .unwrap(),
             "--traces",
             "out/judge/traces/baseline",
         ],

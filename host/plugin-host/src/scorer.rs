@@ -64,6 +64,17 @@ pub struct ScorerInfo {
     pub judges: Vec<JudgeNeed>,
 }
 
+impl ScorerInfo {
+    /// The declared metrics' names, `a, b, c`, as messages list them.
+    pub fn metric_names(&self) -> String {
+        self.metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Answers a judged scorer's requests: the run's judges, reached by the
 /// names the scorer declared, within its budget. Each request is answered
 /// or refused alone, in order; a refusal's text reaches the scorer.
@@ -331,14 +342,22 @@ impl ScorerSession<'_> {
                     truncate(&r.judge),
                     match declared.is_empty() {
                         true => "none".to_owned(),
-                        false => declared.iter().copied().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", "),
+                        false => declared
+                            .iter()
+                            .copied()
+                            .collect::<BTreeSet<_>>()
+                            .into_iter()
+                            .collect::<Vec<_>>()
+                            .join(", "),
                     }
                 )));
             }
         }
         let answered = match judges {
             Some(j) => j.answer(&asked),
-            None => vec![Err("no judge is bound to this scorer in this run".to_owned()); asked.len()],
+            None => {
+                vec![Err("no judge is bound to this scorer in this run".to_owned()); asked.len()]
+            }
         };
         let mut answered = answered.into_iter();
         for slot in results.iter_mut().filter(|s| s.is_none()) {

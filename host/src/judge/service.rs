@@ -188,10 +188,7 @@ impl<'a> JudgeService<'a> {
 /// A judged scorer's judges are this service: each request answered or
 /// refused alone, the refusal's words passed to the scorer.
 impl crate::plugin::scorer::Judges for JudgeService<'_> {
-    fn answer(
-        &mut self,
-        requests: &[(String, JudgeRequest)],
-    ) -> Vec<Result<JudgeAnswer, String>> {
+    fn answer(&mut self, requests: &[(String, JudgeRequest)]) -> Vec<Result<JudgeAnswer, String>> {
         JudgeService::answer(self, requests)
             .into_iter()
             .map(|r| r.map_err(|e| e.to_string()))

@@ -112,12 +112,17 @@ impl<'p> RunJudges<'p> {
         if self.plan.judge_record.is_some() {
             // Replay: the answers were kept under the identity of the judge
             // that gave them; the newest, when the record holds several.
-            let identity = self.store.identities(name).into_iter().next().ok_or_else(|| {
-                format!(
-                    "the record {} holds no answer of judge `{name}` (was the run judged?)",
-                    self.store.dir().display()
-                )
-            })?;
+            let identity = self
+                .store
+                .identities(name)
+                .into_iter()
+                .next()
+                .ok_or_else(|| {
+                    format!(
+                        "the record {} holds no answer of judge `{name}` (was the run judged?)",
+                        self.store.dir().display()
+                    )
+                })?;
             return Ok(JudgeModel::Recorded { identity });
         }
         load_judge(j).map_err(|e| format!("{e:#}"))
@@ -128,7 +133,10 @@ impl<'p> RunJudges<'p> {
 fn load_judge(j: &JudgePlan) -> anyhow::Result<JudgeModel> {
     use anyhow::Context as _;
     if j.backend == ExecutorKind::Http {
-        let spec = j.http.as_ref().expect("the plan sets an http judge's endpoint");
+        let spec = j
+            .http
+            .as_ref()
+            .expect("the plan sets an http judge's endpoint");
         let exec = HttpExecutor::connect(spec)?;
         return Ok(JudgeModel::Http(Box::new(HttpJudge::new(exec))));
     }

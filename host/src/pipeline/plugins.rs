@@ -83,12 +83,7 @@ pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
                 plan.config_path.display(),
                 p.name,
                 c.metric,
-                s.info()
-                    .metrics
-                    .iter()
-                    .map(|m| m.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                s.info().metric_names()
             );
         }
         super::judges::check_bindings(p, &s.info().judges).map_err(|e| {
@@ -103,12 +98,7 @@ pub fn check_plugins(plan: &Plan) -> anyhow::Result<Vec<String>> {
             "scorer {} {}: {}",
             s.info().plugin.name,
             s.info().plugin.version,
-            s.info()
-                .metrics
-                .iter()
-                .map(|m| m.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            s.info().metric_names()
         ));
         metrics.extend(s.info().metrics.iter().map(|m| m.name.clone()));
     }

@@ -13,7 +13,7 @@ use super::plugins::{failure, record_of, sandbox};
 use super::sides::{SideName, Sides};
 use super::{Plan, Stages, progress};
 use crate::plugin::PluginHost;
-use crate::plugin::scorer::{Judges, Scorer};
+use crate::plugin::scorer::{Judges, ScoreOutcome, Scorer};
 use crate::plugin::tensors::TensorSource;
 use crate::report::document::{PluginFailure, PluginRecord, ReportJudge};
 use crate::trace::Trace;
@@ -53,8 +53,7 @@ pub(super) fn score(
         };
         let mut run_judges = RunJudges::new(plan);
         // Per judge: the scorers that asked it, requests, refusals.
-        let mut asked: std::collections::BTreeMap<String, (Vec<String>, usize, usize)> =
-            Default::default();
+        let mut asked = Asked::default();
         let mut per_sample: Sides<Samples> = Sides::default();
         // One step per scorer and side.
         let bar = progress::bar(2 * plan.scorers.len() as u64, "scoring");
@@ -88,7 +87,11 @@ pub(super) fn score(
                     Err(e) => {
                         scores.failures.push(judge_failure(&p.name, "judges", e));
                         for judge in p.judges.values() {
-                            asked.entry(judge.clone()).or_default().0.push(p.name.clone());
+                            asked
+                                .entry(judge.clone())
+                                .or_default()
+                                .0
+                                .push(p.name.clone());
                         }
                         bar.inc(2);
                         continue;
@@ -105,7 +108,6 @@ pub(super) fn score(
                 bar.inc(1);
                 match scored {
                     Ok(outcome) => {
-                        keep(&mut per_sample[side], &traces.all[side], outcome.metrics);
                         if let Some(f) = skipped(&p.name, side, &outcome.skipped) {
                             scores.failures.push(f);
                         }
@@ -115,25 +117,16 @@ pub(super) fn score(
                                 a.0.push(p.name.clone());
                             }
                         }
-                        // Requests to a name the config does not bind (the
-                        // scorer asked a judge it never declared) count for no
-                        // judge: they are refused and listed below.
-                        for (by, n) in &outcome.judge_requests {
-                            if let Some(judge) = p.judges.get(by) {
-                                asked.entry(judge.clone()).or_default().1 += n;
-                            }
-                        }
-                        for r in &outcome.refused {
-                            if let Some(judge) = p.judges.get(&r.judge) {
-                                asked.entry(judge.clone()).or_default().2 += 1;
-                            }
-                        }
+                        tally(&mut asked, p, &outcome);
                         let requests = outcome.judge_requests.values().sum();
                         if let Some(line) = judges::refusals_line(&outcome.refused, requests) {
-                            scores
-                                .failures
-                                .push(judge_failure(&p.name, &format!("judge {side}"), line));
+                            scores.failures.push(judge_failure(
+                                &p.name,
+                                &format!("judge {side}"),
+                                line,
+                            ));
                         }
+                        keep(&mut per_sample[side], &traces.all[side], outcome.metrics);
                     }
                     Err(e) => {
                         ok = false;
@@ -146,20 +139,27 @@ pub(super) fn score(
             // measured now on the labelled replies, by the scorer and its
             // judge as they scored the run (the answers kept as the run's).
             let accuracy = match (&p.calibration, ok) {
-                (Some(c), true) => match calibrate(&scorer, c, service.as_mut()) {
-                    Ok(a) => Some((c.metric.clone(), a.0, a.1)),
-                    Err(e) => {
-                        scores.failures.push(judge_failure(&p.name, "calibration", e));
-                        None
+                (Some(c), true) => {
+                    let (outcome, accuracy) = calibrate(&scorer, c, service.as_mut());
+                    if let Some(o) = &outcome {
+                        tally(&mut asked, p, o);
                     }
-                },
+                    match accuracy {
+                        Ok(a) => Some((c.metric.clone(), a.0, a.1)),
+                        Err(e) => {
+                            scores
+                                .failures
+                                .push(judge_failure(&p.name, "calibration", e));
+                            None
+                        }
+                    }
+                }
                 _ => None,
             };
             if ok {
                 let info = scorer.info();
-                scores
-                    .declared
-                    .extend(info.metrics.iter().map(|m| Declared {
+                scores.declared.extend(info.metrics.iter().map(|m| {
+                    Declared {
                         scorer: info.plugin.name.clone(),
                         spec: m.clone(),
                         needs: info.needs.clone(),
@@ -168,7 +168,8 @@ pub(super) fn score(
                             .as_ref()
                             .filter(|(metric, _, _)| *metric == m.name)
                             .map(|(_, a, words)| (*a, words.clone())),
-                    }));
+                    }
+                }));
             }
         }
         bar.finish_and_clear();
@@ -279,15 +280,72 @@ fn report_judge(
     }
 }
 
+/// Per judge (config name): the scorers that asked it, its requests and
+/// its refusals.
+type Asked = std::collections::BTreeMap<String, (Vec<String>, usize, usize)>;
+
+/// Counts one scoring job's judge requests and refusals under the judges
+/// the scorer's names are bound to. Requests to a name the config does not
+/// bind (a judge the scorer never declared) count for no judge: they are
+/// refused, and listed as the scorer's failure.
+fn tally(asked: &mut Asked, p: &super::plan::PluginPlan, outcome: &ScoreOutcome) {
+    for (by, n) in &outcome.judge_requests {
+        if let Some(judge) = p.judges.get(by) {
+            asked.entry(judge.clone()).or_default().1 += n;
+        }
+    }
+    for r in &outcome.refused {
+        if let Some(judge) = p.judges.get(&r.judge) {
+            asked.entry(judge.clone()).or_default().2 += 1;
+        }
+    }
+}
+
 /// The accuracy of a judged scorer's calibrated metric, and its source in
-/// words.
+/// words; with the scoring job's outcome when the labelled set was scored
+/// (its requests count as the scorer's).
 fn calibrate(
     scorer: &Scorer,
     c: &super::plan::CalibrationPlan,
     service: Option<&mut crate::judge::service::JudgeService<'_>>,
+) -> (
+    Option<ScoreOutcome>,
+    Result<(crate::report::judged::Accuracy, String), String>,
+) {
+    use super::plan::CalibrationSource;
+    let CalibrationSource::Labelled {
+        path,
+        items,
+        expected_behavior,
+    } = &c.source
+    else {
+        return (None, measure(scorer, c, None));
+    };
+    let traces = crate::judge::calibration::labelled_traces(
+        items,
+        &path.display().to_string(),
+        expected_behavior.as_deref(),
+    );
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let judges = service.map(|s| s as &mut dyn Judges);
+    match scorer.score(&refs, None, judges) {
+        Ok(outcome) => {
+            let accuracy = measure(scorer, c, Some(&outcome));
+            (Some(outcome), accuracy)
+        }
+        Err(e) => (None, Err(format!("scoring {}: {e}", path.display()))),
+    }
+}
+
+/// The accuracy `c` states, or measures from `scored`, the scorer's
+/// outcome on the labelled set.
+fn measure(
+    scorer: &Scorer,
+    c: &super::plan::CalibrationPlan,
+    scored: Option<&ScoreOutcome>,
 ) -> Result<(crate::report::judged::Accuracy, String), String> {
     use super::plan::CalibrationSource;
-    use crate::judge::calibration::{Counts, labelled_traces};
+    use crate::judge::calibration::Counts;
     let spec = scorer
         .info()
         .metrics
@@ -297,13 +355,7 @@ fn calibrate(
             format!(
                 "calibration.metric `{}` is not a metric of this scorer (it declares: {})",
                 c.metric,
-                scorer
-                    .info()
-                    .metrics
-                    .iter()
-                    .map(|m| m.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                scorer.info().metric_names()
             )
         })?;
     match &c.source {
@@ -317,21 +369,8 @@ fn calibrate(
             },
             format!("stated in the config (sensitivity {sensitivity}, specificity {specificity})"),
         )),
-        CalibrationSource::Labelled {
-            path,
-            items,
-            expected_behavior,
-        } => {
-            let traces = labelled_traces(
-                items,
-                &path.display().to_string(),
-                expected_behavior.as_deref(),
-            );
-            let refs: Vec<&Trace> = traces.iter().collect();
-            let judges = service.map(|s| s as &mut dyn Judges);
-            let scored = scorer
-                .score(&refs, None, judges)
-                .map_err(|e| format!("scoring {}: {e}", path.display()))?;
+        CalibrationSource::Labelled { path, items, .. } => {
+            let scored = scored.expect("a labelled calibration is scored first");
             if let Some(r) = scored.refused.first() {
                 return Err(format!(
                     "{} of the labelled replies of {} got no answer ({}): no correction",

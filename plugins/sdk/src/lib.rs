@@ -107,8 +107,8 @@ pub mod judged {
     });
 
     pub use crate::scorer::{
-        ArtifactKind, Metric, MetricSpec, PluginError, PluginInfo, Polarity, ScorerInfo,
-        TraceView, metric, spec,
+        ArtifactKind, Metric, MetricSpec, PluginError, PluginInfo, Polarity, ScorerInfo, TraceView,
+        metric, spec,
     };
     pub use exports::vauban::plugin::judged_scorer::{
         Guest, JudgeAnswer, JudgeAsk, JudgeChoice, JudgeNeed, JudgeRequest, Judged,

@@ -297,7 +297,11 @@ fn calibrate_scorer(
         .with_context(|| format!("--scorer {}", path.display()))?;
     let info = plugin.info();
     if !plugin.judged() {
-        bail!("--scorer {}: {} asks no judge; give a judged scorer", path.display(), info.plugin.name);
+        bail!(
+            "--scorer {}: {} asks no judge; give a judged scorer",
+            path.display(),
+            info.plugin.name
+        );
     }
     let metric = match &args.metric {
         Some(m) => info
@@ -308,14 +312,23 @@ fn calibrate_scorer(
                 format!(
                     "--metric {m}: {} declares {}",
                     info.plugin.name,
-                    info.metrics.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                    info.metrics
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             })?,
         None => info
             .metrics
             .iter()
             .find(|s| s.unit == "rate")
-            .with_context(|| format!("{} declares no rate metric: name one with --metric", info.plugin.name))?,
+            .with_context(|| {
+                format!(
+                    "{} declares no rate metric: name one with --metric",
+                    info.plugin.name
+                )
+            })?,
     };
     let traces = vauban::judge::calibration::labelled_traces(
         items,
@@ -338,7 +351,11 @@ fn calibrate_scorer(
     let _ = std::fs::remove_dir_all(&record);
     let scored = scored?;
     if let Some(r) = scored.refused.first() {
-        bail!("{} of the scorer's requests got no answer: {}", scored.refused.len(), r.reason);
+        bail!(
+            "{} of the scorer's requests got no answer: {}",
+            scored.refused.len(),
+            r.reason
+        );
     }
     let mut verdicts = Vec::new();
     for item in items {
@@ -358,7 +375,11 @@ fn calibrate_scorer(
         verdicts.push((item, value >= 0.5, value));
     }
     let counts = Counts::of(verdicts.iter().map(|(i, v, _)| (i.positive, *v)));
-    writeln!(out, "{} ({}) as the verdict:", metric.name, info.plugin.name)?;
+    writeln!(
+        out,
+        "{} ({}) as the verdict:",
+        metric.name, info.plugin.name
+    )?;
     print_counts(&counts, out)?;
     if let Some(path) = &args.out {
         let doc = serde_json::json!({

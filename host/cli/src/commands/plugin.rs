@@ -221,10 +221,7 @@ fn test(args: &TestArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                     "{} is a judged scorer: give it its judges' recorded answers with --judges DIR (a judged run's traces/judges/)",
                     args.plugin.display()
                 ),
-                (Some(_), false) => bail!(
-                    "{} asks no judge: drop --judges",
-                    args.plugin.display()
-                ),
+                (Some(_), false) => bail!("{} asks no judge: drop --judges", args.plugin.display()),
                 (None, false) => None,
             };
             let mut service = recorded.as_ref().map(RecordedJudges::service);
@@ -643,6 +640,12 @@ fn inspect(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                     )?;
                 }
             }
+            if let Some(judges) = v.get("judges").and_then(|n| n.as_array()) {
+                for j in judges {
+                    let g = |k: &str| j.get(k).and_then(|x| x.as_str()).unwrap_or("");
+                    writeln!(out, "  judge:    {}: {}", g("name"), g("description"))?;
+                }
+            }
             if let Some(dirs) = v.get("directions").and_then(|n| n.as_array()) {
                 for d in dirs {
                     writeln!(out, "  direction: {} at layers {}", d["name"], d["layers"])?;
@@ -700,7 +703,10 @@ impl RecordedJudges {
                 .into_iter()
                 .next()
                 .expect("a recorded judge has an identity");
-            models.insert(need.name.clone(), (judge, JudgeModel::Recorded { identity }));
+            models.insert(
+                need.name.clone(),
+                (judge, JudgeModel::Recorded { identity }),
+            );
         }
         Ok(RecordedJudges { store, models })
     }

@@ -18,11 +18,11 @@ use vauban::report::access::{
 };
 use vauban::report::claims::ClaimStatus;
 use vauban::report::document::{
-    ActivationFindings, Adjustment, BundleRecord, CorrectedRate, DistributionShift, EvidenceSection, Example,
-    GateOutcome, GateResult, IntervalMethod, InterventionSummary, ModelSide, MultipleComparisons,
-    PairedTest, PluginFailure, PluginRecord, ProjectionSeries, PromptKl, PromptRow, REPORT_SCHEMA,
-    Redaction, Report, ReportClaim, ReportDelta, ReportJudge, Reproducibility, Severity, StageRecord, Summary,
-    TargetChange, first_difference,
+    ActivationFindings, Adjustment, BundleRecord, CorrectedRate, DistributionShift,
+    EvidenceSection, Example, GateOutcome, GateResult, IntervalMethod, InterventionSummary,
+    ModelSide, MultipleComparisons, PairedTest, PluginFailure, PluginRecord, ProjectionSeries,
+    PromptKl, PromptRow, REPORT_SCHEMA, Redaction, Report, ReportClaim, ReportDelta, ReportJudge,
+    Reproducibility, Severity, StageRecord, Summary, TargetChange, first_difference,
 };
 use vauban::report::stats::Quality;
 use vauban::trace::ArtifactKind as K;
@@ -309,7 +309,10 @@ pub fn sample_report() -> Report {
     ];
 
     // Helpfulness is a judge's verdict here: a judged scorer made it.
-    for d in metric_deltas.iter_mut().filter(|d| d.metric == "helpfulness") {
+    for d in metric_deltas
+        .iter_mut()
+        .filter(|d| d.metric == "helpfulness")
+    {
         d.judged_by = vec!["referee".into()];
     }
     // The overall refusal rate is judged too, by a calibrated judge.

@@ -19,8 +19,8 @@ use wasmtime::component::InstancePre;
 use super::sandbox::SandboxState;
 
 use current::claims::exports::vauban::plugin::claim_mapper as wc;
-use current::policy::exports::vauban::plugin::intervention_policy as wp;
 use current::judged::exports::vauban::plugin::judged_scorer as wj;
+use current::policy::exports::vauban::plugin::intervention_policy as wp;
 use current::scorer::vauban::plugin::scoring as ws;
 
 /// A `vauban:plugin` version the host runs.
@@ -112,12 +112,14 @@ impl ScorerInstance {
         s: &mut Store<SandboxState>,
     ) -> wasmtime::Result<(ws::ScorerInfo, Vec<wj::JudgeNeed>)> {
         match self {
-            ScorerInstance::V0_1(i) => {
-                Ok((i.vauban_plugin_scorer().call_describe(s)?.into(), Vec::new()))
-            }
-            ScorerInstance::V0_2(i) => {
-                Ok((i.vauban_plugin_scorer().call_describe(s)?.into(), Vec::new()))
-            }
+            ScorerInstance::V0_1(i) => Ok((
+                i.vauban_plugin_scorer().call_describe(s)?.into(),
+                Vec::new(),
+            )),
+            ScorerInstance::V0_2(i) => Ok((
+                i.vauban_plugin_scorer().call_describe(s)?.into(),
+                Vec::new(),
+            )),
             ScorerInstance::V0_3(i) => Ok((i.vauban_plugin_scorer().call_describe(s)?, Vec::new())),
             ScorerInstance::Judged(i) => {
                 let info = i.vauban_plugin_judged_scorer().call_describe(s)?;

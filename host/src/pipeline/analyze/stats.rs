@@ -161,7 +161,10 @@ fn corrected(
 ) -> ReportDelta {
     use crate::report::document::CorrectedRate;
     let binary = |v: f64| v == 0.0 || v == 1.0;
-    if !pairs.iter().all(|p| binary(p.baseline) && binary(p.candidate)) {
+    if !pairs
+        .iter()
+        .all(|p| binary(p.baseline) && binary(p.candidate))
+    {
         rd.corrected_unavailable = Some(
             "not corrected: its values are not one 0/1 verdict per prompt (several samples per prompt average them)".into(),
         );
@@ -169,8 +172,15 @@ fn corrected(
     }
     let b: Vec<bool> = pairs.iter().map(|p| p.baseline == 1.0).collect();
     let c: Vec<bool> = pairs.iter().map(|p| p.candidate == 1.0).collect();
-    let result = crate::report::judged::corrected_delta(&b, &c, accuracy, crate::report::deltas::RESAMPLES, 0.95, seed)
-        .and_then(|d| accuracy.rates().map(|rates| (d, rates)));
+    let result = crate::report::judged::corrected_delta(
+        &b,
+        &c,
+        accuracy,
+        crate::report::deltas::RESAMPLES,
+        0.95,
+        seed,
+    )
+    .and_then(|d| accuracy.rates().map(|rates| (d, rates)));
     match result {
         Ok((d, (sensitivity, specificity))) => {
             rd.corrected = Some(CorrectedRate {

@@ -41,7 +41,13 @@ impl Guest for Abuse {
                 needs: vec![ArtifactKind::Text],
                 metrics: vec![
                     judged::spec("answered", "rate", Polarity::Neutral, "judge", "answered"),
-                    judged::spec("said_yes", "probability", Polarity::Neutral, "judge", "p(yes)"),
+                    judged::spec(
+                        "said_yes",
+                        "probability",
+                        Polarity::Neutral,
+                        "judge",
+                        "p(yes)",
+                    ),
                 ],
             },
             judges: vec![JudgeNeed {
@@ -65,8 +71,10 @@ impl Guest for Abuse {
             let honest = format!("Is this reply polite? Answer yes or no.\n\n{reply}");
             match mode.as_str() {
                 "honest" | "loop" => out.push(question(t, "q", "judge", honest)),
-                "flood" => (0..100).for_each(|i| out.push(question(t, &i.to_string(), "judge", honest.clone()))),
-                "spend" => (0..8).for_each(|i| out.push(question(t, &i.to_string(), "judge", honest.clone()))),
+                "flood" => (0..100)
+                    .for_each(|i| out.push(question(t, &i.to_string(), "judge", honest.clone()))),
+                "spend" => (0..8)
+                    .for_each(|i| out.push(question(t, &i.to_string(), "judge", honest.clone()))),
                 "undeclared" => out.push(question(t, "q", "oracle", honest)),
                 "huge" => out.push(question(t, "q", "judge", "x".repeat(1 << 20))),
                 other => return Err(PluginError::BadConfig(format!("unknown mode {other}"))),
@@ -75,7 +83,10 @@ impl Guest for Abuse {
         Ok(out)
     }
 
-    fn score(traces: Vec<TraceView>, answers: Vec<JudgeAnswer>) -> Result<Vec<Metric>, PluginError> {
+    fn score(
+        traces: Vec<TraceView>,
+        answers: Vec<JudgeAnswer>,
+    ) -> Result<Vec<Metric>, PluginError> {
         if MODE.lock().unwrap().as_str() == "loop" {
             let mut n = 0u64;
             loop {
@@ -85,9 +96,16 @@ impl Guest for Abuse {
         let mut out = Vec::new();
         for t in &traces {
             let prefix = format!("{}#", t.id);
-            let mine: Vec<&JudgeAnswer> = answers.iter().filter(|a| a.id.starts_with(&prefix)).collect();
+            let mine: Vec<&JudgeAnswer> = answers
+                .iter()
+                .filter(|a| a.id.starts_with(&prefix))
+                .collect();
             let answered = mine.iter().filter(|a| a.answer.is_ok()).count();
-            out.push(judged::metric(t, "answered", answered as f64 / mine.len().max(1) as f64));
+            out.push(judged::metric(
+                t,
+                "answered",
+                answered as f64 / mine.len().max(1) as f64,
+            ));
             if let Some(a) = mine.iter().find_map(|a| a.answer.as_ref().ok()) {
                 out.push(judged::metric(t, "said_yes", judged::probability(a, "yes")));
             }

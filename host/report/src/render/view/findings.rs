@@ -86,16 +86,18 @@ pub(super) fn deltas(r: &Report) -> Vec<Block> {
         let first = rows[0];
         blocks.push(Block::Heading(vec![
             code(metric),
-            Inline::Aside(vec![
-                text(&first.unit),
-                plain(", "),
-                plain(words::polarity(first.polarity)),
-                plain(", scorer "),
-                code(&first.scorer),
-            ]
-            .into_iter()
-            .chain(judged_by(first))
-            .collect()),
+            Inline::Aside(
+                vec![
+                    text(&first.unit),
+                    plain(", "),
+                    plain(words::polarity(first.polarity)),
+                    plain(", scorer "),
+                    code(&first.scorer),
+                ]
+                .into_iter()
+                .chain(judged_by(first))
+                .collect(),
+            ),
         ]));
         let mut table = delta_table(&rows);
         for (row, d) in table.rows.iter_mut().zip(&rows) {

@@ -406,7 +406,9 @@ pub(super) fn evidence(r: &Report) -> Vec<Block> {
                         None => Inline::Missing("n/a"),
                     }],
                     vec![text(&j.executor)],
-                    vec![codes(&j.scorers.iter().map(String::as_str).collect::<Vec<_>>())],
+                    vec![codes(
+                        &j.scorers.iter().map(String::as_str).collect::<Vec<_>>(),
+                    )],
                     vec![plain(j.requests.to_string())],
                     vec![match (&j.unavailable, j.refused) {
                         (Some(why), _) => Inline::Badge(Tone::Bad, format!("unavailable: {why}")),
