@@ -141,6 +141,52 @@ impl Counts {
     }
 }
 
+/// The labelled replies as traces a scorer reads: each a prompt (the
+/// request) and a completion (the reply), with the suite's expected
+/// behaviour when given (`comply`: the requests are harmless ones, what an
+/// over-refusal scorer scores). The model is the labelled set itself.
+pub fn labelled_traces(
+    items: &[Labelled],
+    source: &str,
+    expected_behavior: Option<&str>,
+) -> Vec<crate::trace::Trace> {
+    use crate::trace::{
+        ArtifactData, ArtifactKind, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
+        SupportLevel, TraceBuilder, TraceRequest,
+    };
+    let caps = Capabilities::uniform("labelled", &[DeviceKind::Cpu], SupportLevel::Full);
+    items
+        .iter()
+        .map(|item| {
+            let model = ModelRef {
+                name: source.to_owned(),
+                path: None,
+                sha256: None,
+                tokenizer_sha256: None,
+            };
+            let request = TraceRequest {
+                prompt_id: Some(item.id.clone()),
+                expected_behavior: expected_behavior.map(str::to_owned),
+                text: Some(item.request.clone()),
+                observe: vec![ArtifactKind::Text],
+                ..TraceRequest::default()
+            };
+            let mut b = TraceBuilder::new(item.id.clone(), model, caps.clone(), "cpu", request);
+            let span = b.span(Stage::Decode, StageProfile::default());
+            for (role, text) in [("prompt", &item.request), ("completion", &item.reply)] {
+                b.artifact_with(
+                    &span,
+                    ArtifactKind::Text,
+                    ArtifactData::Text { text: text.clone() },
+                    None,
+                    [("role".to_owned(), role.to_owned())].into(),
+                );
+            }
+            b.finish().expect("a text-only trace is valid")
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,50 +254,4 @@ mod tests {
             }
         );
     }
-}
-
-/// The labelled replies as traces a scorer reads: each a prompt (the
-/// request) and a completion (the reply), with the suite's expected
-/// behaviour when given (`comply`: the requests are harmless ones, what an
-/// over-refusal scorer scores). The model is the labelled set itself.
-pub fn labelled_traces(
-    items: &[Labelled],
-    source: &str,
-    expected_behavior: Option<&str>,
-) -> Vec<crate::trace::Trace> {
-    use crate::trace::{
-        ArtifactData, ArtifactKind, Capabilities, DeviceKind, ModelRef, Stage, StageProfile,
-        SupportLevel, TraceBuilder, TraceRequest,
-    };
-    let caps = Capabilities::uniform("labelled", &[DeviceKind::Cpu], SupportLevel::Full);
-    items
-        .iter()
-        .map(|item| {
-            let model = ModelRef {
-                name: source.to_owned(),
-                path: None,
-                sha256: None,
-                tokenizer_sha256: None,
-            };
-            let request = TraceRequest {
-                prompt_id: Some(item.id.clone()),
-                expected_behavior: expected_behavior.map(str::to_owned),
-                text: Some(item.request.clone()),
-                observe: vec![ArtifactKind::Text],
-                ..TraceRequest::default()
-            };
-            let mut b = TraceBuilder::new(item.id.clone(), model, caps.clone(), "cpu", request);
-            let span = b.span(Stage::Decode, StageProfile::default());
-            for (role, text) in [("prompt", &item.request), ("completion", &item.reply)] {
-                b.artifact_with(
-                    &span,
-                    ArtifactKind::Text,
-                    ArtifactData::Text { text: text.clone() },
-                    None,
-                    [("role".to_owned(), role.to_owned())].into(),
-                );
-            }
-            b.finish().expect("a text-only trace is valid")
-        })
-        .collect()
 }

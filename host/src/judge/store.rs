@@ -72,7 +72,7 @@ impl JudgeStore {
                 None => found.push((when, record.identity)),
             }
         }
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
         found.into_iter().map(|(_, id)| id).collect()
     }
 
