@@ -28,6 +28,7 @@ pub mod config;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod interrupt;
+pub mod import;
 pub mod judge;
 pub mod measure;
 pub mod pipeline;

@@ -3,6 +3,7 @@
 //! prints them and exits non-zero.
 
 mod adapter;
+mod import;
 mod inspect;
 mod judge;
 mod measure;
@@ -81,6 +82,10 @@ pub enum Command {
     /// Change a model's weights and export the result.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Import another tool's eval log as a trace bundle (`inspect`), for
+    /// `vauban diff` to compare.
+    #[command(subcommand)]
+    Import(import::ImportCommand),
     /// Judges: ask a model a judge's question (`ask`: a closed set's
     /// probabilities or a short generation), or measure its accuracy on
     /// labelled replies (`calibrate`).
@@ -250,6 +255,7 @@ impl Cli {
             Command::Model(ModelCommand::Lora(args)) => adapter::extract(args, out),
             Command::Measure(args) => measure::run(args, out),
             Command::Judge(command) => judge::run(command, out),
+            Command::Import(command) => import::run(command, out),
             Command::Plugin(command) => plugin::run(command, out),
             Command::Schema(args) => {
                 let schema = match args.which {

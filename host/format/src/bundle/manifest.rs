@@ -36,6 +36,50 @@ pub struct Manifest {
     pub traces: Vec<TraceEntry>,
     /// Every file of the bundle but the manifest, by path relative to the root.
     pub files: BTreeMap<String, FileEntry>,
+    /// Where the traces come from when another tool ran the eval
+    /// (`vauban import`); none for vauban's own runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<ImportedFrom>,
+}
+
+/// The log a bundle was imported from, and what of it did not become a
+/// trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportedFrom {
+    /// The tool that ran the eval (`inspect`, `lm-eval`, `promptfoo`).
+    pub tool: String,
+    /// Its version, as the log records it (none when it does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_version: Option<String>,
+    /// The log's format version, as the log records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<String>,
+    /// The log file, as given to `vauban import`.
+    pub file: String,
+    /// sha256 of the log file, lowercase hex.
+    pub sha256: String,
+    /// The task or eval the log is of.
+    pub task: String,
+    /// The model, as the log names it.
+    pub model: String,
+    /// Samples of the log (each epoch or repeat counted) that became no
+    /// trace, with the reason (an error, no output).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<ImportMissing>,
+}
+
+/// A sample of an imported log that is not in the bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportMissing {
+    /// The sample's id in the log.
+    pub sample: String,
+    /// Its epoch or repeat (1-based), when the log has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u32>,
+    /// Why it is not a trace.
+    pub reason: String,
 }
 
 /// The tool that wrote a bundle.

@@ -20,8 +20,8 @@ mod write;
 
 pub use error::BundleError;
 pub use manifest::{
-    FileEntry, MANIFEST_FILE, Manifest, PluginRef, SCHEMA_VERSION, TensorFileEntry, ToolRef,
-    TraceEntry,
+    FileEntry, ImportMissing, ImportedFrom, MANIFEST_FILE, Manifest, PluginRef, SCHEMA_VERSION,
+    TensorFileEntry, ToolRef, TraceEntry,
 };
 pub use read::{Bundle, Verified};
 pub use write::{BundleWriter, WriteMode};

@@ -43,6 +43,7 @@ pub struct BundleWriter {
     traces: Vec<TraceEntry>,
     trace_ids: HashSet<String>,
     files: BTreeMap<String, FileEntry>,
+    imported: Option<super::manifest::ImportedFrom>,
     finished: bool,
 }
 
@@ -74,6 +75,7 @@ impl BundleWriter {
             traces: Vec::new(),
             trace_ids: HashSet::new(),
             files: BTreeMap::new(),
+            imported: None,
             finished: false,
         })
     }
@@ -81,6 +83,11 @@ impl BundleWriter {
     /// Sets the creation time recorded in the manifest (for reproducible fixtures).
     pub fn created_at(&mut self, at: DateTime<Utc>) {
         self.created_at = at;
+    }
+
+    /// Records the log the traces were imported from.
+    pub fn imported(&mut self, from: super::manifest::ImportedFrom) {
+        self.imported = Some(from);
     }
 
     /// Records a plugin whose output the bundle holds.
@@ -186,6 +193,7 @@ impl BundleWriter {
             plugins: self.plugins.clone(),
             traces: self.traces.clone(),
             files: self.files.clone(),
+            imported: self.imported.clone(),
         };
         let json = serde_json::to_vec_pretty(&manifest).expect("a manifest always serialises");
         let path = self.staging.join(MANIFEST_FILE);
