@@ -50,4 +50,7 @@ if [ "$all" = 1 ]; then
   # transformers on PyTorch, the reference every model family is checked
   # against (host/cli/tests/families.rs; a venv cached by version).
   bash "$here/setup-reference.sh" >/dev/null
+  # Inspect, whose logs `vauban import inspect` reads: the tests run a task
+  # with it against `vauban serve` (a venv cached by version).
+  bash "$here/setup-inspect.sh" >/dev/null
 fi

@@ -16,6 +16,7 @@ pub mod plan;
 mod plugins;
 pub mod progress;
 pub mod record;
+mod recorded;
 mod report;
 mod score;
 pub mod sides;
@@ -31,6 +32,7 @@ use crate::report::document::{Report, StageRecord};
 
 pub use plan::Plan;
 pub use plugins::check_plugins;
+pub use recorded::write_diff_config;
 pub use sides::{SideName, Sides};
 pub use validate::probe_endpoints;
 

@@ -269,7 +269,12 @@ impl Plan {
         let judges = check.judges()?;
         let scorers = check.plugins("scorers", &config.scorers)?;
         let claim_mappers = check.plugins("claim_mappers", &config.claim_mappers)?;
-        if scorers.is_empty() {
+        // Recordings may hold their own scores (an imported eval's), which
+        // the report compares without a scorer.
+        let recorded = replay
+            || (baseline.backend == ExecutorKind::Replay
+                && candidate.backend == ExecutorKind::Replay);
+        if scorers.is_empty() && !recorded {
             return Err(at(
                 "scorers",
                 "no scorers: add at least one `[[scorers]]` (e.g. `plugin = \"refusal\"`)".into(),

@@ -282,7 +282,14 @@ fn limitations(
     }
     for side in SideName::BOTH {
         let g = &plan.side(side).generation;
+        let imported = plan.side(side).backend == crate::config::file::ExecutorKind::Replay
+            && g.samples > 1
+            && g.temperature == 0.0;
         limitations.push(match (g.temperature == 0.0, samples[side]) {
+            // An imported log's epochs: the decoding is the other tool's.
+            (true, s) if imported && s > 1 => format!(
+                "{side}: {s} recorded samples (epochs) per prompt, decoded as the log's tool decoded them; each metric is averaged over a prompt's samples before the paired tests"
+            ),
             (true, _) => format!(
                 "{side}: greedy decoding, one completion per prompt, so its sampling variability is not measured"
             ),

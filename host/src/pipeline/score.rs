@@ -173,6 +173,7 @@ pub(super) fn score(
             }
         }
         bar.finish_and_clear();
+        recorded(traces, &mut per_sample, &mut scores.declared);
         let record = run_judges.dir().display().to_string();
         scores.judges = run_judges
             .uses()
@@ -410,5 +411,62 @@ fn measure(
                 ),
             ))
         }
+    }
+}
+
+/// The metrics the traces themselves hold (an imported eval's own scores,
+/// `vauban import`): each metric both sides recorded is compared like a
+/// scorer's, under the scorer the traces name (`inspect:match`). They rest
+/// on the text the tool scored.
+fn recorded(traces: &SuiteTraces<'_>, per_sample: &mut Sides<Samples>, declared: &mut Vec<Declared>) {
+    use crate::plugin::scorer::{MetricSpec, Polarity};
+    use crate::trace::{ArtifactData, ArtifactKind as K};
+    // name → (scorer, unit, sides that hold it)
+    let mut seen: Vec<(String, String, Option<String>, [bool; 2])> = Vec::new();
+    for (i, side) in SideName::BOTH.into_iter().enumerate() {
+        for t in &traces.all[side] {
+            let prompt = t.request.prompt_id.clone().unwrap_or_else(|| t.id.clone());
+            for a in t.artifacts_of(K::Metric) {
+                let ArtifactData::Scalar { name, value, unit } = &a.data else {
+                    continue;
+                };
+                // A metric a plugin also declares is the plugin's.
+                if declared.iter().any(|d| &d.spec.name == name) {
+                    continue;
+                }
+                per_sample[side]
+                    .entry((prompt.clone(), name.clone()))
+                    .or_default()
+                    .push(*value);
+                let scorer = a.labels.get("scorer").cloned().unwrap_or_else(|| "recorded".into());
+                match seen.iter_mut().find(|s| &s.0 == name) {
+                    Some(s) => s.3[i] = true,
+                    None => {
+                        let mut sides = [false; 2];
+                        sides[i] = true;
+                        seen.push((name.clone(), scorer, unit.clone(), sides));
+                    }
+                }
+            }
+        }
+    }
+    for (name, scorer, unit, sides) in seen {
+        if sides != [true, true] {
+            continue;
+        }
+        let tool = name.split('.').next().unwrap_or("recorded").to_owned();
+        declared.push(Declared {
+            scorer: format!("{tool}:{scorer}"),
+            spec: MetricSpec {
+                description: format!("{tool}'s scorer `{scorer}`, as its log recorded it"),
+                name,
+                unit: unit.unwrap_or_else(|| "score".into()),
+                polarity: Polarity::Neutral,
+                family: "recorded".into(),
+            },
+            needs: vec![K::Text, K::Metric],
+            judged_by: Vec::new(),
+            accuracy: None,
+        });
     }
 }

@@ -27,9 +27,12 @@ pub struct DiffArgs {
     pub baseline: PathBuf,
     /// The candidate's trace bundle (same prompts, same ids).
     pub candidate: PathBuf,
-    /// The config naming the suite, scorers, claim mappers, gates and report settings.
+    /// The config naming the suite, scorers, claim mappers, gates and
+    /// report settings. Without it: every prompt the bundles hold, the
+    /// metrics they recorded (an imported eval's scores), the default
+    /// claim mapper, the config written to OUT/diff.toml.
     #[arg(long)]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// The output folder (default: the config's `output`).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -109,9 +112,18 @@ pub(crate) fn stop_between_prompts_on_ctrl_c() {
     }
 }
 
-/// `vauban diff BASELINE CANDIDATE --config CONFIG`.
+/// `vauban diff BASELINE CANDIDATE [--config CONFIG]`.
 pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let mut plan = Plan::from_file(&args.config, args.out.as_deref(), true)?;
+    let config = match &args.config {
+        Some(c) => c.clone(),
+        None => {
+            let dir = args.out.clone().unwrap_or_else(|| PathBuf::from("out/diff"));
+            let path = vauban::pipeline::write_diff_config(&args.baseline, &args.candidate, &dir)?;
+            writeln!(out, "wrote {} (the comparison's config; edit it and pass it with --config)", path.display())?;
+            path
+        }
+    };
+    let mut plan = Plan::from_file(&config, args.out.as_deref(), true)?;
     // `diff` is `run` with both sides replayed from their bundles.
     plan.baseline.replay(args.baseline.clone());
     plan.candidate.replay(args.candidate.clone());
@@ -133,6 +145,11 @@ pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             .unwrap_or(std::path::Path::new("."))
             .join("judges"),
     });
+    // Imported logs pair by sample id; the unpaired are stated, not matched.
+    plan.pair_imported()?;
+    for w in &plan.warnings {
+        tracing::warn!("{w}");
+    }
     stop_between_prompts_on_ctrl_c();
     finish(pipeline::run(&plan, &command_line())?, out)
 }
