@@ -27,8 +27,8 @@ pub use vauban_report as report;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzz_targets;
-pub mod interrupt;
 pub mod import;
+pub mod interrupt;
 pub mod judge;
 pub mod measure;
 pub mod pipeline;

@@ -44,7 +44,8 @@ pub fn read(path: &Path) -> Result<Imported, ImportError> {
     let (header, samples) = if bytes.starts_with(b"PK\x03\x04") {
         read_archive(path, &bytes)?
     } else if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-        let text = std::str::from_utf8(&bytes).map_err(|e| format(format!("not UTF-8 JSON: {e}")))?;
+        let text =
+            std::str::from_utf8(&bytes).map_err(|e| format(format!("not UTF-8 JSON: {e}")))?;
         let mut log = parse_python_json(text).map_err(|e| format(format!("not JSON: {e}")))?;
         let samples = match log.get_mut("samples").map(Value::take) {
             Some(Value::Array(s)) => s,
@@ -78,8 +79,11 @@ fn read_archive(path: &Path, bytes: &[u8]) -> Result<(Value, Vec<Value>), Import
         path: path.to_path_buf(),
         problem,
     };
-    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-        .map_err(|e| format(format!("not a readable .eval archive (a truncated file?): {e}")))?;
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| {
+        format(format!(
+            "not a readable .eval archive (a truncated file?): {e}"
+        ))
+    })?;
     // Members by name, the last of a name winning (a re-logged sample).
     let mut members: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..zip.len() {
@@ -113,7 +117,10 @@ fn read_archive(path: &Path, bytes: &[u8]) -> Result<(Value, Vec<Value>), Import
     };
     // `header.json` is written last; a run still going or crashed has only
     // `_journal/start.json`.
-    let header = match (members.get("header.json"), members.get("_journal/start.json")) {
+    let header = match (
+        members.get("header.json"),
+        members.get("_journal/start.json"),
+    ) {
         (Some(&i), _) => member(i)?,
         (None, Some(&i)) => {
             let mut start = member(i)?;
@@ -122,7 +129,8 @@ fn read_archive(path: &Path, bytes: &[u8]) -> Result<(Value, Vec<Value>), Import
         }
         (None, None) => {
             return Err(format(
-                "an archive without header.json or _journal/start.json: not an Inspect .eval log".into(),
+                "an archive without header.json or _journal/start.json: not an Inspect .eval log"
+                    .into(),
             ));
         }
     };
@@ -146,9 +154,12 @@ fn header_facts(path: &Path, header: &Value, sha256: String) -> Result<ImportedF
         .filter(|e| e.is_object())
         .ok_or_else(|| format("no `eval` in the header: not an Inspect log".into()))?;
     let tool_version = eval["packages"]["inspect_ai"].as_str().map(str::to_owned);
-    let version = header.get("version").and_then(Value::as_u64).ok_or_else(|| {
-        format("the header has no log format `version`: not an Inspect log".into())
-    })?;
+    let version = header
+        .get("version")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            format("the header has no log format `version`: not an Inspect log".into())
+        })?;
     if !FORMAT_VERSIONS.contains(&version) {
         return Err(format(format!(
             "Inspect log format version {version} (written by inspect_ai {}); this vauban reads version {}: import it with a vauban that knows it, or convert it with `inspect log convert`",
@@ -197,9 +208,11 @@ fn sample(path: &Path, raw: &Value, into: &mut Imported) -> Result<(), ImportErr
         .ok_or_else(|| bad(format!("epoch {} is not a positive integer", raw["epoch"])))?;
     if let Some(e) = raw.get("error").filter(|e| !e.is_null()) {
         let message = e["message"].as_str().or(e.as_str()).unwrap_or("an error");
-        into.from
-            .missing
-            .push(missing(&id, Some(epoch), format!("the sample errored: {message}")));
+        into.from.missing.push(missing(
+            &id,
+            Some(epoch),
+            format!("the sample errored: {message}"),
+        ));
         return Ok(());
     }
     let input = render_input(&raw["input"]).map_err(&bad)?;
@@ -252,7 +265,9 @@ fn render_input(input: &Value) -> Result<String, String> {
                 .collect();
             Ok(lines.join("\n"))
         }
-        other => Err(format!("its input is {other}, not a string or a list of messages")),
+        other => Err(format!(
+            "its input is {other}, not a string or a list of messages"
+        )),
     }
 }
 
@@ -361,7 +376,10 @@ mod tests {
         let mut out = Vec::new();
         scores_of("multi", &json!({"exact": "I", "partial": "P"}), &mut out);
         let got: Vec<(&str, f64)> = out.iter().map(|s| (s.metric.as_str(), s.value)).collect();
-        assert_eq!(got, [("inspect.multi.exact", 0.0), ("inspect.multi.partial", 0.5)]);
+        assert_eq!(
+            got,
+            [("inspect.multi.exact", 0.0), ("inspect.multi.partial", 0.5)]
+        );
     }
 
     #[test]

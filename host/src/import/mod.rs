@@ -109,7 +109,8 @@ pub fn write_bundle(imported: &Imported, out: &Path) -> Result<Written, ImportEr
             },
         });
     }
-    let mut writer = BundleWriter::create(out, WriteMode::CreateNew).map_err(|e| bad(e.to_string()))?;
+    let mut writer =
+        BundleWriter::create(out, WriteMode::CreateNew).map_err(|e| bad(e.to_string()))?;
     writer.imported(from.clone());
     let logprobs = imported.samples.iter().all(|s| s.logprobs.is_some());
     let caps = capabilities(&from.tool, logprobs);
@@ -314,8 +315,10 @@ mod tests {
 
     #[test]
     fn python_json_keeps_strings_and_nulls_its_non_finite_numbers() {
-        let v = parse_python_json(r#"{"a": NaN, "b": [Infinity, -Infinity, 1.5], "c": "NaN \"Infinity\""}"#)
-            .unwrap();
+        let v = parse_python_json(
+            r#"{"a": NaN, "b": [Infinity, -Infinity, 1.5], "c": "NaN \"Infinity\""}"#,
+        )
+        .unwrap();
         assert!(v["a"].is_null());
         assert_eq!(v["b"], serde_json::json!([null, null, 1.5]));
         assert_eq!(v["c"], "NaN \"Infinity\"");
@@ -324,7 +327,10 @@ mod tests {
     #[test]
     fn metric_names_are_what_a_metric_name_may_hold() {
         assert_eq!(metric_name("inspect", &["match"]), "inspect.match");
-        assert_eq!(metric_name("inspect", &["Multi", "exact-Match"]), "inspect.multi.exact_match");
+        assert_eq!(
+            metric_name("inspect", &["Multi", "exact-Match"]),
+            "inspect.multi.exact_match"
+        );
         assert_eq!(metric_name("inspect", &["a/b c"]), "inspect.a_b_c");
     }
 }

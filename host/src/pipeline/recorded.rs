@@ -25,6 +25,8 @@ use crate::config::file::ExecutorKind;
 struct Held {
     imported: bool,
     task: Option<String>,
+    /// Samples the log held that became no trace, and why.
+    left_out: Vec<String>,
     prompts: BTreeMap<String, (Option<String>, usize)>,
 }
 
@@ -42,6 +44,17 @@ fn held(path: &Path) -> anyhow::Result<Held> {
     Ok(Held {
         imported: imported.is_some(),
         task: imported.map(|i| i.task.clone()),
+        left_out: imported
+            .map(|i| {
+                i.missing
+                    .iter()
+                    .map(|m| match m.epoch {
+                        Some(e) => format!("{} (epoch {e}): {}", m.sample, m.reason),
+                        None => format!("{}: {}", m.sample, m.reason),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         prompts,
     })
 }
@@ -69,11 +82,21 @@ impl Plan {
                 "the two logs are of different tasks (`{a}` and `{b}`): their samples are paired by id all the same; check that the ids mean the same prompts"
             ));
         }
+        for (name, h) in [(SideName::Baseline, &base), (SideName::Candidate, &cand)] {
+            if let Some(first) = h.left_out.first() {
+                self.warnings.push(format!(
+                    "the {name} log's {} sample(s) that became no trace (the first: {first}) are not compared",
+                    h.left_out.len()
+                ));
+            }
+        }
         let mut kept = Vec::new();
         let (mut one_sided, mut differing) = (Vec::new(), Vec::new());
         for p in &self.suite.prompts {
             match (base.prompts.get(&p.id), cand.prompts.get(&p.id)) {
-                (Some((bt, _)), Some((ct, _))) if bt == ct && bt.as_deref().is_none_or(|t| t == p.text) => {
+                (Some((bt, _)), Some((ct, _)))
+                    if bt == ct && bt.as_deref().is_none_or(|t| t == p.text) =>
+                {
                     kept.push(p.clone())
                 }
                 (Some(_), Some(_)) => differing.push(p.id.clone()),
@@ -146,7 +169,8 @@ pub fn write_diff_config(baseline: &Path, candidate: &Path, dir: &Path) -> anyho
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| fallback.display().to_string())
     };
-    let cand_bundle = Bundle::open(&cand).with_context(|| format!("cannot open {}", cand.display()))?;
+    let cand_bundle =
+        Bundle::open(&cand).with_context(|| format!("cannot open {}", cand.display()))?;
     let mut prompts = toml::value::Array::new();
     let mut seen = std::collections::BTreeSet::new();
     for t in bundle.traces() {
@@ -156,7 +180,10 @@ pub fn write_diff_config(baseline: &Path, candidate: &Path, dir: &Path) -> anyho
         }
         let mut p = toml::Table::new();
         p.insert("id".into(), id.into());
-        p.insert("text".into(), t.request.text.clone().unwrap_or_default().into());
+        p.insert(
+            "text".into(),
+            t.request.text.clone().unwrap_or_default().into(),
+        );
         if let Some(c) = &t.request.category {
             p.insert("category".into(), c.clone().into());
         }
@@ -178,7 +205,10 @@ pub fn write_diff_config(baseline: &Path, candidate: &Path, dir: &Path) -> anyho
     config.insert("candidate".into(), side(&cand, label(&cand_bundle, &cand)));
     let mut mapper = toml::Table::new();
     mapper.insert("plugin".into(), "claims-default".into());
-    config.insert("claim_mappers".into(), toml::Value::Array(vec![mapper.into()]));
+    config.insert(
+        "claim_mappers".into(),
+        toml::Value::Array(vec![mapper.into()]),
+    );
     let mut report = toml::Table::new();
     report.insert(
         "title".into(),

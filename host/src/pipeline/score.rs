@@ -418,7 +418,11 @@ fn measure(
 /// `vauban import`): each metric both sides recorded is compared like a
 /// scorer's, under the scorer the traces name (`inspect:match`). They rest
 /// on the text the tool scored.
-fn recorded(traces: &SuiteTraces<'_>, per_sample: &mut Sides<Samples>, declared: &mut Vec<Declared>) {
+fn recorded(
+    traces: &SuiteTraces<'_>,
+    per_sample: &mut Sides<Samples>,
+    declared: &mut Vec<Declared>,
+) {
     use crate::plugin::scorer::{MetricSpec, Polarity};
     use crate::trace::{ArtifactData, ArtifactKind as K};
     // name → (scorer, unit, sides that hold it)
@@ -438,7 +442,11 @@ fn recorded(traces: &SuiteTraces<'_>, per_sample: &mut Sides<Samples>, declared:
                     .entry((prompt.clone(), name.clone()))
                     .or_default()
                     .push(*value);
-                let scorer = a.labels.get("scorer").cloned().unwrap_or_else(|| "recorded".into());
+                let scorer = a
+                    .labels
+                    .get("scorer")
+                    .cloned()
+                    .unwrap_or_else(|| "recorded".into());
                 match seen.iter_mut().find(|s| &s.0 == name) {
                     Some(s) => s.3[i] = true,
                     None => {

@@ -117,9 +117,16 @@ pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let config = match &args.config {
         Some(c) => c.clone(),
         None => {
-            let dir = args.out.clone().unwrap_or_else(|| PathBuf::from("out/diff"));
+            let dir = args
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("out/diff"));
             let path = vauban::pipeline::write_diff_config(&args.baseline, &args.candidate, &dir)?;
-            writeln!(out, "wrote {} (the comparison's config; edit it and pass it with --config)", path.display())?;
+            writeln!(
+                out,
+                "wrote {} (the comparison's config; edit it and pass it with --config)",
+                path.display()
+            )?;
             path
         }
     };

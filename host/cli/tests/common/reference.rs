@@ -1,5 +1,6 @@
 //! The reference environment's python (transformers, torch, numpy:
-//! `scripts/setup-reference.sh`, which setup.sh installs): `None`, after a
+//! `scripts/setup-reference.sh`, which setup.sh installs), and Inspect's
+//! (`scripts/setup-inspect.sh`): `None`, after a
 //! message, where it is not installed, unless `VAUBAN_REQUIRE_REFERENCE=1`
 //! (CI), under which a test needing it fails.
 
@@ -12,8 +13,19 @@ pub fn root() -> PathBuf {
 }
 
 pub fn python() -> Option<PathBuf> {
+    python_of("setup-reference.sh")
+}
+
+/// Inspect's environment's python (`scripts/setup-inspect.sh`), on the
+/// same terms.
+#[allow(dead_code)] // not every test binary runs Inspect
+pub fn inspect_python() -> Option<PathBuf> {
+    python_of("setup-inspect.sh")
+}
+
+fn python_of(script: &str) -> Option<PathBuf> {
     let out = Command::new("bash")
-        .arg(root().join("scripts/setup-reference.sh"))
+        .arg(root().join("scripts").join(script))
         .arg("--cached")
         .output()
         .unwrap();
