@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// The recipes, in the cookbook's order: configs (`vauban run`) and shell
 /// recipes (a few commands), numbered together.
-const RECIPES: [&str; 13] = [
+const RECIPES: [&str; 14] = [
     "quantization.toml",
     "system-prompt.toml",
     "steering.toml",
@@ -31,6 +31,7 @@ const RECIPES: [&str; 13] = [
     "batch-sweep.sh",
     "judge-calibrate.sh",
     "judge.toml",
+    "import-inspect.sh",
 ];
 
 /// `examples/` copied into a temporary folder: every `.toml` and the
@@ -51,8 +52,8 @@ impl Cookbook {
                 std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
             }
         }
-        // The data the recipes read: prompt suites, labelled replies.
-        for data in ["prompts", "judges"] {
+        // The data the recipes read: prompt suites, labelled replies, logs.
+        for data in ["prompts", "judges", "inspect"] {
             std::fs::create_dir_all(to.join(data)).unwrap();
             for entry in std::fs::read_dir(examples.join(data)).unwrap() {
                 let p = entry.unwrap().path();
@@ -100,14 +101,20 @@ impl Cookbook {
 
     /// Runs a shell recipe (`examples/NAME.sh`) as its header says, with
     /// this build's binary and the model folder of `model`.
-    fn script(&self, name: &str, model: &std::path::Path) -> Output {
-        Command::new("bash")
-            .arg(format!("examples/{name}.sh"))
+    fn script(&self, name: &str, model: Option<&std::path::Path>) -> Output {
+        let plugin_dir = plugins::wasm("vauban-plugin-refusal")
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let mut c = Command::new("bash");
+        c.arg(format!("examples/{name}.sh"))
             .current_dir(self.dir.path())
             .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
-            .env("VAUBAN_MODELS", model.parent().unwrap())
-            .output()
-            .unwrap()
+            .env("VAUBAN_PLUGIN_DIR", plugin_dir);
+        if let Some(m) = model {
+            c.env("VAUBAN_MODELS", m.parent().unwrap());
+        }
+        c.output().unwrap()
     }
 
     fn report(&self, name: &str) -> Value {
@@ -295,7 +302,7 @@ fn quantization_then_replay_of_its_bundles() {
 fn judge_recipe_measures_a_judge_on_labelled_replies() {
     let Some(m) = model() else { return };
     let book = Cookbook::new();
-    let o = book.script("judge-calibrate", &m);
+    let o = book.script("judge-calibrate", Some(&m));
     let said = text(&o);
     assert!(o.status.success(), "{said}");
     assert!(
@@ -469,6 +476,31 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
     assert!(err.contains("--judges DIR"), "{err}");
 }
 
+/// Recipe 14: two Inspect logs imported and compared, as its header says:
+/// the score falls on all 12 paired samples but one that was wrong
+/// already, McNemar's exact test significant, one claim accepted, and the
+/// comparison's config written for the user to edit.
+#[test]
+fn import_recipe_compares_two_inspect_logs() {
+    let book = Cookbook::new();
+    let o = book.script("import-inspect", None);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = book.report("import/diff");
+    let d = &r["metric_deltas"][0];
+    assert_eq!(d["id"], "inspect.includes");
+    assert_eq!(d["n"], 12);
+    assert_eq!(d["test"], "mcnemar_exact");
+    assert!(d["significant"].as_bool().unwrap(), "{d}");
+    assert_eq!(r["summary"]["claims_accepted"], 1);
+    assert!(book.out("import/diff").join("diff.toml").is_file());
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(book.out("import/16-tokens").join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["imported"]["tool_version"], "0.3.285");
+    assert_eq!(manifest["imported"]["task"], "capitals");
+}
+
 /// The batch-size sweep recipe records one bundle with full batches at
 /// each size and fits it. What the fit finds depends on the machine's
 /// timings, so this checks what does not: the sweep's shape, and that the
@@ -477,7 +509,7 @@ fn judge_recipe_records_its_judge_and_replays_without_it() {
 fn batch_sweep_recipe_records_a_controlled_sweep_and_fits_it() {
     let Some(m) = model() else { return };
     let book = Cookbook::new();
-    let o = book.script("batch-sweep", &m);
+    let o = book.script("batch-sweep", Some(&m));
     let said = text(&o);
     assert!(o.status.success(), "{said}");
     assert!(

@@ -230,13 +230,12 @@ fn sample(path: &Path, raw: &Value, into: &mut Imported) -> Result<(), ImportErr
     }
     let logprobs = raw["output"]["choices"][0]["logprobs"]["content"]
         .as_array()
-        .map(|tokens| {
+        .and_then(|tokens| {
             tokens
                 .iter()
                 .map(|t| t["logprob"].as_f64().map(|l| l as f32))
                 .collect::<Option<Vec<f32>>>()
         })
-        .flatten()
         .filter(|l| !l.is_empty());
     into.samples.push(Sample {
         category: raw["metadata"]["category"].as_str().map(str::to_owned),

@@ -171,6 +171,17 @@ pub fn write_diff_config(baseline: &Path, candidate: &Path, dir: &Path) -> anyho
     };
     let cand_bundle =
         Bundle::open(&cand).with_context(|| format!("cannot open {}", cand.display()))?;
+    // Two runs of one model are told apart by their bundles' names.
+    let (mut base_label, mut cand_label) = (label(&bundle, &base), label(&cand_bundle, &cand));
+    if base_label == cand_label {
+        let name = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        base_label = format!("{base_label} ({})", name(&base));
+        cand_label = format!("{cand_label} ({})", name(&cand));
+    }
     let mut prompts = toml::value::Array::new();
     let mut seen = std::collections::BTreeSet::new();
     for t in bundle.traces() {
@@ -201,8 +212,8 @@ pub fn write_diff_config(baseline: &Path, candidate: &Path, dir: &Path) -> anyho
     let mut suite = toml::Table::new();
     suite.insert("prompts".into(), prompts.into());
     config.insert("suite".into(), suite.into());
-    config.insert("baseline".into(), side(&base, label(&bundle, &base)));
-    config.insert("candidate".into(), side(&cand, label(&cand_bundle, &cand)));
+    config.insert("baseline".into(), side(&base, base_label.clone()));
+    config.insert("candidate".into(), side(&cand, cand_label.clone()));
     let mut mapper = toml::Table::new();
     mapper.insert("plugin".into(), "claims-default".into());
     config.insert(
@@ -212,12 +223,7 @@ pub fn write_diff_config(baseline: &Path, candidate: &Path, dir: &Path) -> anyho
     let mut report = toml::Table::new();
     report.insert(
         "title".into(),
-        format!(
-            "{} vs {}",
-            label(&cand_bundle, &cand),
-            label(&bundle, &base)
-        )
-        .into(),
+        format!("{cand_label} vs {base_label}").into(),
     );
     config.insert("report".into(), report.into());
     let text = format!(
