@@ -6,9 +6,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use common::{arg as s, output_text as said, run_vauban as vauban};
 use serde_json::Value;
@@ -230,44 +229,6 @@ fn two_imported_logs_compare_by_sample_id() {
     );
 }
 
-/// A `vauban serve` child, killed when dropped.
-struct Server(Child, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(model: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args([
-            "serve",
-            "--model",
-            s(model),
-            "--listen",
-            "127.0.0.1:0",
-            "--name",
-            "smol",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .last()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    Server(child, url)
-}
-
 /// Inspect itself runs `tests/inspect/capitals.py` against the test model
 /// behind `vauban serve`, twice (answers of up to 16 tokens, then cut to
 /// 2: a stand-in for a worse model), once as a `.eval` archive and once
@@ -285,7 +246,7 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
     };
     let inspect = python.parent().unwrap().join("inspect");
     let dir = tempfile::tempdir().unwrap();
-    let server = serve(&model);
+    let server = common::serve::start(&model, &[]);
     let task_dir = common::plugins::root().join("tests/inspect");
     let run = |name: &str, max_tokens: &str, format: &str| -> PathBuf {
         let logs = dir.path().join(name);
@@ -301,7 +262,7 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
             ])
             .args(["--log-format", format, "--log-dir", s(&logs)])
             .current_dir(&task_dir)
-            .env("VAUBAN_BASE_URL", &server.1)
+            .env("VAUBAN_BASE_URL", &server.url)
             .env("VAUBAN_API_KEY", "none")
             .output()
             .unwrap();

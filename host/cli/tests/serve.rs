@@ -5,9 +5,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use common::serve::Server;
 
 use vauban::executor::http::{HttpExecutor, HttpSpec};
 use vauban::executor::{
@@ -16,46 +17,12 @@ use vauban::executor::{
 use vauban::model::WeightMode;
 use vauban::trace::{ArtifactKind as K, Role};
 
-/// A `vauban serve` child, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// `vauban serve` on `model` with f32 weights (as the in-process runs
+/// the tests compare it with).
 fn serve(model: &Path, extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vauban"))
-        .args([
-            "serve",
-            "--model",
-            model.to_str().unwrap(),
-            "--weights",
-            "f32",
-        ])
-        .args(["--listen", "127.0.0.1:0", "--name", "smol"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The first line says where it listens, once it does.
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .last()
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    Server { child, url }
+    let mut args = vec!["--weights", "f32"];
+    args.extend_from_slice(extra);
+    common::serve::start(model, &args)
 }
 
 fn direction_file(dir: &Path) -> PathBuf {

@@ -103,6 +103,8 @@ pub use llama_server::post_json;
 pub mod plugins;
 pub mod reference;
 pub mod report_fixture;
+#[allow(dead_code)] // not every test binary serves
+pub mod serve;
 pub mod tiny;
 
 /// The largest absolute value of a tensor.
