@@ -325,3 +325,118 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
     // Cut to 2 tokens, the answers lose their words: a change the test sees.
     assert!(want["down"].as_u64().unwrap() > 0, "{want}");
 }
+
+fn promptfoo_fixture(name: &str) -> PathBuf {
+    common::plugins::root()
+        .join("tests/fixtures/promptfoo")
+        .join(name)
+}
+
+/// A promptfoo results file becomes one bundle per provider (and prompt):
+/// each test a trace, a repeat a further sample, pass/fail and scores as
+/// metrics; errored calls are left out with the reason, and a provider
+/// all of whose calls failed gets no bundle; the two providers of one
+/// eval compare by test.
+#[test]
+fn promptfoo_results_import_per_provider_and_compare_by_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pf");
+    let o = vauban(&[
+        "import",
+        "promptfoo",
+        s(&promptfoo_fixture("two-providers.json")),
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let (long, short) = (out.join("smol-long"), out.join("smol-b-short"));
+    let b = Bundle::open(&long).unwrap();
+    assert_eq!(b.traces().len(), 8);
+    let from = b.manifest().imported.clone().unwrap();
+    assert_eq!(from.tool, "promptfoo");
+    assert_eq!(from.tool_version.as_deref(), Some("0.121.20"));
+    assert_eq!(from.format_version.as_deref(), Some("3"));
+    assert_eq!(from.model, "smol-long");
+    // The test is known by its description.
+    let t = b
+        .traces()
+        .iter()
+        .find(|t| t.id == "capital_of_France")
+        .expect("a test by description");
+    assert_eq!(
+        t.request.text.as_deref(),
+        Some("Answer briefly: What is the capital of France?")
+    );
+    assert!(metric(&b, "capital_of_France", "promptfoo.pass").is_some());
+
+    let diff = dir.path().join("diff");
+    let o = vauban(&["diff", s(&long), s(&short), "--out", s(&diff)]);
+    assert!(o.status.success(), "{}", said(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(diff.join("report.json")).unwrap()).unwrap();
+    let pass = r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "promptfoo.pass")
+        .expect("the pass rate compared");
+    assert_eq!(pass["n"], 8);
+    assert_eq!(pass["test"], "mcnemar_exact");
+
+    // Repeats are samples; prompts with one provider are columns of their own.
+    let out = dir.path().join("repeats");
+    let o = vauban(&[
+        "import",
+        "promptfoo",
+        s(&promptfoo_fixture("two-prompts-repeats.json")),
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let columns = std::fs::read_dir(&out).unwrap().count();
+    assert_eq!(columns, 4, "2 prompts × 2 providers");
+    assert!(
+        said(&o).contains("6 traces of 5 samples"),
+        "a repeated test: {}",
+        said(&o)
+    );
+
+    // A dead provider: its calls left out, no bundle, the live one imported.
+    let out = dir.path().join("errors");
+    let o = vauban(&[
+        "import",
+        "promptfoo",
+        s(&promptfoo_fixture("errors.json")),
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    assert!(
+        said(&o).contains("no bundle for `dead-server`"),
+        "{}",
+        said(&o)
+    );
+    assert!(said(&o).contains("ECONNREFUSED"), "{}", said(&o));
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+
+    // Another results format is refused, naming it and promptfoo's version.
+    let text = std::fs::read_to_string(promptfoo_fixture("two-providers.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let mut newer = v.clone();
+    newer["results"]["version"] = 4.into();
+    let path = dir.path().join("newer.json");
+    std::fs::write(&path, newer.to_string()).unwrap();
+    let o = vauban(&[
+        "import",
+        "promptfoo",
+        s(&path),
+        "--out",
+        s(&dir.path().join("never")),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", said(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("results format version 4") && err.contains("promptfoo 0.121.20"),
+        "{err}"
+    );
+}

@@ -187,7 +187,7 @@ fn header_facts(path: &Path, header: &Value, sha256: String) -> Result<ImportedF
 /// One EvalSample: a trace's worth, or a missing record saying why not.
 fn sample(path: &Path, raw: &Value, into: &mut Imported) -> Result<(), ImportError> {
     let id = match &raw["id"] {
-        Value::String(s) => s.clone(),
+        Value::String(s) => super::prompt_id(s),
         Value::Number(n) => n.to_string(),
         other => {
             return Err(ImportError::Format {

@@ -11,6 +11,7 @@
 //! is the one writer.
 
 pub mod inspect;
+pub mod promptfoo;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -246,6 +247,22 @@ fn trace_of(
 /// as `vauban run` names a prompt's samples.
 fn sample_trace_id(id: &str, epoch: u32) -> String {
     crate::pipeline::record::sample_id(id, epoch.saturating_sub(1) as usize)
+}
+
+/// A sample id as a prompt id may be (letters, digits, `-`, `_`, `.`:
+/// ids name trace files); anything else becomes `_`.
+pub fn prompt_id(raw: &str) -> String {
+    let id: String = raw
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
+            true => c,
+            false => '_',
+        })
+        .collect();
+    match id.is_empty() {
+        true => "_".into(),
+        false => id,
+    }
 }
 
 /// A metric name from a tool's scorer (and key): `inspect.match`,

@@ -16,6 +16,10 @@ pub enum ImportCommand {
     /// An Inspect log (`.eval` archive or `.json`): each sample and epoch
     /// a trace, Inspect's scores as metrics.
     Inspect(ImportArgs),
+    /// A promptfoo results file (`promptfoo eval -o results.json`): one
+    /// bundle per provider under --out, each test and repeat a trace,
+    /// pass/fail and scores as metrics.
+    Promptfoo(ImportArgs),
 }
 
 /// Arguments of an import.
@@ -23,20 +27,85 @@ pub enum ImportCommand {
 pub struct ImportArgs {
     /// The log file.
     pub log: PathBuf,
-    /// The bundle to write (a folder that must not exist).
+    /// The bundle to write (a folder that must not exist); for promptfoo,
+    /// the folder that gets one bundle per provider.
     #[arg(long, value_name = "BUNDLE")]
     pub out: PathBuf,
 }
 
 pub fn run(command: &ImportCommand, out: &mut dyn Write) -> anyhow::Result<()> {
-    let (args, imported) = match command {
-        ImportCommand::Inspect(args) => (args, import::inspect::read(&args.log)?),
-    };
-    write(args, &imported, out)
+    match command {
+        ImportCommand::Inspect(args) => {
+            let imported = import::inspect::read(&args.log)?;
+            write(args, &imported, &args.out, out)
+        }
+        ImportCommand::Promptfoo(args) => {
+            let columns = import::promptfoo::read(&args.log)?;
+            if args.out.exists() {
+                anyhow::bail!(
+                    "{} exists: give a new folder for the providers' bundles",
+                    args.out.display()
+                );
+            }
+            let mut names = std::collections::BTreeSet::new();
+            for c in &columns {
+                // A provider every call of which failed is said, not fatal:
+                // the other providers' results are still evidence.
+                if c.imported.samples.is_empty() {
+                    let first = c.imported.from.missing.first();
+                    writeln!(
+                        out,
+                        "no bundle for `{}`: none of its {} results can be imported{}",
+                        c.name,
+                        c.imported.from.missing.len(),
+                        first
+                            .map(|m| format!(
+                                " (the first: {})",
+                                m.reason.lines().next().unwrap_or("")
+                            ))
+                            .unwrap_or_default()
+                    )?;
+                    continue;
+                }
+                let mut name = folder_name(&c.name);
+                while !names.insert(name.clone()) {
+                    name.push('_');
+                }
+                write(args, &c.imported, &args.out.join(name), out)?;
+            }
+            if names.is_empty() {
+                anyhow::bail!(
+                    "{}: no provider's results can be imported",
+                    args.log.display()
+                );
+            }
+            Ok(())
+        }
+    }
 }
 
-fn write(args: &ImportArgs, imported: &Imported, out: &mut dyn Write) -> anyhow::Result<()> {
-    let written = import::write_bundle(imported, &args.out)
+/// A provider's name as a folder name: what a path may not hold becomes `_`.
+fn folder_name(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect();
+    match s.trim_matches('.').is_empty() {
+        true => "provider".into(),
+        false => s,
+    }
+}
+
+fn write(
+    args: &ImportArgs,
+    imported: &Imported,
+    to: &std::path::Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let written = import::write_bundle(imported, to)
         .with_context(|| format!("importing {}", args.log.display()))?;
     let from = &imported.from;
     writeln!(
@@ -59,6 +128,6 @@ fn write(args: &ImportArgs, imported: &Imported, out: &mut dyn Write) -> anyhow:
             m.reason
         )?;
     }
-    writeln!(out, "wrote {}", args.out.display())?;
+    writeln!(out, "wrote {}", to.display())?;
     Ok(())
 }
