@@ -440,3 +440,122 @@ fn promptfoo_results_import_per_provider_and_compare_by_test() {
         "{err}"
     );
 }
+
+fn lm_eval_samples(run: &str) -> PathBuf {
+    let dir = common::plugins::root()
+        .join("tests/fixtures/lm-eval")
+        .join(run);
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("samples_")
+        })
+        .unwrap()
+}
+
+/// lm_eval's samples: each document a trace (a choice task's output its
+/// most likely choice), each metric per filter; the version and model from
+/// the results file beside it; two runs compare by document, and each
+/// side's mean is the aggregate lm_eval itself wrote in its results file.
+#[test]
+fn lm_eval_samples_import_and_compare_as_lm_eval_aggregates_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let import = |run: &str| {
+        let out = dir.path().join(run);
+        let o = vauban(&[
+            "import",
+            "lm-eval",
+            s(&lm_eval_samples(run)),
+            "--out",
+            s(&out),
+        ]);
+        assert!(o.status.success(), "{}", said(&o));
+        out
+    };
+    let (a, b) = (import("gen_run1"), import("gen_run2"));
+    let bundle = Bundle::open(&a).unwrap();
+    let from = bundle.manifest().imported.clone().unwrap();
+    assert_eq!(
+        (from.tool.as_str(), from.tool_version.as_deref()),
+        ("lm-eval", Some("0.4.13"))
+    );
+    assert_eq!(
+        (from.task.as_str(), from.model.as_str()),
+        ("vb_gen", "smol")
+    );
+    assert_eq!(bundle.traces().len(), 10);
+    let mc = import("mc_run1");
+    let mc = Bundle::open(&mc).unwrap();
+    let t0 = mc.traces().iter().find(|t| t.id == "0").unwrap();
+    let output = t0
+        .artifacts_of(K::Text)
+        .find(|a| a.labels.get("role").map(String::as_str) == Some("completion"))
+        .unwrap();
+    assert!(
+        matches!(&output.data, ArtifactData::Text { text } if text == " Paris"),
+        "the most likely choice"
+    );
+
+    let out = dir.path().join("diff");
+    let o = vauban(&["diff", s(&a), s(&b), "--out", s(&out)]);
+    assert!(o.status.success(), "{}", said(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let d = r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "lm_eval.exact_match.strip")
+        .expect("the strip filter's exact match compared");
+    let aggregate = |run: &str| -> f64 {
+        let dir = lm_eval_samples(run).parent().unwrap().to_path_buf();
+        let results = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("results_")
+            })
+            .unwrap();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(results).unwrap()).unwrap();
+        v["results"]["vb_gen"]["exact_match,strip"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(d["n"], 10);
+    assert!(
+        (d["baseline_mean"].as_f64().unwrap() - aggregate("gen_run1")).abs() < 1e-12,
+        "{d}"
+    );
+    assert!(
+        (d["candidate_mean"].as_f64().unwrap() - aggregate("gen_run2")).abs() < 1e-12,
+        "{d}"
+    );
+
+    // An older layout is refused, naming the field and the version.
+    let old = dir.path().join("samples_vb_gen_2024-01-01T00-00-00.jsonl");
+    let text = std::fs::read_to_string(lm_eval_samples("gen_run1")).unwrap();
+    let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let mut without = line.as_object().unwrap().clone();
+    without.remove("filter");
+    std::fs::write(&old, Value::Object(without).to_string()).unwrap();
+    let o = vauban(&[
+        "import",
+        "lm-eval",
+        s(&old),
+        "--out",
+        s(&dir.path().join("never")),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", said(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("line 1: no `filter`") && err.contains("0.4.7"),
+        "{err}"
+    );
+}

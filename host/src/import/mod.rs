@@ -11,6 +11,7 @@
 //! is the one writer.
 
 pub mod inspect;
+pub mod lm_eval;
 pub mod promptfoo;
 
 use std::collections::HashMap;

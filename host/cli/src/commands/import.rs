@@ -16,6 +16,11 @@ pub enum ImportCommand {
     /// An Inspect log (`.eval` archive or `.json`): each sample and epoch
     /// a trace, Inspect's scores as metrics.
     Inspect(ImportArgs),
+    /// An lm-evaluation-harness samples file (`--log_samples`:
+    /// samples_<task>_<date>.jsonl, with its run's results file beside
+    /// it): each document a trace, its metrics per filter.
+    #[command(name = "lm-eval")]
+    LmEval(ImportArgs),
     /// A promptfoo results file (`promptfoo eval -o results.json`): one
     /// bundle per provider under --out, each test and repeat a trace,
     /// pass/fail and scores as metrics.
@@ -37,6 +42,10 @@ pub fn run(command: &ImportCommand, out: &mut dyn Write) -> anyhow::Result<()> {
     match command {
         ImportCommand::Inspect(args) => {
             let imported = import::inspect::read(&args.log)?;
+            write(args, &imported, &args.out, out)
+        }
+        ImportCommand::LmEval(args) => {
+            let imported = import::lm_eval::read(&args.log)?;
             write(args, &imported, &args.out, out)
         }
         ImportCommand::Promptfoo(args) => {
