@@ -419,6 +419,39 @@ fn promptfoo_results_import_per_provider_and_compare_by_test() {
     assert!(said(&o).contains("ECONNREFUSED"), "{}", said(&o));
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
 
+    // By position: tests known by their order, and the report says so.
+    let out = dir.path().join("by-position");
+    let o = vauban(&[
+        "import",
+        "promptfoo",
+        s(&promptfoo_fixture("two-providers.json")),
+        "--out",
+        s(&out),
+        "--by-position",
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let b = Bundle::open(out.join("smol-long")).unwrap();
+    assert!(b.manifest().imported.as_ref().unwrap().by_position);
+    assert!(b.traces().iter().any(|t| t.id == "test-1"), "ids by order");
+    let diff = dir.path().join("diff-by-position");
+    let o = vauban(&[
+        "diff",
+        s(&out.join("smol-long")),
+        s(&out.join("smol-b-short")),
+        "--out",
+        s(&diff),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(diff.join("report.json")).unwrap()).unwrap();
+    assert!(
+        r["limitations"]
+            .to_string()
+            .contains("known by their position"),
+        "{}",
+        r["limitations"]
+    );
+
     // Another results format is refused, naming it and promptfoo's version.
     let text = std::fs::read_to_string(promptfoo_fixture("two-providers.json")).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();

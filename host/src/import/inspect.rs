@@ -180,6 +180,7 @@ fn header_facts(path: &Path, header: &Value, sha256: String) -> Result<ImportedF
         sha256,
         task: text(&eval["task"], "task")?,
         model: text(&eval["model"], "model")?,
+        by_position: false,
         missing: Vec::new(),
     })
 }

@@ -81,6 +81,7 @@ pub fn read(path: &Path) -> Result<Imported, ImportError> {
             sha256,
             task: task.clone(),
             model,
+            by_position: false,
             missing: Vec::new(),
         },
         samples: Vec::new(),

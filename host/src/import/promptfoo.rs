@@ -31,8 +31,10 @@ pub struct Column {
     pub imported: Imported,
 }
 
-/// Reads a results file, one import per column.
-pub fn read(path: &Path) -> Result<Vec<Column>, ImportError> {
+/// Reads a results file, one import per column. `by_position`: a test is
+/// known by its order of first appearance (`test-N`), not by its
+/// description and variables (for runs whose tests were reworded).
+pub fn read(path: &Path, by_position: bool) -> Result<Vec<Column>, ImportError> {
     let format = |problem: String| ImportError::Format {
         path: path.to_path_buf(),
         problem,
@@ -82,7 +84,7 @@ pub fn read(path: &Path) -> Result<Vec<Column>, ImportError> {
     // Test content → its sample id, in the order of first appearance.
     let mut ordered: Vec<&Value> = rows.iter().collect();
     ordered.sort_by_key(|r| r["testIdx"].as_u64().unwrap_or(u64::MAX));
-    let ids = sample_ids(&ordered);
+    let ids = sample_ids(&ordered, by_position);
     let mut columns: Vec<Column> = Vec::new();
     for (idx, p) in prompts.iter().enumerate() {
         let provider = p["provider"].as_str().unwrap_or("provider").to_owned();
@@ -107,6 +109,7 @@ pub fn read(path: &Path) -> Result<Vec<Column>, ImportError> {
                     sha256: sha256.clone(),
                     task: task.clone(),
                     model: provider,
+                    by_position,
                     missing: Vec::new(),
                 },
                 samples: Vec::new(),
@@ -144,7 +147,7 @@ fn content_key(row: &Value) -> String {
 
 /// A sample id per distinct test: its description where that names one
 /// test, else `test-N` in order of first appearance.
-fn sample_ids(rows: &[&Value]) -> BTreeMap<String, String> {
+fn sample_ids(rows: &[&Value], by_position: bool) -> BTreeMap<String, String> {
     let mut keys: Vec<(String, Option<String>)> = Vec::new();
     for r in rows {
         let k = content_key(r);
@@ -158,7 +161,7 @@ fn sample_ids(rows: &[&Value]) -> BTreeMap<String, String> {
         .enumerate()
         .map(|(i, (k, d))| {
             let id = match d {
-                Some(d) if !d.is_empty() && unique(d) => super::prompt_id(d),
+                Some(d) if !by_position && !d.is_empty() && unique(d) => super::prompt_id(d),
                 _ => format!("test-{}", i + 1),
             };
             (k.clone(), id)

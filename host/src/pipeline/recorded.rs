@@ -27,6 +27,7 @@ struct Held {
     task: Option<String>,
     /// Samples the log held that became no trace, and why.
     left_out: Vec<String>,
+    by_position: bool,
     prompts: BTreeMap<String, (Option<String>, usize)>,
 }
 
@@ -44,6 +45,7 @@ fn held(path: &Path) -> anyhow::Result<Held> {
     Ok(Held {
         imported: imported.is_some(),
         task: imported.map(|i| i.task.clone()),
+        by_position: imported.is_some_and(|i| i.by_position),
         left_out: imported
             .map(|i| {
                 i.missing
@@ -83,6 +85,11 @@ impl Plan {
             ));
         }
         for (name, h) in [(SideName::Baseline, &base), (SideName::Candidate, &cand)] {
+            if h.by_position {
+                self.warnings.push(format!(
+                    "the {name} log's samples are known by their position (imported with --by-position): a pair is the same place in both runs' lists of tests, not the same test by its content"
+                ));
+            }
             if let Some(first) = h.left_out.first() {
                 self.warnings.push(format!(
                     "the {name} log's {} sample(s) that became no trace (the first: {first}) are not compared",

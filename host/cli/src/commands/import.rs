@@ -24,7 +24,7 @@ pub enum ImportCommand {
     /// A promptfoo results file (`promptfoo eval -o results.json`): one
     /// bundle per provider under --out, each test and repeat a trace,
     /// pass/fail and scores as metrics.
-    Promptfoo(ImportArgs),
+    Promptfoo(PromptfooArgs),
 }
 
 /// Arguments of an import.
@@ -38,6 +38,18 @@ pub struct ImportArgs {
     pub out: PathBuf,
 }
 
+/// Arguments of `vauban import promptfoo`.
+#[derive(Debug, Args)]
+pub struct PromptfooArgs {
+    #[command(flatten)]
+    pub import: ImportArgs,
+    /// Know each test by its order (`test-1`, `test-2`...) instead of its
+    /// description and variables, so that two runs whose tests were
+    /// reworded still pair; the report states that the pairs rest on order.
+    #[arg(long)]
+    pub by_position: bool,
+}
+
 pub fn run(command: &ImportCommand, out: &mut dyn Write) -> anyhow::Result<()> {
     match command {
         ImportCommand::Inspect(args) => {
@@ -48,8 +60,11 @@ pub fn run(command: &ImportCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             let imported = import::lm_eval::read(&args.log)?;
             write(args, &imported, &args.out, out)
         }
-        ImportCommand::Promptfoo(args) => {
-            let columns = import::promptfoo::read(&args.log)?;
+        ImportCommand::Promptfoo(PromptfooArgs {
+            import: args,
+            by_position,
+        }) => {
+            let columns = import::promptfoo::read(&args.log, *by_position)?;
             if args.out.exists() {
                 anyhow::bail!(
                     "{} exists: give a new folder for the providers' bundles",

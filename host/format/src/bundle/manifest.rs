@@ -63,6 +63,11 @@ pub struct ImportedFrom {
     pub task: String,
     /// The model, as the log names it.
     pub model: String,
+    /// The samples are known by their position in the log, not by an id
+    /// of their own (`vauban import --by-position`): a comparison pairs
+    /// them by order, and the report says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_position: bool,
     /// Samples of the log (each epoch or repeat counted) that became no
     /// trace, with the reason (an error, no output).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
