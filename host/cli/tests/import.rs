@@ -227,6 +227,39 @@ fn two_imported_logs_compare_by_sample_id() {
         limits.contains("2 recorded samples (epochs) per prompt"),
         "{limits}"
     );
+
+    // The written config, with one of vauban's scorers added, runs that
+    // scorer on the imported text beside Inspect's scores.
+    let mut text = std::fs::read_to_string(out.join("diff.toml")).unwrap();
+    text.push_str(&format!(
+        "\n[[scorers]]\npath = \"{}\"\n",
+        common::plugins::wasm("vauban-plugin-refusal").display()
+    ));
+    let edited = dir.path().join("edited.toml");
+    std::fs::write(&edited, text).unwrap();
+    let again = dir.path().join("again");
+    let o = vauban(&[
+        "diff",
+        s(&a),
+        s(&b),
+        "--config",
+        s(&edited),
+        "--out",
+        s(&again),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("report.json")).unwrap()).unwrap();
+    let ids: Vec<&str> = r["metric_deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"refusal_rate") && ids.contains(&"inspect.includes"),
+        "{ids:?}"
+    );
 }
 
 /// Inspect itself runs `tests/inspect/capitals.py` against the test model
@@ -248,7 +281,7 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
     let dir = tempfile::tempdir().unwrap();
     let server = common::serve::start(&model, &[]);
     let task_dir = common::plugins::root().join("tests/inspect");
-    let run = |name: &str, max_tokens: &str, format: &str| -> PathBuf {
+    let run = |name: &str, max_tokens: &str, format: &str, extra: &[&str]| -> PathBuf {
         let logs = dir.path().join(name);
         let o = Command::new(&inspect)
             .args(["eval", "capitals.py", "--model", "openai-api/vauban/smol"])
@@ -261,6 +294,7 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
                 "none",
             ])
             .args(["--log-format", format, "--log-dir", s(&logs)])
+            .args(extra)
             .current_dir(&task_dir)
             .env("VAUBAN_BASE_URL", &server.url)
             .env("VAUBAN_API_KEY", "none")
@@ -276,14 +310,18 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
         assert_eq!(log.extension().unwrap(), format);
         log
     };
-    let full = run("full", "16", "eval");
-    let cut = run("cut", "2", "json");
+    let full = run("full", "16", "eval", &[]);
+    // The second run's first 10 samples only: 2 are in one log alone.
+    let cut = run("cut", "2", "json", &["--limit", "10"]);
     drop(server);
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    for (log, out) in [(&full, &a), (&cut, &b)] {
+    for (log, out, traces) in [
+        (&full, &a, "24 traces of 12 samples"),
+        (&cut, &b, "20 traces of 10 samples"),
+    ] {
         let o = import(log, out);
         assert!(o.status.success(), "{}", said(&o));
-        assert!(said(&o).contains("24 traces of 12 samples"), "{}", said(&o));
+        assert!(said(&o).contains(traces), "{}", said(&o));
     }
     let out = dir.path().join("diff");
     let o = vauban(&["diff", s(&a), s(&b), "--out", s(&out)]);
@@ -292,6 +330,11 @@ fn logs_inspect_wrote_against_vauban_serve_compare_as_inspect_scores_them() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let d = &r["metric_deltas"][0];
     assert_eq!(d["id"], "inspect.includes");
+    let limits = r["limitations"].to_string();
+    assert!(
+        limits.contains("2 sample(s) held by one log only"),
+        "{limits}"
+    );
 
     let reference = Command::new(&python)
         .arg(common::plugins::root().join("scripts/reference/inspect_paired.py"))
