@@ -19,6 +19,7 @@ pub mod record;
 mod recorded;
 mod report;
 mod score;
+pub mod shard;
 pub mod sides;
 mod validate;
 

@@ -66,6 +66,10 @@ pub enum Command {
     /// Build the report from two recorded bundles, with no model (replay).
     #[command(after_help = crate::exit::TABLE)]
     Diff(run::DiffArgs),
+    /// Join the outputs of `vauban run CONFIG --shard K/N` (every K of N):
+    /// checks they are one run's and cover the suite once, and writes the
+    /// merged bundles for `vauban diff`.
+    Merge(run::MergeArgs),
     /// Check a config without running it.
     Validate(run::ValidateArgs),
     /// Trace a model (`vauban trace --model PATH --prompt … --out BUNDLE`),
@@ -247,6 +251,7 @@ impl Cli {
             },
             Command::Run(args) => run::run(args, out),
             Command::Diff(args) => run::diff(args, out),
+            Command::Merge(args) => run::merge(args, out),
             Command::Validate(args) => run::validate(args, out),
             Command::Generate(args) => model::generate_text(args, out),
             Command::Serve(args) => serve::run(args, out),

@@ -15,9 +15,26 @@ use vauban::report::render::words;
 pub struct RunArgs {
     /// The run's config (TOML; see docs/config.md).
     pub config: PathBuf,
-    /// The output folder (default: the config's `output`).
+    /// The output folder (default: the config's `output`; with --shard,
+    /// its `shards/K-of-N/`).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Trace only the K-th of N slices of the suite (by prompt id: the
+    /// same slices whichever machine runs which) into a partial output;
+    /// `vauban merge` joins the N parts. No report is written.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<vauban::pipeline::shard::Shard>,
+}
+
+/// Arguments of `vauban merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' output folders (each with its shard.json).
+    #[arg(required = true)]
+    pub shards: Vec<PathBuf>,
+    /// Where the merged bundles go (`OUT/traces/{baseline,candidate}`).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 /// Arguments of `vauban diff`.
@@ -84,6 +101,25 @@ fn command_line() -> String {
 
 /// `vauban run CONFIG`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(shard) = args.shard {
+        let mut plan = Plan::from_file(&args.config, args.out.as_deref(), false)?;
+        if args.out.is_none() {
+            plan.output = plan
+                .output
+                .join("shards")
+                .join(format!("{}-of-{}", shard.k, shard.n));
+        }
+        stop_between_prompts_on_ctrl_c();
+        let record = vauban::pipeline::shard::trace_shard(&plan, shard)?;
+        writeln!(
+            out,
+            "shard {shard}: {} of the suite's {} prompts traced into {}",
+            record.prompts.len(),
+            record.suite.len(),
+            plan.output.display()
+        )?;
+        return Ok(());
+    }
     let plan = Plan::from_file(&args.config, args.out.as_deref(), false)?;
     if let Some(w) = plan.claim_strength_warning() {
         tracing::warn!("{w}");
@@ -110,6 +146,26 @@ pub(crate) fn stop_between_prompts_on_ctrl_c() {
     if let Err(e) = installed {
         tracing::warn!("Ctrl-C will stop the run at once, keeping finished traces: {e}");
     }
+}
+
+/// `vauban merge SHARD... --out DIR`.
+pub fn merge(args: &MergeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let m = vauban::pipeline::shard::merge(&args.shards, &args.out)?;
+    writeln!(
+        out,
+        "merged {} shards: {} prompts, {} baseline and {} candidate traces into {}",
+        m.shards,
+        m.prompts,
+        m.traces[0],
+        m.traces[1],
+        args.out.join("traces").display()
+    )?;
+    writeln!(
+        out,
+        "report: vauban diff {0}/baseline {0}/candidate --config CONFIG",
+        args.out.join("traces").display()
+    )?;
+    Ok(())
 }
 
 /// `vauban diff BASELINE CANDIDATE [--config CONFIG]`.
@@ -154,6 +210,7 @@ pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     });
     // Imported logs pair by sample id; the unpaired are stated, not matched.
     plan.pair_imported()?;
+    plan.state_sharding()?;
     for w in &plan.warnings {
         tracing::warn!("{w}");
     }

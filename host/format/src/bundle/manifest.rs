@@ -40,6 +40,20 @@ pub struct Manifest {
     /// (`vauban import`); none for vauban's own runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imported: Option<ImportedFrom>,
+    /// The traces were recorded in shards (`vauban run --shard K/N`) and
+    /// merged (`vauban merge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharded: Option<Sharded>,
+}
+
+/// How a merged bundle's traces were recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sharded {
+    /// The number of shards.
+    pub shards: u32,
+    /// The prompts each shard traced, shard 1 first.
+    pub prompts: Vec<usize>,
 }
 
 /// The log a bundle was imported from, and what of it did not become a

@@ -21,7 +21,7 @@ mod write;
 pub use error::BundleError;
 pub use manifest::{
     FileEntry, ImportMissing, ImportedFrom, MANIFEST_FILE, Manifest, PluginRef, SCHEMA_VERSION,
-    TensorFileEntry, ToolRef, TraceEntry,
+    Sharded, TensorFileEntry, ToolRef, TraceEntry,
 };
 pub use read::{Bundle, Verified};
 pub use write::{BundleWriter, WriteMode};

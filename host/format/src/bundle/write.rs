@@ -44,6 +44,7 @@ pub struct BundleWriter {
     trace_ids: HashSet<String>,
     files: BTreeMap<String, FileEntry>,
     imported: Option<super::manifest::ImportedFrom>,
+    sharded: Option<super::manifest::Sharded>,
     finished: bool,
 }
 
@@ -76,6 +77,7 @@ impl BundleWriter {
             trace_ids: HashSet::new(),
             files: BTreeMap::new(),
             imported: None,
+            sharded: None,
             finished: false,
         })
     }
@@ -88,6 +90,11 @@ impl BundleWriter {
     /// Records the log the traces were imported from.
     pub fn imported(&mut self, from: super::manifest::ImportedFrom) {
         self.imported = Some(from);
+    }
+
+    /// Records that the traces were recorded in shards and merged.
+    pub fn sharded(&mut self, sharded: super::manifest::Sharded) {
+        self.sharded = Some(sharded);
     }
 
     /// Records a plugin whose output the bundle holds.
@@ -194,6 +201,7 @@ impl BundleWriter {
             traces: self.traces.clone(),
             files: self.files.clone(),
             imported: self.imported.clone(),
+            sharded: self.sharded.clone(),
         };
         let json = serde_json::to_vec_pretty(&manifest).expect("a manifest always serialises");
         let path = self.staging.join(MANIFEST_FILE);
