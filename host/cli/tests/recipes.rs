@@ -53,7 +53,7 @@ impl Cookbook {
             }
         }
         // The data the recipes read: prompt suites, labelled replies, logs.
-        for data in ["prompts", "judges", "inspect"] {
+        for data in ["prompts", "judges", "inspect", "deploy"] {
             std::fs::create_dir_all(to.join(data)).unwrap();
             for entry in std::fs::read_dir(examples.join(data)).unwrap() {
                 let p = entry.unwrap().path();
@@ -499,6 +499,58 @@ fn import_recipe_compares_two_inspect_logs() {
     .unwrap();
     assert_eq!(manifest["imported"]["tool_version"], "0.3.285");
     assert_eq!(manifest["imported"]["task"], "capitals");
+}
+
+/// Recipe 15: the Slurm array scripts, run by hand as their header says
+/// (each array task in its own process, then the merge job): the report of
+/// the merged shards says how it was sharded, and has the unsharded run's
+/// deltas.
+#[test]
+fn deploy_recipe_runs_the_slurm_array_by_hand() {
+    let Some(m) = model() else { return };
+    let book = Cookbook::new();
+    let job = |script: &str, env: &[(&str, &str)]| {
+        let mut c = Command::new("bash");
+        c.arg(format!("examples/deploy/{script}"))
+            .current_dir(book.dir.path())
+            .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
+            .env("VAUBAN_MODELS", m.parent().unwrap())
+            .env(
+                "VAUBAN_PLUGIN_DIR",
+                plugins::wasm("vauban-plugin-refusal").parent().unwrap(),
+            );
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{script} {env:?}: {}", text(&o));
+        o
+    };
+    let mut traced = Vec::new();
+    for k in ["1", "2"] {
+        let o = job(
+            "slurm-shard.sh",
+            &[("SLURM_ARRAY_TASK_ID", k), ("SLURM_ARRAY_TASK_COUNT", "2")],
+        );
+        traced.push(String::from_utf8_lossy(&o.stdout).into_owned());
+    }
+    println!("{}", traced.join(""));
+    job("slurm-merge.sh", &[]);
+    let r = book.report("shards/report");
+    assert!(
+        r["limitations"]
+            .to_string()
+            .contains("recorded in 2 shards"),
+        "{}",
+        r["limitations"]
+    );
+    // The same deltas as the recipe run whole.
+    let o = book.vauban(&["run", "examples/system-prompt.toml"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        r["metric_deltas"],
+        book.report("system-prompt")["metric_deltas"]
+    );
 }
 
 /// The batch-size sweep recipe records one bundle with full batches at
