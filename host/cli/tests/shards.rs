@@ -168,3 +168,58 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A config that measures a direction: shards never measure their own; the
+/// direction is measured once (`--measure-only`, into the config's own
+/// output) and every shard reuses it.
+#[test]
+fn the_direction_is_measured_once_and_every_shard_reuses_it() {
+    let Some(_) = common::smollm2_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The quickstart, its output moved into the temporary folder.
+    let examples = common::plugins::root().join("examples");
+    let text = std::fs::read_to_string(examples.join("quickstart.toml"))
+        .unwrap()
+        .replace(
+            "output = \"../out/quickstart\"",
+            &format!("output = \"{}\"", dir.path().join("whole").display()),
+        )
+        .replace("\"prompts/", &format!("\"{}/prompts/", examples.display()));
+    let config = dir.path().join("quickstart.toml");
+    std::fs::write(&config, text).unwrap();
+    let direction = dir.path().join("whole/refusal_direction.safetensors");
+    let shard = |k: &str| {
+        vauban(&[
+            "run",
+            s(&config),
+            "--shard",
+            k,
+            "--out",
+            s(&dir.path().join(k.replace('/', "-of-"))),
+        ])
+    };
+    let o = shard("1/2");
+    assert_eq!(o.status.code(), Some(1), "{}", said(&o));
+    assert!(said(&o).contains("--measure-only"), "{}", said(&o));
+    assert!(!direction.exists(), "a shard measured its own");
+    let o = vauban(&["run", s(&config), "--measure-only"]);
+    assert!(o.status.success(), "{}", said(&o));
+    assert!(direction.is_file());
+    let measured = std::fs::metadata(&direction).unwrap().modified().unwrap();
+    for k in ["1/2", "2/2"] {
+        let o = shard(k);
+        assert!(o.status.success(), "{}", said(&o));
+    }
+    assert_eq!(
+        std::fs::metadata(&direction).unwrap().modified().unwrap(),
+        measured,
+        "the shards reused the direction"
+    );
+    assert!(
+        !dir.path()
+            .join("1-of-2/refusal_direction.safetensors")
+            .exists()
+    );
+}

@@ -187,7 +187,7 @@ fn references(
 
 /// Measures the refusal direction, or reuses a saved one measured from the
 /// same weights and prompt files.
-fn measure_stage(
+pub(super) fn measure_stage(
     m: &plan::MeasurePlan,
     side: &LoadedSide,
     note: &mut String,
@@ -207,6 +207,12 @@ fn measure_stage(
     {
         *note = format!("reused {}", m.out.display());
         return Ok(m.out.clone());
+    }
+    if m.reuse_only {
+        anyhow::bail!(
+            "the direction {} is missing, or was measured on other weights or prompts: a shard does not measure its own; measure it once with `vauban run CONFIG --measure-only`, then run the shards",
+            m.out.display()
+        );
     }
     let harmful = Suite::load(&m.harmful)?;
     let harmless = Suite::load(&m.harmless)?;

@@ -113,6 +113,9 @@ pub struct MeasurePlan {
     pub max_kl: Option<f64>,
     pub layers: Vec<usize>,
     pub layer: Option<usize>,
+    /// Use the direction already at `out`, never measure it (a shard: the
+    /// direction is measured once, by `vauban run --measure-only`).
+    pub reuse_only: bool,
 }
 
 /// A plugin found on disk, with its config and sandbox grants.
@@ -498,6 +501,7 @@ impl<'a> Checker<'a> {
                 max_kl: m.max_kl,
                 layers: m.layers.clone(),
                 layer: m.layer,
+                reuse_only: false,
             }),
         };
         if let Some(m) = measure.as_ref().filter(|_| !replay) {

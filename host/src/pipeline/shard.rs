@@ -19,6 +19,7 @@ use super::Stages;
 use super::gather;
 use super::sides::SideName;
 use crate::bundle::{Bundle, BundleWriter, WriteMode};
+use crate::executor::Executor as _;
 
 /// The record a finished shard leaves in its output folder.
 pub const RECORD: &str = "shard.json";
@@ -134,6 +135,21 @@ pub fn trace_shard(plan: &Plan, shard: Shard) -> anyhow::Result<ShardRecord> {
     crate::atomic_file::write(&record_path, &json)
         .with_context(|| format!("cannot write {}", record_path.display()))?;
     Ok(record)
+}
+
+/// The `[measure]` stage alone, for the shards to share: the direction
+/// measured (or found current) at the config's own output.
+pub fn measure_only(plan: &Plan) -> anyhow::Result<PathBuf> {
+    let Some(m) = &plan.measure else {
+        bail!("the config has no [measure]: there is no direction to measure; run the shards");
+    };
+    let mut stages = Stages::default();
+    let side = stages.run("load baseline", |note| {
+        let s = super::record::load_side(&plan.baseline, None, &plan.output)?;
+        *note = s.exec.model_ref().name;
+        Ok(s)
+    })?;
+    stages.run("measure", |note| gather::measure_stage(m, &side, note))
 }
 
 /// An empty shard's sides: what the plan says, without loading a model.

@@ -22,8 +22,12 @@ pub struct RunArgs {
     /// Trace only the K-th of N slices of the suite (by prompt id: the
     /// same slices whichever machine runs which) into a partial output;
     /// `vauban merge` joins the N parts. No report is written.
-    #[arg(long, value_name = "K/N")]
+    #[arg(long, value_name = "K/N", conflicts_with = "measure_only")]
     pub shard: Option<vauban::pipeline::shard::Shard>,
+    /// Only the `[measure]` stage: the direction measured once into the
+    /// config's output, for every shard to reuse (shards never measure).
+    #[arg(long)]
+    pub measure_only: bool,
 }
 
 /// Arguments of `vauban merge`.
@@ -101,8 +105,20 @@ fn command_line() -> String {
 
 /// `vauban run CONFIG`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.measure_only {
+        let plan = Plan::from_file(&args.config, None, false)?;
+        let path = vauban::pipeline::shard::measure_only(&plan)?;
+        writeln!(out, "the direction: {}", path.display())?;
+        return Ok(());
+    }
     if let Some(shard) = args.shard {
         let mut plan = Plan::from_file(&args.config, args.out.as_deref(), false)?;
+        // The direction is the config's own output's, measured once.
+        if let Some(m) = plan.measure.as_mut() {
+            let whole = Plan::from_file(&args.config, None, false)?;
+            m.out = whole.measure.expect("the same config").out;
+            m.reuse_only = true;
+        }
         if args.out.is_none() {
             plan.output = plan
                 .output
@@ -187,6 +203,16 @@ pub fn diff(args: &DiffArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
     };
     let mut plan = Plan::from_file(&config, args.out.as_deref(), true)?;
+    // A measured direction is the config's output's when the diff's own
+    // output has none (merged shards: measured once, by --measure-only).
+    if args.out.is_some()
+        && let Some(m) = plan.measure.as_mut()
+        && !m.out.is_file()
+        && let Some(theirs) = Plan::from_file(&config, None, true)?.measure
+        && theirs.out.is_file()
+    {
+        m.out = theirs.out;
+    }
     // `diff` is `run` with both sides replayed from their bundles.
     plan.baseline.replay(args.baseline.clone());
     plan.candidate.replay(args.candidate.clone());
