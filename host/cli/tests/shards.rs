@@ -222,4 +222,43 @@ fn the_direction_is_measured_once_and_every_shard_reuses_it() {
             .join("1-of-2/refusal_direction.safetensors")
             .exists()
     );
+    // Merged and replayed, the report still says what was done to the
+    // candidate: each recording keeps its transformation in words.
+    let merged = dir.path().join("merged");
+    let o = vauban(&[
+        "merge",
+        s(&dir.path().join("1-of-2")),
+        s(&dir.path().join("2-of-2")),
+        "--out",
+        s(&merged),
+    ]);
+    assert!(o.status.success(), "{}", said(&o));
+    let out = dir.path().join("report");
+    let o = vauban(&[
+        "diff",
+        s(&merged.join("traces/baseline")),
+        s(&merged.join("traces/candidate")),
+        "--config",
+        s(&config),
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        o.status.success() || o.status.code() == Some(3),
+        "{}",
+        said(&o)
+    );
+    let r = report(&out);
+    let summary = r["target_change"]["transformation_summary"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        summary.starts_with("directional ablation"),
+        "{}",
+        r["target_change"]
+    );
+    assert!(
+        r["activation_findings"].is_object(),
+        "the measured direction was found"
+    );
 }

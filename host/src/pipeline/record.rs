@@ -172,11 +172,13 @@ fn served_as_is(side: &SidePlan, exec: Backend) -> LoadedSide {
             exec.model_ref().sha256,
         ),
     };
+    // A recording says what its run did to the model.
+    let describe = exec.recorded_transformation();
     LoadedSide {
         exec,
         interventions: Vec::new(),
         fingerprint,
-        describe: None,
+        describe,
         model_sha256,
         batch: side.batch,
     }
@@ -538,6 +540,9 @@ pub fn record_side(
     }
     let mut w = BundleWriter::create(bundle_path, WriteMode::Replace)
         .with_context(|| format!("cannot write {}", bundle_path.display()))?;
+    if let Some(d) = &side.describe {
+        w.transformation(d.clone());
+    }
     for (t, tensors) in parts.iter().flatten() {
         w.add_trace(t, tensors)?;
     }

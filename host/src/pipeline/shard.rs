@@ -268,6 +268,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> anyhow::Result<Merged> {
                 traces[i] += 1;
             }
         }
+        if let Some(d) = bundles
+            .values()
+            .find_map(|b| b.manifest().transformation.clone())
+        {
+            writer.transformation(d);
+        }
         writer.sharded(crate::bundle::Sharded {
             shards: n,
             prompts: (1..=n)

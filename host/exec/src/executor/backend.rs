@@ -243,6 +243,14 @@ macro_rules! any {
 
 impl Backend {
     /// A recorded bundle, verified, served as an executor.
+    /// A replayed bundle's transformation in words, as its run recorded it.
+    pub fn recorded_transformation(&self) -> Option<String> {
+        match self {
+            Backend::Replay(r) => r.transformation(),
+            _ => None,
+        }
+    }
+
     pub fn replay(bundle: &Path) -> Result<Backend, ExecutorError> {
         Ok(Backend::Replay(ReplayExecutor::open(bundle)?))
     }

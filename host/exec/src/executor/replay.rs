@@ -66,6 +66,13 @@ impl ReplayExecutor {
     }
 }
 
+impl ReplayExecutor {
+    /// What the recorded run did to its model, in words.
+    pub fn transformation(&self) -> Option<String> {
+        self.bundle.manifest().transformation.clone()
+    }
+}
+
 impl Executor for ReplayExecutor {
     /// Kinds held by every trace of the bundle are `full`; the rest
     /// `unsupported`: replay can give exactly what was recorded.

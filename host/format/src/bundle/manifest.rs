@@ -44,6 +44,10 @@ pub struct Manifest {
     /// merged (`vauban merge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharded: Option<Sharded>,
+    /// What the run did to its model, in words (`directional ablation
+    /// ...`), when it transformed it: what a replay of the bundle says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transformation: Option<String>,
 }
 
 /// How a merged bundle's traces were recorded.

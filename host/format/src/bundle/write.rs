@@ -45,6 +45,7 @@ pub struct BundleWriter {
     files: BTreeMap<String, FileEntry>,
     imported: Option<super::manifest::ImportedFrom>,
     sharded: Option<super::manifest::Sharded>,
+    transformation: Option<String>,
     finished: bool,
 }
 
@@ -78,6 +79,7 @@ impl BundleWriter {
             files: BTreeMap::new(),
             imported: None,
             sharded: None,
+            transformation: None,
             finished: false,
         })
     }
@@ -90,6 +92,11 @@ impl BundleWriter {
     /// Records the log the traces were imported from.
     pub fn imported(&mut self, from: super::manifest::ImportedFrom) {
         self.imported = Some(from);
+    }
+
+    /// Records what the run did to its model, in words.
+    pub fn transformation(&mut self, describe: String) {
+        self.transformation = Some(describe);
     }
 
     /// Records that the traces were recorded in shards and merged.
@@ -202,6 +209,7 @@ impl BundleWriter {
             files: self.files.clone(),
             imported: self.imported.clone(),
             sharded: self.sharded.clone(),
+            transformation: self.transformation.clone(),
         };
         let json = serde_json::to_vec_pretty(&manifest).expect("a manifest always serialises");
         let path = self.staging.join(MANIFEST_FILE);
