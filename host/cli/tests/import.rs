@@ -24,6 +24,13 @@ fn import(log: &Path, out: &Path) -> std::process::Output {
     vauban(&["import", "inspect", s(log), "--out", s(out)])
 }
 
+/// `vauban import TOOL LOG` that must be refused (exit code 1): its stderr.
+fn refused(tool: &str, log: &Path, dir: &Path) -> String {
+    let o = vauban(&["import", tool, s(log), "--out", s(&dir.join("never"))]);
+    assert_eq!(o.status.code(), Some(1), "{}", said(&o));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 /// The metric `name` of trace `id`, as the bundle holds it.
 fn metric(b: &Bundle, id: &str, name: &str) -> Option<f64> {
     let t = b.traces().iter().find(|t| t.id == id)?;
@@ -145,9 +152,7 @@ fn inspect_logs_import_with_their_samples_scores_and_provenance() {
 fn bad_logs_are_refused_naming_the_file_and_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let refused = |log: &Path, wants: &[&str]| {
-        let o = import(log, &dir.path().join("never"));
-        assert_eq!(o.status.code(), Some(1), "{}", said(&o));
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = refused("inspect", log, dir.path());
         assert!(
             err.contains(&log.display().to_string()),
             "names the file: {err}"
@@ -502,15 +507,7 @@ fn promptfoo_results_import_per_provider_and_compare_by_test() {
     newer["results"]["version"] = 4.into();
     let path = dir.path().join("newer.json");
     std::fs::write(&path, newer.to_string()).unwrap();
-    let o = vauban(&[
-        "import",
-        "promptfoo",
-        s(&path),
-        "--out",
-        s(&dir.path().join("never")),
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", said(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused("promptfoo", &path, dir.path());
     assert!(
         err.contains("results format version 4") && err.contains("promptfoo 0.121.20"),
         "{err}"
@@ -621,15 +618,7 @@ fn lm_eval_samples_import_and_compare_as_lm_eval_aggregates_them() {
     let mut without = line.as_object().unwrap().clone();
     without.remove("filter");
     std::fs::write(&old, Value::Object(without).to_string()).unwrap();
-    let o = vauban(&[
-        "import",
-        "lm-eval",
-        s(&old),
-        "--out",
-        s(&dir.path().join("never")),
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", said(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused("lm-eval", &old, dir.path());
     assert!(
         err.contains("line 1: no `filter`") && err.contains("0.4.7"),
         "{err}"

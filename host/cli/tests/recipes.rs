@@ -102,18 +102,30 @@ impl Cookbook {
     /// Runs a shell recipe (`examples/NAME.sh`) as its header says, with
     /// this build's binary and the model folder of `model`.
     fn script(&self, name: &str, model: Option<&std::path::Path>) -> Output {
+        self.script_at(&format!("examples/{name}.sh"), model, &[])
+    }
+
+    /// Runs the shell script at `path` (under the copy's root) with this
+    /// build's binary, its plugins, the model folder of `model` and `env`.
+    fn script_at(
+        &self,
+        path: &str,
+        model: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Output {
         let plugin_dir = plugins::wasm("vauban-plugin-refusal")
             .parent()
             .unwrap()
             .to_path_buf();
         let mut c = Command::new("bash");
-        c.arg(format!("examples/{name}.sh"))
+        c.arg(path)
             .current_dir(self.dir.path())
             .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
             .env("VAUBAN_PLUGIN_DIR", plugin_dir);
         if let Some(m) = model {
             c.env("VAUBAN_MODELS", m.parent().unwrap());
         }
+        c.envs(env.iter().copied());
         c.output().unwrap()
     }
 
@@ -510,19 +522,7 @@ fn deploy_recipe_runs_the_slurm_array_by_hand() {
     let Some(m) = model() else { return };
     let book = Cookbook::new();
     let job = |script: &str, env: &[(&str, &str)]| {
-        let mut c = Command::new("bash");
-        c.arg(format!("examples/deploy/{script}"))
-            .current_dir(book.dir.path())
-            .env("VAUBAN", env!("CARGO_BIN_EXE_vauban"))
-            .env("VAUBAN_MODELS", m.parent().unwrap())
-            .env(
-                "VAUBAN_PLUGIN_DIR",
-                plugins::wasm("vauban-plugin-refusal").parent().unwrap(),
-            );
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let o = c.output().unwrap();
+        let o = book.script_at(&format!("examples/deploy/{script}"), Some(&m), env);
         assert!(o.status.success(), "{script} {env:?}: {}", text(&o));
         o
     };
