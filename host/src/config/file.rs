@@ -195,10 +195,10 @@ pub struct ModelSection {
     /// side needs; the ids the server returns are checked against it.
     #[serde(default)]
     pub tokenizer: Option<PathBuf>,
-    /// `executor = "candle"`: prompts traced together in one batched pass
-    /// (default 8; 1 traces them one at a time). A batch shares each
-    /// weight read among its sequences; each trace records what it would
-    /// alone.
+    /// `executor = "candle"`, `"torch"` or `"mlx"`: prompts traced
+    /// together in one batched pass (default 8; 1 traces them one at a
+    /// time). A batch shares each weight read among its sequences; each
+    /// trace records what it would alone.
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub batch: Option<usize>,

@@ -703,13 +703,8 @@ impl<'a> Checker<'a> {
             at(
                 &format!("{key}.{setting}"),
                 format!(
-                    "`{setting}` is a setting of executor = \"candle\", and this side's executor is `{}`{}",
+                    "`{setting}` is a setting of executor = \"candle\", and this side's executor is `{}`",
                     s.executor,
-                    if backend == ExecutorKind::Http && setting == "batch" {
-                        " (an endpoint's requests in flight are `concurrency`)"
-                    } else {
-                        ""
-                    }
                 ),
             )
         };
@@ -721,8 +716,22 @@ impl<'a> Checker<'a> {
                     "0: a batch holds at least 1 prompt (1 traces them one at a time)".into(),
                 ));
             }
-            (Some(n), ExecutorKind::Candle) => n,
-            (Some(_), _) => return Err(candle_only("batch")),
+            // The local executors trace prompts in ragged batches.
+            (Some(n), ExecutorKind::Candle | ExecutorKind::Torch | ExecutorKind::Mlx) => n,
+            (Some(_), _) => {
+                return Err(at(
+                    &format!("{key}.batch"),
+                    format!(
+                        "`batch` is a setting of the local executors (candle, torch, mlx), and this side's executor is `{}`{}",
+                        s.executor,
+                        if backend == ExecutorKind::Http {
+                            " (an endpoint's requests in flight are `concurrency`)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
         };
         let kv_cache = match (s.kv_cache, backend) {
             (None, _) => KvType::F32,

@@ -29,6 +29,9 @@ pub trait TensorOps: Primitive + Default {
     fn last_row(&self, t: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
     /// The shape, and the values as f32 on the host in row-major order.
     fn host(&self, t: &Self::Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError>;
+    /// `a`'s positions then `b`'s: the two joined along the positions
+    /// axis (the second to last: `[.., positions, width]`).
+    fn join(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor, ModelError>;
     /// How this library applies the activation primitive, for the
     /// intervene span's `primitive` note.
     fn primitive_note(&self) -> String {
@@ -120,6 +123,46 @@ impl<'a, O: TensorOps> RunHook<'a, O> {
             bases: (0..interventions.len()).map(|_| None).collect(),
             policy_bases: HashMap::new(),
         }
+    }
+
+    /// The library's operations.
+    pub fn ops(&self) -> &O {
+        &self.ops
+    }
+
+    /// Joins what this hook kept over several passes (a shared opening's,
+    /// then the prompt's rest): one entry per layer and site, positions in
+    /// order.
+    pub fn merge_kept(&mut self) -> Result<(), ModelError> {
+        let kept = std::mem::take(&mut self.kept);
+        let mut merged: Vec<Kept<O::Tensor>> = Vec::with_capacity(kept.len());
+        for k in kept {
+            match merged
+                .iter_mut()
+                .find(|m| m.layer == k.layer && m.site == k.site)
+            {
+                Some(m) => m.tensor = self.ops.join(&m.tensor, &k.tensor)?,
+                None => merged.push(k),
+            }
+        }
+        self.kept = merged;
+        Ok(())
+    }
+
+    /// Takes on what `first` did over a shared opening: its kept
+    /// activations and its interventions' records.
+    pub fn continue_from(&mut self, first: &RunHook<'_, O>) {
+        self.kept = first
+            .kept
+            .iter()
+            .map(|k| Kept {
+                layer: k.layer,
+                site: k.site,
+                tensor: self.ops.share(&k.tensor),
+            })
+            .collect();
+        self.effects = first.effects.clone();
+        self.intervene_ns = first.intervene_ns;
     }
 
     /// How the primitive was applied (the intervene span's note).
@@ -215,5 +258,54 @@ impl<O: TensorOps> BlockHook<O::Tensor> for RunHook<'_, O> {
             }
         }
         Ok(replaced)
+    }
+}
+
+/// Tokens a batch's prompts must share before their opening runs once.
+pub const MIN_SHARED_OPENING: usize = 8;
+
+/// Tokens every prompt of a batch opens with, when their opening can run
+/// once for all of them; 0 when it cannot. It can when there are several
+/// fresh sessions (`fresh`) with the same hook (interventions, observed
+/// layers and block outputs, no policy), no intervention acts on "the
+/// last token of each call" (a split pass would move it), no logits are
+/// asked from inside a prompt (`from_inside`: they would need shifting past
+/// the opening), and the prompts share at least [`MIN_SHARED_OPENING`]
+/// tokens. Each prompt still runs its last token.
+pub fn shared_opening<O: TensorOps>(
+    hooks: &[&RunHook<'_, O>],
+    fresh: bool,
+    ids: &[&[u32]],
+    from_inside: bool,
+) -> usize {
+    let (Some(h), Some(first_ids)) = (hooks.first(), ids.first()) else {
+        return 0;
+    };
+    let same_hook = hooks.iter().all(|o| {
+        o.interventions == h.interventions
+            && o.observe == h.observe
+            && o.block_outputs == h.block_outputs
+            && o.policy.is_none()
+    });
+    let moves = h
+        .interventions
+        .iter()
+        .any(|i| i.positions == crate::intervene::Positions::Last);
+    if hooks.len() < 2 || !fresh || !same_hook || moves || from_inside {
+        return 0;
+    }
+    let mut shared = ids
+        .iter()
+        .map(|i| i.len().saturating_sub(1))
+        .min()
+        .unwrap_or(0);
+    for i in &ids[1..] {
+        let common = first_ids.iter().zip(*i).take_while(|(a, b)| a == b);
+        shared = shared.min(common.count());
+    }
+    if shared < MIN_SHARED_OPENING {
+        0
+    } else {
+        shared
     }
 }

@@ -101,6 +101,28 @@ pub(crate) fn trace_batch<S: TracedStages>(
         .collect()
 }
 
+/// `batch` jobs at a time in one batched run ([`trace_batch`]), results
+/// handed back in order: an executor's `trace_all`. A batch's results are
+/// all computed by the time the first is handed over, so all of them are
+/// (what was computed is kept); `Break` stops before the next batch.
+pub(crate) fn trace_in_batches<S: TracedStages>(
+    backend: &S,
+    jobs: &[(TraceRequest, RunOptions)],
+    batch: usize,
+    on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> std::ops::ControlFlow<()>,
+) {
+    let batch = batch.max(1);
+    for (b, chunk) in jobs.chunks(batch).enumerate() {
+        let mut stop = false;
+        for (i, result) in trace_batch(backend, chunk).into_iter().enumerate() {
+            stop |= on_done(b * batch + i, result).is_break();
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
 /// The stages between `begin` and `finish`, in their order.
 fn run_stages<S: TracedStages>(backend: &S, jobs: &mut [S::Job<'_>]) -> Result<(), ExecutorError> {
     backend.prefill(jobs)?;

@@ -1244,8 +1244,13 @@ pub fn read_gguf_config(path: &Path) -> Result<ModelConfig, ModelError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A one-block model description for unit tests (vocabulary of 10).
+    pub(crate) fn tiny_config() -> ModelConfig {
+        base()
+    }
 
     fn base() -> ModelConfig {
         ModelConfig {

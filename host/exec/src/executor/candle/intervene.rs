@@ -228,6 +228,9 @@ impl crate::executor::hook::TensorOps for Candle {
         let n = t.dim(1)?;
         Ok(t.narrow(1, n - 1, 1)?.copy()?)
     }
+    fn join(&self, a: &Tensor, b: &Tensor) -> Result<Tensor, crate::model::ModelError> {
+        Ok(Tensor::cat(&[a, b], a.rank() - 2)?)
+    }
     fn host(&self, t: &Tensor) -> Result<(Vec<usize>, Vec<f32>), crate::model::ModelError> {
         let shape = t.dims().to_vec();
         let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;

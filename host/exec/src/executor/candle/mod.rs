@@ -175,26 +175,14 @@ impl Executor for CandleExecutor {
     }
 
     /// `batch` jobs at a time in one batched pass (see
-    /// [`CandleExecutor::trace_batch`]), results handed back in order. A
-    /// batch's results are all computed by the time the first is handed
-    /// over, so all of them are (what was computed is kept); `Break` stops
-    /// before the next batch.
+    /// [`CandleExecutor::trace_batch`]), results handed back in order.
     fn trace_all(
         &self,
         jobs: &[(TraceRequest, RunOptions)],
         batch: usize,
         on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
     ) {
-        let batch = batch.max(1);
-        for (b, chunk) in jobs.chunks(batch).enumerate() {
-            let mut stop = false;
-            for (i, result) in self.trace_batch(chunk).into_iter().enumerate() {
-                stop |= on_done(b * batch + i, result).is_break();
-            }
-            if stop {
-                return;
-            }
-        }
+        crate::executor::traced::trace_in_batches(self, jobs, batch, on_done)
     }
 }
 

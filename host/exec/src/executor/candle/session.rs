@@ -7,41 +7,13 @@ use super::intervene::Candle;
 use super::model::llama::{KvCache, Llama, LogitsAt, PassTiming, Seq};
 use crate::executor::Effect;
 use crate::executor::{ExecutorError, InferenceSession, StepOutput};
+use crate::intervene::Intervention;
 use crate::intervene::policy::{PolicyLog, StepPolicy};
-use crate::intervene::{Intervention, Positions};
 use crate::model::ModelError;
-
-/// An activation kept by the hook, `[1, t, …]`.
-pub type Kept = crate::executor::hook::Kept<Tensor>;
 
 /// Applies interventions after their block and keeps observed
 /// activations: the hook every local backend shares, over candle's tensors.
 pub type RunHook<'a> = crate::executor::hook::RunHook<'a, Candle>;
-
-/// Joins the activations `hook` kept over several passes (a shared
-/// opening's, then the prompt's rest): one entry per layer and site,
-/// positions in order.
-fn merge_kept(hook: &mut RunHook<'_>) -> Result<(), ModelError> {
-    {
-        let kept = std::mem::take(&mut hook.kept);
-        let mut merged: Vec<Kept> = Vec::with_capacity(kept.len());
-        for k in kept {
-            match merged
-                .iter_mut()
-                .find(|m| m.layer == k.layer && m.site == k.site)
-            {
-                Some(m) => {
-                    // [.., positions, hidden]
-                    let dim = m.tensor.rank() - 2;
-                    m.tensor = Tensor::cat(&[&m.tensor, &k.tensor], dim)?;
-                }
-                None => merged.push(k),
-            }
-        }
-        hook.kept = merged;
-    }
-    Ok(())
-}
 
 /// A single-sequence session over a KV cache.
 pub struct CandleSession<'a> {
@@ -165,51 +137,13 @@ pub(crate) fn run_sessions(
     Ok(logits)
 }
 
-/// Tokens a batch's prompts must share before their opening runs once.
-const MIN_SHARED_OPENING: usize = 8;
-
 /// Tokens every prompt of a batch opens with, when their opening can run
-/// once for all of them; 0 when it cannot. It can when there are several
-/// fresh sessions with the same hook (interventions, observed layers and
-/// block outputs, no policy), no intervention acts on "the last token of
-/// each call" (a split pass would move it), and the prompts share at least
-/// [`MIN_SHARED_OPENING`] tokens. Each prompt still runs its last token.
+/// once for all of them (see [`crate::executor::hook::shared_opening`]).
 fn shared_opening(sessions: &[&mut CandleSession<'_>], ids: &[&[u32]], at: &[LogitsAt]) -> usize {
-    let (Some(first), Some(first_ids)) = (sessions.first(), ids.first()) else {
-        return 0;
-    };
-    let h = &first.hook;
-    let same_hook = sessions.iter().all(|s| {
-        s.cache.is_empty()
-            && s.hook.interventions == h.interventions
-            && s.hook.observe == h.observe
-            && s.hook.block_outputs == h.block_outputs
-            && s.hook.policy.is_none()
-    });
-    let moves = h
-        .interventions
-        .iter()
-        .any(|i| i.positions == Positions::Last);
-    // Logits from a position of the prompt would need shifting past the
-    // opening; no prefill asks for them.
-    let from = at.iter().any(|a| matches!(a, LogitsAt::From(_)));
-    if sessions.len() < 2 || !same_hook || moves || from {
-        return 0;
-    }
-    let mut shared = ids
-        .iter()
-        .map(|i| i.len().saturating_sub(1))
-        .min()
-        .unwrap_or(0);
-    for i in &ids[1..] {
-        let common = first_ids.iter().zip(*i).take_while(|(a, b)| a == b);
-        shared = shared.min(common.count());
-    }
-    if shared < MIN_SHARED_OPENING {
-        0
-    } else {
-        shared
-    }
+    let hooks: Vec<&RunHook<'_>> = sessions.iter().map(|s| &s.hook).collect();
+    let fresh = sessions.iter().all(|s| s.cache.is_empty());
+    let from_inside = at.iter().any(|a| matches!(a, LogitsAt::From(_)));
+    crate::executor::hook::shared_opening(&hooks, fresh, ids, from_inside)
 }
 
 /// What [`prefill_batch`] did.
@@ -256,9 +190,7 @@ pub(crate) fn prefill_batch(
         opening_timing = first.timing;
         for s in rest {
             s.cache = first.cache.fork()?;
-            s.hook.kept = first.hook.kept.clone();
-            s.hook.effects = first.hook.effects.clone();
-            s.hook.intervene_ns = first.hook.intervene_ns;
+            s.hook.continue_from(&first.hook);
         }
         opening_logits = (wide == LogitsAt::All)
             .then(|| logits.into_iter().next())
@@ -268,7 +200,7 @@ pub(crate) fn prefill_batch(
     let logits = run_sessions(sessions, &rest, at, Pass::Prompt)?;
     let mut joined = Vec::with_capacity(logits.len());
     for ((s, logits), &at) in sessions.iter_mut().zip(logits).zip(at) {
-        merge_kept(&mut s.hook)?;
+        s.hook.merge_kept()?;
         joined.push(match (&opening_logits, at) {
             (Some(first), LogitsAt::All) => {
                 Tensor::cat(&[first, &logits], 0).map_err(ModelError::from)?

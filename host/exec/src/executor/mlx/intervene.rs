@@ -209,6 +209,10 @@ impl crate::executor::tensor_lib::TensorOps for Mlx {
         row.eval()?;
         Ok(row)
     }
+    fn join(&self, a: &Array, b: &Array) -> Result<Array, ModelError> {
+        let axis = a.ndim() as i32 - 2;
+        Ok(mlx_rs::ops::concatenate(&[a, b], axis)?)
+    }
     /// Evaluates `t` under the lock every MLX evaluation takes (see
     /// [`super::evaluating`]).
     fn host(&self, t: &Array) -> Result<(Vec<usize>, Vec<f32>), ModelError> {

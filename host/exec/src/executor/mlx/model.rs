@@ -16,12 +16,13 @@ use std::time::Instant;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
-use mlx_rs::ops::indexing::TryIndexOp;
+use mlx_rs::ops::indexing::{IndexOp, TryIndexMutOp, TryIndexOp};
 
 use super::weights::{self, Linear, Matrix, Reader};
 use crate::executor::DeviceSpec;
+use crate::executor::tensor_lib::batch::{Attend, Layout, PassPlan, RowIds, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, Settled, check_pass, pass_after};
+use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, Settled};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -244,13 +245,26 @@ pub struct MlxLlama {
     on_gpu: bool,
 }
 
-/// Keys and values of every block for the positions run so far,
-/// `[1, kv_heads, len, head_dim]` each.
+/// Keys and values of every block, `[rows, kv_heads, capacity,
+/// head_dim]` each, preallocated and written a slice at a time (grown by
+/// doubling); which column holds which position of which row is the
+/// [`Layout`]'s. MLX arrays are values: a write makes a new array (MLX
+/// reuses the old one's memory when nothing else holds it).
 pub struct MlxCache {
-    layers: Vec<Option<(Array, Array)>>,
-    len: usize,
-    /// The token ids of the positions held.
-    ids: Vec<u32>,
+    /// Empty until the first pass or stacking allocates them.
+    layers: Vec<(Array, Array)>,
+    capacity: usize,
+    layout: Layout,
+    shape: KvShape,
+}
+
+/// What a model's keys and values are made of, to allocate a cache.
+#[derive(Debug, Clone, Copy)]
+struct KvShape {
+    layers: usize,
+    kv_heads: i32,
+    head_dim: i32,
+    dtype: mlx_rs::Dtype,
 }
 
 /// The indices `from..to`, as an index array.
@@ -259,46 +273,117 @@ fn span(from: usize, to: usize) -> Array {
     Array::from_slice(&idx, &[idx.len() as i32])
 }
 
+impl MlxCache {
+    fn zeros(&self, rows: usize, capacity: usize) -> Result<Vec<(Array, Array)>, Exception> {
+        let s = self.shape;
+        let dims = [rows as i32, s.kv_heads, capacity as i32, s.head_dim];
+        let zeros = || mlx_rs::ops::zeros_dtype(&dims, s.dtype);
+        (0..s.layers).map(|_| Ok((zeros()?, zeros()?))).collect()
+    }
+
+    /// Room for `needed` columns in every row, the columns written kept.
+    fn reserve(&mut self, needed: usize) -> Result<(), Exception> {
+        let capacity = grown_capacity(self.capacity, needed);
+        if capacity == self.capacity && !self.layers.is_empty() {
+            return Ok(());
+        }
+        let used = self.layout.used as i32;
+        let mut grown = self.zeros(self.layout.rows.len(), capacity)?;
+        if used > 0 {
+            for ((k, v), (old_k, old_v)) in grown.iter_mut().zip(&self.layers) {
+                k.try_index_mut((.., .., 0..used), old_k.index((.., .., 0..used)))?;
+                v.try_index_mut((.., .., 0..used), old_v.index((.., .., 0..used)))?;
+            }
+        }
+        self.layers = grown;
+        self.capacity = capacity;
+        Ok(())
+    }
+}
+
 impl LibCache for MlxCache {
-    fn len(&self) -> usize {
-        self.len
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
-    fn cut(&mut self, to: usize) {
-        assert!(to <= self.len, "a position the cache holds");
-        for slot in &mut self.layers {
-            *slot = match slot.take() {
-                Some((k, v)) if to > 0 => {
-                    let keep = |a: Array| a.take_axis(span(0, to), 2).expect("positions it holds");
-                    Some((keep(k), keep(v)))
-                }
-                _ => None,
-            };
-        }
-        self.len = to;
-        self.ids.truncate(to);
+    fn layout_mut(&mut self) -> &mut Layout {
+        &mut self.layout
     }
 
-    fn ids(&self) -> &[u32] {
-        &self.ids
-    }
-
-    /// MLX arrays are values: growing one cache makes new arrays and
+    /// MLX arrays are values: writing one cache makes new arrays and
     /// leaves the other's.
-    fn fork(&self) -> MlxCache {
-        MlxCache {
+    fn fork(&self) -> Result<MlxCache, ModelError> {
+        Ok(MlxCache {
             layers: self.layers.clone(),
-            len: self.len,
-            ids: self.ids.clone(),
-        }
+            capacity: self.capacity,
+            layout: self.layout.clone(),
+            shape: self.shape,
+        })
     }
 
     fn bytes(&self) -> u64 {
         self.layers
             .iter()
-            .flatten()
             .map(|(k, v)| (k.nbytes() + v.nbytes()) as u64)
             .sum()
+    }
+
+    fn stack(rows: Vec<MlxCache>, extra: usize) -> Result<MlxCache, ModelError> {
+        let first = rows.first().expect("a batch of at least one row");
+        let layout = Layout::stack(&rows.iter().map(|r| &r.layout).collect::<Vec<_>>());
+        let mut cache = MlxCache {
+            layers: Vec::new(),
+            capacity: 0,
+            layout,
+            shape: first.shape,
+        };
+        let needed = cache.layout.used + extra;
+        if needed == 0 {
+            return Ok(cache);
+        }
+        let _lock = super::evaluating();
+        cache.capacity = needed.div_ceil(64) * 64;
+        cache.layers = cache.zeros(rows.len(), cache.capacity)?;
+        for (j, row) in rows.iter().enumerate() {
+            let (j, n) = (j as i32, row.layout.used as i32);
+            if n == 0 {
+                continue;
+            }
+            for ((k, v), (rk, rv)) in cache.layers.iter_mut().zip(&row.layers) {
+                k.try_index_mut((j..j + 1, .., 0..n), rk.index((.., .., 0..n)))?;
+                v.try_index_mut((j..j + 1, .., 0..n), rv.index((.., .., 0..n)))?;
+            }
+        }
+        let arrays: Vec<&Array> = cache.layers.iter().flat_map(|(k, v)| [k, v]).collect();
+        mlx_rs::transforms::eval(arrays)?;
+        Ok(cache)
+    }
+
+    /// Each row's positions gathered to its first columns.
+    fn unstack(self) -> Result<Vec<MlxCache>, ModelError> {
+        let _lock = super::evaluating();
+        let mut out = Vec::with_capacity(self.layout.rows.len());
+        for (j, row) in self.layout.rows.iter().enumerate() {
+            let j = j as i32;
+            let cols: Vec<i32> = row.cols.iter().map(|&c| c as i32).collect();
+            let cols = Array::from_slice(&cols, &[cols.len() as i32]);
+            let mut layers = Vec::new();
+            if !row.is_empty() {
+                for (k, v) in &self.layers {
+                    let part = |t: &Array| t.index((j..j + 1,)).take_axis(&cols, 2);
+                    let (k, v) = (part(k)?, part(v)?);
+                    mlx_rs::transforms::eval([&k, &v])?;
+                    layers.push((k, v));
+                }
+            }
+            out.push(MlxCache {
+                layers,
+                capacity: row.len(),
+                layout: self.layout.row(j as usize),
+                shape: self.shape,
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -475,12 +560,20 @@ impl MlxLlama {
         &self.config
     }
 
-    /// An empty KV cache for this model.
+    /// An empty KV cache of one row for this model.
     pub fn new_cache(&self) -> MlxCache {
+        let c = &self.config;
         MlxCache {
-            layers: (0..self.config.layers).map(|_| None).collect(),
-            len: 0,
-            ids: Vec::new(),
+            layers: Vec::new(),
+            capacity: 0,
+            layout: Layout::new(1),
+            shape: KvShape {
+                layers: c.layers,
+                kv_heads: c.kv_heads as i32,
+                head_dim: c.head_dim as i32,
+                // Weights are read as f32, so activations are f32.
+                dtype: mlx_rs::Dtype::Float32,
+            },
         }
     }
 
@@ -496,11 +589,9 @@ impl MlxLlama {
         Ok(self.run(ids, cache, &mut NoHook, 0)?.0)
     }
 
-    /// Runs `ids` after the positions `cache` holds, calling `hook` after
-    /// every block; the f32 logits from position `from` of this pass on
-    /// (`[n - from, vocab]`: the last alone with `n - 1`). Token ids outside
-    /// the vocabulary and a hook's array of the wrong shape are refused;
-    /// the cache changes only when the pass succeeds.
+    /// Runs `ids` after the positions `cache` (one row) holds, calling
+    /// `hook` after every block; the f32 logits from position `from` of
+    /// the pass on (`[n - from, vocab]`: the last alone with `n - 1`).
     pub fn run(
         &self,
         ids: &[u32],
@@ -508,113 +599,190 @@ impl MlxLlama {
         hook: &mut dyn BlockHook<Array>,
         from: usize,
     ) -> Result<(Array, PassTiming), ModelError> {
-        check_pass(&self.config, ids, cache.len, from)?;
-        // Where LongRoPE switches, the whole sequence again: the cache is
-        // emptied first, so a failed pass leaves it empty.
-        let (ids, from) = pass_after(&self.config, cache, ids, from);
-        let ids = ids.as_ref();
+        LibModel::run(self, ids, cache, hook, from)
+    }
+
+    /// One ragged pass over the rows of `cache` ([`LibModel::run_batch`]).
+    /// Token ids outside the vocabulary and a hook's array of the wrong
+    /// shape are refused; the cache changes only when the pass succeeds.
+    pub fn run_batch(
+        &self,
+        cache: &mut MlxCache,
+        rows: &mut [LibRow<'_, Array>],
+    ) -> Result<Vec<Option<(Array, PassTiming)>>, ModelError> {
+        let asked: Vec<RowIds<'_>> = rows
+            .iter()
+            .map(|r| RowIds {
+                ids: r.ids,
+                from: r.from,
+            })
+            .collect();
+        let plan = cache.layout.plan(&self.config, &asked)?;
+        if plan.width == 0 {
+            return Ok(rows.iter().map(|_| None).collect());
+        }
         let _lock = super::evaluating();
         super::use_device(self.on_gpu);
-        let mut timing = PassTiming::default();
-        let (n, past) = (ids.len(), cache.len);
-        let rows: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let mut x = self.embed.rows(&Array::from_slice(&rows, &[n as i32]))?;
-        if let Some(scale) = self.config.block.embed_scale {
+        cache.reserve(plan.keys())?;
+        // The keys and values are written past the columns the layout
+        // records (through the cache's own handles, so MLX can reuse their
+        // memory): a failed pass leaves them unread.
+        let out = self.run_planned(&plan, cache, rows)?;
+        cache.layout.commit(&plan);
+        Ok(out)
+    }
+
+    fn run_planned(
+        &self,
+        plan: &PassPlan<'_>,
+        cache: &mut MlxCache,
+        rows: &mut [LibRow<'_, Array>],
+    ) -> Result<Vec<Option<(Array, PassTiming)>>, ModelError> {
+        let c = &self.config;
+        let (b, w) = (plan.rows() as i32, plan.width as i32);
+        let hidden = c.hidden as i32;
+        // The rows' tokens side by side, holes filled with token 0 (its
+        // outputs are never read).
+        let mut tokens = vec![0i32; plan.rows() * plan.width];
+        for (j, ids) in plan.ids.iter().enumerate() {
+            for (t, &id) in ids.iter().enumerate() {
+                tokens[j * plan.width + t] = id as i32;
+            }
+        }
+        let mut x = self
+            .embed
+            .rows(&Array::from_slice(&tokens, &[b * w]))?
+            .reshape(&[b, w, hidden])?;
+        if let Some(scale) = c.block.embed_scale {
             x = x.multiply(Array::from_f32(scale))?;
         }
-        // Causal: the query at position past + i sees keys 0..=past + i; in
-        // a sliding layer, none `window` or more positions back. `None`
-        // where nothing is masked (a single query within its window).
-        let total = past + n;
-        let mask = |window: Option<usize>| {
-            if n == 1 && window.is_none_or(|w| total <= w) {
-                return None;
-            }
-            let values: Vec<f32> = (0..n)
-                .flat_map(|i| {
-                    let pos = past + i;
-                    (0..total).map(
-                        move |j| match j > pos || window.is_some_and(|w| pos - j >= w) {
-                            true => f32::NEG_INFINITY,
-                            false => 0.0,
-                        },
-                    )
-                })
-                .collect();
-            Some(Array::from_slice(&values, &[n as i32, total as i32]))
-        };
+        let offsets: Vec<i32> = plan.past.iter().map(|&p| p as i32).collect();
+        let offsets = Array::from_slice(&offsets, &[b]);
         let mut masks = std::collections::BTreeMap::new();
-        for w in &self.config.windows {
-            masks.entry(*w).or_insert_with(|| mask(*w));
+        for window in &c.windows {
+            let attend = cache.layout.attend(plan, *window);
+            masks.entry(*window).or_insert_with(|| match attend {
+                Attend::All => Mask::All,
+                Attend::Causal => Mask::Causal,
+                Attend::Masked(m) => {
+                    Mask::Keys(Array::from_slice(&m, &[b, 1, w, plan.keys() as i32]))
+                }
+            });
         }
-        let set = self.config.rope_set(total);
-        let mut appended = Vec::with_capacity(self.blocks.len());
-        for (layer, (block, slot)) in self.blocks.iter().zip(&cache.layers).enumerate() {
+        let mut timings = vec![PassTiming::default(); plan.rows()];
+        for (layer, (block, slot)) in self.blocks.iter().zip(&mut cache.layers).enumerate() {
             let h = norm_opt(&block.attn_norm, x.clone())?;
-            let mask = masks[&block.attn.window].as_ref();
-            let rope = &self.ropes[block.attn.rope][set];
-            let (attn_out, kv) =
-                self.attention(&block.attn, &h, slot.as_ref(), past, rope, mask)?;
+            let mask = &masks[&block.attn.window];
+            let rope = Rope {
+                tables: &self.ropes[block.attn.rope],
+                plan,
+                offsets: &offsets,
+            };
+            let attn_out = self.attention(&block.attn, &h, slot, plan.start, &rope, mask)?;
             let attn_out = norm_opt(&block.post_attn_norm, attn_out)?;
-            appended.push(kv);
             x = x.add(&attn_out)?;
             let h = norm_opt(&block.mlp_norm, x.clone())?;
             let (mlp_out, router) = match &block.ffn {
                 Ffn::Dense(mlp) => (mlp.forward(&h)?, None),
                 Ffn::Experts(moe) => {
-                    let (out, probs) = moe.forward(&h)?;
-                    (out, Some(probs))
+                    let (out, probs) = moe.forward(&h.reshape(&[b * w, hidden])?)?;
+                    (out.reshape(&[b, w, hidden])?, Some(probs))
                 }
             };
             let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out)?;
             x = x.add(&mlp_out)?;
             x.eval()?;
-            let start = Instant::now();
-            let view = BlockView {
-                layer,
-                offset: past,
-                attn_out: &attn_out,
-                mlp_out: &mlp_out,
-                router: router.as_ref(),
-            };
-            if let Some(changed) = hook.after_block(&view, &x)? {
-                if changed.shape() != x.shape() {
-                    return Err(ModelError::HookShape {
-                        layer,
-                        found: changed.shape().iter().map(|&d| d as usize).collect(),
-                        expected: x.shape().iter().map(|&d| d as usize).collect(),
-                    });
-                }
-                if changed.dtype() != x.dtype() {
-                    return Err(ModelError::HookDtype {
-                        layer,
-                        found: format!("{:?}", changed.dtype()),
-                        expected: format!("{:?}", x.dtype()),
-                    });
-                }
-                x = changed;
-                x.eval()?;
+            let mut changed_rows: Vec<Option<Array>> = Vec::new();
+            for (j, (row, timing)) in rows.iter_mut().zip(&mut timings).enumerate() {
+                let n = plan.ids[j].len() as i32;
+                let started = Instant::now();
+                let changed = match n {
+                    0 => None,
+                    _ => {
+                        let jj = j as i32;
+                        let part = |t: &Array| t.index((jj, 0..n));
+                        let router = router.as_ref().map(|r| r.index(jj * w..jj * w + n));
+                        let resid = part(&x);
+                        let view = BlockView {
+                            layer,
+                            offset: plan.past[j],
+                            attn_out: &part(&attn_out),
+                            mlp_out: &part(&mlp_out),
+                            router: router.as_ref(),
+                        };
+                        let changed = row.hook.after_block(&view, &resid)?;
+                        if let Some(changed) = &changed {
+                            check_hook(layer, changed, &resid)?;
+                        }
+                        changed
+                    }
+                };
+                changed_rows.push(changed);
+                timing.hook_ns += started.elapsed().as_nanos() as u64;
             }
-            timing.hook_ns += start.elapsed().as_nanos() as u64;
+            if changed_rows.iter().any(Option::is_some) {
+                let started = Instant::now();
+                x = self.replace_rows(&x, plan, changed_rows)?;
+                x.eval()?;
+                let share = started.elapsed().as_nanos() as u64 / timings.len() as u64;
+                timings.iter_mut().for_each(|t| t.hook_ns += share);
+            }
         }
-        let start = Instant::now();
-        let x = match from {
-            0 => x,
-            _ => x.take_axis(span(from, n), 0)?,
+        let started = Instant::now();
+        // The rows the logits are asked at, gathered into one projection.
+        let mut picked = Vec::new();
+        for (j, ids) in plan.ids.iter().enumerate() {
+            let at = j * plan.width;
+            picked.extend((at + plan.from[j]..at + ids.len()).map(|i| i as i32));
+        }
+        let x = x.reshape(&[b * w, hidden])?;
+        let x = match picked.len() as i32 == b * w {
+            true => x,
+            false => x.take_axis(Array::from_slice(&picked, &[picked.len() as i32]), 0)?,
         };
         let logits = self.output.forward(&self.norm.forward(&x)?)?;
         let logits = match self.config.block.final_softcap {
             Some(cap) => softcap(&logits, cap)?,
             None => logits,
-        };
-        logits.eval()?;
-        timing.lm_head_ns = start.elapsed().as_nanos() as u64;
-        for (slot, kv) in cache.layers.iter_mut().zip(appended) {
-            *slot = Some(kv);
         }
-        cache.len += n;
-        cache.ids.extend_from_slice(ids);
-        Ok((logits, timing))
+        .as_dtype(mlx_rs::Dtype::Float32)?;
+        logits.eval()?;
+        let lm_head_ns = started.elapsed().as_nanos() as u64;
+        let mut out = Vec::with_capacity(plan.rows());
+        let mut at = 0;
+        for (j, ids) in plan.ids.iter().enumerate() {
+            if ids.is_empty() {
+                out.push(None);
+                continue;
+            }
+            let n = (ids.len() - plan.from[j]) as i32;
+            let rows_of = logits.take_axis(span(at as usize, (at + n) as usize), 0)?;
+            let timing = PassTiming {
+                lm_head_ns,
+                ..timings[j]
+            };
+            out.push(Some((rows_of, timing)));
+            at += n;
+        }
+        Ok(out)
+    }
+
+    /// `x` with each changed row's tokens replaced (`[rows, width,
+    /// hidden]`; a row's holes keep their values).
+    fn replace_rows(
+        &self,
+        x: &Array,
+        plan: &PassPlan<'_>,
+        changed: Vec<Option<Array>>,
+    ) -> Result<Array, Exception> {
+        let mut x = x.clone();
+        for (j, changed) in changed.into_iter().enumerate() {
+            if let Some(rows) = changed {
+                let (j, n) = (j as i32, plan.ids[j as usize].len() as i32);
+                x.try_index_mut((j..j + 1, 0..n), rows.expand_dims(0)?)?;
+            }
+        }
+        Ok(x)
     }
 
     /// The matrices GGUF calls `blk.{layer}.{stem}.weight`, as they are
@@ -630,40 +798,24 @@ impl MlxLlama {
         })
     }
 
-    /// Self-attention of `h` (`[n, hidden]`) over the cached keys and
-    /// values and its own; the output and the block's keys and values for
-    /// the cache.
+    /// Self-attention of `h` (`[rows, width, hidden]`) over the cached
+    /// columns and its own, whose keys and values it writes to `slot` at
+    /// columns `start..start + width`.
     fn attention(
         &self,
         a: &Attention,
         h: &Array,
-        cached: Option<&(Array, Array)>,
-        past: usize,
-        (freqs, scale): &(Array, Option<Array>),
-        mask: Option<&Array>,
-    ) -> Result<(Array, (Array, Array)), ModelError> {
+        slot: &mut (Array, Array),
+        start: usize,
+        rope: &Rope<'_>,
+        mask: &Mask,
+    ) -> Result<Array, ModelError> {
         let c = &self.config;
-        let n = h.shape()[0];
+        let (b, w) = (h.shape()[0], h.shape()[1]);
         let (d, heads, kvh) = (c.head_dim as i32, c.heads as i32, c.kv_heads as i32);
-        // [n, heads * d] → [1, heads, n, d]
+        // [rows, width, heads * d] → [rows, heads, width, d]
         let split = |x: Array, hs: i32| -> Result<Array, Exception> {
-            x.reshape(&[1, n, hs, d])?.transpose_axes(&[0, 2, 1, 3])
-        };
-        // Dimensions past `rotary_dim` (a partial rotary embedding) stay.
-        let rope = |x: Array| {
-            let turned = fast::rope(
-                x,
-                c.rotary_dim as i32,
-                c.rope_style == RopeStyle::Interleaved,
-                None,
-                1.0,
-                past as i32,
-                freqs,
-            )?;
-            match scale {
-                Some(s) => turned.multiply(s),
-                None => Ok(turned),
-            }
+            x.reshape(&[b, w, hs, d])?.transpose_axes(&[0, 2, 1, 3])
         };
         // Q/K norms over the whole projection (before the split into
         // heads), or per head (after it).
@@ -674,48 +826,132 @@ impl MlxLlama {
                 (None, _) => split(x, hs),
             }
         };
-        let q = rope(qk_norm(&a.q_norm, a.q.forward(h)?, heads)?)?;
-        let k = rope(qk_norm(&a.k_norm, a.k.forward(h)?, kvh)?)?;
+        let q = rope.apply(c, qk_norm(&a.q_norm, a.q.forward(h)?, heads)?)?;
+        let k = rope.apply(c, qk_norm(&a.k_norm, a.k.forward(h)?, kvh)?)?;
         let v = split(a.v.forward(h)?, kvh)?;
-        let (k, v) = match cached {
-            Some((pk, pv)) => (
-                mlx_rs::ops::concatenate(&[pk, &k], 2)?,
-                mlx_rs::ops::concatenate(&[pv, &v], 2)?,
-            ),
-            None => (k, v),
-        };
+        let (s, e) = (start as i32, start as i32 + w);
+        slot.0.try_index_mut((.., .., s..e), &k)?;
+        slot.1.try_index_mut((.., .., s..e), &v)?;
+        let (k, v) = (slot.0.index((.., .., 0..e)), slot.1.index((.., .., 0..e)));
         let out = match a.softcap {
-            None => fast::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                a.scale,
-                mask.map(ScaledDotProductAttentionMask::Array),
-                None,
-            )?,
+            None => {
+                let mask = match mask {
+                    Mask::All => None,
+                    Mask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+                    Mask::Keys(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+                };
+                fast::scaled_dot_product_attention(&q, &k, &v, a.scale, mask, None)?
+            }
             // MLX's fused attention has no soft-cap: the scores written out,
             // the `rep` query heads of a key/value head stacked against it.
             Some(cap) => {
-                let (rep, total) = (heads / kvh, k.shape()[2]);
-                let q = q.reshape(&[1, kvh, rep * n, d])?;
+                let rep = heads / kvh;
+                let q = q.reshape(&[b, kvh, rep * w, d])?;
                 let scores = q
                     .matmul(k.transpose_axes(&[0, 1, 3, 2])?)?
                     .multiply(Array::from_f32(a.scale))?;
-                let scores = softcap(&scores, cap)?.reshape(&[1, kvh, rep, n, total])?;
-                let scores = match mask {
-                    Some(m) => scores.add(m)?,
+                let scores = softcap(&scores, cap)?.reshape(&[b, kvh, rep, w, e])?;
+                let keep = match mask {
+                    Mask::All => None,
+                    Mask::Causal => {
+                        let attend = Attend::Causal.mask(1, w as usize, e as usize);
+                        Some(Array::from_slice(&attend, &[1, 1, 1, w, e]))
+                    }
+                    Mask::Keys(m) => Some(m.reshape(&[b, 1, 1, w, e])?),
+                };
+                let scores = match keep {
+                    Some(keep) => mlx_rs::ops::select(
+                        &keep,
+                        &scores,
+                        Array::from_f32(f32::NEG_INFINITY).as_dtype(scores.dtype())?,
+                    )?,
                     None => scores,
                 };
-                mlx_rs::ops::softmax_axis(&scores, -1, None)?
-                    .reshape(&[1, kvh, rep * n, total])?
+                mlx_rs::ops::softmax_axis(&scores, -1, true)?
+                    .reshape(&[b, kvh, rep * w, e])?
                     .matmul(&v)?
-                    .reshape(&[1, heads, n, d])?
+                    .reshape(&[b, heads, w, d])?
             }
         };
         let out = out
             .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[n, heads * d])?;
-        Ok((a.o.forward(&out)?, (k, v)))
+            .reshape(&[b, w, heads * d])?;
+        Ok(a.o.forward(&out)?)
+    }
+}
+
+/// Which keys a pass's queries attend to (see [`Attend`]).
+enum Mask {
+    All,
+    Causal,
+    /// `[rows, 1, width, keys]`, `true` where a query attends.
+    Keys(Array),
+}
+
+/// A hook's replacement of a row's residual stream must keep its shape
+/// and dtype.
+fn check_hook(layer: usize, changed: &Array, resid: &Array) -> Result<(), ModelError> {
+    if changed.shape() != resid.shape() {
+        return Err(ModelError::HookShape {
+            layer,
+            found: changed.shape().iter().map(|&d| d as usize).collect(),
+            expected: resid.shape().iter().map(|&d| d as usize).collect(),
+        });
+    }
+    if changed.dtype() != resid.dtype() {
+        return Err(ModelError::HookDtype {
+            layer,
+            found: format!("{:?}", changed.dtype()),
+            expected: format!("{:?}", resid.dtype()),
+        });
+    }
+    Ok(())
+}
+
+/// The rotary embedding of a pass's rows: each row's positions from its
+/// own offset, at its LongRoPE set's frequencies.
+struct Rope<'a> {
+    /// The layer's kind's two sets (see `MlxLlama::ropes`).
+    tables: &'a [(Array, Option<Array>); 2],
+    plan: &'a PassPlan<'a>,
+    /// Each row's first position, `[rows]`.
+    offsets: &'a Array,
+}
+
+impl Rope<'_> {
+    /// `x` (`[rows, heads, width, d]`) turned; dimensions past
+    /// `rotary_dim` (a partial rotary embedding) stay.
+    fn apply(&self, c: &ModelConfig, x: Array) -> Result<Array, Exception> {
+        let (dims, traditional) = (c.rotary_dim as i32, c.rope_style == RopeStyle::Interleaved);
+        let scaled = |turned: Array, scale: &Option<Array>| match scale {
+            Some(s) => turned.multiply(s),
+            None => Ok(turned),
+        };
+        match self.plan.one_rope_set() {
+            Some(set) => {
+                let (freqs, scale) = &self.tables[set];
+                let turned = match self.plan.rows() {
+                    1 => {
+                        let past = self.plan.past[0] as i32;
+                        fast::rope(x, dims, traditional, None, 1.0, past, freqs)?
+                    }
+                    _ => fast::rope_dynamic(x, dims, traditional, None, 1.0, self.offsets, freqs)?,
+                };
+                scaled(turned, scale)
+            }
+            // Rows on both sides of LongRoPE's switch: each on its own.
+            None => {
+                let mut rows = Vec::with_capacity(self.plan.rows());
+                for (j, &set) in self.plan.rope_sets.iter().enumerate() {
+                    let (freqs, scale) = &self.tables[set];
+                    let row = x.index((j as i32..j as i32 + 1,));
+                    let past = self.plan.past[j] as i32;
+                    let turned = fast::rope(row, dims, traditional, None, 1.0, past, freqs)?;
+                    rows.push(scaled(turned, scale)?);
+                }
+                mlx_rs::ops::concatenate(&rows, 0)
+            }
+        }
     }
 }
 
@@ -769,14 +1005,12 @@ impl LibModel for MlxLlama {
         MlxLlama::new_cache(self)
     }
 
-    fn run(
+    fn run_batch(
         &self,
-        ids: &[u32],
         cache: &mut MlxCache,
-        hook: &mut dyn BlockHook<Array>,
-        from: usize,
-    ) -> Result<(Array, PassTiming), ModelError> {
-        MlxLlama::run(self, ids, cache, hook, from)
+        rows: &mut [LibRow<'_, Array>],
+    ) -> Result<Vec<Option<(Array, PassTiming)>>, ModelError> {
+        MlxLlama::run_batch(self, cache, rows)
     }
 
     /// `[out, in]`; a mixture's experts' stacked by rows, `[experts · out,

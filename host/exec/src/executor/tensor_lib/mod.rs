@@ -10,17 +10,22 @@
 //!   export);
 //! - [`LibSession`]: a generation session over the model's KV cache, with
 //!   the block hook every local backend shares ([`crate::executor::hook`]);
-//! - `trace`: one traced run, recorded through the shared recorder.
+//! - `trace`: traced runs, each stage one ragged pass over a batch of
+//!   jobs, recorded through the shared recorder;
+//! - [`batch`]: where each sequence of a batched pass sits in the
+//!   preallocated KV cache, and the masks and positions that follows.
 //!
 //! A new backend over another tensor library is a model and a primitive,
 //! not another pipeline. Candle keeps its own session and traced run (it
-//! batches prompts and runs quantized weights with its own kernels), with
-//! the same hook.
+//! runs quantized weights with its own kernels and packs a batch's tokens
+//! into one sequence), with the same hook.
 
+pub mod batch;
 mod session;
 mod trace;
 
 use super::identity::ModelIdentity;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 pub use super::hook::{BlockHook, BlockView, Kept, NoHook, RunHook as LibHook, TensorOps};
@@ -78,43 +83,51 @@ pub fn check_pass(
     }
 }
 
-/// The pass a model runs for `ids` (logits from this pass's position
-/// `from` on) after the positions `cache` holds: as asked, or, where the
-/// pass crosses LongRoPE's switch ([`ModelConfig::reruns`]), the whole
-/// sequence from position 0 with the cache emptied and `from` moved to
-/// this pass's first token, so the logits are still this pass's.
-pub fn pass_after<'i, C: LibCache>(
-    c: &ModelConfig,
-    cache: &mut C,
-    ids: &'i [u32],
-    from: usize,
-) -> (std::borrow::Cow<'i, [u32]>, usize) {
-    if !c.reruns(cache.len(), ids.len()) {
-        return (ids.into(), from);
+/// A model's KV cache: keys and values of every block, preallocated, for
+/// one sequence or several stacked as the rows of a batch
+/// ([`batch::Layout`] says which column holds which position). The
+/// one-sequence methods (`len` to `fork`) are for a cache of one row,
+/// which never has holes.
+pub trait LibCache: Sized {
+    /// Where each row's positions sit.
+    fn layout(&self) -> &batch::Layout;
+    fn layout_mut(&mut self) -> &mut batch::Layout;
+    /// Positions held (one row).
+    fn len(&self) -> usize {
+        self.layout().rows[0].len()
     }
-    let past = cache.len();
-    let mut all = cache.ids().to_vec();
-    all.extend_from_slice(ids);
-    cache.cut(0);
-    (all.into(), past + from)
-}
-
-/// A model's KV cache: keys and values of every block for the positions
-/// run so far.
-pub trait LibCache {
-    /// Positions held.
-    fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Forgets every position from `to` on (`to` ≤ [`LibCache::len`]).
-    fn cut(&mut self, to: usize);
-    /// The token ids of the positions held.
-    fn ids(&self) -> &[u32];
-    /// A cache holding the same positions that grows on its own.
-    fn fork(&self) -> Self;
-    /// Bytes held by the keys and values.
+    /// Forgets every position from `to` on (`to` ≤ [`LibCache::len`]; one
+    /// row).
+    fn cut(&mut self, to: usize) {
+        self.layout_mut().cut(to);
+    }
+    /// The token ids of the positions held (one row).
+    fn ids(&self) -> &[u32] {
+        &self.layout().rows[0].ids
+    }
+    /// A cache holding the same positions that grows on its own (one row).
+    fn fork(&self) -> Result<Self, ModelError>;
+    /// Bytes held by the keys and values (capacity included).
     fn bytes(&self) -> u64;
+    /// One-row caches as the rows of one, each row's positions copied to
+    /// its first columns, with room for `extra` more columns: what a
+    /// batched stage runs on (decode reserves its longest generation).
+    fn stack(rows: Vec<Self>, extra: usize) -> Result<Self, ModelError>;
+    /// Each row as a one-row cache again, its positions gathered to its
+    /// first columns.
+    fn unstack(self) -> Result<Vec<Self>, ModelError>;
+}
+
+/// One sequence's part of a batched pass ([`LibModel::run_batch`]): its
+/// next tokens (none: it sits the pass out), where its logits start, and
+/// the hook called after every block with its rows of the residual stream.
+pub struct LibRow<'a, T> {
+    pub ids: &'a [u32],
+    pub from: usize,
+    pub hook: &'a mut dyn BlockHook<T>,
 }
 
 /// What a stage's end on the model's device gives its profile: whether it
@@ -159,16 +172,35 @@ pub trait LibModel: Sized {
     fn config(&self) -> &ModelConfig;
     /// An empty KV cache for this model.
     fn new_cache(&self) -> Self::Cache;
-    /// Runs `ids` after the positions `cache` holds, calling `hook` after
-    /// every block; the f32 logits from position `from` of this pass on
-    /// (`[n - from, vocab]`). A failed pass leaves the cache as it was.
+    /// Runs each row's tokens after the positions its row of `cache`
+    /// holds (one row of `rows` per row of the cache), in one ragged
+    /// pass, calling each row's hook after every block with that row's
+    /// residual stream (`[tokens, hidden]`); each running row's f32 logits
+    /// from its `from` on (`[n - from, vocab]`) and its timing (`None`
+    /// for a row that sat the pass out). Token ids are checked before
+    /// anything runs; a failed pass leaves the cache as it was.
+    fn run_batch(
+        &self,
+        cache: &mut Self::Cache,
+        rows: &mut [LibRow<'_, TensorOf<Self>>],
+    ) -> Result<Vec<Option<(TensorOf<Self>, PassTiming)>>, ModelError>;
+    /// Runs `ids` after the positions `cache` (one row) holds: a batch of
+    /// one ([`LibModel::run_batch`]).
     fn run(
         &self,
         ids: &[u32],
         cache: &mut Self::Cache,
         hook: &mut dyn BlockHook<TensorOf<Self>>,
         from: usize,
-    ) -> Result<(TensorOf<Self>, PassTiming), ModelError>;
+    ) -> Result<(TensorOf<Self>, PassTiming), ModelError> {
+        if ids.is_empty() {
+            // In a batch, a row without tokens sits the pass out.
+            return Err(ModelError::EmptyInput);
+        }
+        let mut rows = [LibRow { ids, from, hook }];
+        let out = self.run_batch(cache, &mut rows)?.pop().flatten();
+        Ok(out.expect("a row with tokens runs"))
+    }
     /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`.
     fn weight(&self, layer: usize, m: Matrix) -> Result<TensorOf<Self>, ModelError>;
     /// Every weight by its GGUF name, GGUF's shapes (`output.weight` only
@@ -254,6 +286,16 @@ impl<M: LibModel> Executor for LibExecutor<M> {
         policy: Option<&mut dyn StepPolicy>,
     ) -> Result<TraceOutput, ExecutorError> {
         crate::executor::traced::trace_one(self, request, options, policy)
+    }
+
+    /// `batch` jobs at a time, each stage one ragged pass over them.
+    fn trace_all(
+        &self,
+        jobs: &[(TraceRequest, RunOptions)],
+        batch: usize,
+        on_done: &mut dyn FnMut(usize, Result<TraceOutput, ExecutorError>) -> ControlFlow<()>,
+    ) {
+        crate::executor::traced::trace_in_batches(self, jobs, batch, on_done)
     }
 }
 

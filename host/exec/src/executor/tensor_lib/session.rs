@@ -1,7 +1,8 @@
 //! A generation session of a tensor-library executor: the KV cache and
 //! the block hook, behind the [`InferenceSession`] contract.
 
-use super::{LibCache, LibHook, LibModel, PassTiming, TensorOf, TensorOps};
+use super::{LibCache, LibHook, LibModel, LibRow, PassTiming, TensorOf, TensorOps};
+use crate::executor::hook::{RunHook, shared_opening};
 use crate::executor::{Effect, ExecutorError, InferenceSession, StepOutput};
 use crate::intervene::Intervention;
 use crate::intervene::policy::StepPolicy;
@@ -123,4 +124,163 @@ pub(crate) fn rewind<C: LibCache>(cache: &mut C, to: usize) -> Result<(), Execut
     }
     cache.cut(to);
     Ok(())
+}
+
+/// What a pass over sessions is, for their hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// A prompt, or its rest after a shared opening: the interventions
+    /// count its tokens as prefill, and observation ends after it.
+    Prompt,
+    /// The opening several prompts share, run once: prefill, and
+    /// observation goes on into each prompt's rest.
+    Opening,
+    /// A decode step.
+    Decode,
+}
+
+/// The sessions' caches as the rows of one, with room for `extra` more
+/// columns each; the sessions hold empty caches until
+/// [`unstack_caches`] gives theirs back.
+pub(crate) fn stack_caches<M: LibModel>(
+    sessions: &mut [&mut LibSession<'_, M>],
+    extra: usize,
+) -> Result<M::Cache, ExecutorError> {
+    let caches = sessions
+        .iter_mut()
+        .map(|s| std::mem::replace(&mut s.cache, s.model.new_cache()))
+        .collect();
+    Ok(M::Cache::stack(caches, extra)?)
+}
+
+/// Each session's row of `batch` back as its own cache.
+pub(crate) fn unstack_caches<M: LibModel>(
+    sessions: &mut [&mut LibSession<'_, M>],
+    batch: M::Cache,
+) -> Result<(), ExecutorError> {
+    for (s, cache) in sessions.iter_mut().zip(batch.unstack()?) {
+        s.cache = cache;
+    }
+    Ok(())
+}
+
+/// One ragged pass over the rows of `batch`: `ids[j]` run as the next
+/// tokens of `sessions[j]` (none: it sits the pass out), with its logits
+/// from `from[j]` on; each running session's timing is the pass's.
+pub(crate) fn run_rows<M: LibModel>(
+    model: &M,
+    batch: &mut M::Cache,
+    sessions: &mut [&mut LibSession<'_, M>],
+    ids: &[&[u32]],
+    from: &[usize],
+    pass: Pass,
+) -> Result<Vec<Option<TensorOf<M>>>, ExecutorError> {
+    let prefill = pass != Pass::Decode;
+    let mut rows: Vec<LibRow<'_, TensorOf<M>>> = sessions
+        .iter_mut()
+        .zip(ids.iter().zip(from))
+        .map(|(s, (&ids, &from))| {
+            s.hook.prefill = prefill;
+            LibRow {
+                ids,
+                from,
+                hook: &mut s.hook,
+            }
+        })
+        .collect();
+    let run = model.run_batch(batch, &mut rows);
+    drop(rows);
+    for s in sessions.iter_mut() {
+        s.hook.prefill = false;
+        if pass == Pass::Prompt {
+            s.hook.observe.clear();
+        }
+    }
+    let mut out = Vec::with_capacity(sessions.len());
+    for (s, ran) in sessions.iter_mut().zip(run?) {
+        out.push(ran.map(|(logits, timing)| {
+            s.timing = timing;
+            logits
+        }));
+    }
+    Ok(out)
+}
+
+/// What [`prefill_batch`] did.
+pub(crate) struct Prefilled<T> {
+    /// Each session's logits: every position's where it asked for all
+    /// (the opening's rows first), else its last position's.
+    pub logits: Vec<T>,
+    /// Tokens of the shared opening that ran once (0: none).
+    pub opening: usize,
+    /// The opening's pass: its hook and lm_head time.
+    pub opening_timing: PassTiming,
+}
+
+/// Fresh sessions' prompts in one ragged pass (prefill), with logits at
+/// every position where `all_logits[j]`, else at the last. An opening
+/// every prompt shares (a chat template's system prompt) runs once, on
+/// the first session; the others continue from a copy of its KV cache,
+/// its kept activations and its interventions' records, so each session
+/// ends as it would alone (to the library's rounding). Kept activations
+/// are joined, one per layer and site.
+pub(crate) fn prefill_batch<M: LibModel>(
+    model: &M,
+    sessions: &mut [&mut LibSession<'_, M>],
+    ids: &[&[u32]],
+    all_logits: &[bool],
+) -> Result<Prefilled<TensorOf<M>>, ExecutorError> {
+    let ops = M::Ops::default();
+    let opening = {
+        let hooks: Vec<&RunHook<'_, M::Ops>> = sessions.iter().map(|s| &s.hook).collect();
+        let fresh = sessions.iter().all(|s| s.cache.is_empty());
+        shared_opening(&hooks, fresh, ids, false)
+    };
+    let mut opening_logits = None;
+    let mut opening_timing = PassTiming::default();
+    if opening > 0 {
+        let wide = all_logits.contains(&true);
+        let (first, rest) = sessions.split_first_mut().expect("several sessions");
+        let mut cache = std::mem::replace(&mut first.cache, model.new_cache());
+        let from = if wide { 0 } else { opening - 1 };
+        let ran = run_rows(
+            model,
+            &mut cache,
+            &mut [&mut **first],
+            &[&ids[0][..opening]],
+            &[from],
+            Pass::Opening,
+        );
+        first.cache = cache;
+        let logits = ran?;
+        opening_timing = first.timing;
+        for s in rest {
+            s.cache = first.cache.fork()?;
+            s.hook.continue_from(&first.hook);
+        }
+        opening_logits = logits.into_iter().next().flatten().filter(|_| wide);
+    }
+    let rest: Vec<&[u32]> = ids.iter().map(|i| &i[opening..]).collect();
+    let from: Vec<usize> = rest
+        .iter()
+        .zip(all_logits)
+        .map(|(r, &all)| if all { 0 } else { r.len() - 1 })
+        .collect();
+    let mut batch = stack_caches(sessions, 0)?;
+    let ran = run_rows(model, &mut batch, sessions, &rest, &from, Pass::Prompt);
+    unstack_caches(sessions, batch)?;
+    let mut logits = Vec::with_capacity(sessions.len());
+    for ((s, l), &all) in sessions.iter_mut().zip(ran?).zip(all_logits) {
+        s.hook.merge_kept()?;
+        let l = l.expect("every prompt has tokens");
+        logits.push(match (&opening_logits, all) {
+            (Some(first), true) => ops.join(first, &l)?,
+            _ => l,
+        });
+    }
+    Ok(Prefilled {
+        logits,
+        opening,
+        opening_timing,
+    })
 }

@@ -3,11 +3,16 @@
 //! prefill (with hooks), observe, lm_head, and optionally decode, forward
 //! (the reference continuation) and intervene, each a span with a
 //! profile, recorded through the shared [`Recorder`] as candle's are.
-//! Jobs run one at a time within a stage (no batched passes).
+//! Each stage runs its jobs as one ragged batch ([`LibModel::run_batch`]):
+//! the prompts in one pass (an opening they all share run once), every
+//! generating sequence in each decode step over one preallocated cache,
+//! the reference continuations in one pass.
 
 use std::time::Instant;
 
-use super::session::{last_logits, rewind};
+use super::session::{
+    Pass, last_logits, prefill_batch, rewind, run_rows, stack_caches, unstack_caches,
+};
 use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
@@ -16,11 +21,10 @@ use crate::executor::recorder::{
 };
 use crate::executor::traced::{TracedStages, close, note_prefill, observed};
 use crate::executor::{
-    Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
-    TraceOutput,
+    Executor, ExecutorError, LocalModel, ReferenceContinuation, RunOptions, TraceOutput,
 };
 use crate::intervene::policy::StepPolicy;
-use crate::trace::{ArtifactKind as K, Stage, TensorData, TraceRequest};
+use crate::trace::{ArtifactKind as K, Stage, StageProfile, TensorData, TraceRequest};
 
 /// A tensor copied to the host as f32 trace data, with its shape; with
 /// `batched`, under a leading batch axis of 1 (activations `[tokens,
@@ -53,8 +57,8 @@ pub(crate) struct Job<'a, M: LibModel> {
     generation: Option<Generation>,
 }
 
-/// The tensor-library executor's stages of a traced run: one job at a
-/// time within each stage (no batched passes).
+/// The tensor-library executor's stages of a traced run, each one batched
+/// pass over every job (a stage over one job is a batch of one).
 impl<M: LibModel> TracedStages for LibExecutor<M> {
     type Job<'a>
         = Job<'a, M>
@@ -100,34 +104,66 @@ impl<M: LibModel> TracedStages for LibExecutor<M> {
         })
     }
 
+    /// The prompts' forward pass with hooks (prefill), the activations
+    /// copied to the host (observe) and the logits (lm_head).
     fn prefill(&self, jobs: &mut [Job<'_, M>]) -> Result<(), ExecutorError> {
-        for job in jobs {
-            let prefill = job.run.prefill(&job.ids)?;
-            job.run.observe(prefill.timing)?;
-            job.next = job.run.lm_head(&prefill)?;
-            job.prefill_ns = prefill.ns;
+        if jobs.is_empty() {
+            // Every job of the batch failed to start.
+            return Ok(());
+        }
+        let model = self.model();
+        let start = Instant::now();
+        let done = {
+            let mut sessions = Vec::with_capacity(jobs.len());
+            let mut ids = Vec::with_capacity(jobs.len());
+            let mut all = Vec::with_capacity(jobs.len());
+            for j in jobs.iter_mut() {
+                all.push(j.run.all_logits());
+                sessions.push(&mut j.run.session);
+                ids.push(j.ids.as_slice());
+            }
+            prefill_batch(model, &mut sessions, &ids, &all)?
+        };
+        let settled = model.settle();
+        let total_ns = start.elapsed().as_nanos() as u64;
+        let opening = done.opening;
+        let tokens = opening + jobs.iter().map(|j| j.ids.len() - opening).sum::<usize>();
+        let batch = Batch {
+            sequences: jobs.len(),
+            tokens,
+            opening,
+        };
+        // The pass without any hook or the lm_head, which have their own
+        // spans (each job's own hook; the pass's lm_head).
+        let hooks: u64 = done.opening_timing.hook_ns
+            + jobs
+                .iter()
+                .map(|j| j.run.session.timing.hook_ns)
+                .sum::<u64>();
+        let lm_head = done.opening_timing.lm_head_ns
+            + jobs.first().map_or(0, |j| j.run.session.timing.lm_head_ns);
+        let forward_ns = total_ns.saturating_sub(hooks + lm_head);
+        let mut settled = Some(settled);
+        for (job, logits) in jobs.iter_mut().zip(done.logits) {
+            // Every job's observation and interventions include the opening's.
+            job.run.session.timing.hook_ns += done.opening_timing.hook_ns;
+            job.run.session.timing.lm_head_ns = lm_head;
+            job.prefill_ns = total_ns;
+            let timing = job.run.session.timing;
+            job.run
+                .prefill(forward_ns, settled.take().unwrap_or_default(), &batch)?;
+            job.run.observe(timing)?;
+            job.next = job.run.lm_head(&logits, timing, &batch)?;
         }
         Ok(())
     }
 
     fn decode(&self, jobs: &mut [Job<'_, M>]) -> Result<(), ExecutorError> {
-        for job in jobs
-            .iter_mut()
-            .filter(|j| j.run.options.generate.max_tokens > 0)
-        {
-            let next = std::mem::take(&mut job.next);
-            job.generation = Some(job.run.decode(next, job.prefill_ns, job.context)?);
-        }
-        Ok(())
+        decode(self, jobs)
     }
 
     fn forward(&self, jobs: &mut [Job<'_, M>]) -> Result<(), ExecutorError> {
-        for job in jobs {
-            if let Some(reference) = job.reference {
-                job.run.forward(&job.ids, reference)?;
-            }
-        }
-        Ok(())
+        score_references(self, jobs)
     }
 
     fn finish(&self, job: Job<'_, M>) -> Result<TraceOutput, ExecutorError> {
@@ -142,6 +178,215 @@ impl<M: LibModel> TracedStages for LibExecutor<M> {
     }
 }
 
+/// How a batched pass was shared, for its spans.
+struct Batch {
+    sequences: usize,
+    /// Tokens the pass ran (the opening once).
+    tokens: usize,
+    /// Tokens of the opening every prompt shares, run once (0: none).
+    opening: usize,
+}
+
+impl Batch {
+    /// Spans of a batched pass say so (a batch of one says nothing). As
+    /// candle's: a span's time is the whole pass's, which `sequences`
+    /// sequences shared.
+    fn note(&self, p: &mut StageProfile) {
+        p.batch_size = self.sequences.max(1) as u32;
+        if self.sequences > 1 {
+            p.notes.insert(
+                "batch".into(),
+                format!(
+                    "one ragged pass over {} sequences ({} tokens); its time is the whole pass's",
+                    self.sequences, self.tokens
+                ),
+            );
+        }
+    }
+}
+
+/// Generates for every job that asks, one pass per step over all the
+/// sequences still generating, on one cache preallocated for the longest
+/// generation.
+fn decode<M: LibModel>(
+    exec: &LibExecutor<M>,
+    jobs: &mut [Job<'_, M>],
+) -> Result<(), ExecutorError> {
+    let is_eos = |id| exec.is_eos(id);
+    let detokenize = |ids: &[u32]| exec.detokenize(ids);
+    let model = exec.model();
+    let ops = M::Ops::default();
+    let start = Instant::now();
+    let generating: Vec<&mut Job<'_, M>> = jobs
+        .iter_mut()
+        .filter(|j| j.run.options.generate.max_tokens > 0)
+        .collect();
+    if generating.is_empty() {
+        return Ok(());
+    }
+    let mut gens = Vec::with_capacity(generating.len());
+    let mut nexts = Vec::with_capacity(generating.len());
+    let mut jobs = generating;
+    let mut longest = 0;
+    for job in jobs.iter_mut() {
+        let mut g = Generator::new(&job.run.options.generate, &is_eos, &detokenize)?;
+        g.prefill_ns = job.prefill_ns;
+        longest = longest.max(job.run.options.generate.max_tokens);
+        gens.push(g);
+        nexts.push(std::mem::take(&mut job.next));
+    }
+    let context = jobs[0].context;
+    let mut sessions: Vec<&mut super::LibSession<'_, M>> =
+        jobs.iter_mut().map(|j| &mut j.run.session).collect();
+    let mut batch = stack_caches(&mut sessions, longest)?;
+    let mut widest = 1;
+    let steps = loop {
+        let mut feeding: Vec<Option<[u32; 1]>> = Vec::with_capacity(gens.len());
+        for (k, (g, next)) in gens.iter_mut().zip(&nexts).enumerate() {
+            let position = batch.layout().rows[k].len();
+            feeding.push(g.next(next, position, context, &mut |_| {})?.map(|id| [id]));
+        }
+        let feed = feeding.iter().flatten().count();
+        if feed == 0 {
+            break Ok(());
+        }
+        widest = widest.max(feed);
+        let step = Instant::now();
+        let ids: Vec<&[u32]> = feeding
+            .iter()
+            .map(|f| f.as_ref().map_or(&[][..], |id| id.as_slice()))
+            .collect();
+        let from = vec![0; ids.len()];
+        let ran = match run_rows(model, &mut batch, &mut sessions, &ids, &from, Pass::Decode) {
+            Ok(ran) => ran,
+            Err(e) => break Err(e),
+        };
+        let step_ns = step.elapsed().as_nanos() as u64;
+        for ((g, next), logits) in gens.iter_mut().zip(nexts.iter_mut()).zip(ran) {
+            if let Some(logits) = logits {
+                *next = last_logits(&ops, &logits)?;
+                g.decode_ns += step_ns;
+                g.decode_steps += 1;
+            }
+        }
+    };
+    unstack_caches(&mut sessions, batch)?;
+    steps?;
+    let settled = model.settle();
+    let mut settled = Some(settled);
+    let many = gens.len() > 1;
+    for (job, g) in jobs.iter_mut().zip(gens) {
+        let run = &mut job.run;
+        let g = g.finish(&mut |_| {});
+        let mut p = run.rec.profile(start, g.decode_steps);
+        settled.take().unwrap_or_default().note(&mut p);
+        p.duration_ns = g.decode_ns;
+        // Each step uploads its tokens and copies its logits back, which
+        // waits for the step: one synchronisation per step. A batched
+        // step's sequences share one upload, which each trace counts as
+        // its own (as each counts the step's whole time).
+        if run.on_device {
+            p.host_device_copies = 2 * g.decode_steps as u64;
+            p.sync_points += g.decode_steps as u64;
+        }
+        note_generation(&mut p, &g, &run.options.generate);
+        p.notes.insert(
+            "kv_cache_bytes".into(),
+            run.session.cache_bytes().to_string(),
+        );
+        p.batch_size = widest as u32;
+        if many {
+            p.notes.insert(
+                "batch".into(),
+                format!("decoded with up to {widest} sequences per step over one preallocated cache; its time is the steps' it took part in"),
+            );
+        }
+        let span = run.rec.span(Stage::Decode, p);
+        run.rec.generation(&span, &g);
+        job.generation = Some(g);
+    }
+    Ok(())
+}
+
+/// The forward stage: for every job with another side's continuation,
+/// the log-probabilities `[positions, k]` of `r.support` at each position
+/// of `r.completion` teacher-forced after this trace's prompt, in one
+/// pass over fresh sessions with this run's interventions. The prompt is
+/// in the job's KV cache already: a fork of it, rewound to before the
+/// prompt's last token, runs that token and the continuation. A run with
+/// a policy runs its prompt again without it (the continuation is scored
+/// under the model and its interventions).
+fn score_references<M: LibModel>(
+    exec: &LibExecutor<M>,
+    jobs: &mut [Job<'_, M>],
+) -> Result<(), ExecutorError> {
+    let mut scoring = Vec::new();
+    let mut sessions = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let Some((r, rows, k)) = job.reference else {
+            continue;
+        };
+        let n = job.run.n;
+        let mut session = exec.session(&job.run.options.interventions);
+        let (mut fed, skip) = match job.run.session.hook.policy.is_none() {
+            true => {
+                session.cache = job.run.session.cache.fork()?;
+                rewind(&mut session.cache, n - 1)?;
+                (job.ids[n - 1..].to_vec(), 0)
+            }
+            false => (job.ids.clone(), n - 1),
+        };
+        fed.extend(&r.completion[..rows - 1]);
+        scoring.push((i, r, rows, k, fed, skip));
+        sessions.push(session);
+    }
+    if scoring.is_empty() {
+        return Ok(());
+    }
+    let model = exec.model();
+    let start = Instant::now();
+    let logits = {
+        let mut refs: Vec<&mut super::LibSession<'_, M>> = sessions.iter_mut().collect();
+        let ids: Vec<&[u32]> = scoring.iter().map(|s| s.4.as_slice()).collect();
+        let from: Vec<usize> = scoring.iter().map(|s| s.5).collect();
+        let mut batch = stack_caches(&mut refs, 0)?;
+        run_rows(model, &mut batch, &mut refs, &ids, &from, Pass::Prompt)?
+    };
+    let settled = model.settle();
+    let total_ns = start.elapsed().as_nanos() as u64;
+    let batch = Batch {
+        sequences: sessions.len(),
+        tokens: scoring.iter().map(|s| s.4.len()).sum(),
+        opening: 0,
+    };
+    let mut settled = Some(settled);
+    for ((i, r, rows, k, fed, _), logits) in scoring.into_iter().zip(logits) {
+        let logits = logits.expect("every continuation has tokens");
+        let run = &mut jobs[i].run;
+        let scores = support_scores(&host_data(&run.ops, &logits, false)?, &r.support);
+        debug_assert_eq!(scores.shape, [rows, k]);
+        let mut p = run.rec.profile(start, fed.len());
+        settled.take().unwrap_or_default().note(&mut p);
+        p.duration_ns = total_ns;
+        p.output_bytes = scores.bytes.len() as u64;
+        // The tokens up, the scored rows' logits back.
+        if run.on_device {
+            p.host_device_copies = 2;
+        }
+        p.notes.insert(
+            "teacher_forced".into(),
+            format!(
+                "the continuation of trace `{}` after this run's prompt; log-probabilities of its top tokens",
+                r.trace_id
+            ),
+        );
+        batch.note(&mut p);
+        let span = run.rec.span(Stage::Forward, p);
+        run.rec.reference(&span, r, scores);
+    }
+    Ok(())
+}
+
 /// A traced run in progress: its session and its recorder.
 struct Run<'a, M: LibModel> {
     exec: &'a LibExecutor<M>,
@@ -154,16 +399,6 @@ struct Run<'a, M: LibModel> {
     n: usize,
     /// Whether tensors live in another memory than the host's.
     on_device: bool,
-}
-
-/// What the prefill pass gave.
-struct Prefilled<T> {
-    /// Logits from the first position kept (every prompt position when
-    /// logits or log-probabilities are asked for, else the last).
-    logits: T,
-    /// The pass's wall time, hook and lm_head included.
-    ns: u64,
-    timing: super::PassTiming,
 }
 
 impl<'a, M: LibModel> Run<'a, M> {
@@ -191,33 +426,44 @@ impl<'a, M: LibModel> Run<'a, M> {
         p.input_bytes = (self.n * 4) as u64;
         p.notes.insert(
             "kv_cache".into(),
-            "per-layer key/value tensors, grown by concatenation".into(),
+            "per-layer key/value tensors [rows, kv_heads, capacity, head_dim], preallocated (decode reserves its longest generation; grown by doubling) and written in place".into(),
         );
         self.rec.span(Stage::PrepareBatch, p);
         Ok(())
     }
 
-    /// prefill: the forward pass with hooks.
-    fn prefill(&mut self, ids: &[u32]) -> Result<Prefilled<TensorOf<M>>, ExecutorError> {
+    /// prefill: the batched pass's span, for this trace (the pass ran in
+    /// [`prefill_batch`]; `forward_ns` is its time outside every hook and
+    /// the lm_head).
+    fn prefill(
+        &mut self,
+        forward_ns: u64,
+        settled: super::Settled,
+        batch: &Batch,
+    ) -> Result<(), ExecutorError> {
         let model = self.exec.model();
-        let start = Instant::now();
-        let from = if self.all_logits() { 0 } else { self.n - 1 };
-        let logits = self.session.pass(ids, true, from)?;
-        let settled = model.settle();
-        let ns = start.elapsed().as_nanos() as u64;
-        let timing = self.session.timing;
-        let mut p = self.rec.profile(start, self.n);
+        let mut p = self.rec.profile(Instant::now(), self.n);
         settled.note(&mut p);
         // The prompt's ids, uploaded.
         p.host_device_copies = u64::from(self.on_device);
         if let Some(name) = model.device_label() {
             p.notes.insert("device_name".into(), name);
         }
-        p.duration_ns = ns.saturating_sub(timing.hook_ns + timing.lm_head_ns);
+        p.duration_ns = forward_ns;
         let kv_bytes = self.session.cache_bytes();
         note_prefill(&mut p, model.kernel_note(), model.kv_note(), kv_bytes);
+        batch.note(&mut p);
+        if batch.opening > 0 {
+            p.notes.insert(
+                "shared_opening".into(),
+                format!(
+                    "the first {} tokens, which all {} prompts of the batch open with, ran once; this trace continued from a copy of their KV cache",
+                    batch.opening, batch.sequences
+                ),
+            );
+        }
         self.rec.span(Stage::Prefill, p);
-        Ok(Prefilled { logits, ns, timing })
+        Ok(())
     }
 
     /// observe: activations (and weight snapshots) copied to the host.
@@ -247,12 +493,17 @@ impl<'a, M: LibModel> Run<'a, M> {
 
     /// lm_head: logits and log-probabilities at every prompt position;
     /// the next-token logits after the prompt.
-    fn lm_head(&mut self, prefill: &Prefilled<TensorOf<M>>) -> Result<Vec<f32>, ExecutorError> {
+    fn lm_head(
+        &mut self,
+        logits: &TensorOf<M>,
+        timing: super::PassTiming,
+        batch: &Batch,
+    ) -> Result<Vec<f32>, ExecutorError> {
         let start = Instant::now();
         let all_logits = self.all_logits();
         let mut lm: Vec<(K, TensorData)> = Vec::new();
         if all_logits {
-            let host = host_data(&self.ops, &prefill.logits, false)?;
+            let host = host_data(&self.ops, logits, false)?;
             if self.request.wants(K::Logprobs) {
                 lm.push((K::Logprobs, log_softmax_data(&host)));
             }
@@ -260,98 +511,11 @@ impl<'a, M: LibModel> Run<'a, M> {
                 lm.push((K::Logits, host));
             }
         }
-        let next = last_logits(&self.ops, &prefill.logits)?;
-        let settled = self.exec.model().settle();
+        let next = last_logits(&self.ops, logits)?;
         let mut p = self.rec.profile(start, self.n);
-        settled.note(&mut p);
-        p.duration_ns += prefill.timing.lm_head_ns;
+        p.duration_ns += timing.lm_head_ns;
+        batch.note(&mut p);
         self.rec.lm_head(p, lm, all_logits, self.on_device);
         Ok(next)
-    }
-
-    /// decode: one pass per generated token.
-    fn decode(
-        &mut self,
-        mut next: Vec<f32>,
-        prefill_ns: u64,
-        context: Option<usize>,
-    ) -> Result<Generation, ExecutorError> {
-        let exec = self.exec;
-        let is_eos = |id| exec.is_eos(id);
-        let detokenize = |ids: &[u32]| exec.detokenize(ids);
-        let start = Instant::now();
-        let mut g = Generator::new(&self.options.generate, &is_eos, &detokenize)?;
-        g.prefill_ns = prefill_ns;
-        while let Some(id) = g.next(&next, self.session.position(), context, &mut |_| {})? {
-            let step = Instant::now();
-            next = self.session.decode_step(id)?.logits;
-            g.decode_ns += step.elapsed().as_nanos() as u64;
-            g.decode_steps += 1;
-        }
-        let g = g.finish(&mut |_| {});
-        let settled = exec.model().settle();
-        let mut p = self.rec.profile(start, g.decode_steps);
-        settled.note(&mut p);
-        p.duration_ns = g.decode_ns;
-        // Each step uploads its token and copies its logits back, which
-        // waits for the step: one synchronisation per step.
-        if self.on_device {
-            p.host_device_copies = 2 * g.decode_steps as u64;
-            p.sync_points += g.decode_steps as u64;
-        }
-        note_generation(&mut p, &g, &self.options.generate);
-        p.notes.insert(
-            "kv_cache_bytes".into(),
-            self.session.cache_bytes().to_string(),
-        );
-        let span = self.rec.span(Stage::Decode, p);
-        self.rec.generation(&span, &g);
-        Ok(g)
-    }
-
-    /// forward: another side's continuation, teacher-forced after this
-    /// prompt, from a fork of the prompt's cache rewound to before its last
-    /// token (a run with a policy runs its prompt again without it: the
-    /// continuation is scored under the model and its interventions).
-    fn forward(
-        &mut self,
-        ids: &[u32],
-        (r, rows, k): (&ReferenceContinuation, usize, usize),
-    ) -> Result<(), ExecutorError> {
-        let n = self.n;
-        let start = Instant::now();
-        let mut scoring = self.exec.session(&self.options.interventions);
-        let mut fed = match self.session.hook.policy.is_none() {
-            true => {
-                scoring.cache = self.session.cache.fork();
-                rewind(&mut scoring.cache, n - 1)?;
-                ids[n - 1..].to_vec()
-            }
-            false => ids.to_vec(),
-        };
-        let skip = fed.len() - 1;
-        fed.extend(&r.completion[..rows - 1]);
-        // Logits at the scored rows only: from the prompt's last token on.
-        let logits = scoring.pass(&fed, true, skip)?;
-        let scores = support_scores(&host_data(&self.ops, &logits, false)?, &r.support);
-        debug_assert_eq!(scores.shape, [rows, k]);
-        let settled = self.exec.model().settle();
-        let mut p = self.rec.profile(start, fed.len());
-        settled.note(&mut p);
-        p.output_bytes = scores.bytes.len() as u64;
-        // The tokens up, the scored rows' logits back.
-        if self.on_device {
-            p.host_device_copies = 2;
-        }
-        p.notes.insert(
-            "teacher_forced".into(),
-            format!(
-                "the continuation of trace `{}` after this run's prompt; log-probabilities of its top tokens",
-                r.trace_id
-            ),
-        );
-        let span = self.rec.span(Stage::Forward, p);
-        self.rec.reference(&span, r, scores);
-        Ok(())
     }
 }

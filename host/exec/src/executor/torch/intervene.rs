@@ -180,6 +180,9 @@ impl crate::executor::tensor_lib::TensorOps for Torch {
         let n = t.size()[0];
         Ok(t.narrow(0, n - 1, 1).copy())
     }
+    fn join(&self, a: &Tensor, b: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(Tensor::cat(&[a, b], -2))
+    }
     fn host(&self, t: &Tensor) -> Result<(Vec<usize>, Vec<f32>), ModelError> {
         let shape = t.size().iter().map(|&d| d as usize).collect();
         let flat = t.to_kind(Kind::Float).to_device(Device::Cpu).flatten(0, -1);

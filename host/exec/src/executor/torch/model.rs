@@ -13,8 +13,9 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::executor::tensor_lib::batch::{Attend, Layout, PassPlan, RowIds, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, Settled, TensorOf, check_pass, pass_after};
+use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, Settled, TensorOf};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -429,12 +430,19 @@ impl TorchLlama {
         self.kind
     }
 
-    /// An empty KV cache for this model.
+    /// An empty KV cache of one row for this model.
     pub fn new_cache(&self) -> TorchCache {
         TorchCache {
-            layers: (0..self.config.layers).map(|_| None).collect(),
-            len: 0,
-            ids: Vec::new(),
+            layers: Vec::new(),
+            capacity: 0,
+            layout: Layout::new(1),
+            shape: KvShape {
+                layers: self.config.layers,
+                kv_heads: self.config.kv_heads as i64,
+                head_dim: self.config.head_dim as i64,
+                kind: self.kind,
+                device: self.device,
+            },
         }
     }
 
@@ -450,15 +458,12 @@ impl TorchLlama {
         ids: &[u32],
         cache: &mut TorchCache,
     ) -> Result<Tensor, ModelError> {
-        Ok(self.run(ids, cache, &mut NoHook, 0)?.0)
+        Ok(LibModel::run(self, ids, cache, &mut NoHook, 0)?.0)
     }
 
-    /// Runs `ids` after the positions `cache` holds, calling `hook` after
-    /// every block; the f32 logits at every position (`[n, vocab]`) or,
-    /// from position `from` of this pass on (`[n - from, vocab]`: the
-    /// last alone with `n - 1`). Token ids outside the
-    /// vocabulary and a hook's tensor of the wrong shape are refused, never
-    /// handed to libtorch (whose errors would be panics in `tch`).
+    /// Runs `ids` after the positions `cache` (one row) holds, calling
+    /// `hook` after every block; the f32 logits from position `from` of
+    /// the pass on (`[n - from, vocab]`).
     pub fn run(
         &self,
         ids: &[u32],
@@ -466,134 +471,227 @@ impl TorchLlama {
         hook: &mut dyn BlockHook<Tensor>,
         from: usize,
     ) -> Result<(Tensor, PassTiming), ModelError> {
-        check_pass(&self.config, ids, cache.len, from)?;
-        let (ids, from) = pass_after(&self.config, cache, ids, from);
-        let ids = ids.as_ref();
-        let past = cache.len;
-        let run = self.run_blocks(ids, cache, hook, from);
-        if run.is_err() {
-            // The blocks before the failure appended their keys and
-            // values; forget them, so the cache holds `past` positions in
-            // every layer again and the session can go on.
-            cache.cut(past);
-        }
-        run
+        LibModel::run(self, ids, cache, hook, from)
     }
 
-    fn run_blocks(
+    /// One ragged pass over the rows of `cache` ([`LibModel::run_batch`]).
+    /// Token ids outside the vocabulary and a hook's tensor of the wrong
+    /// shape are refused, never handed to libtorch (whose errors would be
+    /// panics in `tch`).
+    pub fn run_batch(
         &self,
-        ids: &[u32],
         cache: &mut TorchCache,
-        hook: &mut dyn BlockHook<Tensor>,
-        from: usize,
-    ) -> Result<(Tensor, PassTiming), ModelError> {
-        let c = &self.config;
-        let mut timing = PassTiming::default();
-        tch::no_grad(|| {
-            let (n, past) = (ids.len() as i64, cache.len as i64);
-            let total = past + n;
-            let rows: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
-            let rows = Tensor::from_slice(&rows).to_device(self.device);
-            let mut x = self.embed.index_select(0, &rows);
-            if let Some(scale) = c.block.embed_scale {
-                x *= scale as f64;
-            }
-            let positions = Tensor::arange_start(past, total, (Kind::Float, self.device));
-            // Each RoPE kind's (cos, sin) for the pass's positions, scaled
-            // by LongRoPE's magnitude where it has one.
-            let set = c.rope_set(total as usize);
-            let ropes: Vec<(Tensor, Tensor)> = self
-                .ropes
-                .iter()
-                .map(|sets| {
-                    let (f, m) = &sets[set];
-                    let angles = positions.unsqueeze(1) * f.unsqueeze(0);
-                    (
-                        (angles.cos() * *m).to_kind(self.kind),
-                        (angles.sin() * *m).to_kind(self.kind),
-                    )
-                })
-                .collect();
-            // Causal: the query at position past + i sees keys 0..=past + i;
-            // in a sliding layer, not those `window` or more positions back
-            // (`tril(past - w)` marks key j ≤ past + i − w).
-            let causal = Tensor::ones([n, total], (Kind::Bool, self.device)).triu(past + 1);
-            let mask = |window: Option<usize>| match window {
-                None => causal.shallow_clone(),
-                Some(w) => causal.logical_or(
-                    &Tensor::ones([n, total], (Kind::Bool, self.device)).tril(past - w as i64),
-                ),
-            };
-            for (layer, (block, slot)) in
-                self.blocks.iter().zip(cache.layers.iter_mut()).enumerate()
-            {
-                let a = &block.attn;
-                let (cos, sin) = &ropes[a.rope];
-                let attn_out = a.forward(
-                    &norm_opt(&block.attn_norm, x.shallow_clone()),
-                    c,
-                    (cos, sin),
-                    &mask(a.window),
-                    slot,
-                );
-                let attn_out = norm_opt(&block.post_attn_norm, attn_out);
-                x = &x + &attn_out;
-                let h = norm_opt(&block.mlp_norm, x.shallow_clone());
-                let (mlp_out, router) = match &block.ffn {
-                    Ffn::Dense(mlp) => (mlp.forward(&h), None),
-                    Ffn::Experts(moe) => {
-                        let (out, probs) = moe.forward(&h)?;
-                        (out, Some(probs))
+        rows: &mut [LibRow<'_, Tensor>],
+    ) -> Result<Vec<Option<(Tensor, PassTiming)>>, ModelError> {
+        let asked: Vec<RowIds<'_>> = rows
+            .iter()
+            .map(|r| RowIds {
+                ids: r.ids,
+                from: r.from,
+            })
+            .collect();
+        let plan = cache.layout.plan(&self.config, &asked)?;
+        if plan.width == 0 {
+            return Ok(rows.iter().map(|_| None).collect());
+        }
+        cache.reserve(plan.keys());
+        // The keys and values are written past the columns the layout
+        // records: a failed pass leaves them unread.
+        let out = tch::no_grad(|| self.run_planned(&plan, cache, rows))?;
+        cache.layout.commit(&plan);
+        Ok(out)
+    }
+
+    /// Each rotary kind's `(cos, sin)` at the plan's positions, `[rows, 1,
+    /// width, rotary / 2]` (broadcast over heads), scaled by LongRoPE's
+    /// magnitude where it has one; each row at its own set's frequencies.
+    fn rope_angles(&self, plan: &PassPlan<'_>) -> Vec<(Tensor, Tensor)> {
+        let (b, w) = (plan.rows() as i64, plan.width as i64);
+        let positions = Tensor::from_slice(&plan.positions)
+            .to_device(self.device)
+            .to_kind(Kind::Float)
+            .view([b, w, 1]);
+        self.ropes
+            .iter()
+            .map(|sets| {
+                let (angles, magnitude) = match plan.one_rope_set() {
+                    Some(set) => {
+                        let (f, m) = &sets[set];
+                        (&positions * f.view([1, 1, -1]), Tensor::from(*m))
+                    }
+                    None => {
+                        let f: Vec<Tensor> = plan
+                            .rope_sets
+                            .iter()
+                            .map(|&s| sets[s].0.shallow_clone())
+                            .collect();
+                        let m: Vec<f64> = plan.rope_sets.iter().map(|&s| sets[s].1).collect();
+                        let m = Tensor::from_slice(&m)
+                            .to_device(self.device)
+                            .view([b, 1, 1]);
+                        (&positions * Tensor::stack(&f, 0).unsqueeze(1), m)
                     }
                 };
-                let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out);
-                x = &x + &mlp_out;
-                let start = std::time::Instant::now();
+                let magnitude = magnitude.to_device(self.device).to_kind(Kind::Float);
+                let turn = |t: Tensor| (t * &magnitude).to_kind(self.kind).unsqueeze(1);
+                (turn(angles.cos()), turn(angles.sin()))
+            })
+            .collect()
+    }
+
+    /// Which keys each query attends to in a layer of `window`, `[rows,
+    /// 1, width, keys]` (`true`: attends), or causal, or every key.
+    fn attention_mask(&self, layout: &Layout, plan: &PassPlan<'_>, window: Option<usize>) -> Mask {
+        match layout.attend(plan, window) {
+            Attend::All => Mask::All,
+            Attend::Causal => Mask::Causal,
+            Attend::Masked(m) => {
+                let (b, w, k) = (plan.rows() as i64, plan.width as i64, plan.keys() as i64);
+                Mask::Keys(
+                    Tensor::from_slice(&m)
+                        .to_device(self.device)
+                        .view([b, 1, w, k]),
+                )
+            }
+        }
+    }
+
+    fn run_planned(
+        &self,
+        plan: &PassPlan<'_>,
+        cache: &mut TorchCache,
+        rows: &mut [LibRow<'_, Tensor>],
+    ) -> Result<Vec<Option<(Tensor, PassTiming)>>, ModelError> {
+        let c = &self.config;
+        let (b, w) = (plan.rows() as i64, plan.width as i64);
+        let hidden = c.hidden as i64;
+        // The rows' tokens side by side, holes filled with token 0 (its
+        // outputs are never read).
+        let mut tokens = vec![0i64; plan.rows() * plan.width];
+        for (j, ids) in plan.ids.iter().enumerate() {
+            for (t, &id) in ids.iter().enumerate() {
+                tokens[j * plan.width + t] = i64::from(id);
+            }
+        }
+        let tokens = Tensor::from_slice(&tokens).to_device(self.device);
+        let mut x = self.embed.index_select(0, &tokens).view([b, w, hidden]);
+        if let Some(scale) = c.block.embed_scale {
+            x *= scale as f64;
+        }
+        let ropes = self.rope_angles(plan);
+        let mut masks = std::collections::BTreeMap::new();
+        for window in &c.windows {
+            masks
+                .entry(*window)
+                .or_insert_with(|| self.attention_mask(&cache.layout, plan, *window));
+        }
+        let mut timings = vec![PassTiming::default(); plan.rows()];
+        let start = plan.start as i64;
+        for (layer, (block, slot)) in self.blocks.iter().zip(cache.layers.iter_mut()).enumerate() {
+            let a = &block.attn;
+            let (cos, sin) = &ropes[a.rope];
+            let attn_out = a.forward(
+                &norm_opt(&block.attn_norm, x.shallow_clone()),
+                c,
+                (cos, sin),
+                &masks[&a.window],
+                slot,
+                start,
+            );
+            let attn_out = norm_opt(&block.post_attn_norm, attn_out);
+            x = &x + &attn_out;
+            let h = norm_opt(&block.mlp_norm, x.shallow_clone());
+            let (mlp_out, router) = match &block.ffn {
+                Ffn::Dense(mlp) => (mlp.forward(&h), None),
+                Ffn::Experts(moe) => {
+                    let (out, probs) = moe.forward(&h.view([b * w, hidden]))?;
+                    (out.view([b, w, hidden]), Some(probs))
+                }
+            };
+            let mlp_out = norm_opt(&block.post_mlp_norm, mlp_out);
+            x = &x + &mlp_out;
+            for (j, (row, timing)) in rows.iter_mut().zip(&mut timings).enumerate() {
+                let n = plan.ids[j].len() as i64;
+                if n == 0 {
+                    continue;
+                }
+                let started = std::time::Instant::now();
+                let part = |t: &Tensor| t.get(j as i64).narrow(0, 0, n);
+                let router = router.as_ref().map(|r| r.narrow(0, j as i64 * w, n));
+                let resid = part(&x);
                 let view = BlockView {
                     layer,
-                    offset: past as usize,
-                    attn_out: &attn_out,
-                    mlp_out: &mlp_out,
+                    offset: plan.past[j],
+                    attn_out: &part(&attn_out),
+                    mlp_out: &part(&mlp_out),
                     router: router.as_ref(),
                 };
-                if let Some(changed) = hook.after_block(&view, &x)? {
-                    if changed.size() != x.size() {
+                if let Some(changed) = row.hook.after_block(&view, &resid)? {
+                    if changed.size() != resid.size() {
                         return Err(ModelError::HookShape {
                             layer,
                             found: changed.size().iter().map(|&d| d as usize).collect(),
-                            expected: x.size().iter().map(|&d| d as usize).collect(),
+                            expected: resid.size().iter().map(|&d| d as usize).collect(),
                         });
                     }
-                    if changed.kind() != x.kind() {
+                    if changed.kind() != resid.kind() {
                         return Err(ModelError::HookDtype {
                             layer,
                             found: format!("{:?}", changed.kind()),
-                            expected: format!("{:?}", x.kind()),
+                            expected: format!("{:?}", resid.kind()),
                         });
                     }
-                    x = changed;
+                    match b == 1 && n == w {
+                        true => x = changed.unsqueeze(0),
+                        // Only this row's tokens change, in place: `x` is
+                        // the sum above, and what other rows' hooks kept
+                        // of it are their own rows.
+                        false => x
+                            .narrow(0, j as i64, 1)
+                            .narrow(1, 0, n)
+                            .copy_(&changed.unsqueeze(0)),
+                    }
                 }
-                timing.hook_ns += start.elapsed().as_nanos() as u64;
+                timing.hook_ns += started.elapsed().as_nanos() as u64;
             }
-            cache.len += n as usize;
-            cache.ids.extend_from_slice(ids);
-            let start = std::time::Instant::now();
-            let from = from as i64;
-            let x = match from {
-                0 => x,
-                _ => x.narrow(0, from, n - from),
+        }
+        // The rows the logits are asked at, gathered into one projection.
+        let started = std::time::Instant::now();
+        let mut picked = Vec::new();
+        for (j, ids) in plan.ids.iter().enumerate() {
+            let at = j * plan.width;
+            picked.extend((at + plan.from[j]..at + ids.len()).map(|i| i as i64));
+        }
+        let x = x.view([b * w, hidden]);
+        let x = match picked.len() as i64 == b * w {
+            true => x,
+            false => x.index_select(0, &Tensor::from_slice(&picked).to_device(self.device)),
+        };
+        let logits = self
+            .output
+            .forward(&self.norm.forward(&x))
+            .to_kind(Kind::Float);
+        let logits = match c.block.final_softcap {
+            Some(cap) => softcap(&logits, cap),
+            None => logits,
+        };
+        let lm_head_ns = started.elapsed().as_nanos() as u64;
+        let mut out = Vec::with_capacity(plan.rows());
+        let mut at = 0;
+        for (j, ids) in plan.ids.iter().enumerate() {
+            if ids.is_empty() {
+                out.push(None);
+                continue;
+            }
+            let n = (ids.len() - plan.from[j]) as i64;
+            let timing = PassTiming {
+                lm_head_ns,
+                ..timings[j]
             };
-            let logits = self
-                .output
-                .forward(&self.norm.forward(&x))
-                .to_kind(Kind::Float);
-            let logits = match c.block.final_softcap {
-                Some(cap) => softcap(&logits, cap),
-                None => logits,
-            };
-            timing.lm_head_ns = start.elapsed().as_nanos() as u64;
-            Ok((logits, timing))
-        })
+            out.push(Some((logits.narrow(0, at, n), timing)));
+            at += n;
+        }
+        Ok(out)
     }
 
     /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`
@@ -745,14 +843,12 @@ impl LibModel for TorchLlama {
         TorchLlama::new_cache(self)
     }
 
-    fn run(
+    fn run_batch(
         &self,
-        ids: &[u32],
         cache: &mut TorchCache,
-        hook: &mut dyn BlockHook<Tensor>,
-        from: usize,
-    ) -> Result<(Tensor, PassTiming), ModelError> {
-        TorchLlama::run(self, ids, cache, hook, from)
+        rows: &mut [LibRow<'_, Tensor>],
+    ) -> Result<Vec<Option<(Tensor, PassTiming)>>, ModelError> {
+        TorchLlama::run_batch(self, cache, rows)
     }
 
     fn weight(&self, layer: usize, m: Matrix) -> Result<Tensor, ModelError> {
@@ -863,18 +959,28 @@ impl LibModel for TorchLlama {
     }
 }
 
+/// Which keys a pass's queries attend to (see [`Attend`]).
+enum Mask {
+    All,
+    Causal,
+    /// `[rows, 1, width, keys]`, `true` where a query attends.
+    Keys(Tensor),
+}
+
 impl Attention {
-    /// Self-attention of `h` (`[n, hidden]`) over the cached positions
-    /// and its own, appending its keys and values to `slot`.
+    /// Self-attention of `h` (`[rows, width, hidden]`) over the cached
+    /// columns and its own, whose keys and values it writes to `slot` at
+    /// columns `start..start + width`.
     fn forward(
         &self,
         h: &Tensor,
         c: &ModelConfig,
         (cos, sin): (&Tensor, &Tensor),
-        mask: &Tensor,
-        slot: &mut Option<(Tensor, Tensor)>,
+        mask: &Mask,
+        slot: &mut (Tensor, Tensor),
+        start: i64,
     ) -> Tensor {
-        let n = h.size()[0];
+        let (b, w) = (h.size()[0], h.size()[1]);
         let (d, heads, kvh) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
         // Q/K norms over the whole projection (before the split into
         // heads), or per head (after it).
@@ -888,102 +994,220 @@ impl Attention {
         };
         let q = whole(&self.q_norm, self.q.forward(h));
         let k = whole(&self.k_norm, self.k.forward(h));
-        // [n, heads, d] → [heads, n, d]
-        let q = per_head(&self.q_norm, q.view([n, heads, d])).transpose(0, 1);
-        let k = per_head(&self.k_norm, k.view([n, kvh, d])).transpose(0, 1);
-        let v = self.v.forward(h).view([n, kvh, d]).transpose(0, 1);
+        // [rows, width, heads, d] → [rows, heads, width, d]
+        let q = per_head(&self.q_norm, q.view([b, w, heads, d])).transpose(1, 2);
+        let k = per_head(&self.k_norm, k.view([b, w, kvh, d])).transpose(1, 2);
+        let v = self.v.forward(h).view([b, w, kvh, d]).transpose(1, 2);
         let (q, k) = (
             rotate(&q, cos, sin, c.rope_style),
             rotate(&k, cos, sin, c.rope_style),
         );
-        let (k, v) = match slot.take() {
-            Some((pk, pv)) => (Tensor::cat(&[pk, k], 1), Tensor::cat(&[pv, v], 1)),
-            None => (k, v),
+        slot.0.narrow(2, start, w).copy_(&k);
+        slot.1.narrow(2, start, w).copy_(&v);
+        let keys = start + w;
+        let (k, v) = (slot.0.narrow(2, 0, keys), slot.1.narrow(2, 0, keys));
+        let out = match self.softcap {
+            // libtorch's fused attention, grouped queries included.
+            None => {
+                let (mask, causal) = match mask {
+                    Mask::All => (None, false),
+                    Mask::Causal => (None, true),
+                    Mask::Keys(m) => (Some(m), false),
+                };
+                Tensor::scaled_dot_product_attention(
+                    &q, &k, &v, mask, 0.0, causal, self.scale, true,
+                )
+            }
+            // A soft-cap has no fused kernel: the scores written out, the
+            // `rep` query heads of a key/value head stacked against it.
+            Some(cap) => {
+                let rep = heads / kvh;
+                let q = q.reshape([b, kvh, rep * w, d]);
+                let scores = softcap(&(q.matmul(&k.transpose(2, 3)) * self.scale), cap)
+                    .view([b, kvh, rep, w, keys]);
+                let scores = match mask {
+                    Mask::All => scores,
+                    Mask::Causal => scores.masked_fill(
+                        &Tensor::ones([w, keys], (Kind::Bool, h.device())).triu(keys - w + 1),
+                        f64::NEG_INFINITY,
+                    ),
+                    Mask::Keys(m) => {
+                        scores.masked_fill(&m.logical_not().unsqueeze(1), f64::NEG_INFINITY)
+                    }
+                };
+                scores
+                    .softmax(-1, Kind::Float)
+                    .to_kind(v.kind())
+                    .view([b, kvh, rep * w, keys])
+                    .matmul(&v)
+                    .view([b, heads, w, d])
+            }
         };
-        *slot = Some((k.shallow_clone(), v.shallow_clone()));
-        let rep = heads / kvh;
-        let (k, v) = (
-            k.repeat_interleave_self_int(rep, 0, None),
-            v.repeat_interleave_self_int(rep, 0, None),
-        );
-        let scores = q.matmul(&k.transpose(1, 2)) * self.scale;
-        let scores = match self.softcap {
-            Some(cap) => softcap(&scores, cap),
-            None => scores,
-        };
-        let scores = scores.masked_fill(mask, f64::NEG_INFINITY);
-        let out = scores
-            .softmax(-1, Kind::Float)
-            .to_kind(v.kind())
-            .matmul(&v)
-            .transpose(0, 1)
-            .reshape([n, heads * d]);
-        self.o.forward(&out)
+        self.o
+            .forward(&out.transpose(1, 2).reshape([b, w, heads * d]))
     }
 }
 
-/// Keys and values of every block for the positions run so far,
-/// `[kv_heads, len, head_dim]` each (grown by concatenation).
+/// What a model's keys and values are made of, to allocate a cache.
+#[derive(Debug, Clone, Copy)]
+struct KvShape {
+    layers: usize,
+    kv_heads: i64,
+    head_dim: i64,
+    kind: Kind,
+    device: Device,
+}
+
+/// Keys and values of every block, `[rows, kv_heads, capacity, head_dim]`
+/// each, preallocated and written in place (grown by doubling); which
+/// column holds which position of which row is the [`Layout`]'s.
 pub struct TorchCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-    len: usize,
-    /// The token ids of the positions held.
-    ids: Vec<u32>,
+    /// Empty until the first pass or stacking allocates them.
+    layers: Vec<(Tensor, Tensor)>,
+    capacity: usize,
+    layout: Layout,
+    shape: KvShape,
+}
+
+impl TorchCache {
+    fn zeros(&self, rows: usize, capacity: usize) -> Vec<(Tensor, Tensor)> {
+        let s = self.shape;
+        let dims = [rows as i64, s.kv_heads, capacity as i64, s.head_dim];
+        let zeros = || Tensor::zeros(dims, (s.kind, s.device));
+        (0..s.layers).map(|_| (zeros(), zeros())).collect()
+    }
+
+    /// Room for `needed` columns in every row, the columns written kept.
+    fn reserve(&mut self, needed: usize) {
+        let capacity = grown_capacity(self.capacity, needed);
+        if capacity == self.capacity && !self.layers.is_empty() {
+            return;
+        }
+        let used = self.layout.used as i64;
+        let mut grown = self.zeros(self.layout.rows.len(), capacity);
+        if used > 0 {
+            for ((k, v), (old_k, old_v)) in grown.iter_mut().zip(&self.layers) {
+                k.narrow(2, 0, used).copy_(&old_k.narrow(2, 0, used));
+                v.narrow(2, 0, used).copy_(&old_v.narrow(2, 0, used));
+            }
+        }
+        self.layers = grown;
+        self.capacity = capacity;
+    }
 }
 
 impl LibCache for TorchCache {
-    fn len(&self) -> usize {
-        self.len
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
-    fn cut(&mut self, to: usize) {
-        assert!(to <= self.len, "a position the cache holds");
-        for slot in &mut self.layers {
-            *slot = match slot.take() {
-                Some(_) if to == 0 => None,
-                Some((k, v)) => Some((k.narrow(1, 0, to as i64), v.narrow(1, 0, to as i64))),
-                None => None,
-            };
-        }
-        self.len = to;
-        self.ids.truncate(to);
+    fn layout_mut(&mut self) -> &mut Layout {
+        &mut self.layout
     }
 
-    fn ids(&self) -> &[u32] {
-        &self.ids
-    }
-
-    /// The tensors are shared until either cache grows: growing makes
-    /// new ones.
-    fn fork(&self) -> TorchCache {
-        TorchCache {
-            layers: self
+    /// A copy of the columns held (libtorch writes in place: sharing
+    /// tensors would let one cache write the other's).
+    fn fork(&self) -> Result<TorchCache, ModelError> {
+        let used = self.layout.used as i64;
+        let layers = match used {
+            0 => Vec::new(),
+            _ => self
                 .layers
                 .iter()
-                .map(|s| {
-                    s.as_ref()
-                        .map(|(k, v)| (k.shallow_clone(), v.shallow_clone()))
-                })
+                .map(|(k, v)| (k.narrow(2, 0, used).copy(), v.narrow(2, 0, used).copy()))
                 .collect(),
-            len: self.len,
-            ids: self.ids.clone(),
-        }
+        };
+        Ok(TorchCache {
+            layers,
+            capacity: self.layout.used,
+            layout: self.layout.clone(),
+            shape: self.shape,
+        })
     }
 
     fn bytes(&self) -> u64 {
         self.layers
             .iter()
-            .flatten()
             .map(|(k, v)| {
                 (k.numel() * k.kind().elt_size_in_bytes()
                     + v.numel() * v.kind().elt_size_in_bytes()) as u64
             })
             .sum()
     }
+
+    fn stack(rows: Vec<TorchCache>, extra: usize) -> Result<TorchCache, ModelError> {
+        let first = rows.first().expect("a batch of at least one row");
+        let layout = Layout::stack(&rows.iter().map(|r| &r.layout).collect::<Vec<_>>());
+        let mut cache = TorchCache {
+            layers: Vec::new(),
+            capacity: 0,
+            layout,
+            shape: first.shape,
+        };
+        let needed = cache.layout.used + extra;
+        if needed == 0 {
+            return Ok(cache);
+        }
+        cache.capacity = needed.div_ceil(64) * 64;
+        cache.layers = cache.zeros(rows.len(), cache.capacity);
+        tch::no_grad(|| {
+            for (j, row) in rows.iter().enumerate() {
+                let n = row.layout.used as i64;
+                if n == 0 {
+                    continue;
+                }
+                for ((k, v), (rk, rv)) in cache.layers.iter_mut().zip(&row.layers) {
+                    k.narrow(0, j as i64, 1)
+                        .narrow(2, 0, n)
+                        .copy_(&rk.narrow(2, 0, n));
+                    v.narrow(0, j as i64, 1)
+                        .narrow(2, 0, n)
+                        .copy_(&rv.narrow(2, 0, n));
+                }
+            }
+        });
+        Ok(cache)
+    }
+
+    /// A row whose positions sit in its first columns keeps a view of
+    /// them (its capacity ends there, so it grows into a tensor of its
+    /// own); another row's are gathered.
+    fn unstack(self) -> Result<Vec<TorchCache>, ModelError> {
+        let mut out = Vec::with_capacity(self.layout.rows.len());
+        for (j, row) in self.layout.rows.iter().enumerate() {
+            let n = row.len() as i64;
+            let part = |t: &Tensor| {
+                let t = t.narrow(0, j as i64, 1);
+                match row.is_compact() {
+                    true => t.narrow(2, 0, n),
+                    false => {
+                        let cols: Vec<i64> = row.cols.iter().map(|&c| c as i64).collect();
+                        t.index_select(2, &Tensor::from_slice(&cols).to_device(t.device()))
+                    }
+                }
+            };
+            let layers = match n {
+                0 => Vec::new(),
+                _ => self
+                    .layers
+                    .iter()
+                    .map(|(k, v)| (part(k), part(v)))
+                    .collect(),
+            };
+            out.push(TorchCache {
+                layers,
+                capacity: row.len(),
+                layout: self.layout.row(j),
+                shape: self.shape,
+            });
+        }
+        Ok(out)
+    }
 }
 
-/// Rotary embedding of `x` (`[heads, n, d]`) at the angles `cos`/`sin`
-/// (`[n, d/2]`), pairing dimensions as `style` says.
+/// Rotary embedding of `x` (`[rows, heads, width, d]`) at the angles
+/// `cos`/`sin` (`[rows, 1, width, rotary / 2]`), pairing dimensions as
+/// `style` says.
 fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Tensor {
     let d = *x.size().last().expect("a head dimension");
     // A partial rotary embedding turns the first dimensions only.
