@@ -812,7 +812,7 @@ fn trace_records_the_kv_cache_type_and_its_bytes() {
 
 /// `--executor torch` and `--executor mlx`: in a build with the feature, the trace is that backend's
 /// and says the GGUF was dequantized; without it, the error names the
-/// build to make. `--dtype` is the Torch executor's and candle refuses it.
+/// build to make. `--dtype` is the Torch and MLX executors' and candle refuses it.
 #[test]
 fn trace_runs_on_the_executor_asked_for() {
     let dir = tempfile::tempdir().unwrap();
@@ -874,7 +874,7 @@ fn trace_runs_on_the_executor_asked_for() {
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("dtype = \"bf16\"") && err.contains("Torch executor"),
+        err.contains("dtype = \"bf16\"") && err.contains("Torch and MLX executors"),
         "{err}"
     );
 }

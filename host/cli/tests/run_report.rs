@@ -631,7 +631,7 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         }
         true => "baseline.device: device `metal`: this MLX was built without Metal",
     };
-    let cases: [(&str, &str, &str); 19] = [
+    let cases: [(&str, &str, &str); 20] = [
         (
             "max_tokens = 5",
             "max_tokens = 5\ntemperature = nan",
@@ -689,6 +689,11 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         ),
         (
             "[baseline]\n",
+            "[baseline]\nexecutor = \"replay\"\nbatch = 4\n",
+            "baseline.batch: `batch` is a setting of the local executors (candle, torch, mlx), and this side's executor is `replay`",
+        ),
+        (
+            "[baseline]\n",
             "[baseline]\nkv_cache = \"q8\"\n",
             "baseline.kv_cache: unknown variant `q8`, expected `f32` or `f16`",
         ),
@@ -700,7 +705,7 @@ fn validate_refuses_what_run_would_refuse_naming_the_key() {
         (
             "[baseline]\n",
             "[baseline]\ndtype = \"bf16\"\n",
-            "baseline.dtype: `dtype` is a setting of executor = \"torch\", and this side's executor is `candle`",
+            "baseline.dtype: `dtype` is a setting of the torch and mlx executors, and this side's executor is `candle`",
         ),
         (
             "[baseline]\n",

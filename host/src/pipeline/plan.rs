@@ -740,22 +740,12 @@ impl<'a> Checker<'a> {
         };
         let dtype = match (s.dtype, backend) {
             (None, _) => Dtype::F32,
-            (Some(d), ExecutorKind::Torch) => d,
-            (Some(Dtype::F32), ExecutorKind::Mlx) => Dtype::F32,
-            (Some(d), ExecutorKind::Mlx) => {
-                return Err(at(
-                    &format!("{key}.dtype"),
-                    format!(
-                        "`{}`: the MLX executor runs f32 (remove `dtype`, or set executor = \"torch\" for bf16 or f16)",
-                        d.name()
-                    ),
-                ));
-            }
+            (Some(d), ExecutorKind::Torch | ExecutorKind::Mlx) => d,
             (Some(_), _) => {
                 return Err(at(
                     &format!("{key}.dtype"),
                     format!(
-                        "`dtype` is a setting of executor = \"torch\", and this side's executor is `{}`",
+                        "`dtype` is a setting of the torch and mlx executors, and this side's executor is `{}`",
                         s.executor
                     ),
                 ));

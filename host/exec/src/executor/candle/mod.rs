@@ -197,7 +197,7 @@ impl LocalModel for CandleExecutor {
     fn load(spec: &ModelSpec) -> Result<Self, ExecutorError> {
         if spec.dtype != crate::model::Dtype::F32 {
             return Err(ExecutorError::Request(format!(
-                "dtype = \"{}\": candle holds weights as the file stores them (`weights`) and picks its compute dtype; the setting is the Torch executor's",
+                "dtype = \"{}\": candle holds weights as the file stores them (`weights`) and picks its compute dtype; the setting is the Torch and MLX executors'",
                 spec.dtype.name()
             )));
         }

@@ -56,9 +56,15 @@ fn norm_opt(norm: &Option<RmsNorm>, x: Array) -> Result<Array, Exception> {
     }
 }
 
+/// `v` as a scalar of `like`'s dtype (an f32 scalar would widen a half
+/// precision array to f32).
+fn scalar(v: f32, like: &Array) -> Result<Array, Exception> {
+    Array::from_f32(v).as_dtype(like.dtype())
+}
+
 /// `cap · tanh(x / cap)`.
 fn softcap(x: &Array, cap: f32) -> Result<Array, Exception> {
-    let cap = Array::from_f32(cap);
+    let cap = scalar(cap, x)?;
     mlx_rs::ops::tanh(x.divide(&cap)?)?.multiply(&cap)
 }
 
@@ -131,7 +137,7 @@ impl Moe {
         // Each token's picks from the experts' outputs, weighted and summed.
         let (picks, weight) = routing.gather();
         let used = self.routing.used as i32;
-        let weight = Array::from_slice(&weight, &[n, used, 1]);
+        let weight = Array::from_slice(&weight, &[n, used, 1]).as_dtype(x.dtype())?;
         let out = mlx_rs::ops::concatenate(&outputs, 0)?
             .take_axis(index(picks.into_iter().map(|i| i as i32).collect()), 0)?
             .reshape(&[n, used, hidden])?
@@ -243,6 +249,9 @@ pub struct MlxLlama {
     packed: Option<String>,
     /// Whether MLX's default device is the GPU (Metal) rather than the CPU.
     on_gpu: bool,
+    /// The dtype of the weights, activations and KV cache (norms and
+    /// softmax accumulate in f32 inside MLX's kernels; logits are f32).
+    dtype: mlx_rs::Dtype,
 }
 
 /// Keys and values of every block, `[rows, kv_heads, capacity,
@@ -439,6 +448,50 @@ impl MlxLlama {
         Ok(())
     }
 
+    /// Every weight in `dtype` (f16 or bf16; f32 as read): matrices
+    /// (a packed one's scales and biases), biases, norms and LongRoPE's
+    /// scales. Activations and the KV cache follow.
+    pub fn cast(&mut self, dtype: mlx_rs::Dtype) -> Result<(), ModelError> {
+        let _lock = super::evaluating();
+        super::use_device(self.on_gpu);
+        self.each_matrix(&mut |m| m.cast(dtype))?;
+        let cast = |a: &mut Array| -> Result<(), Exception> {
+            *a = a.as_dtype(dtype)?;
+            Ok(())
+        };
+        cast(&mut self.norm.scale)?;
+        for b in &mut self.blocks {
+            for l in b.linears_mut() {
+                if let Some(bias) = &mut l.bias {
+                    cast(bias)?;
+                }
+            }
+            for norm in [
+                &mut b.attn_norm,
+                &mut b.attn.q_norm,
+                &mut b.attn.k_norm,
+                &mut b.post_attn_norm,
+                &mut b.mlp_norm,
+                &mut b.post_mlp_norm,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                cast(&mut norm.scale)?;
+            }
+        }
+        for sets in &mut self.ropes {
+            for (_, scale) in sets.iter_mut() {
+                if let Some(s) = scale {
+                    cast(s)?;
+                }
+            }
+        }
+        self.dtype = dtype;
+        mlx_rs::transforms::eval(self.arrays())?;
+        Ok(())
+    }
+
     /// Calls `f` on every matrix (the tied output then shares the
     /// embedding's again).
     fn each_matrix(
@@ -553,6 +606,7 @@ impl MlxLlama {
             dequantized: None,
             packed: None,
             on_gpu: false,
+            dtype: mlx_rs::Dtype::Float32,
         })
     }
 
@@ -571,8 +625,7 @@ impl MlxLlama {
                 layers: c.layers,
                 kv_heads: c.kv_heads as i32,
                 head_dim: c.head_dim as i32,
-                // Weights are read as f32, so activations are f32.
-                dtype: mlx_rs::Dtype::Float32,
+                dtype: self.dtype,
             },
         }
     }
@@ -654,7 +707,7 @@ impl MlxLlama {
             .rows(&Array::from_slice(&tokens, &[b * w]))?
             .reshape(&[b, w, hidden])?;
         if let Some(scale) = c.block.embed_scale {
-            x = x.multiply(Array::from_f32(scale))?;
+            x = x.multiply(scalar(scale, &x)?)?;
         }
         let offsets: Vec<i32> = plan.past.iter().map(|&p| p as i32).collect();
         let offsets = Array::from_slice(&offsets, &[b]);
@@ -849,7 +902,7 @@ impl MlxLlama {
                 let q = q.reshape(&[b, kvh, rep * w, d])?;
                 let scores = q
                     .matmul(k.transpose_axes(&[0, 1, 3, 2])?)?
-                    .multiply(Array::from_f32(a.scale))?;
+                    .multiply(scalar(a.scale, &q)?)?;
                 let scores = softcap(&scores, cap)?.reshape(&[b, kvh, rep, w, e])?;
                 let keep = match mask {
                     Mask::All => None,
@@ -886,6 +939,15 @@ enum Mask {
     Causal,
     /// `[rows, 1, width, keys]`, `true` where a query attends.
     Keys(Array),
+}
+
+/// MLX's name of a float dtype, for the kernel note.
+fn dtype_name(dtype: mlx_rs::Dtype) -> &'static str {
+    match dtype {
+        mlx_rs::Dtype::Float16 => "float16",
+        mlx_rs::Dtype::Bfloat16 => "bfloat16",
+        _ => "float32",
+    }
 }
 
 /// A hook's replacement of a row's residual stream must keep its shape
@@ -969,13 +1031,12 @@ impl LibModel for MlxLlama {
     /// `"f32"` dequantizes it at load (GGUF files are dequantized either way).
     fn load(spec: &ModelSpec, assets: &ModelAssets) -> Result<Self, ExecutorError> {
         let gpu = super::check_device(spec.device).map_err(ExecutorError::Device)?;
-        if spec.dtype != Dtype::F32 {
-            return Err(ExecutorError::Request(format!(
-                "dtype = \"{}\": the MLX executor runs f32 (its weights are read as f32 and MLX's CPU backend computes in f32); remove `dtype` or set it to \"f32\"",
-                spec.dtype.name()
-            )));
+        let mut model = MlxLlama::load_as(assets, gpu, spec.weights)?;
+        match spec.dtype {
+            Dtype::F32 => {}
+            Dtype::F16 => model.cast(mlx_rs::Dtype::Float16)?,
+            Dtype::Bf16 => model.cast(mlx_rs::Dtype::Bfloat16)?,
         }
-        let model = MlxLlama::load_as(assets, gpu, spec.weights)?;
         if let Some(packed) = model.packed.as_ref().filter(|_| !gpu) {
             // Measured, not assumed: `cargo bench -p vauban-exec --features
             // mlx --bench backend_speed` (docs/executor.md).
@@ -1092,7 +1153,7 @@ impl LibModel for MlxLlama {
         if !matches!(m, ModelMatrix::AttnOutput | ModelMatrix::FfnDown) {
             return Err(ModelError::NotResidualWriter { matrix: m });
         }
-        let count = self.blocks.len();
+        let (count, dtype) = (self.blocks.len(), self.dtype);
         let b = self
             .blocks
             .get_mut(layer)
@@ -1107,10 +1168,11 @@ impl LibModel for MlxLlama {
         let column = Array::from_slice(r, &[r.len() as i32, 1]);
         let mut squares = 0f32;
         for w in targets {
-            let dense = w.dense()?;
+            // In f32, stored back in the model's dtype.
+            let dense = w.dense()?.as_dtype(mlx_rs::Dtype::Float32)?;
             let change = column.matmul(column.t().matmul(&dense)?)?;
             squares += super::intervene::values(&change.square()?.sum(None)?)?[0];
-            let new_t = dense.subtract(&change)?.transpose()?;
+            let new_t = dense.subtract(&change)?.as_dtype(dtype)?.transpose()?;
             new_t.eval()?;
             *w = Matrix::DenseT(new_t);
         }
@@ -1124,7 +1186,7 @@ impl LibModel for MlxLlama {
         m: ModelMatrix,
         delta: &[f32],
     ) -> Result<(), ModelError> {
-        let count = self.blocks.len();
+        let (count, dtype) = (self.blocks.len(), self.dtype);
         let b = self
             .blocks
             .get_mut(layer)
@@ -1145,7 +1207,11 @@ impl LibModel for MlxLlama {
                 path: None,
             });
         }
-        let new_t = dense.add(Array::from_slice(delta, &shape))?.transpose()?;
+        let new_t = dense
+            .as_dtype(mlx_rs::Dtype::Float32)?
+            .add(Array::from_slice(delta, &shape))?
+            .as_dtype(dtype)?
+            .transpose()?;
         new_t.eval()?;
         *w = Matrix::DenseT(new_t);
         self.packed = weights::packings(self.matrices());
@@ -1154,7 +1220,11 @@ impl LibModel for MlxLlama {
 
     fn kernel_note(&self) -> String {
         let device = if self.on_gpu { "gpu, Metal" } else { "cpu" };
-        let mut note = format!("MLX {} ({device}), float32", super::mlx_version());
+        let mut note = format!(
+            "MLX {} ({device}), {}",
+            super::mlx_version(),
+            dtype_name(self.dtype)
+        );
         if let Some(stored) = &self.dequantized {
             note.push_str(&format!("; GGUF {stored} weights dequantized at load"));
         }
@@ -1166,8 +1236,15 @@ impl LibModel for MlxLlama {
         note
     }
 
+    /// Keys and values are kept in the model's dtype.
     fn kv_note(&self) -> String {
-        Dtype::F32.name().into()
+        match self.dtype {
+            mlx_rs::Dtype::Float16 => Dtype::F16,
+            mlx_rs::Dtype::Bfloat16 => Dtype::Bf16,
+            _ => Dtype::F32,
+        }
+        .name()
+        .into()
     }
 
     /// Nothing to wait for: every pass ends with its logits evaluated,

@@ -24,7 +24,8 @@ use crate::model::host_weights::HostWeights;
 use crate::model::{Matrix as ModelMatrix, ModelError, ModelFormat, hf_name};
 
 /// A matrix packed by MLX's affine quantization: `w` is `[out, in·bits/32]`
-/// (`uint32`), `scales` and `biases` `[out, in/group]` (f32 here).
+/// (`uint32`), `scales` and `biases` `[out, in/group]` (in the model's
+/// dtype).
 #[derive(Clone)]
 pub(super) struct Packed {
     w: Array,
@@ -126,6 +127,20 @@ impl Matrix {
     pub(super) fn make_dense(&mut self) -> Result<(), Exception> {
         if let Matrix::Packed(p) = self {
             *self = Matrix::DenseT(p.dense()?.t());
+        }
+        Ok(())
+    }
+
+    /// The matrix's floats in `dtype` (a packed matrix's scales and
+    /// biases; its packed values stay as they are).
+    pub(super) fn cast(&mut self, dtype: mlx_rs::Dtype) -> Result<(), Exception> {
+        match self {
+            // Cast in `W`'s own layout, then viewed transposed again.
+            Matrix::DenseT(w_t) => *w_t = w_t.t().as_dtype(dtype)?.t(),
+            Matrix::Packed(p) => {
+                p.scales = p.scales.as_dtype(dtype)?;
+                p.biases = p.biases.as_dtype(dtype)?;
+            }
         }
         Ok(())
     }
