@@ -769,7 +769,7 @@ fn batched_traces_equal_traces_alone_on_every_backend() {
         paths.push(tiny::write_family_gguf(&path, family, 7, GgmlDType::F32));
     }
     paths.extend(common::smollm2_path());
-    let ablate = vec![Intervention {
+    let ablate = [Intervention {
         layer: 0,
         mode: Mode::Subtract,
         direction: unit_direction(3),

@@ -22,7 +22,7 @@ use super::weights::{self, Linear, Matrix, Reader};
 use crate::executor::DeviceSpec;
 use crate::executor::tensor_lib::batch::{Attend, Layout, PassPlan, RowIds, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, Settled};
+use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, RowOutputs, Settled};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -662,7 +662,7 @@ impl MlxLlama {
         &self,
         cache: &mut MlxCache,
         rows: &mut [LibRow<'_, Array>],
-    ) -> Result<Vec<Option<(Array, PassTiming)>>, ModelError> {
+    ) -> Result<RowOutputs<Array>, ModelError> {
         let asked: Vec<RowIds<'_>> = rows
             .iter()
             .map(|r| RowIds {
@@ -690,7 +690,7 @@ impl MlxLlama {
         plan: &PassPlan<'_>,
         cache: &mut MlxCache,
         rows: &mut [LibRow<'_, Array>],
-    ) -> Result<Vec<Option<(Array, PassTiming)>>, ModelError> {
+    ) -> Result<RowOutputs<Array>, ModelError> {
         let c = &self.config;
         let (b, w) = (plan.rows() as i32, plan.width as i32);
         let hidden = c.hidden as i32;
@@ -831,7 +831,7 @@ impl MlxLlama {
         let mut x = x.clone();
         for (j, changed) in changed.into_iter().enumerate() {
             if let Some(rows) = changed {
-                let (j, n) = (j as i32, plan.ids[j as usize].len() as i32);
+                let (j, n) = (j as i32, plan.ids[j].len() as i32);
                 x.try_index_mut((j..j + 1, 0..n), rows.expand_dims(0)?)?;
             }
         }
@@ -1070,7 +1070,7 @@ impl LibModel for MlxLlama {
         &self,
         cache: &mut MlxCache,
         rows: &mut [LibRow<'_, Array>],
-    ) -> Result<Vec<Option<(Array, PassTiming)>>, ModelError> {
+    ) -> Result<RowOutputs<Array>, ModelError> {
         MlxLlama::run_batch(self, cache, rows)
     }
 

@@ -121,6 +121,10 @@ pub trait LibCache: Sized {
     fn unstack(self) -> Result<Vec<Self>, ModelError>;
 }
 
+/// What a batched pass gives each row: its logits and timing, or `None`
+/// for a row that sat the pass out.
+pub type RowOutputs<T> = Vec<Option<(T, PassTiming)>>;
+
 /// One sequence's part of a batched pass ([`LibModel::run_batch`]): its
 /// next tokens (none: it sits the pass out), where its logits start, and
 /// the hook called after every block with its rows of the residual stream.
@@ -183,7 +187,7 @@ pub trait LibModel: Sized {
         &self,
         cache: &mut Self::Cache,
         rows: &mut [LibRow<'_, TensorOf<Self>>],
-    ) -> Result<Vec<Option<(TensorOf<Self>, PassTiming)>>, ModelError>;
+    ) -> Result<RowOutputs<TensorOf<Self>>, ModelError>;
     /// Runs `ids` after the positions `cache` (one row) holds: a batch of
     /// one ([`LibModel::run_batch`]).
     fn run(

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::executor::tensor_lib::batch::{Attend, Layout, PassPlan, RowIds, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, Settled, TensorOf};
+use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, RowOutputs, Settled, TensorOf};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -482,7 +482,7 @@ impl TorchLlama {
         &self,
         cache: &mut TorchCache,
         rows: &mut [LibRow<'_, Tensor>],
-    ) -> Result<Vec<Option<(Tensor, PassTiming)>>, ModelError> {
+    ) -> Result<RowOutputs<Tensor>, ModelError> {
         let asked: Vec<RowIds<'_>> = rows
             .iter()
             .map(|r| RowIds {
@@ -561,7 +561,7 @@ impl TorchLlama {
         plan: &PassPlan<'_>,
         cache: &mut TorchCache,
         rows: &mut [LibRow<'_, Tensor>],
-    ) -> Result<Vec<Option<(Tensor, PassTiming)>>, ModelError> {
+    ) -> Result<RowOutputs<Tensor>, ModelError> {
         let c = &self.config;
         let (b, w) = (plan.rows() as i64, plan.width as i64);
         let hidden = c.hidden as i64;
@@ -847,7 +847,7 @@ impl LibModel for TorchLlama {
         &self,
         cache: &mut TorchCache,
         rows: &mut [LibRow<'_, Tensor>],
-    ) -> Result<Vec<Option<(Tensor, PassTiming)>>, ModelError> {
+    ) -> Result<RowOutputs<Tensor>, ModelError> {
         TorchLlama::run_batch(self, cache, rows)
     }
 
