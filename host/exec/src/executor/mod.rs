@@ -18,6 +18,7 @@ pub mod generate;
 pub mod hook;
 pub mod http;
 pub mod identity;
+pub mod kv_layout;
 #[cfg(feature = "mlx")]
 pub mod mlx;
 pub mod recorder;

@@ -1248,7 +1248,6 @@ pub(crate) mod tests {
     use super::*;
 
     /// A one-block model description for unit tests (vocabulary of 10).
-    #[cfg(any(feature = "torch", feature = "mlx"))]
     pub(crate) fn tiny_config() -> ModelConfig {
         base()
     }

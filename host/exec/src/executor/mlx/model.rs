@@ -20,7 +20,7 @@ use mlx_rs::ops::indexing::{IndexOp, TryIndexMutOp, TryIndexOp};
 
 use super::weights::{self, Linear, Matrix, Reader};
 use crate::executor::DeviceSpec;
-use crate::executor::tensor_lib::batch::{Attend, Layout, PassPlan, RowIds, grown_capacity};
+use crate::executor::kv_layout::{Attend, Layout, PassPlan, RowIds, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, RowOutputs, Settled};
 use crate::executor::{ExecutorError, ModelSpec};

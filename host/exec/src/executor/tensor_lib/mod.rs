@@ -12,19 +12,20 @@
 //!   the block hook every local backend shares ([`crate::executor::hook`]);
 //! - `trace`: traced runs, each stage one ragged pass over a batch of
 //!   jobs, recorded through the shared recorder;
-//! - [`batch`]: where each sequence of a batched pass sits in the
-//!   preallocated KV cache, and the masks and positions that follows.
+//! - [`crate::executor::kv_layout`] (beside, built in every build so its
+//!   tests run in every build): where each sequence of a batched pass sits
+//!   in the preallocated KV cache, and the masks and positions that follow.
 //!
 //! A new backend over another tensor library is a model and a primitive,
 //! not another pipeline. Candle keeps its own session and traced run (it
 //! runs quantized weights with its own kernels and packs a batch's tokens
 //! into one sequence), with the same hook.
 
-pub mod batch;
 mod session;
 mod trace;
 
 use super::identity::ModelIdentity;
+use super::kv_layout::Layout;
 use std::ops::ControlFlow;
 use std::path::Path;
 
@@ -57,41 +58,15 @@ pub struct PassTiming {
     pub lm_head_ns: u64,
 }
 
-/// Refuses a pass no model can run: no tokens, a token id outside the
-/// vocabulary, more positions than the context holds after the `past`
-/// ones (never handed to the library, whose errors can be panics). `from`
-/// (where the logits start) must be a position of the pass.
-pub fn check_pass(
-    c: &ModelConfig,
-    ids: &[u32],
-    past: usize,
-    from: usize,
-) -> Result<(), ModelError> {
-    if ids.is_empty() {
-        return Err(ModelError::EmptyInput);
-    }
-    assert!(from < ids.len(), "logits from a position of the pass");
-    if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
-        return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
-    }
-    match c.context_length {
-        Some(limit) if past + ids.len() > limit => Err(ModelError::ContextExceeded {
-            needed: past + ids.len(),
-            limit,
-        }),
-        _ => Ok(()),
-    }
-}
-
 /// A model's KV cache: keys and values of every block, preallocated, for
 /// one sequence or several stacked as the rows of a batch
-/// ([`batch::Layout`] says which column holds which position). The
+/// ([`Layout`] says which column holds which position). The
 /// one-sequence methods (`len` to `fork`) are for a cache of one row,
 /// which never has holes.
 pub trait LibCache: Sized {
     /// Where each row's positions sit.
-    fn layout(&self) -> &batch::Layout;
-    fn layout_mut(&mut self) -> &mut batch::Layout;
+    fn layout(&self) -> &Layout;
+    fn layout_mut(&mut self) -> &mut Layout;
     /// Positions held (one row).
     fn len(&self) -> usize {
         self.layout().rows[0].len()

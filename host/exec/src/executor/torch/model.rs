@@ -13,7 +13,7 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
-use crate::executor::tensor_lib::batch::{Attend, Layout, PassPlan, RowIds, grown_capacity};
+use crate::executor::kv_layout::{Attend, Layout, PassPlan, RowIds, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
 use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, RowOutputs, Settled, TensorOf};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};

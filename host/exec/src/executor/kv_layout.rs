@@ -10,11 +10,11 @@
 //! rows. [`Layout`] records which column holds each position of each row;
 //! [`Layout::plan`] turns a pass's rows into the positions (for the rotary
 //! embedding) and masks the library runs, and [`Layout::commit`] records
-//! the pass once it succeeded (a failed pass changes nothing).
+//! the pass once it succeeded (a failed pass changes nothing). Host logic
+//! only, built in every build, so its tests run without either library.
 
 use std::borrow::Cow;
 
-use super::check_pass;
 use crate::model::ModelError;
 use crate::model::config::ModelConfig;
 
@@ -87,7 +87,8 @@ impl Attend {
 #[derive(Debug)]
 pub struct PassPlan<'i> {
     /// Each row's tokens: as asked or, where the pass crosses LongRoPE's
-    /// switch, the row's whole sequence again (see [`super::pass_after`]).
+    /// switch ([`ModelConfig::reruns`]), the row's whole sequence again
+    /// from position 0, its logits still this pass's.
     pub ids: Vec<Cow<'i, [u32]>>,
     /// Where each row's logits start, in its tokens of this pass.
     pub from: Vec<usize>,
@@ -119,6 +120,32 @@ impl PassPlan<'_> {
     pub fn one_rope_set(&self) -> Option<usize> {
         let first = *self.rope_sets.first()?;
         self.rope_sets.iter().all(|&s| s == first).then_some(first)
+    }
+}
+
+/// Refuses a pass no model can run: no tokens, a token id outside the
+/// vocabulary, more positions than the context holds after the `past`
+/// ones (never handed to the library, whose errors can be panics). `from`
+/// (where the logits start) must be a position of the pass.
+pub fn check_pass(
+    c: &ModelConfig,
+    ids: &[u32],
+    past: usize,
+    from: usize,
+) -> Result<(), ModelError> {
+    if ids.is_empty() {
+        return Err(ModelError::EmptyInput);
+    }
+    assert!(from < ids.len(), "logits from a position of the pass");
+    if let Some(&id) = ids.iter().find(|&&i| i as usize >= c.vocab) {
+        return Err(ModelError::TokenOutOfRange { id, vocab: c.vocab });
+    }
+    match c.context_length {
+        Some(limit) if past + ids.len() > limit => Err(ModelError::ContextExceeded {
+            needed: past + ids.len(),
+            limit,
+        }),
+        _ => Ok(()),
     }
 }
 
