@@ -116,6 +116,30 @@ impl PassPlan<'_> {
     pub fn keys(&self) -> usize {
         self.start + self.width
     }
+    /// The rows' tokens side by side, `[rows, width]` row-major, holes
+    /// filled with token 0 (their outputs are never read).
+    pub fn tokens(&self) -> Vec<u32> {
+        let mut tokens = vec![0; self.rows() * self.width];
+        for (j, ids) in self.ids.iter().enumerate() {
+            tokens[j * self.width..j * self.width + ids.len()].copy_from_slice(ids);
+        }
+        tokens
+    }
+
+    /// Where the logits are asked: the indices into the pass's `[rows ·
+    /// width]` tokens, row after row, and how many each row has (none for
+    /// a row that sat the pass out).
+    pub fn logit_rows(&self) -> (Vec<usize>, Vec<Option<usize>>) {
+        let mut picked = Vec::new();
+        let mut counts = Vec::with_capacity(self.rows());
+        for (j, ids) in self.ids.iter().enumerate() {
+            let at = j * self.width;
+            picked.extend(at + self.from[j]..at + ids.len());
+            counts.push((!ids.is_empty()).then(|| ids.len() - self.from[j]));
+        }
+        (picked, counts)
+    }
+
     /// Whether one set of rotary frequencies serves every row.
     pub fn one_rope_set(&self) -> Option<usize> {
         let first = *self.rope_sets.first()?;
@@ -365,6 +389,11 @@ mod tests {
             .unwrap();
         assert_eq!((plan.start, plan.width, plan.keys()), (0, 3, 3));
         assert_eq!(plan.positions, [0, 1, 2, 0, 1, 2]);
+        assert_eq!(plan.tokens(), [1, 2, 3, 4, 0, 0]);
+        assert_eq!(
+            plan.logit_rows(),
+            (vec![0, 1, 2, 3], vec![Some(3), Some(1)])
+        );
         let mask = layout.attend(&plan, None).mask(2, 3, 3);
         assert_eq!(keys_of(&mask, 3, 0), [0]);
         assert_eq!(keys_of(&mask, 3, 2), [0, 1, 2]);
@@ -395,6 +424,7 @@ mod tests {
                 &[RowIds { ids: &[7], from: 0 }, RowIds { ids: &[], from: 0 }],
             )
             .unwrap();
+        assert_eq!(plan.logit_rows(), (vec![0], vec![Some(1), None]));
         layout.commit(&plan);
         assert_eq!(layout.rows[1].ids, [4, 6]);
         assert_eq!(layout.rows[0].ids, [1, 2, 3, 5, 7]);

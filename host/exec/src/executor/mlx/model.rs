@@ -20,9 +20,11 @@ use mlx_rs::ops::indexing::{IndexOp, TryIndexMutOp, TryIndexOp};
 
 use super::weights::{self, Linear, Matrix, Reader};
 use crate::executor::DeviceSpec;
-use crate::executor::kv_layout::{Attend, Layout, PassPlan, RowIds, grown_capacity};
+use crate::executor::kv_layout::{Attend, Layout, PassPlan, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, RowOutputs, Settled};
+use crate::executor::tensor_lib::{
+    LibCache, LibModel, LibRow, RowOutputs, Settled, plan_rows, split_logits,
+};
 use crate::executor::{ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -663,14 +665,7 @@ impl MlxLlama {
         cache: &mut MlxCache,
         rows: &mut [LibRow<'_, Array>],
     ) -> Result<RowOutputs<Array>, ModelError> {
-        let asked: Vec<RowIds<'_>> = rows
-            .iter()
-            .map(|r| RowIds {
-                ids: r.ids,
-                from: r.from,
-            })
-            .collect();
-        let plan = cache.layout.plan(&self.config, &asked)?;
+        let plan = plan_rows(&cache.layout, &self.config, rows)?;
         if plan.width == 0 {
             return Ok(rows.iter().map(|_| None).collect());
         }
@@ -694,14 +689,7 @@ impl MlxLlama {
         let c = &self.config;
         let (b, w) = (plan.rows() as i32, plan.width as i32);
         let hidden = c.hidden as i32;
-        // The rows' tokens side by side, holes filled with token 0 (its
-        // outputs are never read).
-        let mut tokens = vec![0i32; plan.rows() * plan.width];
-        for (j, ids) in plan.ids.iter().enumerate() {
-            for (t, &id) in ids.iter().enumerate() {
-                tokens[j * plan.width + t] = id as i32;
-            }
-        }
+        let tokens: Vec<i32> = plan.tokens().into_iter().map(|id| id as i32).collect();
         let mut x = self
             .embed
             .rows(&Array::from_slice(&tokens, &[b * w]))?
@@ -783,11 +771,8 @@ impl MlxLlama {
         }
         let started = Instant::now();
         // The rows the logits are asked at, gathered into one projection.
-        let mut picked = Vec::new();
-        for (j, ids) in plan.ids.iter().enumerate() {
-            let at = j * plan.width;
-            picked.extend((at + plan.from[j]..at + ids.len()).map(|i| i as i32));
-        }
+        let (picked, counts) = plan.logit_rows();
+        let picked: Vec<i32> = picked.into_iter().map(|i| i as i32).collect();
         let x = x.reshape(&[b * w, hidden])?;
         let x = match picked.len() as i32 == b * w {
             true => x,
@@ -801,23 +786,9 @@ impl MlxLlama {
         .as_dtype(mlx_rs::Dtype::Float32)?;
         logits.eval()?;
         let lm_head_ns = started.elapsed().as_nanos() as u64;
-        let mut out = Vec::with_capacity(plan.rows());
-        let mut at = 0;
-        for (j, ids) in plan.ids.iter().enumerate() {
-            if ids.is_empty() {
-                out.push(None);
-                continue;
-            }
-            let n = (ids.len() - plan.from[j]) as i32;
-            let rows_of = logits.take_axis(span(at as usize, (at + n) as usize), 0)?;
-            let timing = PassTiming {
-                lm_head_ns,
-                ..timings[j]
-            };
-            out.push(Some((rows_of, timing)));
-            at += n;
-        }
-        Ok(out)
+        split_logits(&counts, &timings, lm_head_ns, |at, n| {
+            Ok(logits.take_axis(span(at, at + n), 0)?)
+        })
     }
 
     /// `x` with each changed row's tokens replaced (`[rows, width,

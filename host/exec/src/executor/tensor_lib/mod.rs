@@ -25,7 +25,7 @@ mod session;
 mod trace;
 
 use super::identity::ModelIdentity;
-use super::kv_layout::Layout;
+use super::kv_layout::{Layout, PassPlan, RowIds};
 use std::ops::ControlFlow;
 use std::path::Path;
 
@@ -99,6 +99,51 @@ pub trait LibCache: Sized {
 /// What a batched pass gives each row: its logits and timing, or `None`
 /// for a row that sat the pass out.
 pub type RowOutputs<T> = Vec<Option<(T, PassTiming)>>;
+
+/// Plans a pass of `rows` over the rows `layout` holds (see
+/// [`Layout::plan`]).
+pub fn plan_rows<'i, T>(
+    layout: &Layout,
+    c: &ModelConfig,
+    rows: &[LibRow<'i, T>],
+) -> Result<PassPlan<'i>, ModelError> {
+    let asked: Vec<RowIds<'i>> = rows
+        .iter()
+        .map(|r| RowIds {
+            ids: r.ids,
+            from: r.from,
+        })
+        .collect();
+    layout.plan(c, &asked)
+}
+
+/// Each running row's logits, `rows_of(at, n)` being rows `at..at + n`
+/// of the pass's logits (gathered in [`PassPlan::logit_rows`]'s order),
+/// with the pass's timing.
+pub fn split_logits<T>(
+    counts: &[Option<usize>],
+    timings: &[PassTiming],
+    lm_head_ns: u64,
+    mut rows_of: impl FnMut(usize, usize) -> Result<T, ModelError>,
+) -> Result<RowOutputs<T>, ModelError> {
+    let mut out = Vec::with_capacity(counts.len());
+    let mut at = 0;
+    for (count, timing) in counts.iter().zip(timings) {
+        out.push(match count {
+            None => None,
+            Some(n) => {
+                let logits = rows_of(at, *n)?;
+                at += n;
+                let timing = PassTiming {
+                    lm_head_ns,
+                    ..*timing
+                };
+                Some((logits, timing))
+            }
+        });
+    }
+    Ok(out)
+}
 
 /// One sequence's part of a batched pass ([`LibModel::run_batch`]): its
 /// next tokens (none: it sits the pass out), where its logits start, and

@@ -13,9 +13,11 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
-use crate::executor::kv_layout::{Attend, Layout, PassPlan, RowIds, grown_capacity};
+use crate::executor::kv_layout::{Attend, Layout, PassPlan, grown_capacity};
 pub use crate::executor::tensor_lib::{BlockHook, BlockView, NoHook, PassTiming};
-use crate::executor::tensor_lib::{LibCache, LibModel, LibRow, RowOutputs, Settled, TensorOf};
+use crate::executor::tensor_lib::{
+    LibCache, LibModel, LibRow, RowOutputs, Settled, TensorOf, plan_rows, split_logits,
+};
 use crate::executor::{DeviceSpec, ExecutorError, ModelSpec};
 use crate::model::assets::ModelAssets;
 use crate::model::config::{Activation, Experts, ModelConfig, QkNorm, RopeStyle};
@@ -483,14 +485,7 @@ impl TorchLlama {
         cache: &mut TorchCache,
         rows: &mut [LibRow<'_, Tensor>],
     ) -> Result<RowOutputs<Tensor>, ModelError> {
-        let asked: Vec<RowIds<'_>> = rows
-            .iter()
-            .map(|r| RowIds {
-                ids: r.ids,
-                from: r.from,
-            })
-            .collect();
-        let plan = cache.layout.plan(&self.config, &asked)?;
+        let plan = plan_rows(&cache.layout, &self.config, rows)?;
         if plan.width == 0 {
             return Ok(rows.iter().map(|_| None).collect());
         }
@@ -565,14 +560,7 @@ impl TorchLlama {
         let c = &self.config;
         let (b, w) = (plan.rows() as i64, plan.width as i64);
         let hidden = c.hidden as i64;
-        // The rows' tokens side by side, holes filled with token 0 (its
-        // outputs are never read).
-        let mut tokens = vec![0i64; plan.rows() * plan.width];
-        for (j, ids) in plan.ids.iter().enumerate() {
-            for (t, &id) in ids.iter().enumerate() {
-                tokens[j * plan.width + t] = i64::from(id);
-            }
-        }
+        let tokens: Vec<i64> = plan.tokens().into_iter().map(i64::from).collect();
         let tokens = Tensor::from_slice(&tokens).to_device(self.device);
         let mut x = self.embed.index_select(0, &tokens).view([b, w, hidden]);
         if let Some(scale) = c.block.embed_scale {
@@ -657,11 +645,8 @@ impl TorchLlama {
         }
         // The rows the logits are asked at, gathered into one projection.
         let started = std::time::Instant::now();
-        let mut picked = Vec::new();
-        for (j, ids) in plan.ids.iter().enumerate() {
-            let at = j * plan.width;
-            picked.extend((at + plan.from[j]..at + ids.len()).map(|i| i as i64));
-        }
+        let (picked, counts) = plan.logit_rows();
+        let picked: Vec<i64> = picked.into_iter().map(|i| i as i64).collect();
         let x = x.view([b * w, hidden]);
         let x = match picked.len() as i64 == b * w {
             true => x,
@@ -676,22 +661,9 @@ impl TorchLlama {
             None => logits,
         };
         let lm_head_ns = started.elapsed().as_nanos() as u64;
-        let mut out = Vec::with_capacity(plan.rows());
-        let mut at = 0;
-        for (j, ids) in plan.ids.iter().enumerate() {
-            if ids.is_empty() {
-                out.push(None);
-                continue;
-            }
-            let n = (ids.len() - plan.from[j]) as i64;
-            let timing = PassTiming {
-                lm_head_ns,
-                ..timings[j]
-            };
-            out.push(Some((logits.narrow(0, at, n), timing)));
-            at += n;
-        }
-        Ok(out)
+        split_logits(&counts, &timings, lm_head_ns, |at, n| {
+            Ok(logits.narrow(0, at as i64, n as i64))
+        })
     }
 
     /// The matrix GGUF calls `blk.{layer}.{stem}.weight`, `[out, in]`
