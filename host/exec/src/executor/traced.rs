@@ -189,6 +189,55 @@ pub(crate) fn observed<T>(
 /// What every backend's prefill span says beyond its times: the process's
 /// resident memory, the kernel that ran, that the hook's and the lm_head's
 /// time are in their own spans, and the KV cache (its layout and bytes).
+/// How a batch's decode ran, for each trace's decode span.
+pub(crate) struct DecodeBatch {
+    pub start: std::time::Instant,
+    /// Whether tensors live in another memory than the host's.
+    pub on_device: bool,
+    /// The most sequences one step ran.
+    pub widest: usize,
+    /// Sequences of the batch that generated.
+    pub generating: usize,
+    /// How the steps kept keys and values, for the batch note (empty, or
+    /// " over one preallocated cache").
+    pub cache: &'static str,
+}
+
+/// The decode span's profile of a finished generation `g`, which kept
+/// `kv_cache_bytes` of keys and values.
+pub(crate) fn decode_profile(
+    rec: &Recorder,
+    g: &Generation,
+    options: &RunOptions,
+    kv_cache_bytes: u64,
+    d: &DecodeBatch,
+) -> StageProfile {
+    let mut p = rec.profile(d.start, g.decode_steps);
+    p.duration_ns = g.decode_ns;
+    // Each step uploads its token and copies its logits back, which
+    // waits for the step: one synchronisation per step. A batched
+    // step's sequences share one upload, which each trace counts as its
+    // own (as each counts the step's whole time).
+    if d.on_device {
+        p.host_device_copies = 2 * g.decode_steps as u64;
+        p.sync_points += g.decode_steps as u64;
+    }
+    crate::executor::recorder::note_generation(&mut p, g, &options.generate);
+    p.notes
+        .insert("kv_cache_bytes".into(), kv_cache_bytes.to_string());
+    p.batch_size = d.widest as u32;
+    if d.generating > 1 {
+        p.notes.insert(
+            "batch".into(),
+            format!(
+                "decoded with up to {} sequences per step{}; its time is the steps' it took part in",
+                d.widest, d.cache
+            ),
+        );
+    }
+    p
+}
+
 pub(crate) fn note_prefill(p: &mut StageProfile, kernel: String, kv_cache: String, kv_bytes: u64) {
     p.memory_bytes = resident_bytes();
     p.notes.insert("kernel".into(), kernel);

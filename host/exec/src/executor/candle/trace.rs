@@ -13,10 +13,11 @@ use super::model::llama::LogitsAt;
 use super::session::{CandleSession, Pass, last_row, prefill_batch, run_sessions};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, fits_context, log_softmax_data, note_generation, support_scores,
-    tokenize_prompt,
+    Recorder, check_request, fits_context, log_softmax_data, support_scores, tokenize_prompt,
 };
-use crate::executor::traced::{TracedStages, close, note_prefill, observed};
+use crate::executor::traced::{
+    DecodeBatch, TracedStages, close, decode_profile, note_prefill, observed,
+};
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
     TraceOutput,
@@ -337,31 +338,18 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
             }
         }
     }
+    let batch = DecodeBatch {
+        start,
+        on_device: exec.on_device(),
+        widest,
+        generating,
+        cache: "",
+    };
     for (i, g, _) in running {
         let job = &mut jobs[i];
         let g = g.finish(&mut |_| {});
-        let mut p = job.rec.profile(start, g.decode_steps);
-        p.duration_ns = g.decode_ns;
-        // Each step uploads its token and copies its logits back, which
-        // waits for the step: one synchronisation per step. A batched
-        // step's sequences share one upload, which each trace counts as
-        // its own (as each counts the step's whole time).
-        if exec.on_device() {
-            p.host_device_copies = 2 * g.decode_steps as u64;
-            p.sync_points += g.decode_steps as u64;
-        }
-        note_generation(&mut p, &g, &job.options.generate);
-        p.notes.insert(
-            "kv_cache_bytes".into(),
-            job.session.cache_bytes().to_string(),
-        );
-        p.batch_size = widest as u32;
-        if generating > 1 {
-            p.notes.insert(
-                "batch".into(),
-                format!("decoded with up to {widest} sequences per step; its time is the steps' it took part in"),
-            );
-        }
+        let kv_bytes = job.session.cache_bytes();
+        let p = decode_profile(&job.rec, &g, job.options, kv_bytes, &batch);
         let span = job.rec.span(Stage::Decode, p);
         job.rec.generation(&span, &g);
         job.generation = Some(g);

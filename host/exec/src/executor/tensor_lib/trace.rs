@@ -16,10 +16,11 @@ use super::session::{
 use super::{LibCache, LibExecutor, LibModel, TensorOf, TensorOps};
 use crate::executor::generate::{Generation, Generator};
 use crate::executor::recorder::{
-    Recorder, check_request, fits_context, log_softmax_data, note_generation, support_scores,
-    tokenize_prompt,
+    Recorder, check_request, fits_context, log_softmax_data, support_scores, tokenize_prompt,
 };
-use crate::executor::traced::{TracedStages, close, note_prefill, observed};
+use crate::executor::traced::{
+    DecodeBatch, TracedStages, close, decode_profile, note_prefill, observed,
+};
 use crate::executor::{
     Executor, ExecutorError, LocalModel, ReferenceContinuation, RunOptions, TraceOutput,
 };
@@ -274,33 +275,19 @@ fn decode<M: LibModel>(
     steps?;
     let settled = model.settle();
     let mut settled = Some(settled);
-    let many = gens.len() > 1;
+    let batch = DecodeBatch {
+        start,
+        on_device: model.on_device(),
+        widest,
+        generating: gens.len(),
+        cache: " over one preallocated cache",
+    };
     for (job, g) in jobs.iter_mut().zip(gens) {
         let run = &mut job.run;
         let g = g.finish(&mut |_| {});
-        let mut p = run.rec.profile(start, g.decode_steps);
+        let kv_bytes = run.session.cache_bytes();
+        let mut p = decode_profile(&run.rec, &g, run.options, kv_bytes, &batch);
         settled.take().unwrap_or_default().note(&mut p);
-        p.duration_ns = g.decode_ns;
-        // Each step uploads its tokens and copies its logits back, which
-        // waits for the step: one synchronisation per step. A batched
-        // step's sequences share one upload, which each trace counts as
-        // its own (as each counts the step's whole time).
-        if run.on_device {
-            p.host_device_copies = 2 * g.decode_steps as u64;
-            p.sync_points += g.decode_steps as u64;
-        }
-        note_generation(&mut p, &g, &run.options.generate);
-        p.notes.insert(
-            "kv_cache_bytes".into(),
-            run.session.cache_bytes().to_string(),
-        );
-        p.batch_size = widest as u32;
-        if many {
-            p.notes.insert(
-                "batch".into(),
-                format!("decoded with up to {widest} sequences per step over one preallocated cache; its time is the steps' it took part in"),
-            );
-        }
         let span = run.rec.span(Stage::Decode, p);
         run.rec.generation(&span, &g);
         job.generation = Some(g);
