@@ -27,6 +27,26 @@ fn report(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
 }
 
+/// The report of `vauban diff` on a merged output's bundles under
+/// `config`, written to `out` (a failed gate's exit 3 is a report too).
+fn diff_merged(merged: &Path, config: &Path, out: &Path) -> Value {
+    let o = vauban(&[
+        "diff",
+        s(&merged.join("traces/baseline")),
+        s(&merged.join("traces/candidate")),
+        "--config",
+        s(config),
+        "--out",
+        s(out),
+    ]);
+    assert!(
+        o.status.success() || o.status.code() == Some(3),
+        "{}",
+        said(&o)
+    );
+    report(out)
+}
+
 fn recipe() -> PathBuf {
     common::plugins::root().join("examples/system-prompt.toml")
 }
@@ -67,22 +87,7 @@ fn a_sharded_run_merged_gives_the_unsharded_report() {
         args.extend(["--out", s(&merged)]);
         let o = vauban(&args);
         assert!(o.status.success(), "{}", said(&o));
-        let out = dir.path().join(format!("report-{n}"));
-        let o = vauban(&[
-            "diff",
-            s(&merged.join("traces/baseline")),
-            s(&merged.join("traces/candidate")),
-            "--config",
-            s(&recipe()),
-            "--out",
-            s(&out),
-        ]);
-        assert!(
-            o.status.success() || o.status.code() == Some(3),
-            "{}",
-            said(&o)
-        );
-        let got = report(&out);
+        let got = diff_merged(&merged, &recipe(), &dir.path().join(format!("report-{n}")));
         for key in [
             "metric_deltas",
             "distribution",
@@ -233,22 +238,7 @@ fn the_direction_is_measured_once_and_every_shard_reuses_it() {
         s(&merged),
     ]);
     assert!(o.status.success(), "{}", said(&o));
-    let out = dir.path().join("report");
-    let o = vauban(&[
-        "diff",
-        s(&merged.join("traces/baseline")),
-        s(&merged.join("traces/candidate")),
-        "--config",
-        s(&config),
-        "--out",
-        s(&out),
-    ]);
-    assert!(
-        o.status.success() || o.status.code() == Some(3),
-        "{}",
-        said(&o)
-    );
-    let r = report(&out);
+    let r = diff_merged(&merged, &config, &dir.path().join("report"));
     let summary = r["target_change"]["transformation_summary"]
         .as_str()
         .unwrap_or_default();

@@ -238,6 +238,32 @@ pub(crate) fn decode_profile(
     p
 }
 
+/// The forward span's profile of a scored continuation of trace
+/// `trace_id` (`tokens` run, `output_bytes` of scores kept), in a pass
+/// that took `ns`.
+pub(crate) fn forward_profile(
+    rec: &Recorder,
+    start: std::time::Instant,
+    (tokens, ns, output_bytes): (usize, u64, usize),
+    on_device: bool,
+    trace_id: &str,
+) -> StageProfile {
+    let mut p = rec.profile(start, tokens);
+    p.duration_ns = ns;
+    p.output_bytes = output_bytes as u64;
+    // The tokens up, the scored rows' logits back.
+    if on_device {
+        p.host_device_copies = 2;
+    }
+    p.notes.insert(
+        "teacher_forced".into(),
+        format!(
+            "the continuation of trace `{trace_id}` after this run's prompt; log-probabilities of its top tokens"
+        ),
+    );
+    p
+}
+
 pub(crate) fn note_prefill(p: &mut StageProfile, kernel: String, kv_cache: String, kv_bytes: u64) {
     p.memory_bytes = resident_bytes();
     p.notes.insert("kernel".into(), kernel);

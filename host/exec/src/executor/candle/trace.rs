@@ -16,7 +16,7 @@ use crate::executor::recorder::{
     Recorder, check_request, fits_context, log_softmax_data, support_scores, tokenize_prompt,
 };
 use crate::executor::traced::{
-    DecodeBatch, TracedStages, close, decode_profile, note_prefill, observed,
+    DecodeBatch, TracedStages, close, decode_profile, forward_profile, note_prefill, observed,
 };
 use crate::executor::{
     Executor, ExecutorError, InferenceSession, LocalModel, ReferenceContinuation, RunOptions,
@@ -412,20 +412,8 @@ fn score_references(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), E
         let scores = support_scores(&host_data(&logits)?, &r.support);
         debug_assert_eq!(scores.shape, [rows, k]);
         let job = &mut jobs[i];
-        let mut p = job.rec.profile(start, ids.len());
-        p.duration_ns = total_ns;
-        p.output_bytes = scores.bytes.len() as u64;
-        // The tokens up, the scored rows' logits back.
-        if exec.on_device() {
-            p.host_device_copies = 2;
-        }
-        p.notes.insert(
-            "teacher_forced".into(),
-            format!(
-                "the continuation of trace `{}` after this run's prompt; log-probabilities of its top tokens",
-                r.trace_id
-            ),
-        );
+        let pass = (ids.len(), total_ns, scores.bytes.len());
+        let mut p = forward_profile(&job.rec, start, pass, exec.on_device(), &r.trace_id);
         note_batch(&mut p, sessions.len(), tokens);
         let span = job.rec.span(Stage::Forward, p);
         job.rec.reference(&span, r, scores);

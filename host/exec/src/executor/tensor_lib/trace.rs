@@ -19,7 +19,7 @@ use crate::executor::recorder::{
     Recorder, check_request, fits_context, log_softmax_data, support_scores, tokenize_prompt,
 };
 use crate::executor::traced::{
-    DecodeBatch, TracedStages, close, decode_profile, note_prefill, observed,
+    DecodeBatch, TracedStages, close, decode_profile, forward_profile, note_prefill, observed,
 };
 use crate::executor::{
     Executor, ExecutorError, LocalModel, ReferenceContinuation, RunOptions, TraceOutput,
@@ -352,21 +352,9 @@ fn score_references<M: LibModel>(
         let run = &mut jobs[i].run;
         let scores = support_scores(&host_data(&run.ops, &logits, false)?, &r.support);
         debug_assert_eq!(scores.shape, [rows, k]);
-        let mut p = run.rec.profile(start, fed.len());
+        let pass = (fed.len(), total_ns, scores.bytes.len());
+        let mut p = forward_profile(&run.rec, start, pass, run.on_device, &r.trace_id);
         settled.take().unwrap_or_default().note(&mut p);
-        p.duration_ns = total_ns;
-        p.output_bytes = scores.bytes.len() as u64;
-        // The tokens up, the scored rows' logits back.
-        if run.on_device {
-            p.host_device_copies = 2;
-        }
-        p.notes.insert(
-            "teacher_forced".into(),
-            format!(
-                "the continuation of trace `{}` after this run's prompt; log-probabilities of its top tokens",
-                r.trace_id
-            ),
-        );
         batch.note(&mut p);
         let span = run.rec.span(Stage::Forward, p);
         run.rec.reference(&span, r, scores);
