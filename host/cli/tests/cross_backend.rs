@@ -778,6 +778,7 @@ fn batched_traces_equal_traces_alone_on_every_backend() {
         positions: Positions::All,
         condition: None,
     }];
+    let mut cases_compacted = 0;
     for path in &paths {
         let file = path.file_name().unwrap().to_string_lossy().into_owned();
         for (name, exec) in others(path) {
@@ -831,11 +832,43 @@ fn batched_traces_equal_traces_alone_on_every_backend() {
                         assert_eq!(bg.text, ag.text, "{id}");
                     }
                 }
+                // Once half the generating sequences or more have finished,
+                // the batch's cache is rebuilt with the others alone; the
+                // decode spans say so (and the traces above are unchanged).
+                let steps: Vec<usize> = batched
+                    .iter()
+                    .filter_map(|t| t.generation.as_ref())
+                    .map(|g| g.decode_steps)
+                    .collect();
+                let live = |s: usize| steps.iter().filter(|&&n| n > s).count();
+                let compacted = (0..)
+                    .take_while(|&s| live(s) > 0)
+                    .any(|s| 2 * live(s) <= steps.len());
+                for b in batched.iter().filter(|t| t.generation.is_some()) {
+                    let decode = b
+                        .trace
+                        .spans
+                        .iter()
+                        .find(|s| s.stage == vauban::trace::Stage::Decode)
+                        .unwrap();
+                    let note = decode.profile.notes.get("compacted");
+                    assert_eq!(
+                        note.is_some(),
+                        compacted,
+                        "{file} on {name}: {steps:?}, {note:?}"
+                    );
+                }
                 eprintln!(
-                    "{file} on {name} (chat {chat}, {} interventions): batched against alone, max relative |Δ| {worst:.2e}",
+                    "{file} on {name} (chat {chat}, {} interventions): batched against alone, max relative |Δ| {worst:.2e}; decode steps {steps:?}, compacted {compacted}",
                     ivs.len()
                 );
+                cases_compacted += usize::from(compacted);
             }
         }
+    }
+    // The budgets (6, 3, 0 and 9 tokens) end far enough apart that a
+    // batch which runs them all is compacted: the check above was made.
+    if cfg!(any(feature = "torch", feature = "mlx")) {
+        assert!(cases_compacted > 0, "no batch was compacted");
     }
 }

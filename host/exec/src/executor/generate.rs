@@ -184,6 +184,14 @@ impl<'o> Generator<'o> {
         })
     }
 
+    /// Tokens it may still generate (0 once it has ended).
+    pub fn remaining(&self) -> usize {
+        match self.stop {
+            Some(_) => 0,
+            None => self.options.max_tokens.saturating_sub(self.ids.len()),
+        }
+    }
+
     /// Takes the next-token `logits` of a sequence `position` tokens long
     /// (`capacity`: the model's context) and returns the token to run
     /// next, or `None` when the generation has ended (on EOS, a stop

@@ -201,6 +201,9 @@ pub(crate) struct DecodeBatch {
     /// How the steps kept keys and values, for the batch note (empty, or
     /// " over one preallocated cache").
     pub cache: &'static str,
+    /// Times the batch's cache was rebuilt with the sequences still
+    /// generating alone.
+    pub compactions: usize,
 }
 
 /// The decode span's profile of a finished generation `g`, which kept
@@ -232,6 +235,15 @@ pub(crate) fn decode_profile(
             format!(
                 "decoded with up to {} sequences per step{}; its time is the steps' it took part in",
                 d.widest, d.cache
+            ),
+        );
+    }
+    if d.compactions > 0 {
+        p.notes.insert(
+            "compacted".into(),
+            format!(
+                "the batch's cache was rebuilt {} time(s) with the sequences still generating alone, once half or more had finished",
+                d.compactions
             ),
         );
     }

@@ -344,6 +344,7 @@ fn decode(exec: &CandleExecutor, jobs: &mut [Job<'_>]) -> Result<(), ExecutorErr
         widest,
         generating,
         cache: "",
+        compactions: 0,
     };
     for (i, g, _) in running {
         let job = &mut jobs[i];

@@ -239,39 +239,61 @@ fn decode<M: LibModel>(
     let context = jobs[0].context;
     let mut sessions: Vec<&mut super::LibSession<'_, M>> =
         jobs.iter_mut().map(|j| &mut j.run.session).collect();
-    let mut batch = stack_caches(&mut sessions, longest)?;
+    let mut rows = RowsOfBatch::stack(&mut sessions, longest)?;
     let mut widest = 1;
     let steps = loop {
-        let mut feeding: Vec<Option<[u32; 1]>> = Vec::with_capacity(gens.len());
-        for (k, (g, next)) in gens.iter_mut().zip(&nexts).enumerate() {
-            let position = batch.layout().rows[k].len();
-            feeding.push(g.next(next, position, context, &mut |_| {})?.map(|id| [id]));
+        // The token each sequence runs next (none: it has finished).
+        let mut feeding: Vec<Option<[u32; 1]>> = vec![None; gens.len()];
+        for (k, &j) in rows.jobs.iter().enumerate() {
+            let position = rows.cache.layout().rows[k].len();
+            feeding[j] = gens[j]
+                .next(&nexts[j], position, context, &mut |_| {})?
+                .map(|id| [id]);
         }
-        let feed = feeding.iter().flatten().count();
-        if feed == 0 {
+        let live: Vec<usize> = (0..gens.len()).filter(|&j| feeding[j].is_some()).collect();
+        if live.is_empty() {
             break Ok(());
         }
-        widest = widest.max(feed);
+        widest = widest.max(live.len());
         let step = Instant::now();
-        let ids: Vec<&[u32]> = feeding
+        if 2 * live.len() <= rows.jobs.len() {
+            let left = gens.iter().map(|g| g.remaining()).max().unwrap_or(0);
+            if let Err(e) = rows.compact(&mut sessions, &live, left) {
+                break Err(e);
+            }
+        }
+        let ids: Vec<&[u32]> = rows
+            .jobs
             .iter()
-            .map(|f| f.as_ref().map_or(&[][..], |id| id.as_slice()))
+            .map(|&j| feeding[j].as_ref().map_or(&[][..], |id| id.as_slice()))
             .collect();
         let from = vec![0; ids.len()];
-        let ran = match run_rows(model, &mut batch, &mut sessions, &ids, &from, Pass::Decode) {
+        let ran = {
+            let mut running = rows.sessions(&mut sessions);
+            run_rows(
+                model,
+                &mut rows.cache,
+                &mut running,
+                &ids,
+                &from,
+                Pass::Decode,
+            )
+        };
+        let ran = match ran {
             Ok(ran) => ran,
             Err(e) => break Err(e),
         };
         let step_ns = step.elapsed().as_nanos() as u64;
-        for ((g, next), logits) in gens.iter_mut().zip(nexts.iter_mut()).zip(ran) {
+        for (&j, logits) in rows.jobs.iter().zip(ran) {
             if let Some(logits) = logits {
-                *next = last_logits(&ops, &logits)?;
-                g.decode_ns += step_ns;
-                g.decode_steps += 1;
+                nexts[j] = last_logits(&ops, &logits)?;
+                gens[j].decode_ns += step_ns;
+                gens[j].decode_steps += 1;
             }
         }
     };
-    unstack_caches(&mut sessions, batch)?;
+    let compactions = rows.compactions;
+    rows.unstack(&mut sessions)?;
     steps?;
     let settled = model.settle();
     let mut settled = Some(settled);
@@ -281,6 +303,7 @@ fn decode<M: LibModel>(
         widest,
         generating: gens.len(),
         cache: " over one preallocated cache",
+        compactions,
     };
     for (job, g) in jobs.iter_mut().zip(gens) {
         let run = &mut job.run;
@@ -293,6 +316,71 @@ fn decode<M: LibModel>(
         job.generation = Some(g);
     }
     Ok(())
+}
+
+/// The sequences a decode stage runs in one batch cache: which job each
+/// of its rows is. Once half of them or more have finished, the cache is
+/// rebuilt with the running ones alone ([`RowsOfBatch::compact`]): a
+/// finished sequence's row would otherwise still be computed in every
+/// step (as a hole), and its padding still attended over.
+struct RowsOfBatch<C> {
+    cache: C,
+    /// The job of each row of `cache`.
+    jobs: Vec<usize>,
+    /// Times the rows were rebuilt.
+    compactions: usize,
+}
+
+impl<C: LibCache> RowsOfBatch<C> {
+    /// Every session's cache as one, with room for `extra` more columns.
+    fn stack<M: LibModel<Cache = C>>(
+        sessions: &mut [&mut super::LibSession<'_, M>],
+        extra: usize,
+    ) -> Result<Self, ExecutorError> {
+        Ok(RowsOfBatch {
+            cache: stack_caches(sessions, extra)?,
+            jobs: (0..sessions.len()).collect(),
+            compactions: 0,
+        })
+    }
+
+    /// The sessions of the rows, in row order.
+    fn sessions<'s, 'a, M: LibModel<Cache = C>>(
+        &self,
+        all: &'s mut [&mut super::LibSession<'a, M>],
+    ) -> Vec<&'s mut super::LibSession<'a, M>> {
+        let mut picked: Vec<Option<&mut super::LibSession<'a, M>>> =
+            all.iter_mut().map(|s| Some(&mut **s)).collect();
+        self.jobs
+            .iter()
+            .map(|&j| picked[j].take().expect("a job in one row"))
+            .collect()
+    }
+
+    /// Gives every row's cache back to its session, then stacks those of
+    /// `live` alone (holes gathered away), with room for `extra` columns.
+    fn compact<M: LibModel<Cache = C>>(
+        &mut self,
+        all: &mut [&mut super::LibSession<'_, M>],
+        live: &[usize],
+        extra: usize,
+    ) -> Result<(), ExecutorError> {
+        let empty = all[0].model.new_cache();
+        let cache = std::mem::replace(&mut self.cache, empty);
+        unstack_caches(&mut self.sessions(all), cache)?;
+        self.jobs = live.to_vec();
+        self.cache = stack_caches(&mut self.sessions(all), extra)?;
+        self.compactions += 1;
+        Ok(())
+    }
+
+    /// Every row's cache back to its session.
+    fn unstack<M: LibModel<Cache = C>>(
+        self,
+        all: &mut [&mut super::LibSession<'_, M>],
+    ) -> Result<(), ExecutorError> {
+        unstack_caches(&mut self.sessions(all), self.cache)
+    }
 }
 
 /// The forward stage: for every job with another side's continuation,
