@@ -506,12 +506,8 @@ fn agree_across_backends(
     assert!(dl < 1e-4, "logits under the policy: relative {dl}");
     assert_eq!(c.generation.unwrap().ids, t.generation.unwrap().ids);
 
-    // What a direction measurement reads: every block's last residual.
-    let prompts: Vec<Vec<u32>> = ["the cat", "a hat sat", "then ran in"]
-        .iter()
-        .map(|p| candle.tokenize(p, &PromptForm::Raw).unwrap())
-        .collect();
-    let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    // What a direction measurement reads: every block's last residual, of
+    // raw prompts and of chat prompts whose shared opening runs once.
     let ablate = vec![Intervention {
         layer: 0,
         mode: Mode::Subtract,
@@ -521,15 +517,26 @@ fn agree_across_backends(
         positions: Positions::All,
         condition: None,
     }];
-    let cs = candle.last_token_states(&ablate, &refs);
-    let ts = other.last_token_states(&ablate, &refs);
-    for (c, t) in cs.into_iter().zip(ts) {
-        let (c, t) = (c.unwrap(), t.unwrap());
-        assert_eq!(c.residuals.len(), t.residuals.len());
-        for (cr, tr) in c.residuals.iter().zip(&t.residuals) {
-            assert!(relative(tr, cr) < 1e-4, "residuals");
+    let chat = PromptForm::Chat {
+        system: Some("the cat sat".into()),
+    };
+    for form in [PromptForm::Raw, chat] {
+        let prompts: Vec<Vec<u32>> = ["the cat", "a hat sat", "then ran in"]
+            .iter()
+            .map(|p| candle.tokenize(p, &form).unwrap())
+            .collect();
+        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let cs = candle.last_token_states(&ablate, &refs);
+        let ts = other.last_token_states(&ablate, &refs);
+        assert_eq!(ts.len(), refs.len());
+        for (c, t) in cs.into_iter().zip(ts) {
+            let (c, t) = (c.unwrap(), t.unwrap());
+            assert_eq!(c.residuals.len(), t.residuals.len());
+            for (cr, tr) in c.residuals.iter().zip(&t.residuals) {
+                assert!(relative(tr, cr) < 1e-4, "{form:?}: residuals");
+            }
+            assert!(relative(&t.logits, &c.logits) < 1e-4, "{form:?}: logits");
         }
-        assert!(relative(&t.logits, &c.logits) < 1e-4, "logits");
     }
 
     // Orthogonalized weights: the same changes, then the same model.

@@ -497,6 +497,33 @@ pub trait LocalModel: Executor {
     }
 }
 
+/// `prompts` run as one batch by `batched` (one result per prompt); where
+/// the batch fails, each prompt again alone, so an error names its own
+/// prompt and the others still have their results.
+pub(crate) fn batch_or_each<T>(
+    prompts: &[&[u32]],
+    batched: impl Fn(&[&[u32]]) -> Result<Vec<T>, ExecutorError>,
+) -> Vec<Result<T, ExecutorError>> {
+    match batched(prompts) {
+        Ok(all) => all.into_iter().map(Ok).collect(),
+        Err(e) if prompts.len() == 1 => vec![Err(e)],
+        Err(_) => prompts
+            .iter()
+            .map(|p| batched(&[p]).map(|mut one| one.remove(0)))
+            .collect(),
+    }
+}
+
+/// A batch of prompts refused before it runs when one has no tokens.
+pub(crate) fn check_prompts(prompts: &[&[u32]]) -> Result<(), ExecutorError> {
+    match prompts.iter().position(|p| p.is_empty()) {
+        Some(empty) => Err(ExecutorError::Request(format!(
+            "prompt {empty} of the batch has no tokens"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What [`LocalModel::last_token_states`] gives for each prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LastTokenState {

@@ -89,11 +89,7 @@ impl CandleExecutor {
         interventions: &[Intervention],
         prompts: &[&[u32]],
     ) -> Result<Vec<LastTokenState>, ExecutorError> {
-        if let Some(empty) = prompts.iter().position(|p| p.is_empty()) {
-            return Err(ExecutorError::Request(format!(
-                "prompt {empty} of the batch has no tokens"
-            )));
-        }
+        crate::executor::check_prompts(prompts)?;
         let layers = self.dims().layers;
         let mut sessions: Vec<CandleSession<'_>> = prompts
             .iter()
@@ -238,17 +234,9 @@ impl LocalModel for CandleExecutor {
         interventions: &[Intervention],
         prompts: &[&[u32]],
     ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        match self.last_token_states_batched(interventions, prompts) {
-            Ok(states) => states.into_iter().map(Ok).collect(),
-            Err(e) if prompts.len() == 1 => vec![Err(e)],
-            Err(_) => prompts
-                .iter()
-                .map(|p| {
-                    self.last_token_states_batched(interventions, &[p])
-                        .map(|mut s| s.remove(0))
-                })
-                .collect(),
-        }
+        crate::executor::batch_or_each(prompts, |batch| {
+            self.last_token_states_batched(interventions, batch)
+        })
     }
 
     fn orthogonalize(

@@ -269,6 +269,52 @@ pub struct LibExecutor<M> {
 }
 
 impl<M: LibModel> LibExecutor<M> {
+    /// [`LocalModel::last_token_states`] of one batch, in one prefill.
+    fn last_token_states_batched(
+        &self,
+        interventions: &[Intervention],
+        prompts: &[&[u32]],
+    ) -> Result<Vec<LastTokenState>, ExecutorError> {
+        super::check_prompts(prompts)?;
+        let layers = self.dims().layers;
+        let ops = M::Ops::default();
+        let mut sessions: Vec<LibSession<'_, M>> = prompts
+            .iter()
+            .map(|_| {
+                let mut s = self.session(interventions);
+                s.hook.observe = (0..layers).collect();
+                s.hook.last_only = true;
+                s
+            })
+            .collect();
+        let logits = {
+            let mut refs: Vec<&mut LibSession<'_, M>> = sessions.iter_mut().collect();
+            let all_logits = vec![false; prompts.len()];
+            session::prefill_batch(&self.model, &mut refs, prompts, &all_logits)?.logits
+        };
+        sessions
+            .iter()
+            .zip(logits)
+            .map(|(s, logits)| {
+                // After a shared opening, each block kept the opening's last
+                // position and the prompt's: the prompt's is the last row.
+                let residuals = s
+                    .hook
+                    .kept
+                    .iter()
+                    // A mixture's router probabilities are kept beside.
+                    .filter(|k| k.site == crate::trace::Site::ResidPost)
+                    .map(|k| Ok(ops.host(&ops.last_row(&k.tensor)?)?.1))
+                    .collect::<Result<Vec<_>, ExecutorError>>()?;
+                debug_assert_eq!(residuals.len(), layers, "every block observed, in order");
+                Ok(LastTokenState {
+                    residuals,
+                    logits: session::last_logits(&ops, &logits)?,
+                })
+            })
+            .collect()
+    }
+
     /// The model; crate-private, as the backends' `Sync` impls require
     /// (a caller outside could reach the library's tensors through it).
     pub(crate) fn model(&self) -> &M {
@@ -362,37 +408,17 @@ impl<M: LibModel> LocalModel for LibExecutor<M> {
         LibSession::new(&self.model, interventions)
     }
 
-    /// Each prompt in its own pass,
-    /// every block observed at the last position.
+    /// One batched prefill (a shared opening run once), every block
+    /// observed at the last position. A batch that fails is run again one
+    /// prompt at a time, so the error names its own prompt.
     fn last_token_states(
         &self,
         interventions: &[Intervention],
         prompts: &[&[u32]],
     ) -> Vec<Result<LastTokenState, ExecutorError>> {
-        let layers = self.dims().layers;
-        let ops = M::Ops::default();
-        prompts
-            .iter()
-            .map(|ids| {
-                let mut s = self.session(interventions);
-                s.hook.observe = (0..layers).collect();
-                s.hook.last_only = true;
-                let logits = s.pass(ids, true, ids.len().saturating_sub(1))?;
-                let residuals = s
-                    .hook
-                    .kept
-                    .iter()
-                    // A mixture's router probabilities are kept beside.
-                    .filter(|k| k.site == crate::trace::Site::ResidPost)
-                    .map(|k| Ok(ops.host(&k.tensor)?.1))
-                    .collect::<Result<Vec<_>, ExecutorError>>()?;
-                debug_assert_eq!(residuals.len(), layers, "every block observed, in order");
-                Ok(LastTokenState {
-                    residuals,
-                    logits: session::last_logits(&ops, &logits)?,
-                })
-            })
-            .collect()
+        super::batch_or_each(prompts, |batch| {
+            self.last_token_states_batched(interventions, batch)
+        })
     }
 
     fn orthogonalize(
