@@ -11,8 +11,14 @@
 //! eval "$(bash scripts/setup-torch.sh)"
 //! cargo run --release -p vauban-exec --features torch --example torch_throughput -- \
 //!     MODEL [--device cpu|cuda] [--dtype f32|bf16|f16] [--batches 1,8,32]
-//!     [--prompt-len 128] [--new-tokens 128] [--ids FILE]
+//!     [--prompt-len 128] [--new-tokens 128] [--ids FILE] [--ragged]
 //! ```
+//!
+//! With `--ragged`, the k-th of a batch of b sequences generates
+//! `new-tokens · k / b` tokens (as an audit's replies end far apart), so
+//! most of the batch has finished before its longest sequence: what the
+//! decode stage's compaction is for. Decode tokens/s then counts the
+//! tokens generated over the decode stage's time.
 //!
 //! Prefill is each trace's prefill pass (the whole batch's: hooks, the
 //! lm_head and copying activations out included); decode is the longest
@@ -38,6 +44,7 @@ struct Args {
     prompt_len: usize,
     new_tokens: usize,
     ids: Option<PathBuf>,
+    ragged: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -49,6 +56,7 @@ fn args() -> anyhow::Result<Args> {
         prompt_len: 128,
         new_tokens: 128,
         ids: None,
+        ragged: false,
     };
     let mut model = None;
     let mut it = std::env::args().skip(1);
@@ -66,12 +74,13 @@ fn args() -> anyhow::Result<Args> {
             "--prompt-len" => a.prompt_len = value()?.parse()?,
             "--new-tokens" => a.new_tokens = value()?.parse()?,
             "--ids" => a.ids = Some(PathBuf::from(value()?)),
+            "--ragged" => a.ragged = true,
             _ if !arg.starts_with("--") && model.is_none() => model = Some(PathBuf::from(arg)),
             _ => bail!("unknown argument `{arg}`"),
         }
     }
     a.model = model.context(
-        "usage: torch_throughput MODEL [--device D] [--dtype T] [--batches 1,8,32] [--prompt-len N] [--new-tokens N] [--ids FILE]",
+        "usage: torch_throughput MODEL [--device D] [--dtype T] [--batches 1,8,32] [--prompt-len N] [--new-tokens N] [--ids FILE] [--ragged]",
     )?;
     Ok(a)
 }
@@ -177,8 +186,12 @@ fn main() -> anyhow::Result<()> {
     for &b in &a.batches {
         let mut plain_wall = None;
         for traced in [false, true] {
+            let budget = |i: usize| match a.ragged {
+                true => (a.new_tokens * (i + 1) / b).max(1),
+                false => a.new_tokens,
+            };
             let jobs: Vec<_> = (0..b)
-                .map(|i| job(i, &ids[i], traced, dims.layers, a.new_tokens))
+                .map(|i| job(i, &ids[i], traced, dims.layers, budget(i)))
                 .collect();
             let (out, wall) = run(&exec, &jobs);
             let gens: Vec<_> = out.iter().filter_map(|o| o.generation.as_ref()).collect();
@@ -192,6 +205,7 @@ fn main() -> anyhow::Result<()> {
                 "dtype": a.dtype.name(),
                 "batch": b,
                 "traced_every_layer": traced,
+                "ragged": a.ragged,
                 "prompt_tokens": b * a.prompt_len,
                 "generated_tokens": generated,
                 "prefill_tokens_per_s": (b * a.prompt_len) as f64 / prefill_s,
