@@ -130,6 +130,27 @@ impl<'a, O: TensorOps> RunHook<'a, O> {
         &self.ops
     }
 
+    /// Observes every one of `layers` blocks, keeping each pass's last
+    /// position: what a direction measurement reads.
+    pub fn observe_last_positions(&mut self, layers: usize) {
+        self.observe = (0..layers).collect();
+        self.last_only = true;
+    }
+
+    /// The residual stream kept after each block, in order, each as `row`
+    /// makes it of the kept tensor (a mixture's router probabilities, kept
+    /// beside, are left out).
+    pub fn kept_residuals<T, E>(
+        &self,
+        row: impl Fn(&O::Tensor) -> Result<T, E>,
+    ) -> Result<Vec<T>, E> {
+        self.kept
+            .iter()
+            .filter(|k| k.site == Site::ResidPost)
+            .map(|k| row(&k.tensor))
+            .collect()
+    }
+
     /// Joins what this hook kept over several passes (a shared opening's,
     /// then the prompt's rest): one entry per layer and site, positions in
     /// order.

@@ -95,8 +95,7 @@ impl CandleExecutor {
             .iter()
             .map(|_| {
                 let mut s = self.session(interventions);
-                s.hook.observe = (0..layers).collect();
-                s.hook.last_only = true;
+                s.hook.observe_last_positions(layers);
                 s
             })
             .collect();
@@ -109,20 +108,15 @@ impl CandleExecutor {
             .iter()
             .zip(logits)
             .map(|(s, logits)| {
-                // The residual streams (a mixture's routing is kept too).
+                // `[1, positions, hidden]`: the last position's row.
                 let residuals = s
                     .hook
-                    .kept
-                    .iter()
-                    .filter(|k| k.site == crate::trace::Site::ResidPost)
-                    .map(|k| {
-                        let t = k.tensor.dim(1)?;
-                        k.tensor
-                            .i((0, t - 1))?
+                    .kept_residuals(|t| {
+                        let n = t.dim(1)?;
+                        t.i((0, n - 1))?
                             .to_dtype(candle_core::DType::F32)?
                             .to_vec1::<f32>()
                     })
-                    .collect::<Result<Vec<_>, _>>()
                     .map_err(ModelError::from)?;
                 debug_assert_eq!(residuals.len(), layers, "every block observed, in order");
                 Ok(LastTokenState {

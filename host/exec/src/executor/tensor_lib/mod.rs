@@ -282,8 +282,7 @@ impl<M: LibModel> LibExecutor<M> {
             .iter()
             .map(|_| {
                 let mut s = self.session(interventions);
-                s.hook.observe = (0..layers).collect();
-                s.hook.last_only = true;
+                s.hook.observe_last_positions(layers);
                 s
             })
             .collect();
@@ -300,12 +299,7 @@ impl<M: LibModel> LibExecutor<M> {
                 // position and the prompt's: the prompt's is the last row.
                 let residuals = s
                     .hook
-                    .kept
-                    .iter()
-                    // A mixture's router probabilities are kept beside.
-                    .filter(|k| k.site == crate::trace::Site::ResidPost)
-                    .map(|k| Ok(ops.host(&ops.last_row(&k.tensor)?)?.1))
-                    .collect::<Result<Vec<_>, ExecutorError>>()?;
+                    .kept_residuals(|t| Ok::<_, ExecutorError>(ops.host(&ops.last_row(t)?)?.1))?;
                 debug_assert_eq!(residuals.len(), layers, "every block observed, in order");
                 Ok(LastTokenState {
                     residuals,
