@@ -745,13 +745,16 @@ fn same_tensors(batched: &TraceOutput, alone: &TraceOutput, id: &str) -> f32 {
     worst
 }
 
+/// The profile of the trace's span of `stage` (every trace here has one).
+fn profile_of(out: &TraceOutput, stage: vauban::trace::Stage) -> &vauban::trace::StageProfile {
+    let span = out.trace.spans.iter().find(|s| s.stage == stage);
+    &span.unwrap_or_else(|| panic!("no {stage:?} span")).profile
+}
+
 /// The prefill span's note of a shared opening, if the trace's batch had one.
 fn shared_opening(out: &TraceOutput) -> Option<String> {
-    out.trace
-        .spans
-        .iter()
-        .find(|s| s.stage == vauban::trace::Stage::Prefill)
-        .and_then(|s| s.profile.notes.get("shared_opening").cloned())
+    let prefill = profile_of(out, vauban::trace::Stage::Prefill);
+    prefill.notes.get("shared_opening").cloned()
 }
 
 /// Issue 39: torch and MLX trace a batch's prompts in ragged passes (the
@@ -812,13 +815,8 @@ fn batched_traces_equal_traces_alone_on_every_backend() {
                         "{id}: {:?}",
                         shared_opening(b)
                     );
-                    let prefill = b
-                        .trace
-                        .spans
-                        .iter()
-                        .find(|s| s.stage == vauban::trace::Stage::Prefill)
-                        .unwrap();
-                    assert_eq!(prefill.profile.batch_size, 4, "{id}");
+                    let prefill = profile_of(b, vauban::trace::Stage::Prefill);
+                    assert_eq!(prefill.batch_size, 4, "{id}");
                     let (bg, ag) = (b.generation.as_ref(), a.generation.as_ref());
                     assert_eq!(bg.is_some(), ag.is_some(), "{id}");
                     let (Some(bg), Some(ag)) = (bg, ag) else {
@@ -852,13 +850,8 @@ fn batched_traces_equal_traces_alone_on_every_backend() {
                     .take_while(|&s| live(s) > 0)
                     .any(|s| 2 * live(s) <= steps.len());
                 for b in batched.iter().filter(|t| t.generation.is_some()) {
-                    let decode = b
-                        .trace
-                        .spans
-                        .iter()
-                        .find(|s| s.stage == vauban::trace::Stage::Decode)
-                        .unwrap();
-                    let note = decode.profile.notes.get("compacted");
+                    let decode = profile_of(b, vauban::trace::Stage::Decode);
+                    let note = decode.notes.get("compacted");
                     assert_eq!(
                         note.is_some(),
                         compacted,
